@@ -1,0 +1,35 @@
+// The interface every backend implements. scheduler/ knows backends only through this header.
+#pragma once
+
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/task.h"
+#include "scheduler/types.h"
+
+namespace commsched {
+
+// Called exactly once per start(), from any thread, when every partition of the batch has been moved (or failed).
+using BatchDone = std::function<void(const Status&)>;
+
+class CommBackend {
+ public:
+  virtual ~CommBackend() = default;
+  virtual std::string_view name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Begins moving a batch of partitions (one, or several to fuse) and returns quickly; never blocks on the network.
+  // The TaskDesc pointers in the views stay valid until `done` has been called. `done` may be called inline.
+  virtual void start(std::vector<PartitionView> batch, BatchDone done) = 0;
+
+  // Whether the backend can carry this operation on buffers of this device.
+  virtual bool supports(Op op, Device device) const = 0;
+
+  // Stops the backend: in-flight batches are completed with an error (or finished); after return, no `done`
+  // callback runs any more. Idempotent.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace commsched

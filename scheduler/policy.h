@@ -1,0 +1,82 @@
+// Policy: decides which partitions to dispatch next. Pure, deterministic and single-threaded: no clocks, no threads,
+// no I/O inside. The engine (real time) and the simulator (simulated time) drive the very same Policy objects by
+// telling them events and asking poll() what to dispatch now.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/types.h"
+
+namespace commsched {
+
+// A partition as a policy sees it: identifiers and sizes only, no data.
+struct PartRef {
+  uint64_t task_id = 0;    // engine-unique task id (increasing in arrival order)
+  uint32_t index = 0;      // partition index within the task
+  int32_t priority = 0;    // the task's priority; lower is more urgent
+  uint64_t seq = 0;        // the task's arrival sequence number (tie-break after priority)
+  uint64_t offset = 0;     // byte offset within the task
+  uint64_t bytes = 0;      // byte length
+};
+
+// One backend operation. More than one partition means "fuse them into one message/collective".
+using Batch = std::vector<PartRef>;
+
+struct TaskArrival {
+  uint64_t task_id = 0;
+  int32_t priority = 0;
+  uint64_t seq = 0;
+  uint64_t bytes = 0;
+  std::span<const PartRef> parts;  // in offset order; valid only during the call
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+
+  // Whether the engine should split tasks into partitions of the configured size. Whole-tensor baselines say false
+  // and receive one partition per task.
+  virtual bool splits_tasks() const { return true; }
+
+  // Events.
+  virtual void on_task_arrived(const TaskArrival& task, Nanos now) = 0;
+  virtual void on_batch_done(const Batch& batch, Nanos now) = 0;
+  // The framework has produced every gradient of the current iteration (end of backward).
+  virtual void on_backward_done(Nanos /*now*/) {}
+
+  // Knobs; applied by the caller at an iteration boundary. credit_bytes == 0 means "no limit".
+  virtual void set_credit_bytes(uint64_t /*credit*/) {}
+
+  // Appends what to dispatch now (possibly nothing). Called after every event and at wake-ups.
+  virtual void poll(Nanos now, std::vector<Batch>& out) = 0;
+  // The earliest time poll() must be called again even if no event arrives (a fusion cycle, say); nullopt: none.
+  virtual std::optional<Nanos> next_wakeup() const { return std::nullopt; }
+
+  // Partitions told but not yet dispatched, and bytes dispatched but not yet done.
+  virtual size_t queued_partitions() const = 0;
+  virtual uint64_t bytes_in_flight() const = 0;
+};
+
+// Knob values a tuner may change live. partition_bytes == 0: do not split; credit_bytes == 0: no limit.
+struct Knobs {
+  uint64_t partition_bytes = 4ull << 20;
+  uint64_t credit_bytes = 16ull << 20;
+};
+
+// What the tuner drives: anything whose partition size and credit can be changed at an iteration boundary.
+class KnobControl {
+ public:
+  virtual ~KnobControl() = default;
+  virtual Knobs knobs() const = 0;
+  // Takes effect at the next iteration boundary (Engine: next backward_done()).
+  virtual void set_knobs(const Knobs& k) = 0;
+};
+
+}  // namespace commsched
