@@ -1,0 +1,43 @@
+// The one environment contract every multi-process backend reads (parameter server, Gloo, NCCL rendezvous).
+//
+//   COMMSCHED_ROLE          worker | server                       (alias DMLC_ROLE; default worker)
+//   COMMSCHED_NUM_WORKERS   number of worker processes >= 1      (alias DMLC_NUM_WORKER; default 1)
+//   COMMSCHED_NUM_SERVERS   number of server processes >= 0      (alias DMLC_NUM_SERVER; default 0)
+//   COMMSCHED_RANK          this process's rank within its role   (alias DMLC_WORKER_ID for workers,
+//                                                                 DMLC_SERVER_ID for servers; default 0)
+//   COMMSCHED_ROOT_ADDR     address of the rendezvous root        (alias DMLC_PS_ROOT_URI; default 127.0.0.1)
+//   COMMSCHED_ROOT_PORT     port of the rendezvous root           (alias DMLC_PS_ROOT_PORT; default 29500)
+//   COMMSCHED_BIND          address or interface name to bind data sockets to (alias DMLC_INTERFACE; default:
+//                           the address this host uses to reach the root)
+//   COMMSCHED_LOCAL_RANK / COMMSCHED_LOCAL_SIZE   position among the workers of this host (defaults: rank / workers)
+//   COMMSCHED_TIMEOUT       seconds without word from a peer before it is declared dead (default 10)
+//
+// COMMSCHED_* wins over DMLC_*; a bad value raises InvalidArgument naming the variable, the value and what is allowed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace commsched {
+
+enum class Role { worker, server };
+
+struct ClusterEnv {
+  Role role = Role::worker;
+  int num_workers = 1;
+  int num_servers = 0;
+  int rank = 0;
+  std::string root_addr = "127.0.0.1";
+  int root_port = 29500;
+  std::string bind;  // empty: choose automatically
+  int local_rank = 0;
+  int local_size = 1;
+  double timeout_s = 10.0;
+
+  static ClusterEnv from_env();
+  // Throws InvalidArgument when a field is out of range (rank >= number of processes of its role, ...).
+  void validate() const;
+  std::string describe() const;
+};
+
+}  // namespace commsched
