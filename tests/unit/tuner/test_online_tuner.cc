@@ -1,0 +1,231 @@
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tuner/online_tuner.h"
+
+namespace commsched::tuner {
+namespace {
+
+constexpr uint64_t MiB = 1024 * 1024;
+
+// Noise-free iteration time of a synthetic model: fastest (0.1 s) at partition 1 MiB and credit 8 MiB (8x); slower
+// away from it on log scales; unlimited credit behaves like a 128x credit.
+double ideal_seconds(const Knobs& k) {
+  const double lp = std::log2(static_cast<double>(k.partition_bytes) / (1.0 * MiB));
+  const double multiple = k.credit_bytes == 0 ? 128.0
+                                              : static_cast<double>(k.credit_bytes) /
+                                                    static_cast<double>(k.partition_bytes);
+  const double lc = std::log2(multiple) - 3.0;
+  return 0.1 * (1.0 + 0.5 * std::pow(lp / 4.0, 2) + 0.3 * std::pow(lc / 4.0, 2));
+}
+constexpr double kBestThroughput = 10.0;  // 1 / 0.1 s
+
+// A KnobControl like the engine's: set_knobs() takes effect at the next iteration boundary, and the first iteration
+// after a switch is slow (caches, allocator), which the tuner's warm-up must absorb.
+class FakeEngine : public KnobControl {
+ public:
+  explicit FakeEngine(uint64_t seed, double noise = 0.02) : rng_(seed), noise_(0.0, noise) {}
+  Knobs knobs() const override { return active_; }
+  void set_knobs(const Knobs& k) override { pending_ = k; }
+
+  // Runs one iteration and returns its duration.
+  double run_iteration() {
+    bool switched = false;
+    if (pending_) {
+      switched = pending_->partition_bytes != active_.partition_bytes || pending_->credit_bytes != active_.credit_bytes;
+      active_ = *pending_;
+      pending_.reset();
+    }
+    return ideal_seconds(active_) * (switched ? 1.8 : 1.0) * std::exp(noise_(rng_));
+  }
+
+ private:
+  Knobs active_{4 * MiB, 16 * MiB};
+  std::optional<Knobs> pending_;
+  std::mt19937_64 rng_;
+  std::normal_distribution<double> noise_;
+};
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::path(testing::TempDir()) / ("commsched_tuner_" + name)).string();
+}
+
+TunerOptions test_options(const std::string& name) {
+  TunerOptions o;
+  o.csv_path = temp_path(name + ".csv");
+  o.store_path = temp_path(name + ".json");
+  std::filesystem::remove(o.store_path);
+  return o;
+}
+
+// Drives the tuner until it finishes (or max_iterations); returns the iterations run.
+int drive(OnlineTuner& tuner, FakeEngine& engine, int max_iterations = 1000) {
+  int it = 0;
+  for (; it < max_iterations && !tuner.finished(); ++it) tuner.on_iteration_end(it, engine.run_iteration());
+  return it;
+}
+
+std::vector<std::string> quiet_log;
+LogFn collect() {
+  return [](const std::string& s) { quiet_log.push_back(s); };
+}
+
+TEST(OnlineTuner, EndsWithinFivePercentOfTheKnownOptimum) {
+  int within = 0;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    FakeEngine engine(seed);
+    TunerOptions o = test_options("optimum" + std::to_string(seed));
+    o.seed = seed;
+    OnlineTuner tuner(engine, TuningKey{1, 2, 1, "fake"}, o, {}, collect());
+    drive(tuner, engine);
+    ASSERT_TRUE(tuner.finished());
+    ASSERT_TRUE(tuner.best_knobs());
+    const double throughput = 1.0 / ideal_seconds(*tuner.best_knobs());
+    if (throughput >= 0.95 * kBestThroughput) ++within;
+    EXPECT_LE(tuner.trials_done(), o.max_trials);
+    EXPECT_EQ(engine.knobs().partition_bytes, tuner.best_knobs()->partition_bytes + 0 * engine.run_iteration());
+    EXPECT_LE(tuner.iterations_to_finish(), static_cast<uint64_t>(o.max_trials * o.iterations_per_trial() + 1));
+  }
+  EXPECT_EQ(within, 5);
+}
+
+TEST(OnlineTuner, WritesOneCsvRowPerTrialAndLogsProgress) {
+  FakeEngine engine(3);
+  TunerOptions o = test_options("csv");
+  quiet_log.clear();
+  OnlineTuner tuner(engine, TuningKey{2, 1, 0, "fake"}, o, {}, collect());
+  drive(tuner, engine);
+  std::ifstream in(o.csv_path);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, TrialLog::kHeader);
+  int rows = 0;
+  while (std::getline(in, line)) {
+    ++rows;
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 6) << line;
+    EXPECT_EQ(line.rfind(std::to_string(rows) + ",", 0), 0u) << line;
+  }
+  EXPECT_EQ(rows, tuner.trials_done());
+  ASSERT_FALSE(quiet_log.empty());
+  EXPECT_NE(quiet_log.front().find("trial 1 of " + std::to_string(o.max_trials)), std::string::npos)
+      << quiet_log.front();
+  EXPECT_NE(quiet_log.front().find("best so far"), std::string::npos);
+}
+
+TEST(OnlineTuner, FirstTrialMeasuresTheStartingConfigurationAndDropsWarmup) {
+  FakeEngine engine(4, 0.0);  // noise-free: the score must equal the ideal throughput exactly
+  TunerOptions o = test_options("first");
+  OnlineTuner tuner(engine, TuningKey{3, 1, 0, "fake"}, o, {}, collect());
+  for (int it = 0; tuner.trials_done() < 2; ++it) tuner.on_iteration_end(it, engine.run_iteration());
+  const TrialRecord& first = tuner.trials().front();
+  EXPECT_EQ(first.knobs.partition_bytes, 4 * MiB);
+  EXPECT_EQ(first.knobs.credit_bytes, 16 * MiB);
+  EXPECT_NEAR(first.score, 1.0 / ideal_seconds(first.knobs), 1e-9);
+  // The second trial switched knobs: its slow first iteration must not leak into the score.
+  const TrialRecord& second = tuner.trials()[1];
+  EXPECT_NEAR(second.score, 1.0 / ideal_seconds(second.knobs), 1e-9);
+  EXPECT_EQ(second.iterations, o.iterations_per_trial());
+  EXPECT_EQ(second.first_iteration, first.first_iteration + static_cast<uint64_t>(o.iterations_per_trial()));
+}
+
+TEST(OnlineTuner, SavesTheBestAndReusesItForTheSameModelAndCluster) {
+  TunerOptions o = test_options("store");
+  const TuningKey key{model_signature(std::vector<uint64_t>{4096, 1 << 20, 3 << 20}), 4, 2, "ps"};
+  Knobs tuned;
+  {
+    FakeEngine engine(5);
+    OnlineTuner tuner(engine, key, o, {}, collect());
+    drive(tuner, engine);
+    ASSERT_TRUE(tuner.best_knobs());
+    tuned = *tuner.best_knobs();
+  }
+  const auto stored = BestStore(o.store_path).load(key);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->knobs.partition_bytes, tuned.partition_bytes);
+  EXPECT_EQ(stored->knobs.credit_bytes, tuned.credit_bytes);
+
+  FakeEngine engine(6);
+  OnlineTuner again(engine, key, o, {}, collect());
+  again.on_iteration_end(0, engine.run_iteration());
+  EXPECT_TRUE(again.finished());
+  EXPECT_TRUE(again.reused_stored_best());
+  EXPECT_EQ(again.trials_done(), 0);
+  engine.run_iteration();  // the switch lands at the next boundary
+  EXPECT_EQ(engine.knobs().partition_bytes, tuned.partition_bytes);
+  EXPECT_EQ(engine.knobs().credit_bytes, tuned.credit_bytes);
+
+  // Another cluster shape is another key: it tunes, and the store then holds both.
+  TuningKey other = key;
+  other.workers = 8;
+  FakeEngine engine2(7);
+  OnlineTuner fresh(engine2, other, o, {}, collect());
+  fresh.on_iteration_end(0, engine2.run_iteration());
+  EXPECT_FALSE(fresh.finished());
+  drive(fresh, engine2);
+  EXPECT_TRUE(BestStore(o.store_path).load(key));
+  EXPECT_TRUE(BestStore(o.store_path).load(other));
+}
+
+TEST(OnlineTuner, AMalformedStoreIsReportedAndTuningGoesOn) {
+  TunerOptions o = test_options("malformed");
+  std::ofstream(o.store_path) << "{ not json";
+  quiet_log.clear();
+  FakeEngine engine(8);
+  OnlineTuner tuner(engine, TuningKey{}, o, {}, collect());
+  tuner.on_iteration_end(0, engine.run_iteration());
+  EXPECT_FALSE(tuner.finished());
+  ASSERT_FALSE(quiet_log.empty());
+  EXPECT_NE(quiet_log.front().find(o.store_path), std::string::npos) << quiet_log.front();
+}
+
+// Two ranks in lockstep: rank 0's decision is what both apply, and rank 0 alone decides when tuning stops, even
+// though each rank measures its own (differently noisy) iteration times.
+TEST(OnlineTuner, RanksFollowRankZeroDecisions) {
+  std::optional<Decision> mailbox;
+  int rank0_calls = 0, rank1_calls = 0;
+  AgreeFn agree0 = [&](const Decision& d) {
+    ++rank0_calls;
+    mailbox = d;
+    return d;
+  };
+  AgreeFn agree1 = [&](const Decision&) {
+    ++rank1_calls;
+    EXPECT_EQ(rank1_calls, rank0_calls);  // the same boundary on both ranks
+    return *mailbox;
+  };
+  TunerOptions o0 = test_options("rank0"), o1 = test_options("rank1");
+  o1.seed = 99;  // a different local optimizer state must not matter
+  FakeEngine e0(10, 0.05), e1(11, 0.05);
+  OnlineTuner r0(e0, TuningKey{}, o0, agree0, collect(), true);
+  OnlineTuner r1(e1, TuningKey{}, o1, agree1, collect(), false);
+  for (int it = 0; it < 1000 && !(r0.finished() && r1.finished()); ++it) {
+    r0.on_iteration_end(it, e0.run_iteration());
+    r1.on_iteration_end(it, e1.run_iteration());
+    EXPECT_EQ(e0.knobs().partition_bytes, e1.knobs().partition_bytes);
+    EXPECT_EQ(e0.knobs().credit_bytes, e1.knobs().credit_bytes);
+  }
+  EXPECT_TRUE(r0.finished());
+  EXPECT_TRUE(r1.finished());
+  EXPECT_EQ(rank0_calls, rank1_calls);
+  EXPECT_EQ(r0.best_knobs()->partition_bytes, r1.best_knobs()->partition_bytes);
+  EXPECT_EQ(r0.best_knobs()->credit_bytes, r1.best_knobs()->credit_bytes);
+  EXPECT_FALSE(std::filesystem::exists(o1.csv_path) && std::filesystem::file_size(o1.csv_path) > 0);
+  EXPECT_FALSE(std::filesystem::exists(o1.store_path));
+}
+
+TEST(OnlineTuner, RejectsBadIterationTimes) {
+  FakeEngine engine(1);
+  TunerOptions o;
+  OnlineTuner tuner(engine, TuningKey{}, o, {}, collect());
+  EXPECT_THROW(tuner.on_iteration_end(0, 0.0), InvalidArgument);
+  EXPECT_THROW(tuner.on_iteration_end(0, std::nan("")), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace commsched::tuner

@@ -1,0 +1,190 @@
+#include "tuner/online_tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "scheduler/config.h"
+#include "scheduler/types.h"
+
+namespace commsched::tuner {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+BayesOptOptions optimizer_options(const TunerOptions& o) {
+  BayesOptOptions b;
+  b.dim = SearchSpace::kDim;
+  b.goal = Goal::maximize;  // throughput
+  b.seed = o.seed;
+  b.initial_points = o.initial_points;
+  return b;
+}
+
+}  // namespace
+
+OnlineTuner::OnlineTuner(KnobControl& control, TuningKey key, TunerOptions options, AgreeFn agree, LogFn log,
+                         bool is_leader)
+    : control_(control),
+      key_(std::move(key)),
+      options_(std::move(options)),
+      space_(options_.space),
+      agree_(agree ? std::move(agree) : AgreeFn([](const Decision& d) { return d; })),
+      log_(log ? std::move(log) : LogFn([](const std::string& s) { std::cerr << "[commsched tuner] " << s << '\n'; })),
+      leader_(is_leader),
+      optimizer_(optimizer_options(options_)) {
+  options_.validate();
+  if (leader_ && !options_.csv_path.empty()) csv_ = TrialLog(options_.csv_path);
+}
+
+void OnlineTuner::on_iteration_end(uint64_t iteration, double seconds) {
+  if (!(seconds > 0.0) || !std::isfinite(seconds)) {
+    throw InvalidArgument("OnlineTuner::on_iteration_end: iteration " + std::to_string(iteration) +
+                          " has a non-positive or non-finite duration " + std::to_string(seconds) + " s");
+  }
+  last_iteration_ = iteration;
+  switch (state_) {
+    case State::not_started: start(iteration); break;
+    case State::measuring: measure(iteration, seconds); break;
+    case State::finished: break;
+  }
+}
+
+void OnlineTuner::start(uint64_t iteration) {
+  first_iteration_ = iteration;
+  // The first trial measures the configuration training started with (snapped into the search space): the tuner
+  // then never ends worse than the default it was given.
+  const SearchSpace::Point here = space_.from_knobs(control_.knobs());
+  Decision proposal{space_.to_knobs(here), false};
+  if (options_.reuse_best && !options_.store_path.empty()) {
+    try {
+      if (auto stored = BestStore(options_.store_path).load(key_)) {
+        proposal = {stored->knobs, true};
+        best_score_ = stored->score;
+      }
+    } catch (const std::exception& e) {
+      if (leader_) log_(std::string("ignoring the stored best configuration: ") + e.what());
+    }
+  }
+  const Decision agreed = agree_(proposal);
+  control_.set_knobs(agreed.knobs);
+  if (agreed.final) {
+    reused_ = true;
+    finish(agreed.knobs);
+    if (leader_) log_("reusing the stored configuration for " + key_.str() + ": " + describe(agreed.knobs));
+    return;
+  }
+  best_score_ = 0.0;
+  state_ = State::measuring;
+  begin_trial(agreed.knobs);
+}
+
+void OnlineTuner::begin_trial(const Knobs& knobs) {
+  trial_knobs_ = knobs;
+  trial_first_iteration_ = last_iteration_ + 1;
+  trial_iterations_ = 0;
+  window_seconds_ = 0.0;
+  window_count_ = 0;
+  window_throughputs_.clear();
+}
+
+void OnlineTuner::measure(uint64_t /*iteration*/, double seconds) {
+  ++trial_iterations_;
+  if (trial_iterations_ <= options_.warmup_iterations) return;
+  window_seconds_ += seconds;
+  if (++window_count_ < options_.window_iterations) return;
+  window_throughputs_.push_back(static_cast<double>(window_count_) / window_seconds_);
+  window_seconds_ = 0.0;
+  window_count_ = 0;
+  if (static_cast<int>(window_throughputs_.size()) == options_.windows_per_trial) end_trial();
+}
+
+void OnlineTuner::end_trial() {
+  TrialRecord r;
+  r.trial = trials_done() + 1;
+  r.knobs = trial_knobs_;
+  r.score = median(window_throughputs_);
+  r.iterations = trial_iterations_;
+  r.first_iteration = trial_first_iteration_;
+  const auto x = space_.from_knobs(trial_knobs_);
+  optimizer_.tell(x, r.score);
+  if (!best_knobs_ || r.score > best_score_) {
+    best_score_ = r.score;
+    best_knobs_ = trial_knobs_;
+  }
+  r.best_score = best_score_;
+  trials_.push_back(r);
+  csv_.append(r);
+  if (leader_) {
+    std::ostringstream s;
+    s << "trial " << r.trial << " of " << options_.max_trials << ": " << describe(r.knobs) << " -> " << r.score
+      << " it/s; best so far " << best_score_ << " it/s (" << describe(*best_knobs_) << ")";
+    log_(s.str());
+  }
+  const Decision agreed = agree_(next_decision());
+  control_.set_knobs(agreed.knobs);
+  if (agreed.final) {
+    finish(agreed.knobs);
+  } else {
+    begin_trial(agreed.knobs);
+  }
+}
+
+Decision OnlineTuner::next_decision() {
+  const int done = trials_done();
+  std::string reason;
+  if (done >= options_.max_trials) {
+    reason = "trial budget reached";
+  } else {
+    const std::vector<double> next = optimizer_.ask();
+    if (done < options_.min_trials ||
+        !optimizer_.should_stop(static_cast<size_t>(options_.max_trials), options_.stop_relative_ei)) {
+      return {space_.to_knobs(next), false};
+    }
+    reason = "expected improvement below " + std::to_string(options_.stop_relative_ei) + " of the best";
+  }
+  // Keep the trial with the best posterior mean: a single lucky measurement should not win.
+  const size_t best = optimizer_.best_index_by_model().value_or(0);
+  if (leader_) log_("stopping after " + std::to_string(done) + " trials (" + reason + ")");
+  return {trials_[best].knobs, true};
+}
+
+void OnlineTuner::finish(const Knobs& knobs) {
+  state_ = State::finished;
+  best_knobs_ = knobs;
+  if (reused_) return;
+  iterations_to_finish_ = last_iteration_ - first_iteration_ + 1;
+  for (const auto& t : trials_) {
+    if (t.knobs.partition_bytes == knobs.partition_bytes && t.knobs.credit_bytes == knobs.credit_bytes) {
+      best_score_ = t.score;
+    }
+  }
+  if (!leader_) return;
+  log_("keeping " + describe(knobs) + " (" + std::to_string(best_score_) + " it/s) after " +
+       std::to_string(iterations_to_finish_) + " iterations");
+  if (options_.store_path.empty()) return;
+  try {
+    BestStore(options_.store_path).save(key_, {knobs, best_score_, trials_done()});
+  } catch (const std::exception& e) {
+    // Training goes on with the tuned knobs; only the next run loses the shortcut.
+    log_(std::string("could not save the best configuration: ") + e.what());
+  }
+}
+
+std::string OnlineTuner::describe(const Knobs& k) const {
+  std::string credit = "unlimited";
+  if (k.credit_bytes != 0) {
+    std::ostringstream m;
+    m << format_bytes(k.credit_bytes) << " ("
+      << static_cast<double>(k.credit_bytes) / static_cast<double>(std::max<uint64_t>(k.partition_bytes, 1)) << "x)";
+    credit = m.str();
+  }
+  return "partition " + format_bytes(k.partition_bytes) + ", credit " + credit;
+}
+
+}  // namespace commsched::tuner

@@ -1,0 +1,102 @@
+// The online auto-tuner: tunes partition size and credit live, while training runs, through a KnobControl.
+//
+// Protocol. The engine (or any driver) calls on_iteration_end() after every training iteration on every rank. The
+// tuner runs a sequence of trials; each trial uses one configuration for a fixed number of iterations: warm-up
+// iterations (dropped: the switch takes effect at an iteration boundary and caches settle), then windows of
+// iterations whose throughput (iterations per second) is measured; the trial's score is the median window. Because
+// the schedule counts iterations, not time, every rank reaches a trial boundary at the same iteration.
+//
+// Cross-worker agreement. At the first call and at every trial boundary every rank calls agree(proposal) exactly once;
+// agree returns rank 0's proposal on every rank (the engine implements it as a broadcast through the backend; the
+// default is the identity for one process). The decision carries a `final` flag so that rank 0 alone decides when
+// tuning stops: a Knobs-only broadcast could not tell the other ranks to stop calling it, and ranks whose local
+// measurements disagree about stopping would then deadlock in the next broadcast.
+//
+// Stopping. On the trial budget, or when the optimizer's max expected improvement falls below a fraction of the best
+// score (after min_trials); the tuner then switches to the best configuration (by posterior mean, robust to noise)
+// and keeps it. The best is saved to a JSON store keyed by model signature and cluster shape; a later run with the
+// same key reuses it without tuning.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/policy.h"
+#include "tuner/bayes_opt.h"
+#include "tuner/best_store.h"
+#include "tuner/search_space.h"
+#include "tuner/trial_log.h"
+#include "tuner/tuner_config.h"
+
+namespace commsched::tuner {
+
+// What rank 0 decides at a trial boundary.
+struct Decision {
+  Knobs knobs;
+  bool final = false;  // tuning is over; keep these knobs
+};
+using AgreeFn = std::function<Decision(const Decision& proposed_by_rank0)>;
+using LogFn = std::function<void(const std::string&)>;
+
+class OnlineTuner {
+ public:
+  // `control` must outlive the tuner. is_leader: this rank writes the CSV and the store and logs progress (rank 0).
+  OnlineTuner(KnobControl& control, TuningKey key, TunerOptions options, AgreeFn agree = {}, LogFn log = {},
+              bool is_leader = true);
+
+  // Called after every training iteration with its wall time in seconds (> 0, finite; throws InvalidArgument).
+  void on_iteration_end(uint64_t iteration, double seconds);
+
+  bool finished() const { return state_ == State::finished; }
+  bool reused_stored_best() const { return reused_; }
+  int trials_done() const { return static_cast<int>(trials_.size()); }
+  const std::vector<TrialRecord>& trials() const { return trials_; }
+  // The configuration kept (after finishing) or the best so far; nullopt before the first trial ends (unless reused).
+  std::optional<Knobs> best_knobs() const { return best_knobs_; }
+  double best_score() const { return best_score_; }
+  // Iterations from the first call until the final decision (0 while tuning or when a stored best was reused).
+  uint64_t iterations_to_finish() const { return iterations_to_finish_; }
+
+ private:
+  enum class State { not_started, measuring, finished };
+
+  void start(uint64_t iteration);
+  void measure(uint64_t iteration, double seconds);
+  void end_trial();
+  Decision next_decision();
+  void finish(const Knobs& knobs);
+  void begin_trial(const Knobs& knobs);
+  std::string describe(const Knobs& k) const;
+
+  KnobControl& control_;
+  TuningKey key_;
+  TunerOptions options_;
+  SearchSpace space_;
+  AgreeFn agree_;
+  LogFn log_;
+  bool leader_;
+  BayesOpt optimizer_;
+  TrialLog csv_;
+
+  State state_ = State::not_started;
+  uint64_t first_iteration_ = 0;
+  Knobs trial_knobs_;
+  uint64_t trial_first_iteration_ = 0;
+  int trial_iterations_ = 0;
+  double window_seconds_ = 0.0;
+  int window_count_ = 0;
+  std::vector<double> window_throughputs_;
+
+  std::vector<TrialRecord> trials_;
+  std::optional<Knobs> best_knobs_;
+  double best_score_ = 0.0;
+  bool reused_ = false;
+  uint64_t iterations_to_finish_ = 0;
+  uint64_t last_iteration_ = 0;
+};
+
+}  // namespace commsched::tuner

@@ -1,0 +1,115 @@
+#include "tuner/python/bind_tuner.h"
+
+#include <string>
+#include <tuple>
+
+#include <pybind11/stl.h>
+
+#include "scheduler/config.h"
+#include "scheduler/types.h"
+#include "tuner/bayes_opt.h"
+#include "tuner/search_space.h"
+
+namespace py = pybind11;
+using commsched::Knobs;
+using commsched::tuner::BayesOpt;
+using commsched::tuner::BayesOptOptions;
+using commsched::tuner::Goal;
+using commsched::tuner::Observation;
+using commsched::tuner::SearchSpace;
+using commsched::tuner::SearchSpaceBounds;
+
+namespace {
+
+Goal parse_goal(const std::string& goal) {
+  if (goal == "minimize" || goal == "min") return Goal::minimize;
+  if (goal == "maximize" || goal == "max") return Goal::maximize;
+  throw commsched::InvalidArgument("BayesOpt: goal='" + goal + "' (allowed: 'minimize', 'maximize')");
+}
+
+// Sizes from Python: an int (bytes) or a string with units ("64KiB").
+uint64_t to_bytes(const char* name, const py::object& v) {
+  if (py::isinstance<py::str>(v)) return commsched::parse_bytes(name, v.cast<std::string>());
+  return v.cast<uint64_t>();
+}
+
+py::object observation_or_none(const std::optional<Observation>& o) {
+  if (!o) return py::none();
+  return py::make_tuple(o->x, o->y);
+}
+
+void bind_bayes_opt(py::module_& m) {
+  py::class_<BayesOpt>(m, "BayesOpt", "Bayesian optimisation over [0,1]^dim (GP, Matern 5/2, expected improvement).")
+      .def(py::init([](int dim, const std::string& goal, uint64_t seed, int initial_points, int candidates,
+                       int local_starts, double xi) {
+             BayesOptOptions o;
+             o.dim = dim;
+             o.goal = parse_goal(goal);
+             o.seed = seed;
+             o.initial_points = initial_points;
+             o.candidates = candidates;
+             o.local_starts = local_starts;
+             o.xi = xi;
+             return BayesOpt(o);
+           }),
+           py::arg("dim"), py::arg("goal") = "minimize", py::arg("seed") = 1, py::arg("initial_points") = 0,
+           py::arg("candidates") = 2000, py::arg("local_starts") = 4, py::arg("xi") = 0.01)
+      .def("ask", &BayesOpt::ask, "Next point to evaluate (list of floats in [0,1]).")
+      .def("tell", [](BayesOpt& b, const std::vector<double>& x, double y) { b.tell(x, y); }, py::arg("x"),
+           py::arg("y"))
+      .def("best", [](const BayesOpt& b) { return observation_or_none(b.best()); },
+           "(x, y) of the best observed value, or None.")
+      .def("best_by_model", [](BayesOpt& b) { return observation_or_none(b.best_by_model()); },
+           "(x, y) of the observed point with the best posterior mean, or None.")
+      .def("expected_improvement", [](BayesOpt& b, const std::vector<double>& x) { return b.expected_improvement(x); })
+      .def_property_readonly("last_max_expected_improvement", &BayesOpt::last_max_expected_improvement)
+      .def("should_stop", &BayesOpt::should_stop, py::arg("budget"), py::arg("relative_ei"))
+      .def_property_readonly("num_observations", &BayesOpt::num_observations)
+      .def_property_readonly("in_initial_design", &BayesOpt::in_initial_design)
+      .def_property_readonly("observations", [](const BayesOpt& b) {
+        py::list out;
+        for (const auto& o : b.observations()) out.append(py::make_tuple(o.x, o.y));
+        return out;
+      });
+}
+
+void bind_search_space(py::module_& m) {
+  py::class_<SearchSpace>(m, "SearchSpace",
+                          "Partition size and credit on log scales in [0,1]^2; credit 0 means unlimited.")
+      .def(py::init([](const py::object& min_partition, const py::object& max_partition, double max_credit_multiple,
+                       bool unlimited_credit) {
+             SearchSpaceBounds b;
+             b.min_partition_bytes = to_bytes("min_partition", min_partition);
+             b.max_partition_bytes = to_bytes("max_partition", max_partition);
+             b.max_credit_multiple = max_credit_multiple;
+             b.allow_unlimited_credit = unlimited_credit;
+             return SearchSpace(b);
+           }),
+           py::arg("min_partition") = py::int_(64 << 10), py::arg("max_partition") = py::int_(64 << 20),
+           py::arg("max_credit_multiple") = 64.0, py::arg("unlimited_credit") = true)
+      .def_property_readonly_static("dim", [](const py::object&) { return SearchSpace::kDim; })
+      .def("to_knobs",
+           [](const SearchSpace& s, const std::vector<double>& u) {
+             const Knobs k = s.to_knobs(u);
+             return std::make_tuple(k.partition_bytes, k.credit_bytes);
+           },
+           py::arg("u"), "(partition_bytes, credit_bytes) for a point; credit_bytes == 0 means unlimited.")
+      .def("from_knobs",
+           [](const SearchSpace& s, uint64_t partition_bytes, uint64_t credit_bytes) {
+             const auto p = s.from_knobs(Knobs{partition_bytes, credit_bytes});
+             return std::vector<double>(p.begin(), p.end());
+           },
+           py::arg("partition_bytes"), py::arg("credit_bytes"))
+      .def("snap", [](const SearchSpace& s, const std::vector<double>& u) {
+        const auto p = s.snap(u);
+        return std::vector<double>(p.begin(), p.end());
+      });
+}
+
+}  // namespace
+
+void commsched_bind_tuner(py::module_& m) {
+  // InvalidArgument derives from std::invalid_argument, which pybind11 already maps to ValueError.
+  bind_bayes_opt(m);
+  bind_search_space(m);
+}

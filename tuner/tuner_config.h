@@ -1,0 +1,37 @@
+// Options of the online tuner, parsed and validated here with the shared value parsers of scheduler/config.h.
+// Environment variables are COMMSCHED_TUNER_*; explicit options use the lower-case suffix ("trials", "warmup", ...).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tuner/search_space.h"
+
+namespace commsched::tuner {
+
+struct TunerOptions {
+  int max_trials = 12;            // COMMSCHED_TUNER_TRIALS: trial budget, the starting configuration included
+  int min_trials = 6;             // COMMSCHED_TUNER_MIN_TRIALS: no early stop on small EI before this many trials
+  double stop_relative_ei = 0.01; // COMMSCHED_TUNER_EI_STOP: stop when max EI < this fraction of the best score
+  int warmup_iterations = 2;      // COMMSCHED_TUNER_WARMUP: iterations dropped after each switch
+  int window_iterations = 3;      // COMMSCHED_TUNER_WINDOW: iterations per throughput window
+  int windows_per_trial = 3;      // COMMSCHED_TUNER_WINDOWS: a trial's score is the median of this many windows
+  int initial_points = 4;         // COMMSCHED_TUNER_INITIAL: Latin-hypercube points before the model leads
+  uint64_t seed = 1;              // COMMSCHED_TUNER_SEED
+  std::string csv_path;           // COMMSCHED_TUNER_CSV: one row per trial (empty: off)
+  std::string store_path;         // COMMSCHED_TUNER_STORE: JSON file of best configurations (empty: off)
+  bool reuse_best = true;         // COMMSCHED_TUNER_REUSE: skip tuning when the store has this model and cluster
+  SearchSpaceBounds space;        // COMMSCHED_TUNER_MIN_PARTITION, _MAX_PARTITION, _MAX_CREDIT_MULTIPLE, _UNLIMITED_CREDIT
+
+  // Applies one option by name; throws InvalidArgument naming an unknown option or a bad value.
+  void set(std::string_view option, std::string_view value);
+  // Reads every COMMSCHED_TUNER_* variable this struct knows (unset ones keep their defaults), then validates.
+  static TunerOptions from_env();
+  // Throws InvalidArgument naming the inconsistent field.
+  void validate() const;
+
+  int iterations_per_trial() const { return warmup_iterations + window_iterations * windows_per_trial; }
+};
+
+}  // namespace commsched::tuner
