@@ -1,0 +1,213 @@
+#include "comm_backends/collective/collective_backend.h"
+
+#include <sstream>
+
+#include "comm_backends/cluster_env.h"
+#include "scheduler/config.h"
+
+namespace commsched::collective {
+
+CollectiveOptions CollectiveOptions::from_env() {
+  CollectiveOptions o;
+  if (auto v = env_value("COMMSCHED_COLLECTIVE_FUSION_BYTES"))
+    o.fusion_bytes = parse_bytes("COMMSCHED_COLLECTIVE_FUSION_BYTES", *v, /*allow_unlimited=*/true);
+  return o;
+}
+
+std::string advertised_host(const ClusterEnv& env) {
+  if (!env.bind.empty()) return env.bind;
+  return local_address_towards(env.root_addr, env.root_port);
+}
+
+NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) const {
+  NegotiatorOptions o;
+  o.rank = env.rank;
+  o.size = env.num_workers;
+  o.timeout_s = env.timeout_s;
+  o.join_timeout_s = std::max(60.0, 3 * env.timeout_s);
+  o.fusion_bytes = fusion_bytes;
+  o.host = env.rank == 0 ? env.root_addr : advertised_host(env);
+  return o;
+}
+
+CollectiveBackend::CollectiveBackend(int rank, int size) : rank_(rank), size_(size) {}
+
+CollectiveBackend::~CollectiveBackend() { stop_base(); }
+
+void CollectiveBackend::start_negotiation(const NegotiatorOptions& opts, KvStore& store) {
+  NegotiatorCallbacks cb;
+  cb.execute = [this](std::vector<uint64_t>&& group) { enqueue(std::move(group)); };
+  cb.fail = [this](uint64_t token, const Status& st) { complete(token, st); };
+  cb.fatal = [this](const Status& st) { fatal(st); };
+  negotiator_ = std::make_unique<Negotiator>(opts, store, std::move(cb));
+  executor_ = std::thread([this] { executor_loop(); });
+}
+
+std::string CollectiveBackend::check(const PartitionView& p) const {
+  const TaskDesc* t = p.task;
+  if (t == nullptr) return "partition without a task";
+  std::ostringstream os;
+  os << name() << " backend, task '" << t->name << "': ";
+  if (!supports(t->op, t->buffer.device))
+    os << "cannot carry " << op_name(t->op) << " on " << (t->buffer.device == Device::cpu ? "CPU" : "CUDA") << " buffers";
+  else if (t->op == Op::broadcast && (t->root < 0 || t->root >= size_))
+    os << "broadcast root " << t->root << " is not a rank of this group of " << size_;
+  else if (p.offset + p.bytes > t->bytes())
+    os << "partition [" << p.offset << ", " << p.offset + p.bytes << ") exceeds the " << t->bytes() << "-byte tensor";
+  else if (p.bytes % dtype_size(t->dtype) != 0 || p.offset % dtype_size(t->dtype) != 0)
+    os << "partition [" << p.offset << ", " << p.offset + p.bytes << ") is not aligned to " << dtype_name(t->dtype);
+  else
+    return {};
+  return os.str();
+}
+
+Submission CollectiveBackend::submission(uint64_t token, const PartitionView& p) const {
+  const TaskDesc& t = *p.task;
+  Submission s;
+  s.token = token;
+  s.desc = PartitionDesc{t.key, p.offset, p.bytes, t.bytes(), t.dtype, t.op, t.op == Op::broadcast ? t.root : 0};
+  s.name = t.name;
+  s.round = t.round;
+  s.priority = t.priority;
+  return s;
+}
+
+void CollectiveBackend::start(std::vector<PartitionView> batch, BatchDone done) {
+  for (const auto& p : batch)
+    if (std::string why = check(p); !why.empty()) {
+      done(Status::Error(why, Status::Code::invalid));
+      return;
+    }
+  if (batch.empty()) {
+    done(Status::Ok());
+    return;
+  }
+  auto state = std::make_shared<BatchState>();
+  state->done = std::move(done);
+  state->remaining = batch.size();
+  std::vector<Submission> subs;
+  subs.reserve(batch.size());
+  {
+    std::unique_lock lock(mu_);
+    if (!accepting_ || !fatal_.ok()) {
+      const Status st = fatal_.ok() ? Status::Error(std::string(name()) + " backend is shut down", Status::Code::cancelled) : fatal_;
+      lock.unlock();
+      state->done(st);
+      return;
+    }
+    for (const auto& p : batch) {
+      const uint64_t token = next_token_++;
+      items_.emplace(token, Item{p, state});
+      subs.push_back(submission(token, p));
+    }
+  }
+  negotiator_->submit(std::move(subs));
+}
+
+void CollectiveBackend::complete(uint64_t token, const Status& st) {
+  BatchDone done;
+  Status result;
+  {
+    std::lock_guard lock(mu_);
+    auto it = items_.find(token);
+    if (it == items_.end()) return;
+    auto batch = std::move(it->second.batch);
+    items_.erase(it);
+    if (!st.ok() && batch->status.ok()) batch->status = st;  // the first error explains the batch
+    if (--batch->remaining > 0) return;
+    done = std::move(batch->done);
+    result = std::move(batch->status);
+  }
+  done(result);
+}
+
+void CollectiveBackend::enqueue(std::vector<uint64_t>&& group) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(group));
+  }
+  cv_.notify_one();
+}
+
+void CollectiveBackend::fatal(const Status& st) {
+  {
+    std::lock_guard lock(mu_);
+    if (fatal_.ok()) fatal_ = st;
+  }
+  on_fatal(st);
+  cv_.notify_one();
+}
+
+void CollectiveBackend::executor_loop() {
+  for (;;) {
+    std::vector<uint64_t> group;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty() || stop_executor_; });
+      if (queue_.empty()) return;
+      group = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run_group(group);
+  }
+}
+
+void CollectiveBackend::run_group(const std::vector<uint64_t>& group) {
+  std::vector<PartitionView> views;
+  Status broken;
+  {
+    std::lock_guard lock(mu_);
+    broken = fatal_;
+    for (uint64_t t : group) views.push_back(items_.at(t).view);
+  }
+  // Once a rank is gone no collective can finish; fail queued work rather than wait for a transport timeout.
+  auto finish = [this, group](const Status& st) {
+    for (uint64_t t : group) complete(t, st);
+  };
+  if (!broken.ok()) {
+    finish(broken);
+    return;
+  }
+  try {
+    execute(views, finish);
+  } catch (const std::exception& e) {
+    const TaskDesc& t = *views.front().task;
+    std::ostringstream os;
+    os << name() << " rank " << rank_ << ": " << op_name(t.op) << " of task '" << t.name << "' (" << views.size()
+       << " partition(s), first " << views.front().bytes << " bytes of " << dtype_name(t.dtype) << ") failed: " << e.what();
+    Status st;
+    {
+      std::lock_guard lock(mu_);
+      st = fatal_;  // a lost peer explains the failure better than the transport's error
+    }
+    if (st.ok()) st = Status::Error(os.str());
+    else st.message += " (" + os.str() + ")";
+    finish(st);
+  }
+}
+
+void CollectiveBackend::shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    {
+      std::lock_guard lock(mu_);
+      accepting_ = false;
+    }
+    // Goodbye barrier first: work every rank already ordered still runs (peers run it too); the rest is cancelled.
+    if (negotiator_) negotiator_->shutdown();
+    {
+      std::lock_guard lock(mu_);
+      stop_executor_ = true;
+    }
+    cv_.notify_one();
+    if (executor_.joinable()) executor_.join();
+    drain();
+  });
+}
+
+void CollectiveBackend::stop_base() { shutdown(); }
+
+NegotiatorStats CollectiveBackend::negotiation_stats() const {
+  return negotiator_ ? negotiator_->stats() : NegotiatorStats{};
+}
+
+}  // namespace commsched::collective

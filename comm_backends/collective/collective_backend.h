@@ -1,0 +1,104 @@
+// Base class of every collective backend (Gloo, NCCL): owns the order negotiation and an executor thread, so a
+// concrete backend only moves bytes.
+//
+//   engine ──start(batch)──► negotiator (agree on the order with every rank) ──► executor thread ──► execute(group)
+//
+// execute() is called on the executor thread with groups in the same order on every rank. A group of more than one
+// partition shares op, dtype (and root for broadcast) and is meant to be fused into one collective.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm_backends/collective/negotiator.h"
+#include "comm_backends/comm_backend.h"
+
+namespace commsched {
+struct ClusterEnv;
+}
+
+namespace commsched::collective {
+
+// Settings every collective backend shares. Environment: COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB, 0 = off).
+struct CollectiveOptions {
+  uint64_t fusion_bytes = 1u << 20;
+  static CollectiveOptions from_env();
+  // Negotiator options for this process from the cluster contract (timeout, coordinator address).
+  NegotiatorOptions negotiator_options(const ClusterEnv& env) const;
+};
+
+// The address this process advertises for data and control sockets: COMMSCHED_BIND when set, else the local address
+// that routes to the root.
+std::string advertised_host(const ClusterEnv& env);
+
+class CollectiveBackend : public CommBackend {
+ public:
+  ~CollectiveBackend() override;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void start(std::vector<PartitionView> batch, BatchDone done) override;
+  void shutdown() override;
+  NegotiatorStats negotiation_stats() const;
+
+ protected:
+  using GroupDone = std::function<void(const Status&)>;
+
+  CollectiveBackend(int rank, int size);
+  // Call once from the derived constructor, after the data plane is connected.
+  void start_negotiation(const NegotiatorOptions& opts, KvStore& store);
+  // Moves one group (one partition, or several to fuse). Call `done` exactly once, inline or later from any thread.
+  // An exception counts as done(error).
+  virtual void execute(std::span<const PartitionView> group, GroupDone done) = 0;
+  // The group is broken (a rank died): abort whatever the data plane has in flight. Called from the negotiator thread.
+  virtual void on_fatal(const Status& /*status*/) {}
+  // After the executor stopped: wait for asynchronous completions still outstanding (NCCL events).
+  virtual void drain() {}
+  // Derived destructors call this first, so no callback reaches a half-destroyed object.
+  void stop_base();
+
+ private:
+  struct BatchState {
+    BatchDone done;
+    size_t remaining = 0;
+    Status status;
+  };
+  struct Item {
+    PartitionView view;
+    std::shared_ptr<BatchState> batch;
+  };
+
+  // Returns a non-empty message when the partition cannot be carried by this backend.
+  std::string check(const PartitionView& p) const;
+  Submission submission(uint64_t token, const PartitionView& p) const;
+  void complete(uint64_t token, const Status& st);
+  void enqueue(std::vector<uint64_t>&& group);
+  void fatal(const Status& st);
+  void executor_loop();
+  void run_group(const std::vector<uint64_t>& group);
+
+  int rank_;
+  int size_;
+  std::unique_ptr<Negotiator> negotiator_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<uint64_t, Item> items_;
+  std::deque<std::vector<uint64_t>> queue_;
+  uint64_t next_token_ = 1;
+  bool accepting_ = true;
+  bool stop_executor_ = false;
+  Status fatal_;
+
+  std::once_flag shutdown_once_;
+  std::thread executor_;
+};
+
+}  // namespace commsched::collective

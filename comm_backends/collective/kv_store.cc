@@ -1,0 +1,164 @@
+#include "comm_backends/collective/kv_store.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/collective/wire.h"
+
+namespace commsched::collective {
+namespace {
+
+enum class StoreOp : uint8_t { set = 1, get = 2 };
+
+std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+}  // namespace
+
+struct TcpStoreServer::Client {
+  Fd fd;
+  FrameAssembler in;
+};
+
+TcpStoreServer::TcpStoreServer(const std::string& host, int port) {
+  listener_ = listen_tcp(host, port);
+  port_ = bound_port(listener_.get());
+  set_nonblocking(listener_.get(), true);
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("rendezvous store: pipe2 failed");
+  wake_[0].reset(p[0]);
+  wake_[1].reset(p[1]);
+  thread_ = std::thread([this] { run(); });
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  const char b = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_[1].get(), &b, 1);
+  if (thread_.joinable()) thread_.join();
+}
+
+void TcpStoreServer::run() {
+  std::vector<std::unique_ptr<Client>> clients;
+  for (;;) {
+    std::vector<pollfd> fds{{wake_[0].get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
+    for (auto& c : clients) fds.push_back({c->fd.get(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) continue;  // EINTR
+    if (fds[0].revents) return;
+    if (fds[1].revents) accept_clients(clients);
+    std::vector<std::unique_ptr<Client>> alive;
+    for (size_t i = 0; i < clients.size(); ++i) {
+      const bool ready = fds[i + 2].revents != 0;
+      if (!ready || serve(*clients[i])) alive.push_back(std::move(clients[i]));
+    }
+    clients = std::move(alive);
+  }
+}
+
+void TcpStoreServer::accept_clients(std::vector<std::unique_ptr<Client>>& clients) {
+  for (;;) {
+    Fd fd = accept_tcp(listener_.get());
+    if (!fd.valid()) return;
+    tune_control_socket(fd.get(), 10.0);
+    auto c = std::make_unique<Client>();
+    c->fd = std::move(fd);
+    clients.push_back(std::move(c));
+  }
+}
+
+bool TcpStoreServer::serve(Client& c) {
+  char buf[65536];
+  const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+  if (n == 0) return false;
+  if (n < 0) return errno == EAGAIN || errno == EINTR;
+  c.in.append(buf, static_cast<size_t>(n));
+  try {
+    std::string frame;
+    while (c.in.next(frame, "rendezvous store client")) send_all(c.fd.get(), handle(frame), "rendezvous store reply");
+  } catch (const std::exception&) {
+    return false;  // a malformed or vanished client only loses its own connection
+  }
+  return true;
+}
+
+std::string TcpStoreServer::handle(const std::string& request) {
+  ByteReader r(request, "rendezvous store request");
+  const auto op = static_cast<StoreOp>(r.get<uint8_t>());
+  const std::string key = r.get_string();
+  ByteWriter w;
+  if (op == StoreOp::set) {
+    data_[key] = r.get_string();
+    w.put<uint8_t>(1);
+  } else if (op == StoreOp::get) {
+    auto it = data_.find(key);
+    w.put<uint8_t>(it != data_.end());
+    if (it != data_.end()) w.put_string(it->second);
+  } else {
+    throw std::runtime_error("rendezvous store: unknown operation");
+  }
+  return w.take_frame();
+}
+
+TcpStoreClient::TcpStoreClient(const std::string& host, int port, std::chrono::milliseconds connect_timeout)
+    : where_("rendezvous store at " + host + ":" + std::to_string(port)) {
+  fd_ = connect_tcp(host, port, std::chrono::steady_clock::now() + connect_timeout);
+  tune_control_socket(fd_.get(), 30.0);
+}
+
+std::string TcpStoreClient::round_trip(const std::string& frame) {
+  std::lock_guard lock(mu_);
+  send_all(fd_.get(), frame, where_);
+  const std::string len_bytes = recv_exact(fd_.get(), sizeof(uint32_t), where_);
+  uint32_t len;
+  std::memcpy(&len, len_bytes.data(), sizeof len);
+  if (len > kMaxFrameBytes) throw std::runtime_error(where_ + ": oversized reply");
+  return recv_exact(fd_.get(), len, where_);
+}
+
+void TcpStoreClient::set(const std::string& key, const std::string& value) {
+  ByteWriter w;
+  w.put<uint8_t>(static_cast<uint8_t>(StoreOp::set));
+  w.put_string(key);
+  w.put_string(value);
+  round_trip(w.take_frame());
+}
+
+bool TcpStoreClient::lookup(const std::string& key, std::string* value) {
+  ByteWriter w;
+  w.put<uint8_t>(static_cast<uint8_t>(StoreOp::get));
+  w.put_string(key);
+  const std::string reply = round_trip(w.take_frame());
+  ByteReader r(reply, where_);
+  if (r.get<uint8_t>() == 0) return false;
+  if (value) *value = r.get_string();
+  return true;
+}
+
+bool TcpStoreClient::contains(const std::string& key) { return lookup(key, nullptr); }
+
+std::string TcpStoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto backoff = std::chrono::microseconds(200);
+  std::string value;
+  // Polling is fine here: rendezvous happens once per backend, and the server stays stateless.
+  while (!lookup(key, &value)) {
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error(where_ + ": key '" + key + "' did not appear within " +
+                               std::to_string(timeout.count()) + " ms (did every rank start?)");
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::microseconds(20000));
+  }
+  return value;
+}
+
+Rendezvous::Rendezvous(const ClusterEnv& env, std::string scope) : scope_(std::move(scope)) {
+  if (env.rank == 0) server_ = std::make_unique<TcpStoreServer>(env.root_addr, env.root_port);
+  // Workers may start well before rank 0; give them several timeouts to find it.
+  client_ = std::make_unique<TcpStoreClient>(env.root_addr, env.root_port, to_ms(std::max(30.0, 3 * env.timeout_s)));
+}
+
+}  // namespace commsched::collective

@@ -1,0 +1,90 @@
+// Rendezvous key-value store for collective backends. Rank 0 serves it at COMMSCHED_ROOT_ADDR:COMMSCHED_ROOT_PORT
+// (the ClusterEnv contract shared with the parameter server); every rank, rank 0 included, is a client. Gloo's
+// connectFullMesh, NCCL's unique id and the negotiator's endpoint all meet here.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm_backends/collective/socket.h"
+
+namespace commsched {
+struct ClusterEnv;
+}
+
+namespace commsched::collective {
+
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Blocks until the key exists or `timeout` passes; throws std::runtime_error naming the key on timeout.
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Non-blocking lookup.
+  virtual bool contains(const std::string& key) = 0;
+};
+
+// Serves the store from a background thread. Binds at construction (throws naming the address when it cannot).
+class TcpStoreServer {
+ public:
+  TcpStoreServer(const std::string& host, int port);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+  int port() const { return port_; }
+
+ private:
+  struct Client;
+  void run();
+  void accept_clients(std::vector<std::unique_ptr<Client>>& clients);
+  // Returns false when the client must be dropped (closed or malformed).
+  bool serve(Client& c);
+  std::string handle(const std::string& request);
+
+  Fd listener_;
+  Fd wake_[2];
+  int port_ = 0;
+  std::map<std::string, std::string> data_;  // only touched by the server thread
+  std::thread thread_;
+};
+
+class TcpStoreClient : public KvStore {
+ public:
+  // Connects, retrying until `connect_timeout` (rank 0's server may start a little later).
+  TcpStoreClient(const std::string& host, int port, std::chrono::milliseconds connect_timeout);
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
+  bool contains(const std::string& key) override;
+
+ private:
+  // One request/response; false result means "not found".
+  bool lookup(const std::string& key, std::string* value);
+  std::string round_trip(const std::string& frame);
+
+  std::mutex mu_;
+  Fd fd_;
+  std::string where_;
+};
+
+// The store every rank of a collective backend uses: rank 0 also owns the server. Keys are prefixed with `scope` so two
+// backends (or two test cases) sharing a root port do not collide.
+class Rendezvous {
+ public:
+  Rendezvous(const ClusterEnv& env, std::string scope);
+  KvStore& store() { return *client_; }
+  // Prefix applied to every key of this rendezvous.
+  const std::string& scope() const { return scope_; }
+
+ private:
+  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStoreClient> client_;
+  std::string scope_;
+};
+
+}  // namespace commsched::collective

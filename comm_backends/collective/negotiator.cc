@@ -1,0 +1,460 @@
+#include "comm_backends/collective/negotiator.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <sstream>
+#include <stdexcept>
+
+namespace commsched::collective {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds seconds_to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+// Waits until fd is readable or the deadline passes.
+bool wait_readable(int fd, Clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(left));
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) return false;
+  }
+}
+
+// Reads one frame from a blocking socket during the join phase.
+std::string read_frame_blocking(int fd, Clock::time_point deadline, const std::string& what) {
+  if (!wait_readable(fd, deadline)) throw std::runtime_error(what + ": no message before the join timeout");
+  const std::string len_bytes = recv_exact(fd, sizeof(uint32_t), what);
+  uint32_t len;
+  std::memcpy(&len, len_bytes.data(), sizeof len);
+  if (len > kMaxFrameBytes) throw std::runtime_error(what + ": oversized frame");
+  return recv_exact(fd, len, what);
+}
+
+}  // namespace
+
+Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
+    : opts_(std::move(opts)), cb_(std::move(callbacks)) {
+  if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
+    throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
+                                std::to_string(opts_.size) + ")");
+  // Heartbeats several times per timeout, so one late packet never looks like a death.
+  heartbeat_ = std::clamp(seconds_to_ms(opts_.timeout_s / 4), std::chrono::milliseconds(20), std::chrono::milliseconds(1000));
+  wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_.valid()) throw std::runtime_error("negotiator: eventfd failed");
+  const auto deadline = Clock::now() + seconds_to_ms(opts_.join_timeout_s);
+  if (opts_.rank == 0) {
+    coordinator_ = std::make_unique<Coordinator>(opts_.size, opts_.fusion_bytes);
+    join_as_coordinator(store, deadline);
+  } else {
+    join_as_worker(store, deadline);
+  }
+  const auto now = Clock::now();
+  for (auto& p : peers_) p.last_heard = now;
+  last_sent_ = now;
+  thread_ = std::thread([this] { run(); });
+}
+
+Negotiator::~Negotiator() {
+  shutdown();
+}
+
+std::string Negotiator::who(int rank) const {
+  return "negotiator rank " + std::to_string(opts_.rank) + "/" + std::to_string(opts_.size) + ": rank " + std::to_string(rank);
+}
+
+void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline) {
+  peers_.resize(opts_.size);
+  if (opts_.size == 1) return;
+  Fd listener = listen_tcp(opts_.host, 0);
+  store.set(opts_.key_prefix + "coordinator", opts_.host + ":" + std::to_string(bound_port(listener.get())));
+  int joined = 0;
+  while (joined < opts_.size - 1) {
+    if (!wait_readable(listener.get(), deadline)) {
+      std::string missing;
+      for (int r = 1; r < opts_.size; ++r)
+        if (!peers_[r].fd.valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      throw std::runtime_error("negotiator rank 0: ranks " + missing + " did not join within " +
+                               std::to_string(opts_.join_timeout_s) + " s");
+    }
+    Fd fd = accept_tcp(listener.get());
+    if (!fd.valid()) continue;
+    tune_control_socket(fd.get(), opts_.timeout_s);
+    ByteReader r(read_frame_blocking(fd.get(), deadline, "negotiator rank 0: joining peer"), "hello");
+    if (read_type(r) != MsgType::hello) throw std::runtime_error("negotiator rank 0: a joining peer did not say hello");
+    const int rank = r.get<int32_t>();
+    const int size = r.get<int32_t>();
+    if (size != opts_.size || rank <= 0 || rank >= opts_.size || peers_[rank].fd.valid())
+      throw std::runtime_error("negotiator rank 0: a peer joined as rank " + std::to_string(rank) + " of " +
+                               std::to_string(size) + ", but this group has " + std::to_string(opts_.size) +
+                               " ranks (duplicate rank or mismatched COMMSCHED_NUM_WORKERS?)");
+    peers_[rank].fd = std::move(fd);
+    ++joined;
+  }
+  // Everyone is connected: release the workers together.
+  for (int r = 1; r < opts_.size; ++r) send_all(peers_[r].fd.get(), encode_simple(MsgType::welcome), who(r));
+}
+
+void Negotiator::join_as_worker(KvStore& store, Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  const std::string addr = store.get(opts_.key_prefix + "coordinator", left);
+  const auto colon = addr.rfind(':');
+  if (colon == std::string::npos) throw std::runtime_error("negotiator: bad coordinator address '" + addr + "' in the store");
+  peers_.resize(1);
+  peers_[0].fd = connect_tcp(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), deadline);
+  tune_control_socket(peers_[0].fd.get(), opts_.timeout_s);
+  send_all(peers_[0].fd.get(), encode_hello(opts_.rank, opts_.size), who(0));
+  ByteReader r(read_frame_blocking(peers_[0].fd.get(), deadline, who(0) + " (coordinator) during join"), "welcome");
+  if (read_type(r) != MsgType::welcome) throw std::runtime_error(who(0) + ": expected welcome during join");
+}
+
+void Negotiator::submit(std::vector<Submission> subs) {
+  Status dead;
+  {
+    std::lock_guard lock(mu_);
+    if (!dead_ && !stopping_) {
+      for (auto& s : subs) inbox_.push_back(std::move(s));
+      subs.clear();
+    } else {
+      dead = dead_ ? dead_status_ : Status::Error("negotiator is shutting down", Status::Code::cancelled);
+    }
+  }
+  for (const auto& s : subs) cb_.fail(s.token, dead);
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
+void Negotiator::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+}
+
+NegotiatorStats Negotiator::stats() const {
+  return {submitted_.load(), cached_reports_.load(), orders_.load(), groups_.load()};
+}
+
+void Negotiator::run() {
+  try {
+    loop();
+  } catch (const std::exception& e) {
+    go_fatal(Status::Error("negotiator rank " + std::to_string(opts_.rank) + ": " + e.what()));
+  }
+  fail_all_pending(Status::Error("negotiator rank " + std::to_string(opts_.rank) + " shut down", Status::Code::cancelled));
+  std::vector<Submission> late;
+  {
+    std::lock_guard lock(mu_);
+    if (!dead_) {
+      dead_ = true;
+      dead_status_ = Status::Error("negotiator rank " + std::to_string(opts_.rank) + " shut down", Status::Code::cancelled);
+    }
+    late.swap(inbox_);
+  }
+  for (const auto& s : late) cb_.fail(s.token, dead_status_);
+}
+
+void Negotiator::loop() {
+  std::vector<pollfd> fds;
+  std::vector<int> fd_rank;
+  while (!finished_) {
+    fds.assign(1, pollfd{wake_.get(), POLLIN, 0});
+    fd_rank.assign(1, -1);
+    for (size_t i = 0; i < peers_.size(); ++i)
+      if (peers_[i].fd.valid() && !peers_[i].closed) {
+        fds.push_back({peers_[i].fd.get(), POLLIN, 0});
+        fd_rank.push_back(static_cast<int>(i));
+      }
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(heartbeat_.count() / 2));
+    if (rc < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    if (fds[0].revents) {
+      uint64_t v;
+      [[maybe_unused]] const ssize_t n = ::read(wake_.get(), &v, sizeof v);
+    }
+    take_inbox();
+    for (size_t i = 1; i < fds.size() && !finished_; ++i)
+      if (fds[i].revents) read_peer(fd_rank[i]);
+    if (coordinator_ && !fatal_) {
+      CoordinatorOutput out;
+      coordinator_->flush(out);
+      publish(out);
+    }
+    const auto now = Clock::now();
+    if (!finished_) keep_alive(now);
+    if (!finished_) progress_shutdown(now);
+  }
+}
+
+void Negotiator::take_inbox() {
+  std::vector<Submission> subs;
+  bool stopping;
+  {
+    std::lock_guard lock(mu_);
+    subs.swap(inbox_);
+    stopping = stopping_;
+  }
+  std::vector<ReadyReport> reports;
+  reports.reserve(subs.size());
+  for (auto& s : subs) {
+    const Slot slot{s.desc.key, s.desc.offset};
+    if (pending_.count(slot)) {
+      cb_.fail(s.token, Status::Error("task '" + s.name + "': partition at offset " + std::to_string(s.desc.offset) +
+                                          " submitted again while still in flight", Status::Code::invalid));
+      continue;
+    }
+    pending_.emplace(slot, Local{s.token, s.round, s.desc});
+    ReadyReport rep;
+    rep.round = s.round;
+    rep.priority = s.priority;
+    auto c = cache_.find(slot);
+    if (c != cache_.end() && c->second.desc == s.desc) {
+      rep.cache_id = c->second.id;
+      ++cached_reports_;
+    } else {
+      rep.desc = s.desc;
+      rep.name = std::move(s.name);
+    }
+    reports.push_back(std::move(rep));
+  }
+  submitted_ += reports.size();
+  if (!reports.empty()) {
+    if (coordinator_) {
+      CoordinatorOutput out;
+      coordinator_->on_ready(0, reports, out);
+      publish(out);
+    } else {
+      send_to(0, encode_ready(reports));
+    }
+  }
+  if (stopping && !bye_sent_) {
+    bye_sent_ = true;
+    bye_deadline_ = Clock::now() + seconds_to_ms(opts_.timeout_s);
+    if (coordinator_) {
+      CoordinatorOutput out;
+      coordinator_->on_bye(0, out);
+      publish(out);
+    } else {
+      send_to(0, encode_simple(MsgType::bye));
+    }
+  }
+}
+
+void Negotiator::read_peer(int rank) {
+  Peer& p = peers_[rank];
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::recv(p.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      p.last_heard = Clock::now();
+      p.in.append(buf, static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < sizeof buf) break;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+    const std::string why = n == 0 ? "closed the connection (process exited or was killed)"
+                                   : std::string("connection failed: ") + std::strerror(errno);
+    // Frames that arrived before the close still count (a PEER_LOST naming the real culprit, say).
+    std::string frame;
+    while (!finished_ && p.in.next(frame, who(rank))) handle_frame(rank, frame);
+    p.closed = true;
+    const bool expected = coordinator_ ? p.said_bye : bye_sent_;
+    if (!expected && !finished_) peer_lost(coordinator_ ? rank : 0, why);
+    return;
+  }
+  std::string frame;
+  while (!finished_ && p.in.next(frame, who(rank))) handle_frame(rank, frame);
+}
+
+void Negotiator::handle_frame(int from, const std::string& frame) {
+  ByteReader r(frame, who(from));
+  const MsgType type = read_type(r);
+  if (coordinator_) coordinator_message(from, type, r);
+  else worker_message(type, r);
+}
+
+void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
+  CoordinatorOutput out;
+  switch (type) {
+    case MsgType::ready: {
+      const auto reports = decode_ready(r);
+      if (!fatal_) coordinator_->on_ready(from, reports, out);
+      break;
+    }
+    case MsgType::heartbeat: break;
+    case MsgType::bye:
+      peers_[from].said_bye = true;
+      coordinator_->on_bye(from, out);
+      break;
+    default: throw std::runtime_error(who(from) + " sent an unexpected message type " + std::to_string(int(type)));
+  }
+  publish(out);
+}
+
+void Negotiator::worker_message(MsgType type, ByteReader& r) {
+  switch (type) {
+    case MsgType::order: apply_order(decode_order(r)); break;
+    case MsgType::error: apply_error(decode_error(r)); break;
+    case MsgType::peer_lost: {
+      const int rank = r.get<int32_t>();
+      const std::string message = r.get_string();
+      go_fatal(Status::Error("rank " + std::to_string(rank) + " lost: " + message, Status::Code::peer_lost));
+      break;
+    }
+    case MsgType::heartbeat: break;
+    case MsgType::all_bye: finished_ = true; break;
+    default: throw std::runtime_error(who(0) + " (coordinator) sent an unexpected message type " + std::to_string(int(type)));
+  }
+}
+
+void Negotiator::publish(CoordinatorOutput& out) {
+  if (out.empty()) return;
+  std::string frames;
+  if (!out.order.empty()) frames += encode_order(out.order);
+  for (const auto& e : out.errors) frames += encode_error(e);
+  // Peers first, so their collectives can start while rank 0 applies its own copy.
+  for (int r = 1; r < opts_.size; ++r)
+    if (peers_[r].fd.valid() && !peers_[r].closed && !peers_[r].said_bye) send_to(r, frames);
+  if (!out.order.empty()) apply_order(out.order);
+  for (const auto& e : out.errors) apply_error(e);
+}
+
+void Negotiator::apply_order(const OrderMsg& m) {
+  ++orders_;
+  for (const auto& d : m.defines) {
+    const Slot slot{d.desc.key, d.desc.offset};
+    if (cache_slots_.size() <= d.cache_id) cache_slots_.resize(d.cache_id + 1, Slot{0, 0});
+    cache_slots_[d.cache_id] = slot;
+    cache_[slot] = CacheSlot{d.cache_id, d.desc};
+  }
+  for (const auto& g : m.groups) {
+    std::vector<uint64_t> tokens;
+    tokens.reserve(g.size());
+    for (const auto& e : g) {
+      if (e.cache_id >= cache_slots_.size())
+        throw std::runtime_error(who(0) + " (coordinator) ordered unknown cache id " + std::to_string(e.cache_id));
+      auto it = pending_.find(cache_slots_[e.cache_id]);
+      if (it == pending_.end() || it->second.round != e.round)
+        throw std::runtime_error(who(0) + " (coordinator) ordered a partition this rank does not have pending (cache id " +
+                                 std::to_string(e.cache_id) + ", round " + std::to_string(e.round) + ")");
+      tokens.push_back(it->second.token);
+      pending_.erase(it);
+    }
+    ++groups_;
+    cb_.execute(std::move(tokens));
+  }
+}
+
+void Negotiator::apply_error(const ErrorMsg& e) {
+  auto it = pending_.find(Slot{e.key, e.offset});
+  if (it == pending_.end() || it->second.round != e.round) return;  // not ours, or already failed
+  const uint64_t token = it->second.token;
+  pending_.erase(it);
+  cb_.fail(token, Status::Error(e.message, e.code));
+}
+
+void Negotiator::send_to(int rank, const std::string& frame) {
+  Peer& p = peers_[rank];
+  try {
+    send_all(p.fd.get(), frame, who(coordinator_ ? rank : 0));
+  } catch (const std::exception& ex) {
+    p.closed = true;
+    peer_lost(coordinator_ ? rank : 0, ex.what());
+    return;
+  }
+  last_sent_ = Clock::now();
+}
+
+void Negotiator::peer_lost(int rank, const std::string& why) {
+  if (fatal_) return;
+  if (coordinator_) {
+    // Tell every survivor who died before failing locally; raw sends, so a second failure cannot recurse here.
+    const std::string frame = encode_peer_lost(rank, why);
+    for (int r = 1; r < opts_.size; ++r)
+      if (r != rank && peers_[r].fd.valid() && !peers_[r].closed) {
+        try {
+          send_all(peers_[r].fd.get(), frame, who(r));
+        } catch (const std::exception&) {
+          peers_[r].closed = true;  // it learns from the closed connection instead
+        }
+      }
+  }
+  go_fatal(Status::Error("rank " + std::to_string(rank) + " lost: " + why, Status::Code::peer_lost));
+}
+
+void Negotiator::go_fatal(const Status& st) {
+  if (fatal_) return;
+  fatal_ = true;
+  {
+    std::lock_guard lock(mu_);
+    dead_ = true;
+    dead_status_ = st;
+  }
+  if (cb_.fatal) cb_.fatal(st);
+  fail_all_pending(st);
+  std::vector<Submission> late;
+  {
+    std::lock_guard lock(mu_);
+    late.swap(inbox_);
+  }
+  for (const auto& s : late) cb_.fail(s.token, st);
+  finished_ = true;
+}
+
+void Negotiator::fail_all_pending(const Status& st) {
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (const auto& [slot, local] : pending) cb_.fail(local.token, st);
+}
+
+void Negotiator::keep_alive(Clock::time_point now) {
+  if (now - last_sent_ >= heartbeat_) {
+    const std::string hb = encode_simple(MsgType::heartbeat);
+    for (size_t r = coordinator_ ? 1 : 0; r < peers_.size() && !finished_; ++r)
+      if (peers_[r].fd.valid() && !peers_[r].closed) send_to(static_cast<int>(r), hb);
+    last_sent_ = now;
+  }
+  const auto limit = seconds_to_ms(opts_.timeout_s);
+  for (size_t r = coordinator_ ? 1 : 0; r < peers_.size() && !finished_; ++r) {
+    Peer& p = peers_[r];
+    if (!p.fd.valid() || p.closed || p.said_bye) continue;
+    if (now - p.last_heard > limit) {
+      std::ostringstream os;
+      os << "sent nothing for " << opts_.timeout_s << " s (hung or unreachable; COMMSCHED_TIMEOUT)";
+      peer_lost(coordinator_ ? static_cast<int>(r) : 0, os.str());
+    }
+  }
+}
+
+void Negotiator::progress_shutdown(Clock::time_point now) {
+  if (!bye_sent_) return;
+  if (coordinator_) {
+    bool all = true;
+    for (int r = 1; r < opts_.size; ++r) all = all && (peers_[r].said_bye || peers_[r].closed);
+    if (all || now > bye_deadline_) {
+      const std::string frame = encode_simple(MsgType::all_bye);
+      for (int r = 1; r < opts_.size; ++r)
+        if (!peers_[r].closed) {
+          try {
+            send_all(peers_[r].fd.get(), frame, who(r));
+          } catch (const std::exception&) {
+          }
+        }
+      finished_ = true;
+    }
+  } else if (now > bye_deadline_ || peers_[0].closed) {
+    finished_ = true;
+  }
+}
+
+}  // namespace commsched::collective

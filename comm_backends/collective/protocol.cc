@@ -1,0 +1,178 @@
+#include "comm_backends/collective/protocol.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "comm_backends/collective/wire.h"
+
+namespace commsched::collective {
+namespace {
+
+void put_desc(ByteWriter& w, const PartitionDesc& d) {
+  w.put(d.key);
+  w.put(d.offset);
+  w.put(d.bytes);
+  w.put(d.task_bytes);
+  w.put(static_cast<uint8_t>(d.dtype));
+  w.put(static_cast<uint8_t>(d.op));
+  w.put(d.root);
+}
+
+PartitionDesc get_desc(ByteReader& r) {
+  PartitionDesc d;
+  d.key = r.get<uint64_t>();
+  d.offset = r.get<uint64_t>();
+  d.bytes = r.get<uint64_t>();
+  d.task_bytes = r.get<uint64_t>();
+  const auto dtype = r.get<uint8_t>();
+  const auto op = r.get<uint8_t>();
+  d.root = r.get<int32_t>();
+  if (!is_valid_dtype(dtype)) throw std::runtime_error("negotiation message: invalid dtype value " + std::to_string(dtype));
+  if (op > static_cast<uint8_t>(Op::broadcast)) throw std::runtime_error("negotiation message: invalid op value " + std::to_string(op));
+  d.dtype = static_cast<DType>(dtype);
+  d.op = static_cast<Op>(op);
+  return d;
+}
+
+// Bounds a count read from the wire by the bytes that could possibly hold it.
+uint32_t get_count(ByteReader& r, const char* what) {
+  const uint32_t n = r.get<uint32_t>();
+  if (n > kMaxFrameBytes / 8) throw std::runtime_error(std::string("negotiation message: absurd ") + what + " count " + std::to_string(n));
+  return n;
+}
+
+}  // namespace
+
+std::string PartitionDesc::describe() const {
+  std::ostringstream os;
+  os << dtype_name(dtype) << ' ' << op_name(op) << " bytes [" << offset << ", " << offset + bytes << ") of a "
+     << task_bytes << "-byte tensor";
+  if (op == Op::broadcast) os << " from root " << root;
+  return os.str();
+}
+
+std::string encode_hello(int rank, int size) {
+  ByteWriter w;
+  w.put(static_cast<uint8_t>(MsgType::hello));
+  w.put<int32_t>(rank);
+  w.put<int32_t>(size);
+  return w.take_frame();
+}
+
+std::string encode_simple(MsgType t) {
+  ByteWriter w;
+  w.put(static_cast<uint8_t>(t));
+  return w.take_frame();
+}
+
+std::string encode_ready(const std::vector<ReadyReport>& reports) {
+  ByteWriter w;
+  w.put(static_cast<uint8_t>(MsgType::ready));
+  w.put<uint32_t>(static_cast<uint32_t>(reports.size()));
+  for (const auto& rep : reports) {
+    const bool cached = rep.cache_id != kNoCacheId;
+    w.put<uint8_t>(cached);
+    w.put(rep.round);
+    w.put(rep.priority);
+    if (cached) {
+      w.put(rep.cache_id);
+    } else {
+      put_desc(w, rep.desc);
+      w.put_string(rep.name);
+    }
+  }
+  return w.take_frame();
+}
+
+std::vector<ReadyReport> decode_ready(ByteReader& r) {
+  std::vector<ReadyReport> out(get_count(r, "report"));
+  for (auto& rep : out) {
+    const bool cached = r.get<uint8_t>() != 0;
+    rep.round = r.get<uint64_t>();
+    rep.priority = r.get<int32_t>();
+    if (cached) {
+      rep.cache_id = r.get<uint32_t>();
+    } else {
+      rep.desc = get_desc(r);
+      rep.name = r.get_string();
+    }
+  }
+  return out;
+}
+
+std::string encode_order(const OrderMsg& m) {
+  ByteWriter w;
+  w.put(static_cast<uint8_t>(MsgType::order));
+  w.put<uint32_t>(static_cast<uint32_t>(m.defines.size()));
+  for (const auto& d : m.defines) {
+    w.put(d.cache_id);
+    put_desc(w, d.desc);
+  }
+  w.put<uint32_t>(static_cast<uint32_t>(m.groups.size()));
+  for (const auto& g : m.groups) {
+    w.put<uint32_t>(static_cast<uint32_t>(g.size()));
+    for (const auto& e : g) {
+      w.put(e.cache_id);
+      w.put(e.round);
+    }
+  }
+  return w.take_frame();
+}
+
+OrderMsg decode_order(ByteReader& r) {
+  OrderMsg m;
+  m.defines.resize(get_count(r, "cache define"));
+  for (auto& d : m.defines) {
+    d.cache_id = r.get<uint32_t>();
+    d.desc = get_desc(r);
+  }
+  m.groups.resize(get_count(r, "group"));
+  for (auto& g : m.groups) {
+    g.resize(get_count(r, "group member"));
+    for (auto& e : g) {
+      e.cache_id = r.get<uint32_t>();
+      e.round = r.get<uint64_t>();
+    }
+  }
+  return m;
+}
+
+std::string encode_error(const ErrorMsg& e) {
+  ByteWriter w;
+  w.put(static_cast<uint8_t>(MsgType::error));
+  w.put(e.key);
+  w.put(e.offset);
+  w.put(e.round);
+  w.put(static_cast<uint8_t>(e.code));
+  w.put_string(e.message);
+  return w.take_frame();
+}
+
+ErrorMsg decode_error(ByteReader& r) {
+  ErrorMsg e;
+  e.key = r.get<uint64_t>();
+  e.offset = r.get<uint64_t>();
+  e.round = r.get<uint64_t>();
+  const auto code = r.get<uint8_t>();
+  if (code > static_cast<uint8_t>(Status::Code::invalid)) throw std::runtime_error("negotiation message: invalid status code");
+  e.code = static_cast<Status::Code>(code);
+  e.message = r.get_string();
+  return e;
+}
+
+std::string encode_peer_lost(int rank, const std::string& message) {
+  ByteWriter w;
+  w.put(static_cast<uint8_t>(MsgType::peer_lost));
+  w.put<int32_t>(rank);
+  w.put_string(message);
+  return w.take_frame();
+}
+
+MsgType read_type(ByteReader& r) {
+  const auto t = r.get<uint8_t>();
+  if (t < static_cast<uint8_t>(MsgType::hello) || t > static_cast<uint8_t>(MsgType::all_bye))
+    throw std::runtime_error("negotiation message: unknown type " + std::to_string(t));
+  return static_cast<MsgType>(t);
+}
+
+}  // namespace commsched::collective

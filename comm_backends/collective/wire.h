@@ -1,0 +1,72 @@
+// Byte encoding for the negotiator's and the store's control messages: little-endian fixed-width fields, frames
+// prefixed by a 32-bit length. Every read is bounds-checked; a malformed frame throws, never reads out of bounds.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace commsched::collective {
+
+// Control frames are small; anything bigger than this is a corrupted stream or a foreign client.
+inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
+
+class ByteWriter {
+ public:
+  template <typename T>
+  void put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const size_t at = buf_.size();
+    buf_.resize(at + sizeof(T));
+    std::memcpy(buf_.data() + at, &v, sizeof(T));  // x86-64 and aarch64 are little-endian; the wire is too
+  }
+  void put_string(std::string_view s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    buf_.append(s);
+  }
+  // Wraps the bytes written so far in a frame (length prefix) and returns it; the writer is left empty.
+  std::string take_frame();
+  size_t size() const { return buf_.size(); }
+
+ private:
+  std::string buf_;
+};
+
+class ByteReader {
+ public:
+  ByteReader(std::string_view bytes, std::string what) : bytes_(bytes), what_(std::move(what)) {}
+  template <typename T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string get_string();
+  bool done() const { return pos_ == bytes_.size(); }
+
+ private:
+  void need(size_t n) const;
+  std::string_view bytes_;
+  size_t pos_ = 0;
+  std::string what_;
+};
+
+// Accumulates bytes from a non-blocking socket and yields complete frames.
+class FrameAssembler {
+ public:
+  void append(const char* data, size_t n) { buf_.append(data, n); }
+  // Moves the next complete frame's payload into `frame`; false when none is complete yet. Throws on an oversized frame.
+  bool next(std::string& frame, const std::string& what);
+
+ private:
+  std::string buf_;
+  size_t pos_ = 0;
+};
+
+}  // namespace commsched::collective

@@ -1,0 +1,159 @@
+#include "comm_backends/gloo/gloo_backend.h"
+
+#include <gloo/allreduce.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "comm_backends/collective/half.h"
+
+namespace commsched {
+namespace {
+
+std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+// Gloo's rendezvous Store over the commsched rendezvous store, under a key prefix.
+class GlooStore : public gloo::rendezvous::Store {
+ public:
+  GlooStore(collective::KvStore& kv, std::string prefix, std::chrono::milliseconds timeout)
+      : kv_(kv), prefix_(std::move(prefix)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    kv_.set(prefix_ + key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::string v = kv_.get(prefix_ + key, timeout_);
+    return {v.begin(), v.end()};
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    for (const auto& k : keys) kv_.get(prefix_ + k, timeout);
+  }
+
+ private:
+  collective::KvStore& kv_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+};
+
+bool is_ipv4_address(const std::string& s) {
+  in_addr a;
+  return ::inet_pton(AF_INET, s.c_str(), &a) == 1;
+}
+
+// COMMSCHED_BIND may name an address or an interface; Gloo takes either.
+gloo::transport::tcp::attr transport_attr(const ClusterEnv& env) {
+  gloo::transport::tcp::attr attr;
+  if (!env.bind.empty() && !is_ipv4_address(env.bind)) attr.iface = env.bind;
+  else attr.hostname = collective::advertised_host(env);
+  return attr;
+}
+
+template <typename T>
+void run_allreduce(const std::shared_ptr<gloo::Context>& ctx, void* data, size_t elements, uint32_t tag,
+                   gloo::AllreduceOptions::Func reduce) {
+  gloo::AllreduceOptions opts(ctx);
+  opts.setOutput(static_cast<T*>(data), elements);
+  opts.setReduceFunction(std::move(reduce));
+  opts.setTag(tag);
+  gloo::allreduce(opts);
+}
+
+}  // namespace
+
+void gloo_allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, void* data, DType dtype, size_t elements, uint32_t tag) {
+  using Fn = void (*)(void*, const void*, const void*, size_t);
+  switch (dtype) {
+    case DType::f32: return run_allreduce<float>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<float>));
+    case DType::f64: return run_allreduce<double>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<double>));
+    case DType::i32: return run_allreduce<int32_t>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<int32_t>));
+    case DType::i64: return run_allreduce<int64_t>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<int64_t>));
+    case DType::f16:
+      return run_allreduce<gloo::float16>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<gloo::float16>));
+    case DType::bf16: return run_allreduce<uint16_t>(ctx, data, elements, tag, &collective::sum_bf16);
+  }
+  throw std::invalid_argument("gloo allreduce: unknown dtype value " + std::to_string(static_cast<int>(dtype)));
+}
+
+GlooBackend::GlooBackend(const ClusterEnv& env, collective::CollectiveOptions opts)
+    : CollectiveBackend(env.rank, env.num_workers), env_(env), rendezvous_(env, "commsched/gloo/") {
+  env.validate();
+  const auto timeout = to_ms(env.timeout_s);
+  device_ = gloo::transport::tcp::CreateDevice(transport_attr(env));
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(env.rank, env.num_workers);
+  // Gloo's timeout bounds every collective, so a hung (not dead) peer is noticed too.
+  ctx->setTimeout(timeout);
+  GlooStore store(rendezvous_.store(), rendezvous_.scope() + "mesh/", to_ms(std::max(60.0, 3 * env.timeout_s)));
+  try {
+    ctx->connectFullMesh(store, device_);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("gloo backend rank " + std::to_string(env.rank) + " of " + std::to_string(env.num_workers) +
+                             ": connecting to every rank failed: " + e.what());
+  }
+  context_ = ctx;
+  auto nopts = opts.negotiator_options(env);
+  nopts.key_prefix = rendezvous_.scope() + "negotiator/";
+  start_negotiation(nopts, rendezvous_.store());
+}
+
+GlooBackend::~GlooBackend() { stop_base(); }
+
+bool GlooBackend::supports(Op op, Device device) const {
+  return device == Device::cpu && (op == Op::allreduce || op == Op::broadcast);
+}
+
+void GlooBackend::allreduce(void* data, DType dtype, size_t elements) {
+  gloo_allreduce_sum(context_, data, dtype, elements, tag_++);
+}
+
+void GlooBackend::broadcast(void* data, size_t bytes, int root) {
+  gloo::BroadcastOptions opts(context_);
+  opts.setOutput(static_cast<uint8_t*>(data), bytes);
+  opts.setRoot(root);
+  opts.setTag(tag_++);
+  gloo::broadcast(opts);
+}
+
+void GlooBackend::execute(std::span<const PartitionView> group, GroupDone done) {
+  if (size() == 1) {  // nothing to exchange: the sum of one rank is itself, and so is a broadcast
+    done(Status::Ok());
+    return;
+  }
+  if (group.size() > 1) {
+    execute_fused(group);
+  } else {
+    const PartitionView& p = group.front();
+    if (p.task->op == Op::broadcast) broadcast(p.data(), p.bytes, p.task->root);
+    else allreduce(p.data(), p.task->dtype, p.elements());
+  }
+  done(Status::Ok());
+}
+
+void GlooBackend::execute_fused(std::span<const PartitionView> group) {
+  size_t total = 0;
+  for (const auto& p : group) total += p.bytes;
+  // Kept across calls: fused groups are small (below the fusion threshold), so this stays bounded.
+  if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);
+  size_t at = 0;
+  for (const auto& p : group) {
+    std::memcpy(fusion_buffer_.data() + at, p.data(), p.bytes);
+    at += p.bytes;
+  }
+  const TaskDesc& first = *group.front().task;
+  if (first.op == Op::broadcast) broadcast(fusion_buffer_.data(), total, first.root);
+  else allreduce(fusion_buffer_.data(), first.dtype, total / dtype_size(first.dtype));
+  at = 0;
+  for (const auto& p : group) {
+    std::memcpy(p.data(), fusion_buffer_.data() + at, p.bytes);
+    at += p.bytes;
+  }
+}
+
+}  // namespace commsched

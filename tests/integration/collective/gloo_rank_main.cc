@@ -1,0 +1,142 @@
+// One rank of the multi-process Gloo tests, started by gloo_multiprocess_test with the ClusterEnv variables set.
+//
+//   gloo_rank random <seed> <iterations>   random tasks submitted in a rank-specific order; exits 0 when every result is
+//                                          exact
+//   gloo_rank kill <seed> <victim>         one clean iteration, then the victim SIGKILLs itself; every survivor must
+//                                          see its pending work fail with peer_lost naming the victim
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <random>
+
+#include "comm_backends/gloo/gloo_backend.h"
+#include "tests/integration/collective/workload.h"
+
+using namespace commsched;
+using commsched::testing::WorkloadTask;
+
+namespace {
+
+struct Outcome {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t pending = 0;
+  std::vector<Status> failures;
+};
+
+// Submits every partition of `tasks` (batches of one or two partitions) in a rank-specific random order and waits.
+// Returns false when the wait times out.
+bool run_iteration(GlooBackend& backend, std::vector<std::unique_ptr<WorkloadTask>>& tasks, uint64_t order_seed,
+                   Outcome& out, std::chrono::seconds limit) {
+  std::vector<std::vector<PartitionView>> batches;
+  std::mt19937_64 rng(order_seed);
+  for (auto& t : tasks)
+    for (uint32_t i = 0; i < t->parts.size();) {
+      const uint32_t n = std::min<uint32_t>(1 + rng() % 2, static_cast<uint32_t>(t->parts.size()) - i);
+      std::vector<PartitionView> batch;
+      for (uint32_t k = i; k < i + n; ++k) batch.push_back({&t->desc, k, t->parts[k].offset, t->parts[k].bytes});
+      batches.push_back(std::move(batch));
+      i += n;
+    }
+  std::shuffle(batches.begin(), batches.end(), rng);
+  {
+    std::lock_guard lock(out.mu);
+    out.pending = batches.size();
+    out.failures.clear();
+  }
+  for (auto& b : batches)
+    backend.start(std::move(b), [&out](const Status& st) {
+      std::lock_guard lock(out.mu);
+      if (!st.ok()) out.failures.push_back(st);
+      if (--out.pending == 0) out.cv.notify_all();
+    });
+  std::unique_lock lock(out.mu);
+  return out.cv.wait_for(lock, limit, [&] { return out.pending == 0; });
+}
+
+int scenario_random(const ClusterEnv& env, uint64_t seed, int iterations) {
+  GlooBackend backend(env);
+  Outcome out;
+  for (int it = 0; it < iterations; ++it) {
+    auto tasks = testing::make_workload(seed, 24, 40000, 16 << 10, env.num_workers, static_cast<uint64_t>(it));
+    testing::fill_inputs(tasks, env.rank);
+    if (!run_iteration(backend, tasks, seed * 1000 + env.rank * 7 + it, out, std::chrono::seconds(60))) {
+      std::cerr << "rank " << env.rank << ": iteration " << it << " did not finish within 60 s\n";
+      return 2;
+    }
+    if (!out.failures.empty()) {
+      std::cerr << "rank " << env.rank << ": iteration " << it << " failed: " << out.failures.front().message << "\n";
+      return 3;
+    }
+    if (std::string bad = testing::check_results(tasks, env.num_workers); !bad.empty()) {
+      std::cerr << "rank " << env.rank << ": iteration " << it << " wrong result: " << bad << "\n";
+      return 4;
+    }
+  }
+  const auto stats = backend.negotiation_stats();
+  std::cout << "rank " << env.rank << " ok: " << stats.submitted << " partitions, " << stats.cached_reports
+            << " reported by cache id, " << stats.groups << " collectives, " << stats.orders << " order messages\n";
+  backend.shutdown();
+  return 0;
+}
+
+int scenario_kill(const ClusterEnv& env, uint64_t seed, int victim) {
+  GlooBackend backend(env);
+  Outcome out;
+  auto first = testing::make_workload(seed, 8, 4000, 16 << 10, env.num_workers, 0);
+  testing::fill_inputs(first, env.rank);
+  if (!run_iteration(backend, first, seed + env.rank, out, std::chrono::seconds(60)) || !out.failures.empty()) {
+    std::cerr << "rank " << env.rank << ": the clean iteration failed\n";
+    return 2;
+  }
+  if (env.rank == victim) ::raise(SIGKILL);  // a crash: no goodbye, sockets closed by the kernel
+  auto second = testing::make_workload(seed, 8, 4000, 16 << 10, env.num_workers, 1);
+  testing::fill_inputs(second, env.rank);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!run_iteration(backend, second, seed + env.rank + 1, out, std::chrono::seconds(10))) {
+    std::cerr << "rank " << env.rank << ": pending work did not fail within 10 s after the victim died\n";
+    return 2;
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string victim_name = "rank " + std::to_string(victim);
+  for (const Status& st : out.failures)
+    if (st.code != Status::Code::peer_lost || st.message.find(victim_name) == std::string::npos) {
+      std::cerr << "rank " << env.rank << ": expected peer_lost naming " << victim_name << ", got code "
+                << static_cast<int>(st.code) << ": " << st.message << "\n";
+      return 3;
+    }
+  if (out.failures.empty()) {
+    std::cerr << "rank " << env.rank << ": work succeeded although " << victim_name << " was dead\n";
+    return 3;
+  }
+  std::cout << "rank " << env.rank << " saw after " << waited << " s: " << out.failures.front().message << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::cerr << "usage: gloo_rank random|kill <seed> <iterations|victim>\n";
+    return 64;
+  }
+  try {
+    const ClusterEnv env = ClusterEnv::from_env();
+    const std::string scenario = argv[1];
+    const uint64_t seed = std::stoull(argv[2]);
+    const int arg = std::stoi(argv[3]);
+    int rc = 64;
+    if (scenario == "random") rc = scenario_random(env, seed, arg);
+    else if (scenario == "kill") rc = scenario_kill(env, seed, arg);
+    return rc;
+  } catch (const std::exception& e) {
+    std::cerr << "rank error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,175 @@
+// The negotiation's decision logic, driven directly (no sockets): ordering, fusion, caching and errors.
+#include "comm_backends/collective/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+namespace commsched::collective {
+namespace {
+
+PartitionDesc desc(uint64_t key, uint64_t offset, uint64_t bytes, DType dtype = DType::f32, uint64_t task_bytes = 0) {
+  return PartitionDesc{key, offset, bytes, task_bytes ? task_bytes : offset + bytes, dtype, Op::allreduce, 0};
+}
+
+ReadyReport report(const PartitionDesc& d, int32_t priority, uint64_t round = 0) {
+  ReadyReport r;
+  r.desc = d;
+  r.name = "t" + std::to_string(d.key);
+  r.round = round;
+  r.priority = priority;
+  return r;
+}
+
+std::vector<uint64_t> ordered_keys(const CoordinatorOutput& out) {
+  std::vector<uint64_t> keys;
+  for (const auto& g : out.order.groups)
+    for (const auto& e : g) {
+      auto it = std::find_if(out.order.defines.begin(), out.order.defines.end(),
+                             [&](const CacheDefine& d) { return d.cache_id == e.cache_id; });
+      keys.push_back(it == out.order.defines.end() ? ~0ull : it->desc.key);
+    }
+  return keys;
+}
+
+TEST(Coordinator, OrdersOnlyWhatEveryRankHasReady) {
+  Coordinator c(3, 0);
+  CoordinatorOutput out;
+  c.on_ready(0, std::vector{report(desc(1, 0, 64), 5)}, out);
+  c.on_ready(1, std::vector{report(desc(1, 0, 64), 5)}, out);
+  c.flush(out);
+  EXPECT_TRUE(out.order.groups.empty());
+  EXPECT_EQ(c.pending(), 1u);
+  c.on_ready(2, std::vector{report(desc(1, 0, 64), 5)}, out);
+  c.flush(out);
+  ASSERT_EQ(out.order.groups.size(), 1u);
+  EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});
+  EXPECT_TRUE(out.errors.empty());
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST(Coordinator, ReadyTogetherMeansPriorityOrderWhateverTheReportOrder) {
+  Coordinator c(2, 0);
+  CoordinatorOutput out;
+  // Rank 0 reports keys 1..6 with priority = key; rank 1 reports them reversed. Ordered once all are in: by priority.
+  std::vector<ReadyReport> r0, r1;
+  for (uint64_t k = 1; k <= 6; ++k) r0.push_back(report(desc(k, 0, 1 << 20), static_cast<int32_t>(k)));
+  r1.assign(r0.rbegin(), r0.rend());
+  c.on_ready(0, r0, out);
+  c.on_ready(1, r1, out);
+  c.flush(out);
+  EXPECT_EQ(ordered_keys(out), (std::vector<uint64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(out.order.groups.size(), 6u) << "fusion is off";
+}
+
+TEST(Coordinator, FusesSmallCompatiblePartitionsUpToTheThreshold) {
+  Coordinator c(2, 1000);
+  CoordinatorOutput out;
+  std::vector<ReadyReport> reps{report(desc(1, 0, 400), 1), report(desc(2, 0, 400), 2), report(desc(3, 0, 400), 3),
+                                report(desc(4, 0, 400, DType::f64), 4), report(desc(5, 0, 5000), 5)};
+  c.on_ready(0, reps, out);
+  c.on_ready(1, reps, out);
+  c.flush(out);
+  ASSERT_EQ(out.order.groups.size(), 4u);
+  EXPECT_EQ(out.order.groups[0].size(), 2u);  // 1+2 (800 bytes); 3 would exceed 1000
+  EXPECT_EQ(out.order.groups[1].size(), 1u);  // 3 alone: 4 has another dtype
+  EXPECT_EQ(out.order.groups[2].size(), 1u);
+  EXPECT_EQ(out.order.groups[3].size(), 1u);  // big: never fused
+}
+
+TEST(Coordinator, SecondRoundIsReportedAndOrderedByCacheId) {
+  Coordinator c(2, 0);
+  CoordinatorOutput first;
+  const auto d = desc(9, 128, 256);
+  c.on_ready(0, std::vector{report(d, 0, 0)}, first);
+  c.on_ready(1, std::vector{report(d, 0, 0)}, first);
+  c.flush(first);
+  ASSERT_EQ(first.order.defines.size(), 1u);
+  const uint32_t id = first.order.defines[0].cache_id;
+
+  ReadyReport cached;
+  cached.cache_id = id;
+  cached.round = 1;
+  CoordinatorOutput second;
+  c.on_ready(0, std::vector{cached}, second);
+  c.on_ready(1, std::vector{cached}, second);
+  c.flush(second);
+  EXPECT_TRUE(second.order.defines.empty()) << "a cached partition needs no new definition";
+  ASSERT_EQ(second.order.groups.size(), 1u);
+  EXPECT_EQ(second.order.groups[0][0].cache_id, id);
+  EXPECT_EQ(second.order.groups[0][0].round, 1u);
+  EXPECT_EQ(c.stats().cached_reports, 2u);
+}
+
+TEST(Coordinator, MismatchedSizeFailsOnEveryRankNamingKeyRanksAndSizes) {
+  Coordinator c(3, 0);
+  CoordinatorOutput out;
+  c.on_ready(0, std::vector{report(desc(42, 0, 400), 0)}, out);
+  c.on_ready(2, std::vector{report(desc(42, 0, 800), 0)}, out);
+  ASSERT_EQ(out.errors.size(), 1u);
+  const std::string& m = out.errors[0].message;
+  EXPECT_EQ(out.errors[0].key, 42u);
+  EXPECT_EQ(out.errors[0].code, Status::Code::invalid);
+  EXPECT_NE(m.find("task 't42'"), std::string::npos) << m;
+  EXPECT_NE(m.find("key 0x2a"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank 0 submitted f32 allreduce bytes [0, 400)"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank 2 submitted f32 allreduce bytes [0, 800)"), std::string::npos) << m;
+  // The rank that reports last also learns the error, and nothing is ever ordered.
+  c.on_ready(1, std::vector{report(desc(42, 0, 400), 0)}, out);
+  c.flush(out);
+  EXPECT_EQ(out.errors.size(), 2u);
+  EXPECT_TRUE(out.order.groups.empty());
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST(Coordinator, MismatchedDtypeIsAnErrorToo) {
+  Coordinator c(2, 0);
+  CoordinatorOutput out;
+  c.on_ready(0, std::vector{report(desc(7, 0, 400, DType::f32), 0)}, out);
+  c.on_ready(1, std::vector{report(desc(7, 0, 400, DType::i32), 0)}, out);
+  ASSERT_EQ(out.errors.size(), 1u);
+  EXPECT_NE(out.errors[0].message.find("i32"), std::string::npos) << out.errors[0].message;
+}
+
+TEST(Coordinator, ByeFailsWhatCanNeverCompleteButKeepsWhatIsComplete) {
+  Coordinator c(2, 0);
+  CoordinatorOutput out;
+  c.on_ready(0, std::vector{report(desc(1, 0, 8), 0), report(desc(2, 0, 8), 0)}, out);
+  c.on_ready(1, std::vector{report(desc(1, 0, 8), 0)}, out);
+  c.on_bye(1, out);
+  c.flush(out);
+  EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});
+  ASSERT_EQ(out.errors.size(), 1u);
+  EXPECT_EQ(out.errors[0].key, 2u);
+  EXPECT_EQ(out.errors[0].code, Status::Code::cancelled);
+}
+
+TEST(Coordinator, RandomInterleavingsOrderEachPartitionExactlyOnce) {
+  std::mt19937 rng(17);
+  const int ranks = 4;
+  Coordinator c(ranks, 4096);
+  std::vector<ReadyReport> all;
+  for (uint64_t k = 1; k <= 50; ++k) all.push_back(report(desc(k, 0, 64 * k), static_cast<int32_t>(rng() % 10)));
+  std::vector<std::pair<int, size_t>> events;
+  for (int r = 0; r < ranks; ++r)
+    for (size_t i = 0; i < all.size(); ++i) events.push_back({r, i});
+  std::shuffle(events.begin(), events.end(), rng);
+  std::vector<uint64_t> keys;
+  for (const auto& [r, i] : events) {
+    CoordinatorOutput out;
+    c.on_ready(r, std::vector{all[i]}, out);
+    if (rng() % 3 == 0) c.flush(out);
+    EXPECT_TRUE(out.errors.empty());
+    for (auto k : ordered_keys(out)) keys.push_back(k);
+  }
+  CoordinatorOutput last;
+  c.flush(last);
+  for (auto k : ordered_keys(last)) keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
+  ASSERT_EQ(keys.size(), all.size());
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(keys[i], i + 1);
+}
+
+}  // namespace
+}  // namespace commsched::collective

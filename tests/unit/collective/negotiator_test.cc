@@ -1,0 +1,188 @@
+// The negotiator over real loopback sockets, ranks as threads in one process.
+#include "comm_backends/collective/negotiator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+namespace commsched::collective {
+namespace {
+
+using namespace std::chrono_literals;
+
+// What one rank saw: executed groups (as token lists) and failures.
+struct RankLog {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<uint64_t>> groups;
+  std::vector<std::pair<uint64_t, Status>> failures;
+  size_t settled = 0;
+
+  NegotiatorCallbacks callbacks() {
+    NegotiatorCallbacks cb;
+    cb.execute = [this](std::vector<uint64_t>&& g) {
+      std::lock_guard lock(mu);
+      settled += g.size();
+      groups.push_back(std::move(g));
+      cv.notify_all();
+    };
+    cb.fail = [this](uint64_t token, const Status& st) {
+      std::lock_guard lock(mu);
+      ++settled;
+      failures.emplace_back(token, st);
+      cv.notify_all();
+    };
+    return cb;
+  }
+  bool wait_settled(size_t n, std::chrono::seconds limit) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, limit, [&] { return settled >= n; });
+  }
+};
+
+NegotiatorOptions options(int rank, int size, uint64_t fusion = 0) {
+  NegotiatorOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.timeout_s = 5;
+  o.join_timeout_s = 20;
+  o.fusion_bytes = fusion;
+  return o;
+}
+
+Submission sub(uint64_t key, uint64_t bytes, int32_t priority, uint64_t round = 0) {
+  Submission s;
+  s.token = key;  // the key doubles as the token, so logs compare across ranks
+  s.desc = PartitionDesc{key, 0, bytes, bytes, DType::f32, Op::allreduce, 0};
+  s.name = "t" + std::to_string(key);
+  s.round = round;
+  s.priority = priority;
+  return s;
+}
+
+// Runs `size` negotiators on threads (they join concurrently), each given the same store server.
+class Group {
+ public:
+  Group(int size, uint64_t fusion = 0) : server_("127.0.0.1", 0), logs_(size) {
+    std::vector<std::future<void>> joins;
+    negotiators_.resize(size);
+    for (int r = 0; r < size; ++r) {
+      stores_.push_back(std::make_unique<TcpStoreClient>("127.0.0.1", server_.port(), 5000ms));
+      joins.push_back(std::async(std::launch::async, [this, r, size, fusion] {
+        negotiators_[r] = std::make_unique<Negotiator>(options(r, size, fusion), *stores_[r], logs_[r].callbacks());
+      }));
+    }
+    for (auto& j : joins) j.get();
+  }
+  ~Group() {
+    // Shut down concurrently: the goodbye barrier needs every rank.
+    std::vector<std::thread> ts;
+    for (auto& n : negotiators_) ts.emplace_back([&n] { n->shutdown(); });
+    for (auto& t : ts) t.join();
+  }
+  Negotiator& rank(int r) { return *negotiators_[r]; }
+  RankLog& log(int r) { return logs_[r]; }
+
+ private:
+  TcpStoreServer server_;
+  std::vector<std::unique_ptr<TcpStoreClient>> stores_;
+  std::vector<RankLog> logs_;
+  std::vector<std::unique_ptr<Negotiator>> negotiators_;
+};
+
+TEST(Negotiator, EveryRankExecutesTheSameOrderWhateverItsSubmissionOrder) {
+  const int size = 4;
+  Group g(size, 4096);
+  for (uint64_t round = 0; round < 3; ++round) {
+    for (int r = 0; r < size; ++r) {
+      std::vector<Submission> subs;
+      for (uint64_t k = 1; k <= 40; ++k) subs.push_back(sub(k, k * 200, static_cast<int32_t>(k % 7), round));
+      std::shuffle(subs.begin(), subs.end(), std::mt19937(static_cast<unsigned>(r * 10 + round)));
+      // Submit in a few chunks so reports interleave across ranks.
+      for (size_t i = 0; i < subs.size(); i += 7)
+        g.rank(r).submit(std::vector<Submission>(subs.begin() + i, subs.begin() + std::min(subs.size(), i + 7)));
+    }
+    for (int r = 0; r < size; ++r) ASSERT_TRUE(g.log(r).wait_settled(40 * (round + 1), 10s)) << "rank " << r;
+  }
+  for (int r = 0; r < size; ++r) {
+    EXPECT_TRUE(g.log(r).failures.empty()) << g.log(r).failures.front().second.message;
+    EXPECT_EQ(g.log(r).groups, g.log(0).groups) << "rank " << r << " executed a different order";
+  }
+  const auto stats = g.rank(1).stats();
+  EXPECT_EQ(stats.submitted, 120u);
+  EXPECT_EQ(stats.cached_reports, 80u) << "rounds 1 and 2 report by cache id";
+}
+
+TEST(Negotiator, MismatchedSizesFailOnBothRanksNamingTheKey) {
+  Group g(2);
+  g.rank(0).submit({sub(5, 400, 0)});
+  g.rank(1).submit({sub(5, 800, 0)});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
+    ASSERT_EQ(g.log(r).failures.size(), 1u);
+    const Status& st = g.log(r).failures[0].second;
+    EXPECT_EQ(st.code, Status::Code::invalid);
+    EXPECT_NE(st.message.find("task 't5' (key 0x5)"), std::string::npos) << st.message;
+    EXPECT_NE(st.message.find("400"), std::string::npos) << st.message;
+    EXPECT_NE(st.message.find("800"), std::string::npos) << st.message;
+  }
+}
+
+TEST(Negotiator, ARankThatVanishesFailsPendingWorkWithPeerLost) {
+  // Ranks 0 and 1 are real; rank 2 is a raw socket that joins and then disappears like a crashed process.
+  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreClient s0("127.0.0.1", server.port(), 5000ms), s1("127.0.0.1", server.port(), 5000ms),
+      s2("127.0.0.1", server.port(), 5000ms);
+  RankLog l0, l1;
+  auto fake = std::async(std::launch::async, [&] {
+    const std::string addr = s2.get("commsched/negotiator/coordinator", 10000ms);
+    const auto colon = addr.rfind(':');
+    Fd fd = connect_tcp(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), std::chrono::steady_clock::now() + 10s);
+    send_all(fd.get(), encode_hello(2, 3), "fake rank");
+    recv_exact(fd.get(), 5, "fake rank welcome");
+    return fd;
+  });
+  auto n1 = std::async(std::launch::async, [&] { return std::make_unique<Negotiator>(options(1, 3), s1, l1.callbacks()); });
+  Negotiator n0(options(0, 3), s0, l0.callbacks());
+  auto r1 = n1.get();
+  Fd fake_fd = fake.get();
+  n0.submit({sub(1, 64, 0)});
+  r1->submit({sub(1, 64, 0)});
+  fake_fd.reset();  // the "crash"
+  for (RankLog* l : {&l0, &l1}) {
+    ASSERT_TRUE(l->wait_settled(1, 10s));
+    ASSERT_EQ(l->failures.size(), 1u);
+    EXPECT_EQ(l->failures[0].second.code, Status::Code::peer_lost);
+    EXPECT_NE(l->failures[0].second.message.find("rank 2"), std::string::npos) << l->failures[0].second.message;
+  }
+  // After the loss, new work fails at once.
+  r1->submit({sub(2, 64, 0)});
+  ASSERT_TRUE(l1.wait_settled(2, 10s));
+  EXPECT_EQ(l1.failures.back().second.code, Status::Code::peer_lost);
+}
+
+TEST(Negotiator, RoundTripLatencyOnLoopback) {
+  // Not a timed assertion: prints the per-round cost for the record (one partition ready on both ranks -> ordered).
+  Group g(2);
+  const int rounds = 2000;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < rounds; ++i) {
+    g.rank(1).submit({sub(1, 64, 0, static_cast<uint64_t>(i))});
+    g.rank(0).submit({sub(1, 64, 0, static_cast<uint64_t>(i))});
+    ASSERT_TRUE(g.log(0).wait_settled(static_cast<size_t>(i) + 1, 10s));
+    ASSERT_TRUE(g.log(1).wait_settled(static_cast<size_t>(i) + 1, 10s));
+  }
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / rounds;
+  std::cout << "[ negotiation ] " << us << " us per round (2 ranks, cached, loopback)\n";
+  EXPECT_EQ(g.log(0).groups.size(), static_cast<size_t>(rounds));
+}
+
+}  // namespace
+}  // namespace commsched::collective
