@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Every GPU check of commsched in one go, for a machine with a CUDA GPU: configure with the NCCL backend required,
+# build the GPU test targets, run them with skips treated as failures (a skip here means the GPU was not usable).
+#
+#   scripts/gpu_checks.sh [build-dir]        (default: build-gpu; COMMSCHED_GPU_CHECK_JOBS sets build parallelism)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${1:-build-gpu}"
+JOBS="${COMMSCHED_GPU_CHECK_JOBS:-$(nproc)}"
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,memory.total --format=csv || echo "nvidia-smi not found"
+
+cmake -G Ninja -S . -B "$BUILD" -DCOMMSCHED_WITH_CUDA=ON -DCOMMSCHED_BUILD_PYTHON=OFF -DCOMMSCHED_BUILD_BENCH=OFF >/dev/null
+cmake --build "$BUILD" --target nccl_backend_test -j"$JOBS"
+
+# A GPU run must not skip (a skip means no usable GPU), so count the skipped tests.
+out="$("$BUILD"/tests/unit/collective/nccl_backend_test --gtest_brief=0 2>&1)" || { echo "$out"; exit 1; }
+echo "$out"
+gpus="$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)"
+skipped="$(grep '^\[  SKIPPED \] NcclBackend\.' <<<"$out" | grep -o 'NcclBackend\.[A-Za-z]*' | sort -u | wc -l)"
+# The two-GPU test may skip on a one-GPU machine; nothing else may.
+allowed=0
+[ "$gpus" -lt 2 ] && allowed=1
+if [ "$skipped" -gt "$allowed" ]; then
+  echo "gpu_checks: $skipped NCCL test(s) skipped on a machine with $gpus GPU(s)" >&2
+  exit 1
+fi
+echo "gpu_checks: all GPU checks passed ($gpus GPU(s))"
