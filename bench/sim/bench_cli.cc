@@ -1,0 +1,152 @@
+#include "bench/sim/bench_cli.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/sim/grid.h"
+#include "bench/sim/report.h"
+
+namespace commsched {
+namespace {
+
+// Raw option values; parsed with the project's value parsers so errors name the option and the value.
+struct BenchArgs {
+  std::string mode = "sim";
+  std::vector<std::string> models = {"vgg16", "resnet50", "bert-base", "bert-large", "transformer-base"};
+  std::string profiles_dir = COMMSCHED_PROFILES_DIR;
+  std::vector<std::string> bandwidths = {"1Gbit", "10Gbit", "25Gbit", "100Gbit"};
+  std::vector<int> workers = {8};
+  int servers = 0;
+  std::string network = "ps";
+  std::string latency = "25us";
+  std::string ring_alpha = "5us";
+  std::vector<std::string> policies = {"bytescheduler", "wfbp", "bsp", "fusion", "mgwfbp"};
+  std::vector<std::string> partitions = {"256KiB", "1MiB", "4MiB", "16MiB"};
+  std::vector<int> credit_multipliers = {1, 2, 4, 8};
+  std::vector<std::string> small_tensor = {"0", "64KiB"};
+  std::string fusion_bytes = "64MiB";
+  std::string fusion_cycle = "5ms";
+  int iterations = 6;
+  int warmup = 1;
+  std::string out_dir = "bench-results";
+  bool plot = false;
+};
+
+template <class T, class F>
+std::vector<T> parse_all(const std::vector<std::string>& values, F parse) {
+  std::vector<T> out;
+  for (const std::string& v : values) out.push_back(parse(v));
+  return out;
+}
+
+sim::ModelProfile load_model(const std::string& name_or_path, const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (name_or_path.ends_with(".json")) return sim::load_profile(name_or_path);
+  const fs::path p = fs::path(dir) / (name_or_path + ".json");
+  if (!fs::exists(p))
+    throw InvalidArgument("--models: no profile '" + name_or_path + "' in " + dir + " (give a name there or a .json)");
+  return sim::load_profile(p.string());
+}
+
+sim::GridSpec to_spec(const BenchArgs& a) {
+  sim::GridSpec s;
+  for (const std::string& m : a.models) s.models.push_back(load_model(m, a.profiles_dir));
+  s.bandwidths_bps = parse_all<double>(a.bandwidths, [](const std::string& v) { return parse_rate_bps("--bandwidths", v); });
+  s.workers = a.workers;
+  for (int w : s.workers)
+    if (w < 1) throw InvalidArgument("--workers: " + std::to_string(w) + " (must be >= 1)");
+  s.servers = a.servers;
+  if (a.network != "ps" && a.network != "allreduce")
+    throw InvalidArgument("--network: '" + a.network + "' (allowed: ps, allreduce)");
+  s.network = a.network == "ps" ? sim::NetworkKind::ps : sim::NetworkKind::allreduce;
+  s.latency_s = parse_seconds("--latency", a.latency);
+  s.ring_alpha_s = parse_seconds("--ring-alpha", a.ring_alpha);
+  s.policies = parse_all<PolicyKind>(a.policies, [](const std::string& v) { return parse_policy("--policies", v); });
+  s.partitions = parse_all<uint64_t>(a.partitions, [](const std::string& v) { return parse_bytes("--partitions", v); });
+  s.credit_multipliers = a.credit_multipliers;
+  s.small_tensor_bytes = parse_all<uint64_t>(a.small_tensor, [](const std::string& v) -> uint64_t {
+    return v == "0" || v == "off" ? 0 : parse_bytes("--small-tensor", v);  // 0: small-tensor fusion off
+  });
+  s.base.fusion_bytes = parse_bytes("--fusion-bytes", a.fusion_bytes);
+  s.base.fusion_cycle_s = parse_seconds("--fusion-cycle", a.fusion_cycle);
+  s.sim.iterations = a.iterations;
+  s.sim.warmup = a.warmup;
+  return s;
+}
+
+void write_file(const std::filesystem::path& p, const std::function<void(std::ostream&)>& body) {
+  std::ofstream out(p);
+  if (!out) throw InvalidArgument("cannot write '" + p.string() + "'");
+  body(out);
+}
+
+void run_bench(const BenchArgs& a) {
+  if (a.mode != "sim")
+    throw InvalidArgument("--mode '" + a.mode + "': only 'sim' is available (cluster mode is not built yet)");
+  const sim::GridSpec spec = to_spec(a);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<sim::CellResult> cells = sim::run_grid(spec);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  namespace fs = std::filesystem;
+  const fs::path dir(a.out_dir);
+  fs::create_directories(dir);
+  write_file(dir / "results.csv", [&](std::ostream& o) { sim::write_csv(o, cells); });
+  write_file(dir / "results.json", [&](std::ostream& o) { sim::write_json(o, cells); });
+  const std::string net = sim::make_network(spec, spec.bandwidths_bps.front(), spec.workers.front())->describe();
+  write_file(dir / "results.md", [&](std::ostream& o) {
+    sim::write_markdown(o, cells, "Simulated iteration times (" + a.network + "; first cell: " + net + ")");
+  });
+  // Timelines at the lowest bandwidth and first worker count, where scheduling matters most.
+  const double bw = *std::min_element(spec.bandwidths_bps.begin(), spec.bandwidths_bps.end());
+  for (const sim::ModelProfile& m : spec.models) {
+    const auto tl = sim::run_timelines(spec, m, bw, spec.workers.front(), cells);
+    write_file(dir / ("timeline-" + m.name + ".json"),
+               [&](std::ostream& o) { sim::write_timelines(o, m.name, bw, spec.workers.front(), tl); });
+  }
+  std::cout << "commsched bench: " << cells.size() << " cells in " << secs << " s; wrote " << dir.string()
+            << "/results.{csv,json,md} and timeline-*.json\n";
+  if (a.plot) {
+    const std::string cmd = std::string(COMMSCHED_PYTHON) + " " + COMMSCHED_PLOT_SCRIPT + " '" + dir.string() + "'";
+    if (std::system(cmd.c_str()) != 0) throw InvalidArgument("plotting failed: " + cmd);
+  }
+}
+
+}  // namespace
+
+void add_bench_subcommand(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* b = app.add_subcommand("bench", "Compare scheduling policies over models x bandwidths x workers");
+  b->add_option("--mode", args->mode, "sim (discrete-event simulation) or cluster")->capture_default_str();
+  b->add_option("--models", args->models, "profile names in --profiles or paths to .json profiles")
+      ->delimiter(',')->capture_default_str();
+  b->add_option("--profiles", args->profiles_dir, "folder of model profiles")->capture_default_str();
+  b->add_option("--bandwidths", args->bandwidths, "link rates, e.g. 1Gbit,10Gbit")->delimiter(',')->capture_default_str();
+  b->add_option("--workers", args->workers, "worker counts")->delimiter(',')->capture_default_str();
+  b->add_option("--servers", args->servers, "PS servers (0: one per worker)")->capture_default_str();
+  b->add_option("--network", args->network, "ps or allreduce")->capture_default_str();
+  b->add_option("--latency", args->latency, "PS one-way latency per message")->capture_default_str();
+  b->add_option("--ring-alpha", args->ring_alpha, "all-reduce latency per ring step")->capture_default_str();
+  b->add_option("--policies", args->policies, "policies to compare")->delimiter(',')->capture_default_str();
+  b->add_option("--partitions", args->partitions, "bytescheduler partition sizes searched")
+      ->delimiter(',')->capture_default_str();
+  b->add_option("--credit-multipliers", args->credit_multipliers, "bytescheduler credit = k x partition, k searched")
+      ->delimiter(',')->capture_default_str();
+  b->add_option("--small-tensor", args->small_tensor, "bytescheduler small-tensor fusion bounds searched (0: off)")
+      ->delimiter(',')->capture_default_str();
+  b->add_option("--fusion-bytes", args->fusion_bytes, "fusion policy threshold")->capture_default_str();
+  b->add_option("--fusion-cycle", args->fusion_cycle, "fusion policy cycle")->capture_default_str();
+  b->add_option("--iterations", args->iterations, "simulated iterations")->capture_default_str();
+  b->add_option("--warmup", args->warmup, "leading iterations not measured")->capture_default_str();
+  b->add_option("-o,--out", args->out_dir, "output folder")->capture_default_str();
+  b->add_flag("--plot", args->plot, "also draw PNGs with bench/plot.py");
+  b->callback([args] { run_bench(*args); });
+}
+
+}  // namespace commsched

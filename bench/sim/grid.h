@@ -1,0 +1,68 @@
+// The comparison grid behind `commsched bench`: models x bandwidths x workers x policies, ByteScheduler's knobs
+// searched over a small grid (the best is reported, as a tuner would find it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/sim/network.h"
+#include "bench/sim/profile.h"
+#include "bench/sim/simulator.h"
+#include "scheduler/config.h"
+
+namespace commsched::sim {
+
+enum class NetworkKind { ps, allreduce };
+
+struct GridSpec {
+  std::vector<ModelProfile> models;
+  std::vector<double> bandwidths_bps = {1e9, 10e9, 25e9, 100e9};
+  std::vector<int> workers = {8};
+  std::vector<PolicyKind> policies = {PolicyKind::bytescheduler, PolicyKind::wfbp, PolicyKind::bsp,
+                                      PolicyKind::fusion, PolicyKind::mgwfbp};
+  NetworkKind network = NetworkKind::ps;
+  int servers = 0;              // PS servers; 0: as many as workers (co-located, as BytePS deploys them)
+  double latency_s = 25e-6;     // PS one-way latency per message
+  double ring_alpha_s = 5e-6;   // all-reduce per-step latency
+  // ByteScheduler knob grid: partition sizes, credit as a multiple of the partition, small-tensor fusion bounds.
+  std::vector<uint64_t> partitions = {256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20};
+  std::vector<int> credit_multipliers = {1, 2, 4, 8};
+  std::vector<uint64_t> small_tensor_bytes = {0, 64ull << 10};
+  EngineConfig base;            // fusion threshold and cycle, and defaults for everything else
+  SimOptions sim;
+};
+
+struct CellResult {
+  std::string model;
+  double bandwidth_bps = 0;
+  int workers = 0;
+  std::string policy;
+  std::string knobs;            // the configuration reported (best found, for bytescheduler)
+  double iteration_s = 0;
+  double speedup_vs_wfbp = 0;   // 0 when wfbp was not run
+  double compute_s = 0;
+  double comm_bound_s = 0;
+  double lower_bound_s = 0;
+  uint64_t batches_per_iteration = 0;
+};
+
+std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers);
+// One policy in one cell; for bytescheduler, the best over the knob grid.
+CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
+                    PolicyKind policy);
+// Every cell, with speedups over WFBP filled in.
+std::vector<CellResult> run_grid(const GridSpec& spec);
+
+// One iteration's spans per policy (the last measured iteration), for the timeline plot.
+struct PolicyTimeline {
+  std::string policy;
+  std::string knobs;
+  double iteration_start_s = 0;
+  std::vector<Span> spans;
+};
+std::vector<PolicyTimeline> run_timelines(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps,
+                                          int workers, const std::vector<CellResult>& best);
+
+}  // namespace commsched::sim

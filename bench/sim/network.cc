@@ -1,0 +1,109 @@
+#include "bench/sim/network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace commsched::sim {
+
+uint64_t batch_bytes(const Batch& batch) {
+  uint64_t n = 0;
+  for (const PartRef& p : batch) n += p.bytes;
+  return n;
+}
+
+namespace {
+
+Nanos seconds_to_ns(double s) { return static_cast<Nanos>(std::llround(s * 1e9)); }
+
+void check_positive(const char* what, double v) {
+  if (!(v > 0) || !std::isfinite(v))
+    throw InvalidArgument(std::string("network model: ") + what + " must be a finite number > 0, got " +
+                          std::to_string(v));
+}
+
+std::string gbit(double bps) {
+  std::ostringstream s;
+  s << bps / 1e9 << " Gbit/s";
+  return s.str();
+}
+
+}  // namespace
+
+PsNetwork::PsNetwork(PsParams p) : p_(p), latency_(seconds_to_ns(p.latency_s)) {
+  check_positive("workers", p.workers);
+  check_positive("servers", p.servers);
+  check_positive("worker bandwidth", p.worker_bps);
+  check_positive("server bandwidth", p.server_bps);
+  if (!(p.latency_s >= 0)) throw InvalidArgument("network model: latency must be >= 0 s");
+}
+
+Nanos PsNetwork::worker_time(uint64_t bytes) const { return seconds_to_ns(bytes * 8.0 / p_.worker_bps); }
+
+Nanos PsNetwork::server_time(uint64_t bytes) const {
+  return seconds_to_ns(bytes * 8.0 * p_.workers / p_.servers / p_.server_bps);
+}
+
+Nanos PsNetwork::transfer(const Batch& batch, Nanos start) {
+  const uint64_t bytes = batch_bytes(batch);
+  // The bytes stream through the worker's uplink and the servers' downlinks at once; the slower side decides.
+  const Nanos pushed =
+      std::max(worker_up_.reserve(start, worker_time(bytes)), server_in_.reserve(start, server_time(bytes))) + latency_;
+  // The servers answer once every worker's push is summed (symmetric workers: all arrive together).
+  return std::max(server_out_.reserve(pushed, server_time(bytes)), worker_down_.reserve(pushed, worker_time(bytes))) +
+         latency_;
+}
+
+void PsNetwork::reset() {
+  worker_up_.reset();
+  worker_down_.reset();
+  server_in_.reset();
+  server_out_.reset();
+}
+
+double PsNetwork::comm_lower_bound_s(uint64_t bytes) const {
+  // Each direction of the worker NIC carries every byte once; each server NIC carries W/S of them.
+  return std::max(bytes * 8.0 / p_.worker_bps, bytes * 8.0 * p_.workers / p_.servers / p_.server_bps);
+}
+
+CostModel PsNetwork::cost_model() const {
+  const double per_byte = 8.0 * std::max(1.0 / p_.worker_bps, double(p_.workers) / p_.servers / p_.server_bps);
+  return {2 * p_.latency_s, 2 * per_byte};
+}
+
+std::string PsNetwork::describe() const {
+  std::ostringstream s;
+  s << "PS " << p_.workers << " workers x " << gbit(p_.worker_bps) << ", " << p_.servers << " servers x "
+    << gbit(p_.server_bps) << ", latency " << p_.latency_s * 1e6 << " us";
+  return s.str();
+}
+
+RingAllreduceNetwork::RingAllreduceNetwork(RingParams p) : p_(p) {
+  check_positive("workers", p.workers);
+  check_positive("bandwidth", p.bandwidth_bps);
+  if (!(p.alpha_s >= 0)) throw InvalidArgument("network model: ring alpha must be >= 0 s");
+}
+
+Nanos RingAllreduceNetwork::transfer(const Batch& batch, Nanos start) {
+  const CostModel c = cost_model();
+  return ring_.reserve(start, seconds_to_ns(c.alpha_s + c.beta_s_per_byte * batch_bytes(batch)));
+}
+
+double RingAllreduceNetwork::comm_lower_bound_s(uint64_t bytes) const {
+  return cost_model().beta_s_per_byte * bytes;
+}
+
+CostModel RingAllreduceNetwork::cost_model() const {
+  const double w = p_.workers;
+  if (p_.workers == 1) return {0, 0};  // nothing to exchange
+  return {2 * (w - 1) * p_.alpha_s, 2 * (w - 1) / w * 8.0 / p_.bandwidth_bps};
+}
+
+std::string RingAllreduceNetwork::describe() const {
+  std::ostringstream s;
+  s << "ring all-reduce " << p_.workers << " workers x " << gbit(p_.bandwidth_bps) << ", alpha "
+    << p_.alpha_s * 1e6 << " us";
+  return s.str();
+}
+
+}  // namespace commsched::sim

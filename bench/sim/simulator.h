@@ -1,0 +1,54 @@
+// Discrete-event simulation of data-parallel training iterations driving a real commsched::Policy with simulated time.
+//
+// Compute (one stream per worker): forward layer 0..L-1, then backward L-1..0. When a layer's backward ends its tensors
+// are submitted as tasks (priority = position in forward order), split with commsched::partition_ranges when the policy
+// splits tasks; after layer 0 the policy is told backward_done. The next iteration's forward of layer i waits until
+// every tensor of layer i from the previous iteration has finished communicating: that wait is what priority scheduling
+// shortens. Communication: each Batch the policy dispatches goes through a NetworkModel, which says when it completes.
+// Workers are symmetric, so one representative worker is simulated (see network.h); the cost is independent of W.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/sim/network.h"
+#include "bench/sim/profile.h"
+#include "scheduler/policy.h"
+
+namespace commsched::sim {
+
+struct SimOptions {
+  int iterations = 6;                  // simulated iterations
+  int warmup = 1;                      // leading iterations left out of the mean (MG-WFBP learns in the first)
+  uint64_t partition_bytes = 4 << 20;  // used when the policy splits tasks; 0: whole tensors
+  bool record_timeline = false;        // keep compute and communication spans (for plots)
+};
+
+struct Span {
+  enum class Lane { forward, backward, comm };
+  Lane lane;
+  int iteration;
+  Nanos start;
+  Nanos end;
+  int32_t first_priority;  // forward/backward: the layer; comm: the most urgent priority in the batch
+  int32_t last_priority;
+  uint64_t bytes;
+  uint32_t parts;
+};
+
+struct SimResult {
+  std::string policy;
+  double iteration_s = 0;             // steady-state mean over iterations warmup..iterations-1
+  std::vector<double> iteration_start_s;  // start of each iteration's forward, plus one past the last
+  double compute_s = 0;               // forward + backward per iteration
+  double comm_bound_s = 0;            // network-only bound for the model's bytes
+  double lower_bound_s = 0;           // max(compute, comm bound)
+  uint64_t batches = 0;               // messages over the whole run
+  std::vector<Span> spans;            // when SimOptions::record_timeline
+};
+
+// Runs one simulation. The policy must be fresh (never told an event); the network is reset first.
+SimResult simulate(const ModelProfile& model, NetworkModel& network, Policy& policy, const SimOptions& options);
+
+}  // namespace commsched::sim

@@ -1,0 +1,82 @@
+#include "bench/sim/grid.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "bench/sim/report.h"
+#include "tests/unit/sim/sim_test_util.h"
+
+namespace commsched::sim {
+namespace {
+
+GridSpec small_spec() {
+  GridSpec s;
+  s.models = {testing::vgg_like()};
+  s.bandwidths_bps = {5e9, 50e9};
+  s.partitions = {1 << 20, 4 << 20};
+  s.credit_multipliers = {1, 4};
+  s.small_tensor_bytes = {0};
+  return s;
+}
+
+TEST(Grid, ReportsEveryCellWithSpeedupsOverWfbp) {
+  const GridSpec spec = small_spec();
+  const auto cells = run_grid(spec);
+  ASSERT_EQ(cells.size(), 2 * spec.policies.size());
+  for (const CellResult& c : cells) {
+    EXPECT_GT(c.iteration_s, 0);
+    EXPECT_GE(c.iteration_s, c.lower_bound_s * (1 - 1e-9)) << c.policy;
+    if (c.policy == "wfbp") {
+      EXPECT_DOUBLE_EQ(c.speedup_vs_wfbp, 1.0);
+    }
+    if (c.policy == "bytescheduler") {
+      EXPECT_NE(c.knobs.find("partition"), std::string::npos);
+    }
+  }
+}
+
+TEST(Grid, BytescheduluerIsTheBestOfItsKnobGrid) {
+  GridSpec spec = small_spec();
+  const CellResult best = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler);
+  spec.partitions = {4 << 20};
+  spec.credit_multipliers = {1};
+  const CellResult one = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler);
+  EXPECT_LE(best.iteration_s, one.iteration_s);
+}
+
+TEST(Grid, WritersProduceTablesAndTimelines) {
+  const GridSpec spec = small_spec();
+  const auto cells = run_grid(spec);
+  std::ostringstream csv, md, tl;
+  write_csv(csv, cells);
+  write_markdown(md, cells, "t");
+  const std::string csv_text = csv.str();
+  EXPECT_EQ(std::count(csv_text.begin(), csv_text.end(), '\n'), long(cells.size() + 1));
+  EXPECT_NE(md.str().find("| 5 Gbit/s | 8 |"), std::string::npos) << md.str();
+  const auto timelines = run_timelines(spec, spec.models[0], 5e9, 8, cells);
+  ASSERT_EQ(timelines.size(), spec.policies.size());
+  for (const auto& t : timelines) EXPECT_FALSE(t.spans.empty()) << t.policy;
+  write_timelines(tl, "vgg-like", 5e9, 8, timelines);
+  EXPECT_NE(tl.str().find("\"lane\":\"comm\""), std::string::npos);
+}
+
+TEST(Grid, TargetCheckComparesWithTheBestBaseline) {
+  std::vector<CellResult> cell(3);
+  cell[0].policy = "bytescheduler";
+  cell[0].iteration_s = 1.0;
+  cell[0].lower_bound_s = 0.95;
+  cell[1].policy = "wfbp";
+  cell[1].iteration_s = 1.5;
+  cell[2].policy = "bsp";
+  cell[2].iteration_s = 0.99;
+  const TargetCheck t = check_targets(cell);
+  ASSERT_TRUE(t.have);
+  EXPECT_EQ(t.best_baseline, "bsp");
+  EXPECT_DOUBLE_EQ(t.vs_best_baseline, 0.99);
+  EXPECT_NEAR(t.vs_lower_bound, 1.0 / 0.95, 1e-12);
+}
+
+}  // namespace
+}  // namespace commsched::sim

@@ -1,0 +1,150 @@
+#include "bench/sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include "bench/sim/sim_policy.h"
+#include "scheduler/fifo_policy.h"
+#include "scheduler/priority_credit_policy.h"
+#include "tests/unit/sim/sim_test_util.h"
+
+namespace commsched::sim {
+namespace {
+
+using testing::kMs;
+
+SimResult run(const ModelProfile& m, NetworkModel& net, PolicyKind kind, uint64_t partition = 4 << 20,
+              uint64_t credit = 4 << 20, bool timeline = false) {
+  EngineConfig c;
+  c.policy = kind;
+  c.knobs = {partition, credit};
+  auto policy = make_sim_policy(c, net);
+  SimOptions o;
+  o.partition_bytes = partition;
+  o.record_timeline = timeline;
+  return simulate(m, net, *policy, o);
+}
+
+TEST(Simulator, OneTensorOnARingTakesComputePlusOneAllreduce) {
+  const auto m = testing::one_tensor(8'000'000, 2 * kMs, 4 * kMs);
+  RingAllreduceNetwork net({4, 8e9, 1e-6});  // 1 byte/ns
+  FifoPolicy wfbp;
+  const SimResult r = simulate(m, net, wfbp, SimOptions{});
+  // Nothing overlaps: forward, backward, then 1.5 * 8 ms + 6 us of all-reduce before the next forward may start.
+  EXPECT_NEAR(r.iteration_s, 6e-3 + 12e-3 + 6e-6, 1e-9);
+  EXPECT_NEAR(r.compute_s, 6e-3, 1e-12);
+  EXPECT_NEAR(r.lower_bound_s, 12e-3, 1e-12);
+  ASSERT_EQ(r.iteration_start_s.size(), 7u);
+  EXPECT_DOUBLE_EQ(r.iteration_start_s[0], 0.0);
+}
+
+TEST(Simulator, OneTensorOverThePsTakesComputePlusPushAndPull) {
+  const auto m = testing::one_tensor(1'250'000, kMs, 2 * kMs);
+  PsNetwork net({8, 8, 10e9, 10e9, 20e-6});
+  FifoPolicy wfbp;
+  const SimResult r = simulate(m, net, wfbp, SimOptions{});
+  EXPECT_NEAR(r.iteration_s, 3e-3 + 2 * (1e-3 + 20e-6), 1e-9);
+}
+
+TEST(Simulator, NoPolicyBeatsTheLowerBound) {
+  const auto m = testing::vgg_like();
+  const PolicyKind kinds[] = {PolicyKind::bytescheduler, PolicyKind::wfbp, PolicyKind::bsp, PolicyKind::fusion,
+                              PolicyKind::mgwfbp};
+  for (double bw : {1e9, 10e9, 100e9})
+    for (PolicyKind k : kinds) {
+      PsNetwork ps({8, 8, bw, bw, 25e-6});
+      RingAllreduceNetwork ring({8, bw, 5e-6});
+      for (NetworkModel* net : {static_cast<NetworkModel*>(&ps), static_cast<NetworkModel*>(&ring)}) {
+        const SimResult r = run(m, *net, k, 1 << 20, 4 << 20);
+        EXPECT_GE(r.iteration_s, r.lower_bound_s * (1 - 1e-9)) << policy_name(k) << " " << net->describe();
+      }
+    }
+}
+
+TEST(Simulator, PriorityBeatsFifoOnVggLikeModelAtLowBandwidth) {
+  const auto m = testing::vgg_like();
+  PsNetwork net({8, 8, 10e9, 10e9, 25e-6});
+  const SimResult fifo = run(m, net, PolicyKind::wfbp);
+  const SimResult prio = run(m, net, PolicyKind::bytescheduler, 1 << 20, 2 << 20);
+  EXPECT_LT(prio.iteration_s, 0.9 * fifo.iteration_s) << "fifo " << fifo.iteration_s << " prio " << prio.iteration_s;
+  EXPECT_GT(prio.batches, fifo.batches) << "partitioning should produce more messages";
+}
+
+TEST(Simulator, BspCommunicatesOnlyAfterBackward) {
+  const auto m = testing::vgg_like();
+  RingAllreduceNetwork net({8, 10e9, 0});
+  const SimResult bsp = run(m, net, PolicyKind::bsp, 4 << 20, 4 << 20, /*timeline=*/true);
+  std::vector<Nanos> backward_end(6, 0);
+  for (const Span& s : bsp.spans)
+    if (s.lane == Span::Lane::backward) backward_end[s.iteration] = std::max(backward_end[s.iteration], s.end);
+  size_t comm = 0;
+  for (const Span& s : bsp.spans)
+    if (s.lane == Span::Lane::comm) {
+      EXPECT_GE(s.start, backward_end[s.iteration]) << "iteration " << s.iteration;
+      ++comm;
+    }
+  EXPECT_EQ(comm, 6 * m.tensors.size());
+  // Only the next forward overlaps the communication (layer 0's tensors go first), never backward.
+  EXPECT_LE(bsp.iteration_s, bsp.compute_s + bsp.comm_bound_s + 1e-6);
+}
+
+TEST(Simulator, MgWfbpMergesWhenLatencyDominates) {
+  const auto m = testing::vgg_like();
+  RingAllreduceNetwork net({64, 100e9, 200e-6});  // 25 ms per message
+  const SimResult mg = run(m, net, PolicyKind::mgwfbp);
+  const SimResult wfbp = run(m, net, PolicyKind::wfbp);
+  EXPECT_LT(mg.batches, wfbp.batches);
+  EXPECT_LT(mg.iteration_s, wfbp.iteration_s);
+}
+
+TEST(Simulator, FusionSendsFewerMessagesThanTensors) {
+  const auto m = testing::vgg_like();
+  PsNetwork net({8, 8, 10e9, 10e9, 25e-6});
+  const SimResult fusion = run(m, net, PolicyKind::fusion);
+  const SimResult wfbp = run(m, net, PolicyKind::wfbp);
+  EXPECT_LT(fusion.batches, wfbp.batches);
+}
+
+TEST(Simulator, IsDeterministic) {
+  const auto m = testing::vgg_like();
+  PsNetwork net({8, 8, 5e9, 5e9, 25e-6});
+  const SimResult a = run(m, net, PolicyKind::bytescheduler, 1 << 20, 2 << 20);
+  const SimResult b = run(m, net, PolicyKind::bytescheduler, 1 << 20, 2 << 20);
+  EXPECT_EQ(a.iteration_start_s, b.iteration_start_s);
+  EXPECT_EQ(a.batches, b.batches);
+}
+
+TEST(Simulator, RecordsSpansOfEveryLane) {
+  const auto m = testing::vgg_like();
+  PsNetwork net({8, 8, 10e9, 10e9, 25e-6});
+  const SimResult r = run(m, net, PolicyKind::bytescheduler, 1 << 20, 2 << 20, /*timeline=*/true);
+  size_t comm = 0, fwd = 0, bwd = 0;
+  for (const Span& s : r.spans) {
+    EXPECT_LE(s.start, s.end);
+    comm += s.lane == Span::Lane::comm;
+    fwd += s.lane == Span::Lane::forward;
+    bwd += s.lane == Span::Lane::backward;
+  }
+  EXPECT_EQ(fwd, 6 * m.layers.size());
+  EXPECT_EQ(bwd, 6 * m.layers.size());
+  EXPECT_EQ(comm, r.batches);
+}
+
+TEST(Simulator, ManyWorkersCostTheSameToSimulate) {
+  // The representative-worker model: 256 workers is a parameter, not 256 simulated processes.
+  const auto m = testing::vgg_like();
+  PsNetwork net({256, 256, 25e9, 25e9, 25e-6});
+  const SimResult r = run(m, net, PolicyKind::bytescheduler, 1 << 20, 4 << 20);
+  EXPECT_GE(r.iteration_s, r.lower_bound_s);
+}
+
+TEST(Simulator, RejectsBadOptions) {
+  const auto m = testing::one_tensor(4, 1, 1);
+  RingAllreduceNetwork net({2, 1e9, 0});
+  FifoPolicy p;
+  SimOptions o;
+  o.warmup = o.iterations;
+  EXPECT_THROW(simulate(m, net, p, o), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace commsched::sim
