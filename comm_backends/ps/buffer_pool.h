@@ -1,0 +1,33 @@
+// Pool of aligned byte buffers in power-of-two size classes, so the server's per-round accumulators and sums reuse
+// memory instead of growing: after the first rounds, allocated_bytes() stays flat. Thread-safe (buffers are released
+// from the transport's threads once a zero-copy send is done).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace commsched::ps {
+
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  static std::shared_ptr<BufferPool> create() { return std::shared_ptr<BufferPool>(new BufferPool()); }
+  ~BufferPool();
+  // A buffer of at least `bytes` bytes (64-byte aligned); returns to the pool when the last copy dies.
+  std::shared_ptr<std::byte> acquire(size_t bytes);
+  // Bytes the pool has obtained from the system (in use + idle).
+  uint64_t allocated_bytes() const;
+  uint64_t idle_buffers() const;
+
+ private:
+  BufferPool() = default;
+  void give_back(std::byte* p, size_t cls);
+  mutable std::mutex mu_;
+  std::map<size_t, std::vector<std::byte*>> idle_;  // size class -> idle buffers
+  uint64_t allocated_ = 0;
+};
+
+}  // namespace commsched::ps

@@ -1,0 +1,85 @@
+// Parameter-server wire protocol: a fixed, versioned 80-byte header frame followed (for data messages) by one payload
+// frame. Pure byte manipulation; no transport header is included here, so ZeroMQ and RDMA share it.
+//
+// Layout (little-endian):
+//   0 magic u32 'CSPS' | 4 version u16 | 6 type u8 | 7 dtype u8 | 8 sender_role u8 | 9 flags u8 | 10 reserved u16 (0)
+//  12 sender_rank u32  | 16 key u64   | 24 offset u64 | 32 length u64 | 40 tensor_bytes u64 | 48 iteration u64
+//  56 round u64        | 64 request_id u64 | 72 aux u32 | 76 reserved u32 (0)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "scheduler/types.h"
+
+namespace commsched::ps {
+
+inline constexpr uint32_t kMagic = 0x53505343;  // "CSPS" read as little-endian bytes
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kHeaderBytes = 80;
+
+enum class MsgType : uint8_t {
+  hello = 1,         // rendezvous/introduction: sender_role, sender_rank; payload: endpoint text (servers) or empty
+  peers = 2,         // root -> worker: payload = newline-separated server endpoints, aux = number of servers
+  assign_req = 3,    // worker -> root: which server owns (key, offset)? length = partition bytes (load estimate)
+  assign_rep = 4,    // root -> worker: aux = owning server rank
+  push_pull = 5,     // worker -> server: payload = this worker's partition; answered by sum
+  sum = 6,           // server -> worker: payload = sum over all workers
+  bcast = 7,         // worker -> server: broadcast; payload from the root worker (aux = root rank), empty otherwise
+  bcast_data = 8,    // server -> worker: payload = root's data (empty ack for the root itself)
+  ping = 9,          // heartbeat; both ends of every connection send one each tick, any message counts as life
+  error = 10,        // payload = text; request_id names the failed request (0: the whole connection)
+  peer_lost = 11,    // payload = text naming the lost peer; the receiver fails everything
+  bye = 12,          // clean departure; the peer's later disconnection is not a failure
+};
+inline constexpr uint8_t kMaxMsgType = 12;
+std::string_view msg_type_name(MsgType t);
+
+enum class PeerRole : uint8_t { worker = 0, server = 1, tool = 2 };
+std::string peer_name(PeerRole role, uint32_t rank);  // "worker 3", "server 1"
+
+struct Header {
+  MsgType type = MsgType::ping;
+  DType dtype = DType::f32;
+  PeerRole sender_role = PeerRole::worker;
+  uint8_t flags = 0;
+  uint32_t sender_rank = 0;
+  uint64_t key = 0;
+  uint64_t offset = 0;         // bytes from the start of the tensor (data messages)
+  uint64_t length = 0;         // bytes of the range (data messages); must equal the payload frame's size when present
+  uint64_t tensor_bytes = 0;   // whole tensor's bytes, to catch workers disagreeing on a tensor's size
+  uint64_t iteration = 0;
+  uint64_t round = 0;          // per-key submission counter: pushes of the same round are summed together
+  uint64_t request_id = 0;     // worker-chosen; echoed in the answer
+  uint32_t aux = 0;            // per-type extra (owning server, broadcast root, number of servers)
+};
+
+// Whether messages of this type carry a payload frame whose size must equal header.length.
+bool carries_data(MsgType t);
+// Whether messages of this type may carry a payload frame at all (text, data).
+bool allows_payload(MsgType t);
+
+void encode_header(const Header& h, std::span<std::byte, kHeaderBytes> out);
+
+struct DecodeLimits {
+  uint64_t max_payload_bytes = 1ull << 32;  // largest acceptable data range
+};
+
+struct Decoded {
+  std::optional<Header> header;
+  std::string error;  // set when header is empty: what was wrong, with the offending value
+};
+
+// Validates every field of a header frame and its payload frame size (nullopt: no payload frame).
+// Never reads outside `frame`; never throws on bad input.
+Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> payload_bytes,
+                      const DecodeLimits& limits = {});
+
+// Text payloads (errors, endpoints) are bounded so a bad peer cannot make us allocate much.
+inline constexpr size_t kMaxTextPayload = 64 * 1024;
+
+}  // namespace commsched::ps

@@ -1,0 +1,351 @@
+#include "comm_backends/ps/ps_backend.h"
+
+#include <cstring>
+#include <sstream>
+#include <utility>
+
+#include "comm_backends/ps/messaging.h"
+
+namespace commsched {
+namespace {
+using namespace ps;
+using std::chrono::duration;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  for (std::string line; std::getline(is, line);)
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+}  // namespace
+
+PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cfg_(cfg) {
+  env_.validate();
+  cfg_.validate(env_.timeout_s);
+  if (env_.role != Role::worker) throw InvalidArgument("PsBackend needs COMMSCHED_ROLE=worker");
+  if (env_.num_servers < 1) throw InvalidArgument("COMMSCHED_NUM_SERVERS must be at least 1 for the parameter server");
+  TransportOptions opts;
+  opts.emulate_rate_bps = cfg_.emulate_rate_bps;
+  opts.max_message_bytes = cfg_.max_message_bytes + 4096;
+  opts.io_threads = cfg_.io_threads;
+  transport_ = make_zmq_transport(opts);
+  const auto n = static_cast<size_t>(env_.num_servers);
+  server_peer_.assign(n, 0);
+  heard_.assign(n, Clock::time_point{});
+  server_bye_.assign(n, false);
+  server_peer_[0] = transport_->connect("tcp://" + env_.root_addr + ":" + std::to_string(env_.root_port));
+  send_msg(*transport_, server_peer_[0], header(MsgType::hello));
+  started_ = Clock::now();
+  io_ = std::thread([this] { io_main(); });
+  std::unique_lock lock(mu_);
+  state_cv_.wait(lock, [&] { return state_ != State::connecting; });
+  if (state_ != State::ready) {
+    const std::string why = failure_.message;
+    lock.unlock();
+    io_.join();
+    throw std::runtime_error("parameter-server rendezvous at " + env_.root_addr + ":" + std::to_string(env_.root_port) +
+                             " failed for worker " + std::to_string(env_.rank) + ": " + why);
+  }
+}
+
+PsBackend::~PsBackend() { shutdown(); }
+
+bool PsBackend::supports(Op op, Device device) const {
+  return device == Device::cpu && (op == Op::push_pull || op == Op::broadcast);
+}
+
+void PsBackend::start(std::vector<PartitionView> batch, BatchDone done) {
+  Status refused;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ == State::ready && !stopping_) {
+      queue_.emplace_back(std::move(batch), std::move(done));
+    } else {
+      refused = state_ == State::failed ? failure_ : Status::Error("ps backend is shut down", Status::Code::cancelled);
+    }
+  }
+  if (refused.ok()) transport_->wake();
+  else if (done) done(refused);
+}
+
+void PsBackend::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  if (transport_) transport_->wake();
+  if (io_.joinable() && io_.get_id() != std::this_thread::get_id()) io_.join();
+}
+
+Header PsBackend::header(MsgType t) const {
+  Header h;
+  h.type = t;
+  h.sender_role = PeerRole::worker;
+  h.sender_rank = static_cast<uint32_t>(env_.rank);
+  return h;
+}
+
+std::string PsBackend::server_name(int s) const {
+  const std::string addr = server_peer_[static_cast<size_t>(s)] ? transport_->describe(server_peer_[static_cast<size_t>(s)]) : "";
+  return peer_name(PeerRole::server, static_cast<uint32_t>(s)) + (addr.empty() ? "" : " (" + addr + ")");
+}
+
+int PsBackend::server_of(PeerId peer) const {
+  for (size_t s = 0; s < server_peer_.size(); ++s)
+    if (server_peer_[s] == peer) return static_cast<int>(s);
+  return -1;
+}
+
+void PsBackend::io_main() {
+  const auto hb = duration_cast<milliseconds>(duration<double>(cfg_.heartbeat_s));
+  auto next_tick = Clock::now();
+  for (;;) {
+    State st;
+    bool stop;
+    {
+      std::lock_guard lock(mu_);
+      st = state_;
+      stop = stopping_;
+    }
+    if (st == State::failed) return;
+    if (stop) return finish_stopped();
+    const auto now = Clock::now();
+    const auto wait = next_tick > now ? duration_cast<milliseconds>(next_tick - now) : milliseconds(0);
+    try {
+      if (auto in = transport_->receive(wait)) handle(*in);
+      if (st == State::ready) dispatch_queued();
+      if (Clock::now() >= next_tick) {
+        tick();
+        next_tick = Clock::now() + hb;
+      }
+    } catch (const std::exception& e) {
+      fail_all(Status::Error(std::string("ps worker I/O failed: ") + e.what()));
+    }
+  }
+}
+
+void PsBackend::handle(Incoming& in) {
+  const int s = server_of(in.peer);
+  if (s < 0 || in.kind == Incoming::Kind::dropped) return;
+  if (in.kind == Incoming::Kind::disconnected) {
+    if (!server_bye_[static_cast<size_t>(s)]) server_lost(s, "connection closed");
+    return;
+  }
+  std::optional<uint64_t> psize;
+  if (in.payload) psize = in.payload->bytes().size();
+  Decoded d = decode_header(in.header, psize, DecodeLimits{cfg_.max_message_bytes});
+  if (!d.header || in.extra_frames)
+    return fail_all(Status::Error(server_name(s) + " sent a malformed message: " +
+                                  (d.header ? std::string("extra frames") : d.error)));
+  heard_[static_cast<size_t>(s)] = Clock::now();
+  on_message(s, *d.header, std::move(in.payload));
+}
+
+void PsBackend::on_message(int server, const Header& h, std::unique_ptr<Payload> payload) {
+  switch (h.type) {
+    case MsgType::ping: return;
+    case MsgType::bye: server_bye_[static_cast<size_t>(server)] = true; return;
+    case MsgType::peers: return on_peers(h, payload_text(payload.get()));
+    case MsgType::assign_rep: return on_assignment(h);
+    case MsgType::peer_lost:
+      return fail_all(Status::Error(payload_text(payload.get()) + " (reported by " + server_name(server) + ")",
+                                    Status::Code::peer_lost));
+    case MsgType::error:
+      if (h.request_id == 0) return fail_all(Status::Error(payload_text(payload.get())));
+      [[fallthrough]];
+    case MsgType::sum:
+    case MsgType::bcast_data: return on_answer(server, h, std::move(payload));
+    default:
+      return fail_all(Status::Error(server_name(server) + " sent an unexpected " +
+                                    std::string(msg_type_name(h.type)) + " message"));
+  }
+}
+
+void PsBackend::on_peers(const Header& h, const std::string& text) {
+  const auto endpoints = split_lines(text);
+  if (h.aux != static_cast<uint32_t>(env_.num_servers) || endpoints.size() + 1 != server_peer_.size())
+    return fail_all(Status::Error("the root has " + std::to_string(h.aux) + " servers (" +
+                                  std::to_string(endpoints.size() + 1) + " endpoints) but COMMSCHED_NUM_SERVERS=" +
+                                  std::to_string(env_.num_servers)));
+  for (size_t s = 1; s < server_peer_.size(); ++s) {
+    server_peer_[s] = transport_->connect(endpoints[s - 1]);
+    heard_[s] = Clock::now();
+    send_msg(*transport_, server_peer_[s], header(MsgType::hello));
+  }
+  std::lock_guard lock(mu_);
+  state_ = State::ready;
+  state_cv_.notify_all();
+}
+
+void PsBackend::dispatch_queued() {
+  std::deque<std::pair<std::vector<PartitionView>, BatchDone>> todo;
+  {
+    std::lock_guard lock(mu_);
+    todo.swap(queue_);
+  }
+  for (auto& [batch, done] : todo) dispatch(batch, done);
+}
+
+void PsBackend::dispatch(std::vector<PartitionView>& batch, BatchDone& done) {
+  std::string bad;
+  for (const PartitionView& p : batch) {
+    if (!p.task || p.bytes == 0) bad = "empty partition";
+    else if (!supports(p.task->op, p.task->buffer.device))
+      bad = "task '" + p.task->name + "': ps backend supports push_pull and broadcast on cpu buffers only";
+  }
+  if (batch.empty() || !bad.empty()) {
+    if (done) done(Status::Error(bad.empty() ? "empty batch" : bad, Status::Code::invalid));
+    return;
+  }
+  auto state = std::make_shared<BatchState>(BatchState{std::move(done), batch.size(), Status::Ok()});
+  for (const PartitionView& p : batch) {
+    const uint64_t id = next_request_++;
+    inflight_.emplace(id, Request{state, p});
+    const std::pair<uint64_t, uint64_t> where{p.task->key, p.offset};
+    if (env_.num_servers == 1) {
+      send_request(id, 0);
+    } else if (auto it = owner_.find(where); it != owner_.end()) {
+      send_request(id, it->second);
+    } else {
+      auto& waiting = parked_[where];
+      if (waiting.empty()) {  // first to need this owner: ask the root's Sharder
+        Header h = header(MsgType::assign_req);
+        h.key = p.task->key;
+        h.offset = p.offset;
+        h.length = p.bytes;
+        send_msg(*transport_, server_peer_[0], h);
+      }
+      waiting.push_back(id);
+    }
+  }
+}
+
+void PsBackend::on_assignment(const Header& h) {
+  if (h.aux >= server_peer_.size())
+    return fail_all(Status::Error("root assigned key " + std::to_string(h.key) + " to unknown server " +
+                                  std::to_string(h.aux)));
+  const std::pair<uint64_t, uint64_t> where{h.key, h.offset};
+  owner_[where] = static_cast<int>(h.aux);
+  auto it = parked_.find(where);
+  if (it == parked_.end()) return;
+  for (uint64_t id : it->second) send_request(id, static_cast<int>(h.aux));
+  parked_.erase(it);
+}
+
+void PsBackend::send_request(uint64_t id, int server) {
+  const Request& r = inflight_.at(id);
+  const TaskDesc& t = *r.part.task;
+  const bool bcast = t.op == Op::broadcast;
+  Header h = header(bcast ? MsgType::bcast : MsgType::push_pull);
+  h.dtype = t.dtype;
+  h.key = t.key;
+  h.offset = r.part.offset;
+  h.length = r.part.bytes;
+  h.tensor_bytes = t.bytes();
+  h.iteration = t.iteration;
+  h.round = t.round;
+  h.request_id = id;
+  h.aux = bcast ? static_cast<uint32_t>(t.root) : 0;
+  OutPayload p;
+  if (!bcast || t.root == env_.rank) p = OutPayload{r.part.data(), r.part.bytes, {}};  // zero-copy from the tensor
+  send_msg(*transport_, server_peer_[static_cast<size_t>(server)], h, std::move(p));
+}
+
+void PsBackend::on_answer(int server, const Header& h, std::unique_ptr<Payload> payload) {
+  auto it = inflight_.find(h.request_id);
+  if (it == inflight_.end())
+    return fail_all(Status::Error(server_name(server) + " answered unknown request " + std::to_string(h.request_id)));
+  const PartitionView& p = it->second.part;
+  if (h.type == MsgType::error)
+    return complete(h.request_id, Status::Error(payload_text(payload.get()) + " (from " + server_name(server) + ")",
+                                                Status::Code::invalid));
+  if (h.key != p.task->key || h.offset != p.offset || h.length != p.bytes)
+    return fail_all(Status::Error(server_name(server) + " answered request " + std::to_string(h.request_id) +
+                                  " with the wrong range for key " + std::to_string(h.key)));
+  if (payload && !payload->bytes().empty()) std::memcpy(p.data(), payload->bytes().data(), p.bytes);
+  complete(h.request_id, Status::Ok());
+}
+
+void PsBackend::complete(uint64_t id, const Status& st) {
+  auto it = inflight_.find(id);
+  auto batch = std::move(it->second.batch);
+  inflight_.erase(it);
+  if (!st.ok() && batch->status.ok()) batch->status = st;
+  if (--batch->remaining == 0 && batch->done) batch->done(batch->status);
+}
+
+void PsBackend::tick() {
+  const auto now = Clock::now();
+  State st;
+  {
+    std::lock_guard lock(mu_);
+    st = state_;
+  }
+  if (st == State::connecting && now - started_ > duration<double>(cfg_.rendezvous_timeout_s))
+    return fail_all(Status::Error("no answer from the root within " + std::to_string(cfg_.rendezvous_timeout_s) + " s"));
+  for (size_t s = 0; s < server_peer_.size(); ++s) {
+    if (!server_peer_[s] || server_bye_[s]) continue;
+    if (heard_[s] != Clock::time_point{} && now - heard_[s] > duration<double>(env_.timeout_s))
+      return server_lost(static_cast<int>(s), "no message for " + std::to_string(env_.timeout_s) + " s");
+    send_msg(*transport_, server_peer_[s], header(MsgType::ping));
+  }
+}
+
+void PsBackend::server_lost(int server, const std::string& why) {
+  const std::string what = server_name(server) + " lost: " + why;
+  // Tell the other servers, so they (and through them every other worker) stop too.
+  for (size_t s = 0; s < server_peer_.size(); ++s)
+    if (static_cast<int>(s) != server && server_peer_[s] && !server_bye_[s])
+      send_text(*transport_, server_peer_[s], header(MsgType::peer_lost), what + " (noticed by worker " +
+                                                                            std::to_string(env_.rank) + ")");
+  fail_all(Status::Error(what, Status::Code::peer_lost));
+}
+
+void PsBackend::fail_all(const Status& st) {
+  std::deque<std::pair<std::vector<PartitionView>, BatchDone>> queued;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ == State::failed) return;
+    failure_ = st;
+    queued.swap(queue_);
+  }
+  // Close first: once it returns, no zero-copy send references a caller's buffer any more.
+  transport_->close(true);
+  std::vector<std::shared_ptr<BatchState>> batches;
+  for (auto& [id, r] : inflight_) batches.push_back(r.batch);
+  inflight_.clear();
+  parked_.clear();
+  {
+    std::lock_guard lock(mu_);
+    state_ = State::failed;
+    state_cv_.notify_all();
+  }
+  for (auto& b : batches)
+    if (b.use_count() > 0 && b->done) std::exchange(b->done, nullptr)(st);
+  for (auto& [batch, done] : queued)
+    if (done) done(st);
+}
+
+void PsBackend::finish_stopped() {
+  for (size_t s = 0; s < server_peer_.size(); ++s)
+    if (server_peer_[s] && !server_bye_[s]) send_msg(*transport_, server_peer_[s], header(MsgType::bye));
+  transport_->close(true);
+  const Status st = Status::Error("ps backend shut down", Status::Code::cancelled);
+  std::deque<std::pair<std::vector<PartitionView>, BatchDone>> queued;
+  {
+    std::lock_guard lock(mu_);
+    queued.swap(queue_);
+    state_ = State::stopped;
+    state_cv_.notify_all();
+  }
+  for (auto& [id, r] : inflight_)
+    if (r.batch->done) std::exchange(r.batch->done, nullptr)(st);
+  inflight_.clear();
+  for (auto& [batch, done] : queued)
+    if (done) done(st);
+}
+
+}  // namespace commsched

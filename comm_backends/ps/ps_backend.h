@@ -1,0 +1,98 @@
+// Worker side of the parameter server: a CommBackend for push_pull (push a partition, get the sum of all workers in
+// the same round trip) and broadcast (rank `root` sends, everybody receives; for initial parameters).
+//
+// One I/O thread owns the transport; start() only queues and wakes it, so it never blocks. Partitions are sent
+// zero-copy from the task's buffer and the answer is written back in place. Which server owns a partition
+// (key, offset) is asked once of the root's Sharder and cached, so every worker agrees.
+// When a server is lost (connection closed, or silent for COMMSCHED_TIMEOUT), or a server reports a lost peer, every
+// in-flight and later batch fails with Status::Code::peer_lost and a message naming the peer.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/comm_backend.h"
+#include "comm_backends/ps/protocol.h"
+#include "comm_backends/ps/ps_config.h"
+#include "comm_backends/ps/transport.h"
+
+namespace commsched {
+
+class PsBackend final : public CommBackend {
+ public:
+  // Connects to the cluster described by `env` (a worker) and waits for the rendezvous. Throws std::runtime_error
+  // naming the root and the reason when it fails or times out; InvalidArgument for a bad configuration.
+  PsBackend(const ClusterEnv& env, const PsConfig& cfg);
+  ~PsBackend() override;
+
+  std::string_view name() const override { return "ps"; }
+  int rank() const override { return env_.rank; }
+  int size() const override { return env_.num_workers; }
+  void start(std::vector<PartitionView> batch, BatchDone done) override;
+  bool supports(Op op, Device device) const override;
+  // Says goodbye to every server (so they may exit 0) and stops. Do not call from a `done` callback.
+  void shutdown() override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct BatchState {
+    BatchDone done;
+    size_t remaining = 0;
+    Status status;
+  };
+  struct Request {
+    std::shared_ptr<BatchState> batch;
+    PartitionView part;
+  };
+  enum class State { connecting, ready, failed, stopped };
+
+  void io_main();
+  void handle(ps::Incoming& in);
+  void on_message(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
+  void on_peers(const ps::Header& h, const std::string& text);
+  void on_assignment(const ps::Header& h);
+  void on_answer(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
+  void dispatch_queued();
+  void dispatch(std::vector<PartitionView>& batch, BatchDone& done);
+  void send_request(uint64_t id, int server);
+  void complete(uint64_t id, const Status& st);
+  void tick();
+  void server_lost(int server, const std::string& why);
+  void fail_all(const Status& st);
+  void finish_stopped();
+  int server_of(ps::PeerId peer) const;
+  ps::Header header(ps::MsgType t) const;
+  std::string server_name(int s) const;
+
+  ClusterEnv env_;
+  PsConfig cfg_;
+  std::unique_ptr<ps::Transport> transport_;
+
+  // Shared with callers of start()/shutdown().
+  std::mutex mu_;
+  std::condition_variable state_cv_;
+  State state_ = State::connecting;
+  bool stopping_ = false;
+  Status failure_;
+  std::deque<std::pair<std::vector<PartitionView>, BatchDone>> queue_;
+
+  // I/O thread only.
+  std::vector<ps::PeerId> server_peer_;          // by server rank
+  std::vector<Clock::time_point> heard_;         // by server rank; epoch: not yet
+  std::vector<bool> server_bye_;
+  std::unordered_map<uint64_t, Request> inflight_;
+  std::map<std::pair<uint64_t, uint64_t>, int> owner_;                   // (key, offset) -> server
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint64_t>> parked_;  // awaiting an owner
+  uint64_t next_request_ = 1;
+  Clock::time_point started_;
+  std::thread io_;
+};
+
+}  // namespace commsched

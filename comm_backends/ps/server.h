@@ -1,0 +1,82 @@
+// The parameter server process: rendezvous root (rank 0), shard assignment (rank 0), summation, liveness.
+//
+// Rendezvous (documented in README.md): server 0 binds COMMSCHED_ROOT_PORT and is the root. Servers 1..S-1 bind an
+// ephemeral port, connect to the root and say hello with their endpoint. Workers connect to the root and say hello;
+// once every server and worker has, the root sends each worker the list of server endpoints. Workers then connect to
+// every other server. Every connection carries heartbeats both ways; a lost peer stops every process.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/ps/ps_config.h"
+#include "comm_backends/ps/sharder.h"
+#include "comm_backends/ps/slot_table.h"
+#include "comm_backends/ps/transport.h"
+
+namespace commsched {
+
+// Runs a server until every worker has said goodbye (returns 0) or a peer is lost or fails (returns 1, after logging
+// an error naming the peer to stderr). Configuration errors throw InvalidArgument.
+int run_server(const ClusterEnv& env, const PsConfig& cfg);
+
+namespace ps {
+
+class Server {
+ public:
+  Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Transport> transport);
+  int run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Peer {
+    PeerRole role = PeerRole::worker;
+    uint32_t rank = 0;
+    Clock::time_point heard;
+    bool bye = false;
+  };
+
+  void setup();
+  void handle(Incoming& in);
+  void on_message(PeerId id, const Header& h, std::unique_ptr<Payload> payload);
+  Peer* register_peer(PeerId id, const Header& h);
+  void on_hello(PeerId id, const Header& h, const std::string& text);
+  void maybe_finish_rendezvous();
+  void on_assign(PeerId id, const Header& h);
+  void on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payload);
+  void send_outcome(Outcome& o);
+  void drop_peer(PeerId id, const std::string& why);
+  void tick();
+  void lose(const std::string& who_and_why, PeerId except);
+  bool all_workers_left() const;
+  Header header(MsgType t) const;
+  void log(const std::string& line) const;
+  std::string name_of(PeerId id) const;
+
+  ClusterEnv env_;
+  PsConfig cfg_;
+  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<BufferPool> pool_;
+  Summer summer_;
+  SlotTable slots_;
+  Sharder sharder_;
+  std::string endpoint_;                       // what we advertise
+  PeerId root_ = 0;                            // our connection to the root (servers >= 1)
+  std::unordered_map<PeerId, Peer> peers_;
+  std::unordered_set<PeerId> dropped_;         // foreign or malformed connections: ignored from now on
+  std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
+  std::vector<PeerId> worker_peer_;            // by rank
+  bool rendezvous_done_ = false;
+  bool failed_ = false;
+  std::string failure_;
+  Clock::time_point next_tick_;
+  std::vector<Outcome> outcomes_;
+};
+
+}  // namespace ps
+}  // namespace commsched

@@ -1,0 +1,80 @@
+// The server's summation state: one slot per (key, byte offset, round) collecting the pushes of every worker.
+// Transport-free (payloads arrive as Payload objects), so it is unit-testable without sockets.
+//
+// Streaming mode sums pushes as they arrive (first two in one pass, the rest added in place), in arrival order.
+// Deterministic mode keeps every push and sums in rank order once the last arrives: bitwise reproducible.
+// Accumulators and sums come from a BufferPool, so memory is reused across rounds; slots are erased when answered,
+// so partition boundaries may change from one round to the next.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "comm_backends/ps/buffer_pool.h"
+#include "comm_backends/ps/protocol.h"
+#include "comm_backends/ps/sum_kernels.h"
+#include "comm_backends/ps/transport.h"
+
+namespace commsched::ps {
+
+struct Waiter {
+  PeerId peer = 0;
+  uint32_t rank = 0;
+  uint64_t request_id = 0;
+  bool gets_data = true;  // false: an empty acknowledgement (the broadcast root)
+};
+
+// What to answer: `waiters` each get `reply` (type sum or bcast_data) carrying `data`, or an error carrying `error`.
+struct Outcome {
+  Header reply;
+  std::vector<Waiter> waiters;
+  std::shared_ptr<const std::byte> data;
+  std::string error;
+};
+
+class SlotTable {
+ public:
+  SlotTable(uint32_t num_workers, bool deterministic, Summer& summer, std::shared_ptr<BufferPool> pool);
+  // One push_pull or bcast message from worker `h.sender_rank`. Appends answers that became due to `out`.
+  void push(const Header& h, PeerId peer, std::unique_ptr<Payload> payload, std::vector<Outcome>& out);
+  size_t open_slots() const { return slots_.size(); }
+  const BufferPool& pool() const { return *pool_; }
+
+ private:
+  struct Key {
+    uint64_t key, offset, round;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return (k.key * 0x9e3779b97f4a7c15ull) ^ (k.offset * 0xc2b2ae3d27d4eb4full) ^ k.round;
+    }
+  };
+  struct Slot {
+    Header first;                                 // the first push: the sizes every other push must match
+    uint32_t arrived = 0;
+    std::vector<bool> seen;                       // by rank
+    std::vector<Waiter> waiters;
+    std::vector<std::shared_ptr<Payload>> held;   // deterministic: by rank; streaming: [0] until the second push
+    std::shared_ptr<std::byte> acc;               // streaming accumulator (accumulator type)
+    std::shared_ptr<Payload> bcast_data;          // the broadcast root's payload
+    std::string error;                            // set once the slot is poisoned by a mismatch
+  };
+
+  std::string mismatch(const Slot& s, const Header& h) const;
+  void accumulate(Slot& s, const Header& h, std::shared_ptr<Payload> p);
+  std::shared_ptr<const std::byte> finish_sum(Slot& s);
+  Outcome answer(Slot& s, std::vector<Waiter> waiters);
+  Outcome error_for(const Slot& s, std::vector<Waiter> waiters) const;
+
+  uint32_t num_workers_;
+  bool deterministic_;
+  Summer& summer_;
+  std::shared_ptr<BufferPool> pool_;
+  std::unordered_map<Key, Slot, KeyHash> slots_;
+};
+
+}  // namespace commsched::ps

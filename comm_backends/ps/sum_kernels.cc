@@ -1,0 +1,284 @@
+#include "comm_backends/ps/sum_kernels.h"
+
+#include <immintrin.h>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <thread>
+
+namespace commsched::ps {
+
+size_t accumulator_size(DType t) { return needs_narrowing(t) ? 4 : dtype_size(t); }
+bool needs_narrowing(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+namespace kernels {
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) bits = sign | 0x7f800000u | (man << 13);               // inf / nan
+  else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13);     // normal
+  else if (man == 0) bits = sign;                                         // zero
+  else {                                                                  // subnormal: normalise
+    int e = -1;
+    uint32_t m = man;
+    do { ++e; m <<= 1; } while (!(m & 0x400u));
+    bits = sign | ((112 - e) << 23) | ((m & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);    // rounds to inf
+  if (ax < 0x38800000u) {                                                 // subnormal or zero in f16
+    const float r = std::bit_cast<float>(ax) + 0.5f;                      // the FPU rounds to nearest even for us
+    return static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(r) - 0x3f000000u));
+  }
+  const uint32_t odd = (ax >> 13) & 1u;
+  return static_cast<uint16_t>(sign | ((ax + 0xc8000fffu + odd) >> 13));  // rebias exponent, round to nearest even
+}
+
+float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+uint16_t f32_to_bf16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // keep NaN quiet
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+namespace {
+
+#define CS_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define CS_INLINE inline __attribute__((always_inline))
+
+// ---- generic loops (same-type accumulators); vectorised by the compiler in both instantiations ----
+template <typename T>
+CS_INLINE void add2_same(T* __restrict acc, const T* __restrict a, const T* __restrict b, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] = a[i] + b[i];
+}
+template <typename T>
+CS_INLINE void add_same(T* __restrict acc, const T* __restrict b, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] += b[i];
+}
+
+// ---- half types: widen to f32 (bf16 is a shift; f16 uses F16C in the AVX2 path) ----
+CS_AVX2 CS_INLINE __m256 load_bf16x8(const uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+CS_AVX2 CS_INLINE __m256 load_f16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+CS_AVX2 CS_INLINE void store_f16x8(uint16_t* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+CS_AVX2 CS_INLINE void store_bf16x8(uint16_t* p, __m256 v) {
+  // Round to nearest even in integer arithmetic; NaNs are quieted by the scalar tail only, so handle them here too.
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  const __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+  r = _mm256_blendv_epi8(r, qnan, nan);
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+}
+
+template <bool kF16>
+CS_AVX2 CS_INLINE __m256 load_half8(const uint16_t* p) {
+  if constexpr (kF16) return load_f16x8(p);
+  else return load_bf16x8(p);
+}
+template <bool kF16>
+CS_INLINE float half_to32(uint16_t h) {
+  if constexpr (kF16) return f16_to_f32(h);
+  else return bf16_to_f32(h);
+}
+
+template <bool kF16>
+CS_AVX2 void half_op_avx2(int op, float* acc, const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
+#define load load_half8<kF16>
+#define to32 half_to32<kF16>
+  size_t i = 0;
+  switch (op) {
+    case 0:  // widen
+      for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, load(a + i));
+      for (; i < n; ++i) acc[i] = to32(a[i]);
+      break;
+    case 1:  // add2
+      for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_add_ps(load(a + i), load(b + i)));
+      for (; i < n; ++i) acc[i] = to32(a[i]) + to32(b[i]);
+      break;
+    case 2:  // add
+      for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), load(b + i)));
+      for (; i < n; ++i) acc[i] += to32(b[i]);
+      break;
+    default:  // narrow
+      for (; i + 8 <= n; i += 8) {
+        if constexpr (kF16) store_f16x8(out + i, _mm256_loadu_ps(acc + i));
+        else store_bf16x8(out + i, _mm256_loadu_ps(acc + i));
+      }
+      for (; i < n; ++i) out[i] = kF16 ? f32_to_f16(acc[i]) : f32_to_bf16(acc[i]);
+  }
+#undef load
+#undef to32
+}
+
+template <bool kF16>
+void half_op_scalar(int op, float* acc, const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
+  auto to32 = [](uint16_t h) { return kF16 ? f16_to_f32(h) : bf16_to_f32(h); };
+  for (size_t i = 0; i < n; ++i) {
+    switch (op) {
+      case 0: acc[i] = to32(a[i]); break;
+      case 1: acc[i] = to32(a[i]) + to32(b[i]); break;
+      case 2: acc[i] += to32(b[i]); break;
+      default: out[i] = kF16 ? f32_to_f16(acc[i]) : f32_to_bf16(acc[i]);
+    }
+  }
+}
+
+template <typename T>
+CS_AVX2 void same_op_avx2(int op, T* acc, const T* a, const T* b, size_t n) {
+  if (op == 1) add2_same(acc, a, b, n);
+  else add_same(acc, b, n);
+}
+template <typename T>
+void same_op_scalar(int op, T* acc, const T* a, const T* b, size_t n) {
+  if (op == 1) add2_same(acc, a, b, n);
+  else add_same(acc, b, n);
+}
+
+bool cpu_has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+                          __builtin_cpu_supports("fma");
+  return yes;
+}
+
+// op: 0 widen, 1 add2, 2 add, 3 narrow.
+void dispatch(int op, DType t, void* acc, const void* a, const void* b, void* out, size_t n) {
+  const bool avx = cpu_has_avx2();
+  if (t == DType::f16 || t == DType::bf16) {
+    auto* f = static_cast<float*>(acc);
+    auto* ha = static_cast<const uint16_t*>(a);
+    auto* hb = static_cast<const uint16_t*>(b);
+    auto* ho = static_cast<uint16_t*>(out);
+    if (t == DType::f16) avx ? half_op_avx2<true>(op, f, ha, hb, ho, n) : half_op_scalar<true>(op, f, ha, hb, ho, n);
+    else avx ? half_op_avx2<false>(op, f, ha, hb, ho, n) : half_op_scalar<false>(op, f, ha, hb, ho, n);
+    return;
+  }
+  auto go = [&]<typename T>(T*) {
+    auto* x = static_cast<T*>(acc);
+    auto* y = static_cast<const T*>(a);
+    auto* z = static_cast<const T*>(b);
+    avx ? same_op_avx2<T>(op, x, y, z, n) : same_op_scalar<T>(op, x, y, z, n);
+  };
+  switch (t) {
+    case DType::f32: go(static_cast<float*>(nullptr)); break;
+    case DType::f64: go(static_cast<double*>(nullptr)); break;
+    case DType::i32: go(static_cast<int32_t*>(nullptr)); break;
+    case DType::i64: go(static_cast<int64_t*>(nullptr)); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void widen(DType t, void* acc, const void* a, size_t n) {
+  if (needs_narrowing(t)) dispatch(0, t, acc, a, nullptr, nullptr, n);
+  else if (acc != a) std::memcpy(acc, a, n * dtype_size(t));
+}
+void add2(DType t, void* acc, const void* a, const void* b, size_t n) { dispatch(1, t, acc, a, b, nullptr, n); }
+void add(DType t, void* acc, const void* b, size_t n) { dispatch(2, t, acc, nullptr, b, nullptr, n); }
+void narrow(DType t, void* out, const void* acc, size_t n) {
+  if (needs_narrowing(t)) dispatch(3, t, const_cast<void*>(acc), nullptr, nullptr, out, n);
+  else if (out != acc) std::memcpy(out, acc, n * dtype_size(t));
+}
+
+void sum_ranked(DType t, void* out, std::span<const void* const> srcs, size_t n) {
+  // Blocked so the running sum stays in L1; per element the order is always s[0] + s[1] + s[2] + ...
+  constexpr size_t kBlock = 2048;
+  alignas(64) float scratch[kBlock];
+  const size_t es = dtype_size(t);
+  const bool half = needs_narrowing(t);
+  for (size_t at = 0; at < n; at += kBlock) {
+    const size_t m = std::min(kBlock, n - at);
+    auto src = [&](size_t r) { return static_cast<const std::byte*>(srcs[r]) + at * es; };
+    void* o = static_cast<std::byte*>(out) + at * es;
+    void* acc = half ? static_cast<void*>(scratch) : o;
+    if (srcs.size() == 1) widen(t, acc, src(0), m);
+    else add2(t, acc, src(0), src(1), m);
+    for (size_t r = 2; r < srcs.size(); ++r) add(t, acc, src(r), m);
+    if (half) narrow(t, o, acc, m);
+  }
+}
+
+}  // namespace kernels
+
+struct Summer::Arena {
+  tbb::task_arena arena;
+  explicit Arena(int threads) : arena(threads) {}
+};
+
+Summer::Summer(int threads, uint64_t parallel_bytes)
+    : parallel_bytes_(std::max<uint64_t>(parallel_bytes, 64 * 1024)),
+      arena_(std::make_unique<Arena>(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()))) {}
+Summer::~Summer() = default;
+
+// Splits [0, n) into chunks of about parallel_bytes_ / 2 (in data bytes) and runs fn(begin, count) on each.
+template <typename Fn>
+void Summer::run(DType t, size_t n, Fn&& fn) {
+  const size_t bytes = n * dtype_size(t);
+  if (bytes < parallel_bytes_ || arena_->arena.max_concurrency() <= 1) {
+    fn(size_t{0}, n);
+    return;
+  }
+  const size_t grain = std::max<size_t>(4096, parallel_bytes_ / 2 / dtype_size(t));
+  arena_->arena.execute([&] {
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, n, grain),
+                      [&](const tbb::blocked_range<size_t>& r) { fn(r.begin(), r.end() - r.begin()); });
+  });
+}
+
+void Summer::widen(DType t, void* acc, const void* a, size_t n) {
+  const size_t ae = accumulator_size(t), de = dtype_size(t);
+  run(t, n, [&](size_t b, size_t m) {
+    kernels::widen(t, static_cast<std::byte*>(acc) + b * ae, static_cast<const std::byte*>(a) + b * de, m);
+  });
+}
+void Summer::add2(DType t, void* acc, const void* a, const void* b2, size_t n) {
+  const size_t ae = accumulator_size(t), de = dtype_size(t);
+  run(t, n, [&](size_t b, size_t m) {
+    kernels::add2(t, static_cast<std::byte*>(acc) + b * ae, static_cast<const std::byte*>(a) + b * de,
+                  static_cast<const std::byte*>(b2) + b * de, m);
+  });
+}
+void Summer::add(DType t, void* acc, const void* b2, size_t n) {
+  const size_t ae = accumulator_size(t), de = dtype_size(t);
+  run(t, n, [&](size_t b, size_t m) {
+    kernels::add(t, static_cast<std::byte*>(acc) + b * ae, static_cast<const std::byte*>(b2) + b * de, m);
+  });
+}
+void Summer::narrow(DType t, void* out, const void* acc, size_t n) {
+  const size_t ae = accumulator_size(t), de = dtype_size(t);
+  run(t, n, [&](size_t b, size_t m) {
+    kernels::narrow(t, static_cast<std::byte*>(out) + b * de, static_cast<const std::byte*>(acc) + b * ae, m);
+  });
+}
+void Summer::sum_ranked(DType t, void* out, std::span<const void* const> srcs, size_t n) {
+  const size_t de = dtype_size(t);
+  run(t, n, [&](size_t b, size_t m) {
+    std::vector<const void*> part(srcs.size());
+    for (size_t r = 0; r < srcs.size(); ++r) part[r] = static_cast<const std::byte*>(srcs[r]) + b * de;
+    kernels::sum_ranked(t, static_cast<std::byte*>(out) + b * de, part, m);
+  });
+}
+
+}  // namespace commsched::ps

@@ -1,0 +1,79 @@
+// Transport: moves framed messages between PS processes. The protocol, server and worker code talk only to this
+// interface (no ZeroMQ header), so an RDMA verbs transport can take ZeroMQ's place.
+//
+// Threading: every call except wake() comes from one thread (the owner's I/O loop).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace commsched::ps {
+
+// Transport-assigned handle of a remote peer (a connection we made, or one that reached our bound endpoint).
+using PeerId = uint64_t;
+
+// A received payload frame. Zero-copy: the bytes live in the transport's own buffer until this object dies.
+class Payload {
+ public:
+  virtual ~Payload() = default;
+  virtual std::span<const std::byte> bytes() const = 0;
+};
+
+// A payload to send without copying. `release` runs (on any thread) once the transport will never read `data` again.
+struct OutPayload {
+  const std::byte* data = nullptr;
+  size_t size = 0;
+  std::function<void()> release;
+};
+
+struct Incoming {
+  enum class Kind {
+    message,        // header (+ optional payload) from `peer`
+    disconnected,   // `peer` went away (connection closed or unroutable)
+    dropped,        // the transport refused a connection or message (foreign bytes); `detail` says why
+  };
+  Kind kind = Kind::message;
+  PeerId peer = 0;
+  std::vector<std::byte> header;
+  std::unique_ptr<Payload> payload;  // null: no payload frame
+  size_t extra_frames = 0;           // frames beyond header+payload (a malformed message)
+  std::string detail;                // for disconnected/dropped: remote address or reason
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Listens on `host` (an address or an interface name) at `port` (0: any free port). Returns the endpoint others
+  // connect to ("tcp://10.0.0.2:40123"). Throws std::runtime_error naming the endpoint on failure.
+  virtual std::string bind(const std::string& host, int port) = 0;
+  // Starts connecting to an endpoint (returns at once; messages queue until connected).
+  virtual PeerId connect(const std::string& endpoint) = 0;
+  // Queues a message: the header is copied, the payload is sent zero-copy. A gone peer is reported by receive().
+  virtual void send(PeerId peer, std::span<const std::byte> header, OutPayload payload = {}) = 0;
+  // The next event, waiting at most `timeout`; nullopt on timeout or after wake().
+  virtual std::optional<Incoming> receive(std::chrono::milliseconds timeout) = 0;
+  // Makes a concurrent or the next receive() return early. Thread-safe.
+  virtual void wake() = 0;
+  // Closes every connection. graceful: try to deliver what is queued (bounded wait); otherwise drop it.
+  // On return no payload is referenced any more (every `release` has run).
+  virtual void close(bool graceful) = 0;
+  // Human-readable remote address of a peer, for logs and errors ("" when unknown).
+  virtual std::string describe(PeerId peer) const = 0;
+};
+
+struct TransportOptions {
+  double emulate_rate_bps = 0;      // >0: EMULATION of a link of this rate (token bucket on our sends); 0: off
+  uint64_t max_message_bytes = 0;   // >0: connections sending bigger messages are dropped
+  int io_threads = 1;
+};
+
+std::unique_ptr<Transport> make_zmq_transport(const TransportOptions& opts);
+
+}  // namespace commsched::ps

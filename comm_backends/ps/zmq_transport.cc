@@ -1,0 +1,389 @@
+// ZeroMQ implementation of Transport: one ROUTER for the bound endpoint (peers identified by routing id) and one
+// DEALER per outgoing connection, each DEALER watched by a socket monitor so a closed connection is reported at once.
+// A ROUTER cannot see which peer disconnected, so it runs with ROUTER_MANDATORY: sending to a vanished peer fails with
+// EHOSTUNREACH, which we report as `disconnected` (the server pings every peer each heartbeat tick).
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "comm_backends/ps/token_bucket.h"
+#include "comm_backends/ps/transport.h"
+
+namespace commsched::ps {
+namespace {
+
+constexpr PeerId kRouterPeerBase = 1ull << 32;
+
+std::string zmq_err(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
+
+class ZmqPayload final : public Payload {
+ public:
+  explicit ZmqPayload(zmq_msg_t* m) {
+    zmq_msg_init(&msg_);
+    zmq_msg_move(&msg_, m);
+  }
+  ~ZmqPayload() override { zmq_msg_close(&msg_); }
+  std::span<const std::byte> bytes() const override {
+    auto* m = const_cast<zmq_msg_t*>(&msg_);
+    return {static_cast<const std::byte*>(zmq_msg_data(m)), zmq_msg_size(m)};
+  }
+
+ private:
+  zmq_msg_t msg_;
+};
+
+void release_payload(void* /*data*/, void* hint) {
+  auto* fn = static_cast<std::function<void()>*>(hint);
+  if (*fn) (*fn)();
+  delete fn;
+}
+
+// Wraps an OutPayload in a zmq message without copying; the release runs when ZeroMQ lets go of it.
+void init_out_msg(zmq_msg_t* msg, OutPayload& p) {
+  if (p.size == 0) {
+    zmq_msg_init(msg);
+    if (p.release) p.release();
+    return;
+  }
+  auto* hint = new std::function<void()>(std::move(p.release));
+  if (zmq_msg_init_data(msg, const_cast<std::byte*>(p.data), p.size, release_payload, hint) != 0) {
+    release_payload(nullptr, hint);
+    throw std::runtime_error(zmq_err("zmq_msg_init_data"));
+  }
+}
+
+struct Pending {  // a message waiting for the emulated link
+  PeerId peer;
+  std::vector<std::byte> header;
+  zmq_msg_t payload;
+  bool has_payload;
+};
+
+class ZmqTransport final : public Transport {
+ public:
+  explicit ZmqTransport(const TransportOptions& o)
+      : opts_(o), bucket_(o.emulate_rate_bps, 256.0 * 1024) {
+    ctx_ = zmq_ctx_new();
+    if (!ctx_) throw std::runtime_error(zmq_err("zmq_ctx_new"));
+    zmq_ctx_set(ctx_, ZMQ_IO_THREADS, std::max(1, o.io_threads));
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) throw std::runtime_error("eventfd failed: " + std::string(std::strerror(errno)));
+  }
+  ~ZmqTransport() override {
+    close(false);
+    ::close(wake_fd_);
+  }
+
+  std::string bind(const std::string& host, int port) override {
+    if (router_) throw std::runtime_error("transport already bound");
+    router_ = make_socket(ZMQ_ROUTER);
+    int one = 1;
+    zmq_setsockopt(router_, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    const std::string ep = "tcp://" + host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
+    if (zmq_bind(router_, ep.c_str()) != 0) throw std::runtime_error(zmq_err("cannot bind " + ep));
+    router_mon_ = monitor(router_, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+    char buf[256];
+    size_t len = sizeof buf;
+    zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, buf, &len);
+    return std::string(buf);
+  }
+
+  PeerId connect(const std::string& endpoint) override {
+    Conn c;
+    c.sock = make_socket(ZMQ_DEALER);
+    c.endpoint = endpoint;
+    c.mon = monitor(c.sock, ZMQ_EVENT_DISCONNECTED);
+    if (zmq_connect(c.sock, endpoint.c_str()) != 0) throw std::runtime_error(zmq_err("cannot connect to " + endpoint));
+    conns_.push_back(c);
+    return conns_.size();
+  }
+
+  void send(PeerId peer, std::span<const std::byte> header, OutPayload payload) override {
+    Pending p{peer, std::vector<std::byte>(header.begin(), header.end()), {}, payload.size > 0 || payload.release};
+    init_out_msg(&p.payload, payload);
+    if (bucket_.enabled()) {
+      backlog_.push_back(std::move(p));
+      flush_backlog();
+    } else {
+      send_now(p);
+    }
+  }
+
+  std::optional<Incoming> receive(std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      flush_backlog();
+      if (!events_.empty()) return pop_event();
+      if (auto m = try_receive()) return m;
+      if (!events_.empty()) return pop_event();
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return std::nullopt;
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+      if (!backlog_.empty()) wait = std::min<long>(wait, static_cast<long>(bucket_.wait_s(now) * 1000) + 1);
+      if (poll(wait)) return std::nullopt;  // woken
+    }
+  }
+
+  void wake() override {
+    uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  void close(bool graceful) override {
+    if (!ctx_) return;
+    if (graceful) {
+      while (!backlog_.empty()) send_now(backlog_.front()), backlog_.pop_front();
+    }
+    for (auto& p : backlog_) zmq_msg_close(&p.payload);
+    backlog_.clear();
+    const int linger = graceful ? 2000 : 0;
+    auto close_sock = [&](void*& s) {
+      if (!s) return;
+      zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+      zmq_close(s);
+      s = nullptr;
+    };
+    for (auto& c : conns_) {
+      zmq_socket_monitor(c.sock, nullptr, 0);
+      close_sock(c.mon);
+      close_sock(c.sock);
+    }
+    if (router_) zmq_socket_monitor(router_, nullptr, 0);
+    close_sock(router_mon_);
+    close_sock(router_);
+    events_.clear();
+    zmq_ctx_term(ctx_);  // returns once every socket is gone and every zero-copy message released
+    ctx_ = nullptr;
+  }
+
+  std::string describe(PeerId peer) const override {
+    if (peer >= kRouterPeerBase) {
+      auto it = router_addr_.find(peer);
+      return it == router_addr_.end() ? std::string() : it->second;
+    }
+    return peer >= 1 && peer <= conns_.size() ? conns_[peer - 1].endpoint : std::string();
+  }
+
+ private:
+  struct Conn {
+    void* sock = nullptr;
+    void* mon = nullptr;
+    std::string endpoint;
+  };
+
+  void* make_socket(int type) {
+    void* s = zmq_socket(ctx_, type);
+    if (!s) throw std::runtime_error(zmq_err("zmq_socket"));
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);  // never drop or block: flow control is the scheduler's job
+    zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
+    if (opts_.max_message_bytes > 0) {
+      int64_t max = static_cast<int64_t>(opts_.max_message_bytes);
+      zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    }
+    return s;
+  }
+
+  void* monitor(void* sock, int events) {
+    const std::string addr = "inproc://mon-" + std::to_string(monitor_seq_++);
+    if (zmq_socket_monitor(sock, addr.c_str(), events) != 0) throw std::runtime_error(zmq_err("zmq_socket_monitor"));
+    void* pair = zmq_socket(ctx_, ZMQ_PAIR);
+    if (zmq_connect(pair, addr.c_str()) != 0) throw std::runtime_error(zmq_err("monitor connect"));
+    return pair;
+  }
+
+  Incoming pop_event() {
+    Incoming e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+  void flush_backlog() {
+    if (backlog_.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    while (!backlog_.empty() && bucket_.wait_s(now) <= 0) {
+      Pending& p = backlog_.front();
+      bucket_.charge(p.header.size() + zmq_msg_size(&p.payload), now);
+      send_now(p);
+      backlog_.pop_front();
+    }
+  }
+
+  void send_now(Pending& p) {
+    void* sock = nullptr;
+    if (p.peer >= kRouterPeerBase) {
+      auto it = router_ids_.find(p.peer);
+      if (!router_ || it == router_ids_.end() ||
+          zmq_send(router_, it->second.data(), it->second.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&p.payload);
+        report_gone(p.peer);
+        return;
+      }
+      sock = router_;
+    } else {
+      if (p.peer == 0 || p.peer > conns_.size()) {
+        zmq_msg_close(&p.payload);
+        return;
+      }
+      sock = conns_[p.peer - 1].sock;
+    }
+    // Never block: a DEALER whose connection is gone has no pipe and would wait forever.
+    if (zmq_send(sock, p.header.data(), p.header.size(), ZMQ_DONTWAIT | (p.has_payload ? ZMQ_SNDMORE : 0)) < 0) {
+      zmq_msg_close(&p.payload);
+      report_gone(p.peer);
+      return;
+    }
+    if (p.has_payload && zmq_msg_send(&p.payload, sock, ZMQ_DONTWAIT) < 0) zmq_msg_close(&p.payload);
+    if (!p.has_payload) zmq_msg_close(&p.payload);
+  }
+
+  void report_gone(PeerId peer) {
+    if (!gone_.insert_or_assign(peer, true).second) return;  // already reported
+    Incoming e;
+    e.kind = Incoming::Kind::disconnected;
+    e.peer = peer;
+    e.detail = describe(peer);
+    events_.push_back(std::move(e));
+  }
+
+  // Returns true when woken by wake().
+  bool poll(long timeout_ms) {
+    std::vector<zmq_pollitem_t> items;
+    if (router_) items.push_back({router_, 0, ZMQ_POLLIN, 0});
+    if (router_mon_) items.push_back({router_mon_, 0, ZMQ_POLLIN, 0});
+    for (auto& c : conns_) {
+      items.push_back({c.sock, 0, ZMQ_POLLIN, 0});
+      items.push_back({c.mon, 0, ZMQ_POLLIN, 0});
+    }
+    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+    zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
+    if (items.back().revents & ZMQ_POLLIN) {
+      uint64_t v;
+      [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
+      return true;
+    }
+    return false;
+  }
+
+  // Data before monitor events: a peer's last words (peer_lost, bye) precede its disconnection.
+  std::optional<Incoming> try_receive() {
+    const size_t n = conns_.size() + 1;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (rr_ + k) % n;
+      std::optional<Incoming> m = i == 0 ? (router_ ? recv_from(router_, true, 0) : std::nullopt)
+                                         : recv_from(conns_[i - 1].sock, false, i);
+      if (m) {
+        rr_ = i + 1;
+        return m;
+      }
+    }
+    if (router_mon_) drain_monitor(router_mon_, 0);
+    for (size_t i = 0; i < conns_.size(); ++i) drain_monitor(conns_[i].mon, i + 1);
+    return std::nullopt;
+  }
+
+  void drain_monitor(void* mon, PeerId conn) {
+    for (;;) {
+      zmq_msg_t ev, addr;
+      zmq_msg_init(&ev);
+      if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&ev);
+        return;
+      }
+      uint16_t event = 0;
+      if (zmq_msg_size(&ev) >= 2) std::memcpy(&event, zmq_msg_data(&ev), 2);
+      zmq_msg_init(&addr);
+      zmq_msg_recv(&addr, mon, 0);
+      std::string where(static_cast<char*>(zmq_msg_data(&addr)), zmq_msg_size(&addr));
+      zmq_msg_close(&ev);
+      zmq_msg_close(&addr);
+      if (conn != 0 && event == ZMQ_EVENT_DISCONNECTED) {
+        report_gone(conn);
+      } else if (conn == 0) {
+        Incoming e;
+        e.kind = Incoming::Kind::dropped;
+        e.detail = "connection on " + where + " dropped: ZMTP handshake failed (foreign or malformed bytes)";
+        events_.push_back(std::move(e));
+      }
+    }
+  }
+
+  std::optional<Incoming> recv_from(void* sock, bool is_router, PeerId conn) {
+    zmq_msg_t first;
+    zmq_msg_init(&first);
+    if (zmq_msg_recv(&first, sock, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&first);
+      return std::nullopt;
+    }
+    Incoming in;
+    in.peer = conn;
+    if (is_router) {
+      in.peer = router_peer(&first);
+      if (!zmq_msg_more(&first)) {  // a lone routing-id frame: nothing to deliver
+        zmq_msg_close(&first);
+        in.extra_frames = 1;
+        return in;
+      }
+      zmq_msg_close(&first);
+      zmq_msg_init(&first);
+      zmq_msg_recv(&first, sock, 0);
+    }
+    const auto* h = static_cast<const std::byte*>(zmq_msg_data(&first));
+    in.header.assign(h, h + zmq_msg_size(&first));
+    bool more = zmq_msg_more(&first);
+    zmq_msg_close(&first);
+    while (more) {
+      zmq_msg_t part;
+      zmq_msg_init(&part);
+      zmq_msg_recv(&part, sock, 0);
+      more = zmq_msg_more(&part);
+      if (!in.payload) in.payload = std::make_unique<ZmqPayload>(&part);
+      else ++in.extra_frames;
+      zmq_msg_close(&part);
+    }
+    return in;
+  }
+
+  PeerId router_peer(zmq_msg_t* id_frame) {
+    std::string id(static_cast<char*>(zmq_msg_data(id_frame)), zmq_msg_size(id_frame));
+    auto [it, fresh] = router_peer_of_.try_emplace(id, 0);
+    if (fresh) {
+      it->second = next_router_peer_++;
+      router_ids_[it->second] = id;
+      const char* addr = zmq_msg_gets(id_frame, "Peer-Address");
+      router_addr_[it->second] = addr ? addr : "";
+    }
+    return it->second;
+  }
+
+  TransportOptions opts_;
+  void* ctx_ = nullptr;
+  void* router_ = nullptr;
+  void* router_mon_ = nullptr;
+  std::vector<Conn> conns_;
+  std::unordered_map<std::string, PeerId> router_peer_of_;
+  std::unordered_map<PeerId, std::string> router_ids_;
+  std::unordered_map<PeerId, std::string> router_addr_;
+  std::unordered_map<PeerId, bool> gone_;
+  PeerId next_router_peer_ = kRouterPeerBase;
+  std::deque<Incoming> events_;
+  std::deque<Pending> backlog_;
+  TokenBucket bucket_;
+  int wake_fd_ = -1;
+  int monitor_seq_ = 0;
+  size_t rr_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_zmq_transport(const TransportOptions& opts) {
+  return std::make_unique<ZmqTransport>(opts);
+}
+
+}  // namespace commsched::ps

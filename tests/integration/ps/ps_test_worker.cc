@@ -1,0 +1,220 @@
+// Test process for the parameter-server integration tests. With COMMSCHED_ROLE=server it runs a server; otherwise a
+// worker that drives PsBackend directly (no engine): it submits batches with start() and waits on `done`.
+//
+//   ps_test_worker [--tensors N] [--iterations I] [--max-bytes B] [--seed S] [--mode exact|random|loop|mismatch]
+//                  [--out FILE] [--ready FILE]
+// exact:    integer-valued data of every dtype; checks every sum exactly; broadcast from rank 0 first.
+// random:   random f32/f16/bf16/f64 data; writes an FNV hash of all results to --out (determinism test).
+// loop:     like exact but iterates until something fails (kill tests); touches --ready after the first iteration.
+// mismatch: worker 1 submits one tensor with a different size; expects an error naming the key.
+// Exit codes: 0 ok, 1 wrong sums, 3 a batch failed (message on stderr), 4 bad usage.
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/ps/ps_backend.h"
+#include "comm_backends/ps/server.h"
+#include "comm_backends/ps/sum_kernels.h"
+#include "scheduler/task.h"
+
+using namespace commsched;
+
+namespace {
+
+struct Options {
+  int tensors = 200;
+  int iterations = 5;
+  uint64_t max_bytes = 8ull << 20;
+  uint64_t seed = 1;
+  std::string mode = "exact";
+  std::string out, ready;
+};
+
+struct Tensor {
+  TaskDesc desc;
+  std::vector<std::byte> data;
+};
+
+// Small integers, exact in every dtype even after summing 4 workers (bf16 is exact up to 256).
+int value_of(int rank, size_t tensor, size_t elem, int iter) {
+  return static_cast<int>((rank * 5 + tensor * 3 + elem * 7 + static_cast<size_t>(iter)) % 9) - 4;
+}
+
+void store(DType t, std::byte* p, double v) {
+  switch (t) {
+    case DType::f32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
+    case DType::f64: std::memcpy(p, &v, 8); break;
+    case DType::f16: { uint16_t x = ps::kernels::f32_to_f16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+    case DType::bf16: { uint16_t x = ps::kernels::f32_to_bf16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+    case DType::i32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
+    case DType::i64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+  }
+}
+double load(DType t, const std::byte* p) {
+  switch (t) {
+    case DType::f32: { float x; std::memcpy(&x, p, 4); return x; }
+    case DType::f64: { double x; std::memcpy(&x, p, 8); return x; }
+    case DType::f16: { uint16_t x; std::memcpy(&x, p, 2); return ps::kernels::f16_to_f32(x); }
+    case DType::bf16: { uint16_t x; std::memcpy(&x, p, 2); return ps::kernels::bf16_to_f32(x); }
+    case DType::i32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+    case DType::i64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
+  }
+  return 0;
+}
+
+// Same sizes and dtypes on every worker (same seed): log-uniform from 1 byte to max_bytes, every dtype in turn.
+std::vector<Tensor> make_tensors(const Options& o, int rank, bool random_floats) {
+  std::mt19937_64 rng(o.seed);
+  std::uniform_real_distribution<double> logsize(0.0, std::log(static_cast<double>(o.max_bytes)));
+  const DType floats[] = {DType::f32, DType::f16, DType::bf16, DType::f64};
+  std::vector<Tensor> ts(static_cast<size_t>(o.tensors));
+  for (size_t i = 0; i < ts.size(); ++i) {
+    TaskDesc& d = ts[i].desc;
+    d.dtype = random_floats ? floats[i % 4] : static_cast<DType>(i % kNumDTypes);
+    const uint64_t bytes = static_cast<uint64_t>(std::exp(logsize(rng)));
+    d.count = std::max<uint64_t>(1, bytes / dtype_size(d.dtype));
+    if (o.mode == "mismatch" && i == 0) d.count = rank == 1 ? 1003 : 1000;  // one partition either way
+    d.name = "tensor." + std::to_string(i);
+    d.key = task_key(d.name);
+    d.op = Op::push_pull;
+    d.id = i;
+    ts[i].data.resize(d.bytes());
+    d.buffer.data = ts[i].data.data();
+  }
+  return ts;
+}
+
+// Submits every partition of `ts` (batches of up to 3 partitions) and waits for all of them.
+Status run_round(CommBackend& b, std::vector<Tensor>& ts, uint64_t partition_bytes) {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t pending = 0;
+  Status first;
+  auto done = [&](const Status& st) {
+    std::lock_guard lock(mu);
+    if (!st.ok() && first.ok()) first = st;
+    --pending;
+    cv.notify_all();
+  };
+  std::vector<PartitionView> batch;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    { std::lock_guard lock(mu); ++pending; }
+    b.start(std::move(batch), done);
+    batch.clear();
+  };
+  for (auto& t : ts) {
+    uint32_t idx = 0;
+    for (auto r : partition_ranges(t.desc.count, t.desc.dtype, partition_bytes)) {
+      batch.push_back(PartitionView{&t.desc, idx++, r.offset, r.bytes});
+      if (batch.size() == 3) flush();
+    }
+  }
+  flush();
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return pending == 0; });
+  return first;
+}
+
+int fail(const Status& st, int rank) {
+  std::cerr << "worker " << rank << ": FAILED (" << static_cast<int>(st.code) << "): " << st.message << std::endl;
+  return 3;
+}
+
+int broadcast_check(CommBackend& b, int rank) {
+  Tensor t;
+  t.desc.name = "bcast.init";
+  t.desc.key = task_key(t.desc.name);
+  t.desc.op = Op::broadcast;
+  t.desc.dtype = DType::f32;
+  t.desc.count = 300000;
+  t.data.resize(t.desc.bytes());
+  t.desc.buffer.data = t.data.data();
+  for (uint64_t i = 0; i < t.desc.count; ++i) store(DType::f32, t.data.data() + 4 * i, rank == 0 ? double(i % 1000) : -1.0);
+  std::vector<Tensor> one;
+  one.push_back(std::move(t));
+  one[0].desc.buffer.data = one[0].data.data();
+  if (Status st = run_round(b, one, 256 * 1024); !st.ok()) return fail(st, rank);
+  for (uint64_t i = 0; i < one[0].desc.count; ++i)
+    if (load(DType::f32, one[0].data.data() + 4 * i) != double(i % 1000)) {
+      std::cerr << "worker " << rank << ": broadcast element " << i << " wrong" << std::endl;
+      return 1;
+    }
+  return 0;
+}
+
+int run_worker(const Options& o) {
+  const ClusterEnv env = ClusterEnv::from_env();
+  PsBackend backend(env, PsConfig::from_env());
+  const int rank = env.rank;
+  if (o.mode != "random")
+    if (int rc = broadcast_check(backend, rank)) return rc;
+  auto ts = make_tensors(o, rank, o.mode == "random");
+  std::mt19937_64 noise(o.seed * 1000 + static_cast<uint64_t>(rank));
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  uint64_t hash = 1469598103934665603ull;
+  for (int it = 0; o.mode == "loop" || it < o.iterations; ++it) {
+    for (size_t i = 0; i < ts.size(); ++i) {
+      auto& t = ts[i];
+      t.desc.round = t.desc.iteration = static_cast<uint64_t>(it);
+      const size_t es = dtype_size(t.desc.dtype);
+      for (uint64_t e = 0; e < t.desc.count; ++e)
+        store(t.desc.dtype, t.data.data() + e * es, o.mode == "random" ? unit(noise) : value_of(rank, i, e, it));
+    }
+    // Partition boundaries change from one iteration to the next.
+    const uint64_t part = (it % 2 == 0) ? (1ull << 20) : (384ull << 10);
+    if (Status st = run_round(backend, ts, part); !st.ok()) return fail(st, rank);
+    for (size_t i = 0; i < ts.size(); ++i) {
+      auto& t = ts[i];
+      const size_t es = dtype_size(t.desc.dtype);
+      for (uint64_t e = 0; e < t.desc.count; ++e) {
+        if (o.mode == "random") continue;
+        double want = 0;
+        for (int r = 0; r < env.num_workers; ++r) want += value_of(r, i, e, it);
+        if (const double got = load(t.desc.dtype, t.data.data() + e * es); got != want) {
+          std::cerr << "worker " << rank << ": " << t.desc.name << " (" << dtype_name(t.desc.dtype) << ") element "
+                    << e << " is " << got << ", expected " << want << " (iteration " << it << ")" << std::endl;
+          return 1;
+        }
+      }
+      for (std::byte c : t.data) hash = (hash ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+    }
+    if (it == 0 && !o.ready.empty()) std::ofstream(o.ready) << "ready\n";
+  }
+  if (!o.out.empty()) std::ofstream(o.out) << std::hex << hash << "\n";
+  backend.shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--tensors") o.tensors = std::stoi(v);
+    else if (k == "--iterations") o.iterations = std::stoi(v);
+    else if (k == "--max-bytes") o.max_bytes = std::stoull(v);
+    else if (k == "--seed") o.seed = std::stoull(v);
+    else if (k == "--mode") o.mode = v;
+    else if (k == "--out") o.out = v;
+    else if (k == "--ready") o.ready = v;
+    else { std::cerr << "unknown option " << k << std::endl; return 4; }
+  }
+  try {
+    const ClusterEnv env = ClusterEnv::from_env();
+    if (env.role == Role::server) return run_server(env, PsConfig::from_env());
+    return run_worker(o);
+  } catch (const std::exception& e) {
+    std::cerr << "ps_test_worker: " << e.what() << std::endl;
+    return 3;
+  }
+}

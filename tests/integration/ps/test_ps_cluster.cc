@@ -1,0 +1,168 @@
+// Multi-process tests of the parameter server: real server and worker processes on loopback.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <fstream>
+#include <thread>
+
+#include "comm_backends/ps/protocol.h"
+#include "tests/integration/ps/local_cluster.h"
+
+using namespace std::chrono_literals;
+using commsched::testing::LocalCluster;
+
+namespace {
+
+const std::string kExe = PS_TEST_WORKER;
+
+std::string all_logs(LocalCluster& c) {
+  std::string s;
+  for (auto& p : c.procs()) s += "---- " + p.name + " (exit " + (p.exit_code ? std::to_string(*p.exit_code) : "?") +
+                                 ")\n" + c.read_log(p.name);
+  return s;
+}
+
+void expect_all_ok(LocalCluster& c) {
+  for (auto& p : c.procs()) EXPECT_EQ(p.exit_code.value_or(-1), 0) << p.name << "\n" << all_logs(c);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+bool wait_for_file(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (std::ifstream(path).good()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+// 4 workers x 2 servers, 200 tensors from 1 byte to 8 MiB of every dtype, integer-valued data: exact sums, with
+// partition boundaries changing every iteration, after a broadcast of initial parameters from rank 0.
+TEST(PsCluster, ExactSumsEveryDtype) {
+  LocalCluster c(kExe, 4, 2, {"--tensors", "200", "--iterations", "3", "--max-bytes", "8388608", "--mode", "exact"});
+  c.start();
+  ASSERT_TRUE(c.wait_all(100s)) << all_logs(c);
+  expect_all_ok(c);
+}
+
+// Deterministic mode: the same random float data gives bitwise identical sums in two separate runs.
+TEST(PsCluster, DeterministicModeIsBitwiseReproducible) {
+  std::string hashes[2];
+  for (int run = 0; run < 2; ++run) {
+    LocalCluster c(kExe, 4, 2,
+                   {"--tensors", "40", "--iterations", "2", "--max-bytes", "2000000", "--mode", "random", "--out",
+                    "{dir}/out{rank}"},
+                   {{"COMMSCHED_PS_DETERMINISTIC", "1"}});
+    c.start();
+    ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
+    expect_all_ok(c);
+    hashes[run] = read_file(c.dir() + "/out0");
+    for (int w = 1; w < 4; ++w) EXPECT_EQ(read_file(c.dir() + "/out" + std::to_string(w)), hashes[run]) << w;
+  }
+  EXPECT_FALSE(hashes[0].empty());
+  EXPECT_EQ(hashes[0], hashes[1]);
+}
+
+class PsKill : public ::testing::TestWithParam<std::string> {};
+
+// kill -9 of one process: every survivor exits non-zero within 10 s, naming the lost peer; nothing is left behind.
+TEST_P(PsKill, SurvivorsFailNamingThePeer) {
+  const std::string victim = GetParam();
+  LocalCluster c(kExe, 4, 2,
+                 {"--tensors", "30", "--max-bytes", "300000", "--mode", "loop", "--ready", "{dir}/ready{rank}"});
+  c.start();
+  for (int w = 0; w < 4; ++w)
+    ASSERT_TRUE(wait_for_file(c.dir() + "/ready" + std::to_string(w), 30s)) << all_logs(c);
+  std::this_thread::sleep_for(300ms);
+  const auto killed_at = std::chrono::steady_clock::now();
+  c.kill9(victim);
+  ASSERT_TRUE(c.wait_all(15s)) << "processes still running 15 s after the kill\n" << all_logs(c);
+  for (auto& p : c.procs()) {
+    if (p.name == victim) continue;
+    const std::string log = c.read_log(p.name);
+    EXPECT_NE(p.exit_code.value_or(0), 0) << p.name << " exited 0\n" << log;
+    EXPECT_LT(p.exited - killed_at, 10s) << p.name << " took too long\n" << log;
+    EXPECT_NE(log.find(victim), std::string::npos) << p.name << " does not name " << victim << "\n" << log;
+  }
+  EXPECT_EQ(c.alive(), 0);
+}
+INSTANTIATE_TEST_SUITE_P(Victims, PsKill, ::testing::Values("worker 2", "server 1", "server 0"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           n[n.find(' ')] = '_';
+                           return n;
+                         });
+
+// The same key with different sizes on different workers: every worker fails with an error naming key and sizes.
+TEST(PsCluster, MismatchedSizesNameKeyAndSizes) {
+  LocalCluster c(kExe, 2, 1, {"--tensors", "3", "--iterations", "1", "--max-bytes", "4096", "--mode", "mismatch"});
+  c.start();
+  ASSERT_TRUE(c.wait_all(30s)) << all_logs(c);
+  for (const char* w : {"worker 0", "worker 1"}) {
+    const std::string log = c.read_log(w);
+    EXPECT_NE(c.proc(w).exit_code.value_or(0), 0) << log;
+    EXPECT_NE(log.find("disagree"), std::string::npos) << log;
+    EXPECT_NE(log.find("4000 bytes"), std::string::npos) << log;  // 1000 f32
+    EXPECT_NE(log.find("4012 bytes"), std::string::npos) << log;  // 1003 f32
+    EXPECT_NE(log.find("key "), std::string::npos) << log;
+  }
+}
+
+// Foreign bytes on a server port (raw TCP garbage, and ZeroMQ peers sending bad headers) are dropped and logged;
+// the server keeps serving the real workers, whose sums stay exact.
+TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
+  LocalCluster c(kExe, 2, 1,
+                 {"--tensors", "20", "--iterations", "400", "--max-bytes", "200000", "--mode", "exact"});
+  c.start();
+  for (int i = 0; i < 500 && c.read_log("server 0").find("listening") == std::string::npos; ++i)
+    std::this_thread::sleep_for(10ms);
+  // 1. Raw TCP garbage.
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(c.root_port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\xff\xff\xff garbage garbage";
+      [[maybe_unused]] auto n = ::write(fd, junk, sizeof junk);
+      std::this_thread::sleep_for(100ms);
+    }
+    ::close(fd);
+  }
+  // 2. A ZeroMQ peer with a bad magic, a truncated header, and an oversized declared payload.
+  void* ctx = zmq_ctx_new();
+  void* s = zmq_socket(ctx, ZMQ_DEALER);
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(c.root_port());
+  zmq_connect(s, ep.c_str());
+  const char bad_magic[commsched::ps::kHeaderBytes] = "this is not a commsched header";
+  zmq_send(s, bad_magic, sizeof bad_magic, 0);
+  void* s2 = zmq_socket(ctx, ZMQ_DEALER);
+  zmq_connect(s2, ep.c_str());
+  zmq_send(s2, "short", 5, 0);
+  std::this_thread::sleep_for(200ms);
+  int zero = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+  zmq_setsockopt(s2, ZMQ_LINGER, &zero, sizeof zero);
+  zmq_close(s);
+  zmq_close(s2);
+  zmq_ctx_term(ctx);
+  ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
+  expect_all_ok(c);
+  const std::string log = c.read_log("server 0");
+  EXPECT_NE(log.find("bad magic"), std::string::npos) << log;
+  EXPECT_NE(log.find("header frame is 5 bytes"), std::string::npos) << log;
+  EXPECT_NE(log.find("still serving"), std::string::npos) << log;
+}
