@@ -38,6 +38,28 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GlooRandomOrder,
                            return std::to_string(info.param.ranks) + "ranks_seed" + std::to_string(info.param.seed);
                          });
 
+struct EngineCase {
+  int ranks;
+  const char* policy;
+};
+
+class GlooThroughEngine : public ::testing::TestWithParam<EngineCase> {};
+
+TEST_P(GlooThroughEngine, ExactResultsWithPartitioningAndCredit) {
+  const auto [ranks, policy] = GetParam();
+  RankProcesses procs(GLOO_RANK_BIN, {"engine", "21", "2", policy}, ranks, {{"COMMSCHED_TIMEOUT", "5"}});
+  for (const auto& e : procs.wait(std::chrono::seconds(90))) {
+    EXPECT_TRUE(e.exited && e.code == 0) << describe(e) << " (see its output above)";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, GlooThroughEngine,
+                         ::testing::Values(EngineCase{2, "bytescheduler"}, EngineCase{4, "bytescheduler"},
+                                           EngineCase{2, "wfbp"}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.ranks) + "ranks_" + std::string(info.param.policy);
+                         });
+
 struct KillCase {
   int ranks;
   int victim;

@@ -2,6 +2,8 @@
 //
 //   gloo_rank random <seed> <iterations>   random tasks submitted in a rank-specific order; exits 0 when every result is
 //                                          exact
+//   gloo_rank engine <seed> <iterations> <policy>
+//                                          the same through the scheduler Engine (partitioning, credit, policy)
 //   gloo_rank kill <seed> <victim>         one clean iteration, then the victim SIGKILLs itself; every survivor must
 //                                          see its pending work fail with peer_lost naming the victim
 #include <signal.h>
@@ -16,6 +18,8 @@
 #include <random>
 
 #include "comm_backends/gloo/gloo_backend.h"
+#include "scheduler/engine.h"
+#include "scheduler/policy_factory.h"
 #include "tests/integration/collective/workload.h"
 
 using namespace commsched;
@@ -86,6 +90,48 @@ int scenario_random(const ClusterEnv& env, uint64_t seed, int iterations) {
   return 0;
 }
 
+int scenario_engine(const ClusterEnv& env, uint64_t seed, int iterations, const std::string& policy) {
+  EngineConfig cfg;
+  cfg.policy = parse_policy("policy", policy);
+  cfg.knobs.partition_bytes = 16 << 10;
+  cfg.knobs.credit_bytes = 128 << 10;
+  Engine engine(make_policy(cfg), std::make_shared<GlooBackend>(env), cfg);
+  for (int it = 0; it < iterations; ++it) {
+    auto tasks = testing::make_workload(seed, 24, 40000, cfg.knobs.partition_bytes, env.num_workers, static_cast<uint64_t>(it));
+    testing::fill_inputs(tasks, env.rank);
+    std::vector<size_t> order(tasks.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(seed * 1000 + env.rank * 7 + it));
+    std::mutex mu;
+    std::vector<std::string> failures;
+    for (size_t i : order) {
+      const TaskDesc& d = tasks[i]->desc;
+      Task t{d.name, d.priority, d.op, d.dtype, d.count, d.buffer, d.root, [&mu, &failures](const Status& st) {
+               std::lock_guard lock(mu);
+               if (!st.ok()) failures.push_back(st.message);
+             }};
+      engine.submit(std::move(t));
+    }
+    engine.backward_done();
+    if (!engine.wait_all_for(std::chrono::seconds(60))) {
+      std::cerr << "rank " << env.rank << ": engine iteration " << it << " did not finish within 60 s\n";
+      return 2;
+    }
+    if (!failures.empty()) {
+      std::cerr << "rank " << env.rank << ": engine iteration " << it << " failed: " << failures.front() << "\n";
+      return 3;
+    }
+    if (std::string bad = testing::check_results(tasks, env.num_workers); !bad.empty()) {
+      std::cerr << "rank " << env.rank << ": engine iteration " << it << " wrong result: " << bad << "\n";
+      return 4;
+    }
+  }
+  std::cout << "rank " << env.rank << " ok through the engine (" << policy << "): "
+            << engine.stats().partitions_dispatched << " partitions dispatched\n";
+  engine.shutdown();
+  return 0;
+}
+
 int scenario_kill(const ClusterEnv& env, uint64_t seed, int victim) {
   GlooBackend backend(env);
   Outcome out;
@@ -123,7 +169,7 @@ int scenario_kill(const ClusterEnv& env, uint64_t seed, int victim) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::cerr << "usage: gloo_rank random|kill <seed> <iterations|victim>\n";
+    std::cerr << "usage: gloo_rank random|kill|engine <seed> <iterations|victim> [policy]\n";
     return 64;
   }
   try {
@@ -134,6 +180,7 @@ int main(int argc, char** argv) {
     int rc = 64;
     if (scenario == "random") rc = scenario_random(env, seed, arg);
     else if (scenario == "kill") rc = scenario_kill(env, seed, arg);
+    else if (scenario == "engine" && argc > 4) rc = scenario_engine(env, seed, arg, argv[4]);
     return rc;
   } catch (const std::exception& e) {
     std::cerr << "rank error: " << e.what() << "\n";
