@@ -51,7 +51,7 @@ bool is_unlimited_word(const std::string& v) { return v == "inf" || v == "unlimi
 
 uint64_t parse_bytes(std::string_view var, std::string_view value, bool allow_unlimited) {
   const std::string allowed = std::string("a positive size such as 4096, 512KiB, 4MiB, 1GB") +
-                              (allow_unlimited ? ", or 0/inf/unlimited for no limit" : "");
+                              (allow_unlimited ? ", or inf/unlimited for no limit" : "");
   const std::string v = lower(trim(value));
   if (allow_unlimited && is_unlimited_word(v)) return 0;
   double n = 0;
@@ -69,7 +69,7 @@ uint64_t parse_bytes(std::string_view var, std::string_view value, bool allow_un
   const double bytes = n * mult;
   if (bytes > 1.8e19) reject(var, value, allowed + " (too large)");
   const auto out = static_cast<uint64_t>(std::llround(bytes));
-  if (out == 0 && !allow_unlimited) reject(var, value, allowed);
+  if (out == 0) reject(var, value, allowed);
   return out;
 }
 

@@ -15,7 +15,7 @@ namespace commsched {
 
 // ---- value parsers (shared by every component's config) ----
 // Sizes: "4MiB", "512KiB", "1.5MB", "4096", "4k". Binary (KiB) and decimal (KB) units; bare numbers are bytes.
-// When allow_unlimited, "0", "inf", "unlimited" and "none" give 0 (meaning no limit).
+// When allow_unlimited, "inf", "unlimited" and "none" give 0 (meaning no limit). Zero and negative sizes are rejected.
 uint64_t parse_bytes(std::string_view var, std::string_view value, bool allow_unlimited = false);
 // Link rates in bits per second: "10Gbit", "1gbps", "100Mbit", "25G"; "inf"/"0" = unlimited (0) when allowed.
 double parse_rate_bps(std::string_view var, std::string_view value, bool allow_unlimited = false);

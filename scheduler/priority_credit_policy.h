@@ -1,0 +1,54 @@
+// PriorityCreditPolicy: the ByteScheduler policy. The most urgent partition (lowest priority value; ties: arrival,
+// then offset) goes next, as long as the bytes in flight plus that partition stay within the credit. When nothing is in
+// flight, the next partition always goes, so a partition larger than the credit cannot stall the queue.
+//
+// Our addition: tensors of at most `small_tensor_bytes` that are queued together (because the credit is used up) are
+// fused into one batch, so the many tiny tensors of ResNet or BERT do not each pay a message's latency. Fusion never
+// delays anything: a small tensor that finds credit free goes out at once, alone.
+#pragma once
+
+#include <queue>
+#include <vector>
+
+#include "scheduler/policy.h"
+
+namespace commsched {
+
+class PriorityCreditPolicy final : public Policy {
+ public:
+  // credit_bytes == 0: no limit. small_tensor_bytes == 0: no fusion.
+  explicit PriorityCreditPolicy(uint64_t credit_bytes, uint64_t small_tensor_bytes = 0);
+
+  std::string_view name() const override { return "bytescheduler"; }
+  void on_task_arrived(const TaskArrival& task, Nanos now) override;
+  void on_batch_done(const Batch& batch, Nanos now) override;
+  void set_credit_bytes(uint64_t credit) override { credit_ = credit; }
+  void poll(Nanos now, std::vector<Batch>& out) override;
+  size_t queued_partitions() const override { return queue_.size(); }
+  uint64_t bytes_in_flight() const override { return in_flight_; }
+
+  uint64_t credit_bytes() const { return credit_; }
+
+ private:
+  struct Entry {
+    PartRef part;
+    uint64_t task_bytes;
+  };
+  // std::priority_queue keeps the "largest" on top, so "less urgent" compares as smaller.
+  struct LessUrgent {
+    bool operator()(const Entry& a, const Entry& b) const {
+      if (a.part.priority != b.part.priority) return a.part.priority > b.part.priority;
+      if (a.part.seq != b.part.seq) return a.part.seq > b.part.seq;
+      return a.part.offset > b.part.offset;
+    }
+  };
+  bool fits(uint64_t bytes) const { return in_flight_ == 0 || credit_ == 0 || in_flight_ + bytes <= credit_; }
+  bool is_small(const Entry& e) const { return small_ != 0 && e.task_bytes <= small_; }
+
+  uint64_t credit_;
+  uint64_t small_;
+  uint64_t in_flight_ = 0;
+  std::priority_queue<Entry, std::vector<Entry>, LessUrgent> queue_;
+};
+
+}  // namespace commsched

@@ -1,0 +1,198 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include "scheduler/engine.h"
+#include "scheduler/fifo_policy.h"
+#include "scheduler/priority_credit_policy.h"
+#include "tests/unit/scheduler/test_backends.h"
+
+namespace commsched {
+namespace {
+
+using testing::RecordingBackend;
+
+EngineConfig config_with(uint64_t partition, uint64_t credit) {
+  EngineConfig c;
+  c.knobs.partition_bytes = partition;
+  c.knobs.credit_bytes = credit;
+  return c;
+}
+
+Task make_task(std::string name, int prio, std::vector<float>& buf, TaskCallback cb = {}) {
+  Task t;
+  t.name = std::move(name);
+  t.priority = prio;
+  t.op = Op::push_pull;
+  t.dtype = DType::f32;
+  t.count = buf.size();
+  t.buffer.data = buf.data();
+  t.on_done = std::move(cb);
+  return t;
+}
+
+TEST(Engine, UrgentTaskOvertakesBigTaskInFlight) {
+  auto backend = std::make_shared<RecordingBackend>(std::chrono::microseconds(0), /*auto_complete=*/false);
+  // 1 KiB partitions, credit of two partitions: the big task can never have more than two partitions out.
+  Engine engine(std::make_unique<PriorityCreditPolicy>(2048), backend, config_with(1024, 2048));
+  std::vector<float> big(64 * 256), small(256);  // 64 partitions and 1 partition
+  engine.submit(make_task("big", /*prio=*/10, big));
+  while (backend->started() < 2) std::this_thread::yield();
+  engine.submit(make_task("urgent", /*prio=*/0, small));
+  backend->release(1000);
+  engine.wait_all();
+  const auto order = backend->order();
+  ASSERT_EQ(order.size(), 65u);
+  size_t urgent_at = 0;
+  for (size_t i = 0; i < order.size(); ++i)
+    if (order[i].task == "urgent") urgent_at = i;
+  EXPECT_EQ(urgent_at, 2u) << "the urgent partition goes right after the two already in flight";
+}
+
+TEST(Engine, FifoDoesNotReorder) {
+  auto backend = std::make_shared<RecordingBackend>(std::chrono::microseconds(0), /*auto_complete=*/false);
+  Engine engine(std::make_unique<FifoPolicy>(), backend, config_with(1024, 2048));
+  std::vector<float> big(64 * 256), small(256);
+  engine.submit(make_task("big", 10, big));
+  while (backend->started() < 1) std::this_thread::yield();
+  engine.submit(make_task("urgent", 0, small));
+  backend->release(1000);
+  engine.wait_all();
+  const auto order = backend->order();
+  ASSERT_EQ(order.size(), 2u) << "FIFO sends whole tensors";
+  EXPECT_EQ(order[0].task, "big");
+  EXPECT_EQ(order[0].bytes, big.size() * 4);
+}
+
+TEST(Engine, CreditNeverExceededUnderConcurrency) {
+  auto backend = std::make_shared<RecordingBackend>(std::chrono::microseconds(20));
+  constexpr uint64_t kPart = 4096, kCredit = 3 * kPart;
+  Engine engine(std::make_unique<PriorityCreditPolicy>(kCredit), backend, config_with(kPart, kCredit));
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> bufs(4 * 25);
+  for (size_t i = 0; i < bufs.size(); ++i) bufs[i].resize(1 + (i * 7919) % 9000);  // awkward sizes up to ~35 KiB
+  for (int th = 0; th < 4; ++th)
+    threads.emplace_back([&, th] {
+      for (int i = 0; i < 25; ++i) {
+        auto& b = bufs[th * 25 + i];
+        engine.submit(make_task("t" + std::to_string(th) + "_" + std::to_string(i), (i * 13) % 7, b));
+      }
+    });
+  for (auto& t : threads) t.join();
+  engine.wait_all();
+  EXPECT_LE(backend->max_in_flight(), kCredit);
+  EXPECT_GT(backend->max_in_flight(), kPart) << "the credit was actually used for more than one partition";
+  EXPECT_FALSE(backend->misaligned());
+  EXPECT_LE(backend->max_single_batch(), kPart);
+}
+
+TEST(Engine, TenThousandTasksFromFourThreadsEachCallbackExactlyOnce) {
+  auto backend = std::make_shared<RecordingBackend>();
+  Engine engine(std::make_unique<PriorityCreditPolicy>(64 * 1024), backend, config_with(1024, 64 * 1024));
+  constexpr int kThreads = 4, kPerThread = 2500;
+  std::vector<std::vector<float>> bufs(kThreads * kPerThread);
+  for (size_t i = 0; i < bufs.size(); ++i) bufs[i].resize(i % 600);  // includes empty tensors
+  std::vector<std::atomic<int>> calls(bufs.size());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th)
+    threads.emplace_back([&, th] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const int idx = th * kPerThread + i;
+        engine.submit(make_task("task" + std::to_string(idx), idx % 50, bufs[idx], [&, idx](const Status& s) {
+          calls[idx].fetch_add(1);
+          if (!s.ok()) failures.fetch_add(1);
+        }));
+      }
+    });
+  for (auto& t : threads) t.join();
+  engine.wait_all();
+  for (size_t i = 0; i < calls.size(); ++i) ASSERT_EQ(calls[i].load(), 1) << "task" << i;
+  EXPECT_EQ(failures.load(), 0);
+  const auto st = engine.stats();
+  EXPECT_EQ(st.tasks_submitted, 10000u);
+  EXPECT_EQ(st.tasks_completed, 10000u);
+  uint64_t expected_parts = 0;
+  for (auto& b : bufs) expected_parts += partition_count(b.size(), DType::f32, 1024);
+  EXPECT_EQ(st.partitions_dispatched, expected_parts);
+}
+
+TEST(Engine, ShutdownWithWorkInFlightFailsPendingCallbacks) {
+  auto backend = std::make_shared<RecordingBackend>(std::chrono::microseconds(0), /*auto_complete=*/false);
+  auto engine = std::make_unique<Engine>(std::make_unique<PriorityCreditPolicy>(4096), backend, config_with(1024, 4096));
+  std::vector<float> a(10000), b(100);
+  std::atomic<int> cancelled{0}, calls{0};
+  auto cb = [&](const Status& s) {
+    calls.fetch_add(1);
+    if (s.code == Status::Code::cancelled) cancelled.fetch_add(1);
+  };
+  engine->submit(make_task("a", 1, a, cb));
+  engine->submit(make_task("b", 0, b, cb));
+  while (backend->started() < 1) std::this_thread::yield();
+  EXPECT_FALSE(engine->wait_all_for(std::chrono::milliseconds(20))) << "nothing completes until released";
+  engine->shutdown();
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(cancelled.load(), 2);
+  EXPECT_TRUE(engine->wait_all_for(std::chrono::milliseconds(0)));
+  EXPECT_THROW(engine->submit(make_task("c", 0, b)), InvalidArgument);
+  engine.reset();  // destructor after shutdown is fine
+}
+
+TEST(Engine, BadInputIsRejectedAndEngineKeepsServing) {
+  auto backend = std::make_shared<RecordingBackend>(std::chrono::microseconds(0), /*auto_complete=*/false);
+  Engine engine(std::make_unique<PriorityCreditPolicy>(0), backend, config_with(1024, 0));
+  std::vector<float> buf(100), other(100);
+  std::atomic<int> ok{0};
+  engine.submit(make_task("w", 0, buf, [&](const Status& s) { ok += s.ok(); }));
+  try {
+    engine.submit(make_task("w", 0, other));
+    FAIL() << "duplicate name in flight accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("in flight"), std::string::npos);
+  }
+  Task null_task = make_task("n", 0, buf);
+  null_task.buffer.data = nullptr;
+  EXPECT_THROW(engine.submit(null_task), InvalidArgument);
+  Task bad_dtype = make_task("d", 0, buf);
+  bad_dtype.dtype = static_cast<DType>(99);
+  EXPECT_THROW(engine.submit(bad_dtype), InvalidArgument);
+  Task cuda = make_task("g", 0, buf);
+  cuda.buffer.device = Device::cuda;
+  EXPECT_THROW(engine.submit(cuda), InvalidArgument) << "the backend cannot carry CUDA buffers";
+  backend->release(100);
+  engine.wait_all();
+  EXPECT_EQ(ok.load(), 1);
+  // After completion the same name may be submitted again (next round).
+  engine.submit(make_task("w", 0, buf, [&](const Status& s) { ok += s.ok(); }));
+  backend->release(100);
+  engine.wait_all();
+  EXPECT_EQ(ok.load(), 2);
+}
+
+TEST(Engine, KnobsChangeAtIterationBoundary) {
+  auto backend = std::make_shared<RecordingBackend>();
+  Engine engine(std::make_unique<PriorityCreditPolicy>(0), backend, config_with(1024, 0));
+  std::vector<float> buf(1024);  // 4 KiB
+  engine.submit(make_task("w", 0, buf));
+  engine.wait_all();
+  engine.set_knobs(Knobs{2048, 4096});
+  engine.submit(make_task("v", 0, buf));  // still this iteration: old partition size
+  engine.wait_all();
+  engine.backward_done();
+  engine.submit(make_task("u", 0, buf));
+  engine.wait_all();
+  std::map<std::string, int> parts;
+  for (const auto& d : backend->order()) parts[d.task]++;
+  EXPECT_EQ(parts["w"], 4);
+  EXPECT_EQ(parts["v"], 4);
+  EXPECT_EQ(parts["u"], 2);
+  EXPECT_EQ(engine.iteration(), 1u);
+  EXPECT_EQ(engine.knobs().credit_bytes, 4096u);
+}
+
+}  // namespace
+}  // namespace commsched
