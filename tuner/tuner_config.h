@@ -12,7 +12,7 @@ namespace commsched::tuner {
 
 struct TunerOptions {
   int max_trials = 12;            // COMMSCHED_TUNER_TRIALS: trial budget, the starting configuration included
-  int min_trials = 6;             // COMMSCHED_TUNER_MIN_TRIALS: no early stop on small EI before this many trials
+  int min_trials = 8;             // COMMSCHED_TUNER_MIN_TRIALS: no early stop on small EI before this many trials
   double stop_relative_ei = 0.01; // COMMSCHED_TUNER_EI_STOP: stop when max EI < this fraction of the best score
   int warmup_iterations = 2;      // COMMSCHED_TUNER_WARMUP: iterations dropped after each switch
   int window_iterations = 3;      // COMMSCHED_TUNER_WINDOW: iterations per throughput window
