@@ -2,7 +2,7 @@
 // worker that drives PsBackend directly (no engine): it submits batches with start() and waits on `done`.
 //
 //   ps_test_worker [--tensors N] [--iterations I] [--max-bytes B] [--seed S] [--mode exact|random|loop|mismatch]
-//                  [--out FILE] [--ready FILE]
+//                  [--out FILE] [--ready FILE] [--tag ANY]
 // exact:    integer-valued data of every dtype; checks every sum exactly; broadcast from rank 0 first.
 // random:   random f32/f16/bf16/f64 data; writes an FNV hash of all results to --out (determinism test).
 // loop:     like exact but iterates until something fails (kill tests); touches --ready after the first iteration.
@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
     else if (k == "--mode") o.mode = v;
     else if (k == "--out") o.out = v;
     else if (k == "--ready") o.ready = v;
+    else if (k == "--tag") continue;  // lets tests find their processes by command line
     else { std::cerr << "unknown option " << k << std::endl; return 4; }
   }
   try {

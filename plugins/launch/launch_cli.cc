@@ -1,0 +1,56 @@
+#include "plugins/launch/launch_cli.h"
+
+#include <iostream>
+#include <memory>
+
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/ps/ps_config.h"
+#include "comm_backends/ps/server.h"
+#include "plugins/launch/launcher.h"
+#include "scheduler/config.h"
+
+namespace commsched {
+
+void add_launch_subcommand(CLI::App& app) {
+  auto opts = std::make_shared<LaunchOptions>();
+  CLI::App* sub = app.add_subcommand("launch", "run a command as W workers with S parameter servers on this host");
+  sub->add_option("-w,--workers", opts->workers, "number of worker processes")->check(CLI::PositiveNumber);
+  sub->add_option("-s,--servers", opts->servers, "number of server processes")->check(CLI::PositiveNumber);
+  sub->add_option("--emulate-rate", opts->emulate_rate,
+                  "EMULATED link rate per process (token bucket on sends), e.g. 1gbit; not a real link");
+  sub->add_flag("--deterministic", opts->deterministic, "servers sum in rank order (bitwise reproducible)");
+  sub->add_option("command", opts->command, "worker command, after --")->required()->expected(-1);
+  sub->callback([opts] {
+    if (!opts->emulate_rate.empty()) parse_rate_bps("--emulate-rate", opts->emulate_rate, true);  // validate early
+    const int rc = launch_local_cluster(*opts);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+void add_server_subcommand(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("server", "run one parameter server (configured by COMMSCHED_* variables)");
+  sub->callback([] {
+    ClusterEnv env;
+    PsConfig cfg;
+    try {
+      env = ClusterEnv::from_env();
+      cfg = PsConfig::from_env();
+    } catch (const std::exception& e) {
+      std::cerr << "commsched server: " << e.what() << std::endl;
+      throw CLI::RuntimeError(2);
+    }
+    if (env.role != Role::server) {
+      std::cerr << "commsched server: COMMSCHED_ROLE (or DMLC_ROLE) must be 'server'" << std::endl;
+      throw CLI::RuntimeError(2);
+    }
+    int rc = 1;
+    try {
+      rc = run_server(env, cfg);
+    } catch (const std::exception& e) {
+      std::cerr << "commsched server " << env.rank << ": " << e.what() << std::endl;
+    }
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace commsched
