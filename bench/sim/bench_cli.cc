@@ -28,8 +28,8 @@ struct BenchArgs {
   std::string ring_alpha = "5us";
   std::vector<std::string> policies = {"bytescheduler", "wfbp", "bsp", "fusion", "mgwfbp"};
   std::vector<std::string> partitions = {"256KiB", "1MiB", "4MiB", "16MiB"};
-  std::vector<int> credit_multipliers = {1, 2, 4, 8};
-  std::vector<std::string> small_tensor = {"0", "64KiB"};
+  std::vector<double> credit_multipliers = {0, 1, 2, 4, 8};
+  std::vector<std::string> small_tensor = {"0", "64KiB", "8MiB"};
   std::string fusion_bytes = "64MiB";
   std::string fusion_cycle = "5ms";
   int iterations = 6;
@@ -136,7 +136,7 @@ void add_bench_subcommand(CLI::App& app) {
   b->add_option("--policies", args->policies, "policies to compare")->delimiter(',')->capture_default_str();
   b->add_option("--partitions", args->partitions, "bytescheduler partition sizes searched")
       ->delimiter(',')->capture_default_str();
-  b->add_option("--credit-multipliers", args->credit_multipliers, "bytescheduler credit = k x partition, k searched")
+  b->add_option("--credit-multipliers", args->credit_multipliers, "bytescheduler credit = k x partition, k searched (0: one batch at a time)")
       ->delimiter(',')->capture_default_str();
   b->add_option("--small-tensor", args->small_tensor, "bytescheduler small-tensor fusion bounds searched (0: off)")
       ->delimiter(',')->capture_default_str();

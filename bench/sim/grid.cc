@@ -1,5 +1,6 @@
 #include "bench/sim/grid.h"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 
@@ -30,12 +31,14 @@ std::vector<Candidate> candidates(const GridSpec& spec, PolicyKind policy) {
   if (policy != PolicyKind::bytescheduler) return {{c, ""}};
   std::vector<Candidate> out;
   for (uint64_t part : spec.partitions)
-    for (int mult : spec.credit_multipliers)
+    for (double mult : spec.credit_multipliers)
       for (uint64_t small : spec.small_tensor_bytes) {
         c.knobs.partition_bytes = part;
-        c.knobs.credit_bytes = part * uint64_t(mult);
+        // A credit below one partition still lets one batch go when nothing is in flight: one message at a time.
+        c.knobs.credit_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(part * mult));
         c.small_tensor_bytes = small;
-        out.push_back({c, "partition " + format_bytes(part) + ", credit " + format_bytes(c.knobs.credit_bytes) +
+        const std::string credit = mult == 0 ? "one batch in flight" : "credit " + format_bytes(c.knobs.credit_bytes);
+        out.push_back({c, "partition " + format_bytes(part) + ", " + credit +
                               (small ? ", fuse <= " + format_bytes(small) : "")});
       }
   return out;

@@ -26,10 +26,11 @@ struct GridSpec {
   int servers = 0;              // PS servers; 0: as many as workers (co-located, as BytePS deploys them)
   double latency_s = 25e-6;     // PS one-way latency per message
   double ring_alpha_s = 5e-6;   // all-reduce per-step latency
-  // ByteScheduler knob grid: partition sizes, credit as a multiple of the partition, small-tensor fusion bounds.
+  // ByteScheduler knob grid: partition sizes, credit as a multiple k of the partition (k = 0: one batch in flight at a
+  // time, which latency-bound collectives need), small-tensor fusion bounds (0: off).
   std::vector<uint64_t> partitions = {256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20};
-  std::vector<int> credit_multipliers = {1, 2, 4, 8};
-  std::vector<uint64_t> small_tensor_bytes = {0, 64ull << 10};
+  std::vector<double> credit_multipliers = {0, 1, 2, 4, 8};
+  std::vector<uint64_t> small_tensor_bytes = {0, 64ull << 10, 8ull << 20};
   EngineConfig base;            // fusion threshold and cycle, and defaults for everything else
   SimOptions sim;
 };

@@ -44,14 +44,15 @@ Nanos PsNetwork::server_time(uint64_t bytes) const {
   return seconds_to_ns(bytes * 8.0 * p_.workers / p_.servers / p_.server_bps);
 }
 
-Nanos PsNetwork::transfer(const Batch& batch, Nanos start) {
+Transfer PsNetwork::transfer(const Batch& batch, Nanos start) {
   const uint64_t bytes = batch_bytes(batch);
+  const Nanos begin = std::max(worker_up_.start_of(start), server_in_.start_of(start));
   // The bytes stream through the worker's uplink and the servers' downlinks at once; the slower side decides.
   const Nanos pushed =
       std::max(worker_up_.reserve(start, worker_time(bytes)), server_in_.reserve(start, server_time(bytes))) + latency_;
   // The servers answer once every worker's push is summed (symmetric workers: all arrive together).
-  return std::max(server_out_.reserve(pushed, server_time(bytes)), worker_down_.reserve(pushed, worker_time(bytes))) +
-         latency_;
+  return {begin, std::max(server_out_.reserve(pushed, server_time(bytes)),
+                          worker_down_.reserve(pushed, worker_time(bytes))) + latency_};
 }
 
 void PsNetwork::reset() {
@@ -84,9 +85,10 @@ RingAllreduceNetwork::RingAllreduceNetwork(RingParams p) : p_(p) {
   if (!(p.alpha_s >= 0)) throw InvalidArgument("network model: ring alpha must be >= 0 s");
 }
 
-Nanos RingAllreduceNetwork::transfer(const Batch& batch, Nanos start) {
+Transfer RingAllreduceNetwork::transfer(const Batch& batch, Nanos start) {
   const CostModel c = cost_model();
-  return ring_.reserve(start, seconds_to_ns(c.alpha_s + c.beta_s_per_byte * batch_bytes(batch)));
+  const Nanos begin = ring_.start_of(start);
+  return {begin, ring_.reserve(start, seconds_to_ns(c.alpha_s + c.beta_s_per_byte * batch_bytes(batch)))};
 }
 
 double RingAllreduceNetwork::comm_lower_bound_s(uint64_t bytes) const {

@@ -5,6 +5,7 @@
 // is what a sender that keeps a bounded number of bytes in flight approximates).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,6 +22,8 @@ class Link {
     free_at_ = std::max(free_at_, ready) + duration;
     return free_at_;
   }
+  // When a message ready at `ready` would start moving.
+  Nanos start_of(Nanos ready) const { return std::max(free_at_, ready); }
   void reset() { free_at_ = 0; }
 
  private:
@@ -33,11 +36,18 @@ struct CostModel {
   double beta_s_per_byte = 0;
 };
 
+// A message's life on the network: it starts moving at `begin` (after what was dispatched before it) and its result is
+// back at the worker at `end`.
+struct Transfer {
+  Nanos begin;
+  Nanos end;
+};
+
 class NetworkModel {
  public:
   virtual ~NetworkModel() = default;
-  // Starts moving `batch` (one fused message) at `start`; returns when its result is back at the worker.
-  virtual Nanos transfer(const Batch& batch, Nanos start) = 0;
+  // Dispatches `batch` (one fused message) at `start`.
+  virtual Transfer transfer(const Batch& batch, Nanos start) = 0;
   // Forgets all reservations (a new run).
   virtual void reset() = 0;
   // Least time the network needs for `bytes` of gradients per iteration, whatever the schedule.
@@ -61,7 +71,7 @@ struct PsParams {
 class PsNetwork final : public NetworkModel {
  public:
   explicit PsNetwork(PsParams p);
-  Nanos transfer(const Batch& batch, Nanos start) override;
+  Transfer transfer(const Batch& batch, Nanos start) override;
   void reset() override;
   double comm_lower_bound_s(uint64_t bytes) const override;
   CostModel cost_model() const override;
@@ -86,7 +96,7 @@ struct RingParams {
 class RingAllreduceNetwork final : public NetworkModel {
  public:
   explicit RingAllreduceNetwork(RingParams p);
-  Nanos transfer(const Batch& batch, Nanos start) override;
+  Transfer transfer(const Batch& batch, Nanos start) override;
   void reset() override { ring_.reset(); }
   double comm_lower_bound_s(uint64_t bytes) const override;
   CostModel cost_model() const override;

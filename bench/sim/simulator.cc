@@ -151,10 +151,10 @@ void Run::pump(Nanos now) {
     policy_.poll(now, out);
     for (Batch& b : out) {
       if (b.empty()) continue;
-      const Nanos done = net_.transfer(b, now);
+      const Transfer t = net_.transfer(b, now);
       batches_.push_back(std::move(b));
-      batch_start_.push_back(now);
-      schedule(done, Event::Kind::batch_done, batches_.size() - 1);
+      batch_start_.push_back(t.begin);  // the timeline shows time on the wire, not time queued behind others
+      schedule(t.end, Event::Kind::batch_done, batches_.size() - 1);
     }
     const auto wake = policy_.next_wakeup();
     if (!wake) return;

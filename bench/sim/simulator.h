@@ -29,7 +29,7 @@ struct Span {
   enum class Lane { forward, backward, comm };
   Lane lane;
   int iteration;
-  Nanos start;
+  Nanos start;             // comm: when the message started moving (after those dispatched before it)
   Nanos end;
   int32_t first_priority;  // forward/backward: the layer; comm: the most urgent priority in the batch
   int32_t last_priority;

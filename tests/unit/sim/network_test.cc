@@ -11,21 +11,25 @@ TEST(PsNetwork, OneMessageTakesPushPlusPull) {
   // 8 workers, 2 servers, 10 Gbit/s: servers carry 4x the worker's bytes and are the bottleneck.
   PsNetwork net({8, 2, 10e9, 10e9, 10e-6});
   const uint64_t bytes = 1'250'000;  // 1 ms at 10 Gbit/s
-  EXPECT_EQ(net.transfer(one(bytes), 0), 2 * (4'000'000 + 10'000));
+  EXPECT_EQ(net.transfer(one(bytes), 0).end, 2 * (4'000'000 + 10'000));
   EXPECT_DOUBLE_EQ(net.comm_lower_bound_s(bytes), 4e-3);
 }
 
 TEST(PsNetwork, PushOfTheNextMessageOverlapsThePullOfThePrevious) {
   PsNetwork net({1, 1, 8e9, 8e9, 0});  // 1 byte per ns
-  EXPECT_EQ(net.transfer(one(1000), 0), 2000);
-  EXPECT_EQ(net.transfer(one(1000), 0), 3000);  // pushed 1000..2000, pulled 2000..3000
+  EXPECT_EQ(net.transfer(one(1000), 0).end, 2000);
+  const Transfer second = net.transfer(one(1000), 0);  // pushed 1000..2000, pulled 2000..3000
+  EXPECT_EQ(second.begin, 1000);
+  EXPECT_EQ(second.end, 3000);
 }
 
 TEST(RingAllreduceNetwork, AlphaBetaCost) {
   RingAllreduceNetwork net({4, 8e9, 1e-6});
   // 2(W-1)/W * bytes / B + 2(W-1) alpha = 1.5 * 1000 ns + 6 us
-  EXPECT_EQ(net.transfer(one(1000), 0), 1500 + 6000);
-  EXPECT_EQ(net.transfer(one(1000), 0), 2 * 7500);  // collectives run one at a time
+  EXPECT_EQ(net.transfer(one(1000), 0).end, 1500 + 6000);
+  const Transfer second = net.transfer(one(1000), 0);  // collectives run one at a time
+  EXPECT_EQ(second.begin, 7500);
+  EXPECT_EQ(second.end, 2 * 7500);
   EXPECT_DOUBLE_EQ(net.comm_lower_bound_s(1000), 1.5e-6);
 }
 
