@@ -64,7 +64,7 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
     const SimResult r = simulate_config(spec, model, *net, cand.config, false);
     if (r.iteration_s >= best.iteration_s) continue;
     best = {model.name, bandwidth_bps, workers, r.policy, cand.knobs, r.iteration_s, 0, r.compute_s,
-            r.comm_bound_s, r.lower_bound_s, r.batches / uint64_t(spec.sim.iterations)};
+            r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(spec.sim.iterations)};
   }
   best.policy = std::string(policy_name(policy));
   return best;

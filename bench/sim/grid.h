@@ -45,7 +45,8 @@ struct CellResult {
   double speedup_vs_wfbp = 0;   // 0 when wfbp was not run
   double compute_s = 0;
   double comm_bound_s = 0;
-  double lower_bound_s = 0;
+  double lower_bound_s = 0;       // max(compute, comm)
+  double dependency_bound_s = 0;  // see dependency_bound_s() in simulator.h
   uint64_t batches_per_iteration = 0;
 };
 

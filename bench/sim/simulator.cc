@@ -201,11 +201,25 @@ SimResult Run::go() {
   result_.compute_s = model_.compute_per_iteration() * 1e-9;
   result_.comm_bound_s = net_.comm_lower_bound_s(model_.total_bytes());
   result_.lower_bound_s = std::max(result_.compute_s, result_.comm_bound_s);
+  result_.dependency_bound_s = dependency_bound_s(model_, net_);
   result_.batches = batches_.size();
   return result_;
 }
 
 }  // namespace
+
+double dependency_bound_s(const ModelProfile& model, const NetworkModel& network) {
+  const double compute = model.compute_per_iteration() * 1e-9;
+  double bound = std::max(compute, network.comm_lower_bound_s(model.total_bytes()));
+  uint64_t bytes = 0;      // gradients of layers 0..i
+  double overlap = 0;      // backward + forward of layers 0..i-1, in seconds
+  for (const LayerProfile& l : model.layers) {
+    for (size_t t : l.tensors) bytes += model.tensors[t].bytes();
+    bound = std::max(bound, compute + network.comm_lower_bound_s(bytes) - overlap);
+    overlap += (l.forward + l.backward) * 1e-9;
+  }
+  return bound;
+}
 
 SimResult simulate(const ModelProfile& model, NetworkModel& network, Policy& policy, const SimOptions& options) {
   return Run(model, network, policy, options).go();

@@ -44,9 +44,18 @@ struct SimResult {
   double compute_s = 0;               // forward + backward per iteration
   double comm_bound_s = 0;            // network-only bound for the model's bytes
   double lower_bound_s = 0;           // max(compute, comm bound)
+  double dependency_bound_s = 0;      // tighter: also counts gradients needed early but produced late (see below)
   uint64_t batches = 0;               // messages over the whole run
   std::vector<Span> spans;            // when SimOptions::record_timeline
 };
+
+// A lower bound that also respects the iteration's dependencies: the gradients of layers 0..i are all produced no
+// earlier than layer i's backward ends and must be synchronised before the next forward reaches layer i, so
+//   period >= compute + max(0, comm(bytes of layers 0..i) - (backward + forward of layers 0..i-1))   for every i,
+// and period >= comm(all bytes). comm() is the network's bandwidth-only bound (no latency), so no schedule beats it.
+// It exceeds max(compute, comm) when a big tensor is needed first and produced last (BERT's and Transformer's
+// embeddings), which no scheduler can overlap.
+double dependency_bound_s(const ModelProfile& model, const NetworkModel& network);
 
 // Runs one simulation. The policy must be fresh (never told an event); the network is reset first.
 SimResult simulate(const ModelProfile& model, NetworkModel& network, Policy& policy, const SimOptions& options);

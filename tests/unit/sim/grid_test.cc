@@ -67,6 +67,7 @@ TEST(Grid, TargetCheckComparesWithTheBestBaseline) {
   cell[0].policy = "bytescheduler";
   cell[0].iteration_s = 1.0;
   cell[0].lower_bound_s = 0.95;
+  cell[0].dependency_bound_s = 0.98;
   cell[1].policy = "wfbp";
   cell[1].iteration_s = 1.5;
   cell[2].policy = "bsp";

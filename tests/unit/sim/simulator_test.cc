@@ -33,6 +33,7 @@ TEST(Simulator, OneTensorOnARingTakesComputePlusOneAllreduce) {
   EXPECT_NEAR(r.iteration_s, 6e-3 + 12e-3 + 6e-6, 1e-9);
   EXPECT_NEAR(r.compute_s, 6e-3, 1e-12);
   EXPECT_NEAR(r.lower_bound_s, 12e-3, 1e-12);
+  EXPECT_NEAR(r.dependency_bound_s, 18e-3, 1e-12);  // one tensor: needed first, produced last
   ASSERT_EQ(r.iteration_start_s.size(), 7u);
   EXPECT_DOUBLE_EQ(r.iteration_start_s[0], 0.0);
 }
@@ -55,9 +56,23 @@ TEST(Simulator, NoPolicyBeatsTheLowerBound) {
       RingAllreduceNetwork ring({8, bw, 5e-6});
       for (NetworkModel* net : {static_cast<NetworkModel*>(&ps), static_cast<NetworkModel*>(&ring)}) {
         const SimResult r = run(m, *net, k, 1 << 20, 4 << 20);
-        EXPECT_GE(r.iteration_s, r.lower_bound_s * (1 - 1e-9)) << policy_name(k) << " " << net->describe();
+        EXPECT_GE(r.dependency_bound_s, r.lower_bound_s);
+        EXPECT_GE(r.iteration_s, r.dependency_bound_s * (1 - 1e-9)) << policy_name(k) << " " << net->describe();
       }
     }
+}
+
+// Transformer's shared embedding is needed first and produced last: the bound that knows it is above the simple one,
+// and still no policy beats it.
+TEST(Simulator, DependencyBoundHoldsOnTheRealTransformerProfile) {
+  const auto m = load_profile(std::string(COMMSCHED_PROFILES_DIR) + "/transformer-base.json");
+  PsNetwork net({8, 8, 10e9, 10e9, 25e-6});
+  EXPECT_GT(dependency_bound_s(m, net), 1.1 * std::max(m.compute_per_iteration() * 1e-9,
+                                                       net.comm_lower_bound_s(m.total_bytes())));
+  for (PolicyKind k : {PolicyKind::bytescheduler, PolicyKind::wfbp, PolicyKind::mgwfbp}) {
+    const SimResult r = run(m, net, k, 1 << 20, 2 << 20);
+    EXPECT_GE(r.iteration_s, r.dependency_bound_s * (1 - 1e-9)) << policy_name(k);
+  }
 }
 
 TEST(Simulator, PriorityBeatsFifoOnVggLikeModelAtLowBandwidth) {
