@@ -27,9 +27,10 @@ struct BenchArgs {
   std::string latency = "25us";
   std::string ring_alpha = "5us";
   std::vector<std::string> policies = {"bytescheduler", "wfbp", "bsp", "fusion", "mgwfbp"};
-  std::vector<std::string> partitions = {"256KiB", "1MiB", "4MiB", "16MiB"};
-  std::vector<double> credit_multipliers = {0, 1, 2, 4, 8};
-  std::vector<std::string> small_tensor = {"0", "64KiB", "8MiB"};
+  // Empty: the network's default grid (sim::use_default_knob_grid).
+  std::vector<std::string> partitions;
+  std::vector<double> credit_multipliers;
+  std::vector<std::string> small_tensor;
   std::string fusion_bytes = "64MiB";
   std::string fusion_cycle = "5ms";
   int iterations = 6;
@@ -68,11 +69,16 @@ sim::GridSpec to_spec(const BenchArgs& a) {
   s.latency_s = parse_seconds("--latency", a.latency);
   s.ring_alpha_s = parse_seconds("--ring-alpha", a.ring_alpha);
   s.policies = parse_all<PolicyKind>(a.policies, [](const std::string& v) { return parse_policy("--policies", v); });
-  s.partitions = parse_all<uint64_t>(a.partitions, [](const std::string& v) { return parse_bytes("--partitions", v); });
-  s.credit_multipliers = a.credit_multipliers;
-  s.small_tensor_bytes = parse_all<uint64_t>(a.small_tensor, [](const std::string& v) -> uint64_t {
-    return v == "0" || v == "off" ? 0 : parse_bytes("--small-tensor", v);  // 0: small-tensor fusion off
-  });
+  sim::use_default_knob_grid(s);
+  if (!a.partitions.empty())
+    s.partitions = parse_all<uint64_t>(a.partitions, [](const std::string& v) { return parse_bytes("--partitions", v); });
+  if (!a.credit_multipliers.empty()) s.credit_multipliers = a.credit_multipliers;
+  for (double k : s.credit_multipliers)
+    if (!(k >= 0)) throw InvalidArgument("--credit-multipliers: " + std::to_string(k) + " (must be >= 0)");
+  if (!a.small_tensor.empty())
+    s.small_tensor_bytes = parse_all<uint64_t>(a.small_tensor, [](const std::string& v) -> uint64_t {
+      return v == "0" || v == "off" ? 0 : parse_bytes("--small-tensor", v);  // 0: small-tensor fusion off
+    });
   s.base.fusion_bytes = parse_bytes("--fusion-bytes", a.fusion_bytes);
   s.base.fusion_cycle_s = parse_seconds("--fusion-cycle", a.fusion_cycle);
   s.sim.iterations = a.iterations;
@@ -134,12 +140,12 @@ void add_bench_subcommand(CLI::App& app) {
   b->add_option("--latency", args->latency, "PS one-way latency per message")->capture_default_str();
   b->add_option("--ring-alpha", args->ring_alpha, "all-reduce latency per ring step")->capture_default_str();
   b->add_option("--policies", args->policies, "policies to compare")->delimiter(',')->capture_default_str();
-  b->add_option("--partitions", args->partitions, "bytescheduler partition sizes searched")
-      ->delimiter(',')->capture_default_str();
+  b->add_option("--partitions", args->partitions, "bytescheduler partition sizes searched (default: per network)")
+      ->delimiter(',');
   b->add_option("--credit-multipliers", args->credit_multipliers, "bytescheduler credit = k x partition, k searched (0: one batch at a time)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',');
   b->add_option("--small-tensor", args->small_tensor, "bytescheduler small-tensor fusion bounds searched (0: off)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',');
   b->add_option("--fusion-bytes", args->fusion_bytes, "fusion policy threshold")->capture_default_str();
   b->add_option("--fusion-cycle", args->fusion_cycle, "fusion policy cycle")->capture_default_str();
   b->add_option("--iterations", args->iterations, "simulated iterations")->capture_default_str();

@@ -8,6 +8,19 @@
 
 namespace commsched::sim {
 
+void use_default_knob_grid(GridSpec& spec) {
+  constexpr uint64_t KiB = 1 << 10, MiB = 1 << 20;
+  if (spec.network == NetworkKind::allreduce) {
+    spec.partitions = {1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB};
+    spec.credit_multipliers = {0, 1, 2};
+    spec.small_tensor_bytes = {0, 1 * MiB, 8 * MiB, 32 * MiB};
+  } else {
+    spec.partitions = {256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB};
+    spec.credit_multipliers = {0, 1, 2, 4, 8};
+    spec.small_tensor_bytes = {0, 64 * KiB, 8 * MiB};
+  }
+}
+
 std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers) {
   if (spec.network == NetworkKind::allreduce)
     return std::make_unique<RingAllreduceNetwork>(RingParams{workers, bandwidth_bps, spec.ring_alpha_s});

@@ -50,6 +50,10 @@ struct CellResult {
   uint64_t batches_per_iteration = 0;
 };
 
+// The knob grid searched by default. All-reduce at scale pays 2(W-1) latencies per collective, so its grid reaches
+// bigger partitions and fusion bounds (as ByteScheduler itself tunes larger partitions for all-reduce).
+void use_default_knob_grid(GridSpec& spec);
+
 std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers);
 // One policy in one cell; for bytescheduler, the best over the knob grid.
 CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
