@@ -200,8 +200,16 @@ void PsBackend::dispatch(std::vector<PartitionView>& batch, BatchDone& done) {
     if (done) done(Status::Error(bad.empty() ? "empty batch" : bad, Status::Code::invalid));
     return;
   }
-  auto state = std::make_shared<BatchState>(BatchState{std::move(done), batch.size(), Status::Ok()});
+  // Big partitions travel as several chunk messages (whole elements each); the batch completes when all are back.
+  std::vector<PartitionView> pieces;
   for (const PartitionView& p : batch) {
+    const uint64_t es = dtype_size(p.task->dtype);
+    const uint64_t chunk = cfg_.chunk_bytes == 0 ? p.bytes : std::max<uint64_t>(es, cfg_.chunk_bytes / es * es);
+    for (uint64_t at = 0; at < p.bytes; at += chunk)
+      pieces.push_back(PartitionView{p.task, p.index, p.offset + at, std::min(chunk, p.bytes - at)});
+  }
+  auto state = std::make_shared<BatchState>(BatchState{std::move(done), pieces.size(), Status::Ok()});
+  for (const PartitionView& p : pieces) {
     const uint64_t id = next_request_++;
     inflight_.emplace(id, Request{state, p});
     const std::pair<uint64_t, uint64_t> where{p.task->key, p.offset};
@@ -310,19 +318,16 @@ void PsBackend::fail_all(const Status& st) {
     std::lock_guard lock(mu_);
     if (state_ == State::failed) return;
     failure_ = st;
+    state_ = State::failed;  // from here on start() fails inline: nothing new can slip into the queue
     queued.swap(queue_);
   }
-  // Close first: once it returns, no zero-copy send references a caller's buffer any more.
+  // Close before calling back: once it returns, no zero-copy send references a caller's buffer any more.
   transport_->close(true);
   std::vector<std::shared_ptr<BatchState>> batches;
   for (auto& [id, r] : inflight_) batches.push_back(r.batch);
   inflight_.clear();
   parked_.clear();
-  {
-    std::lock_guard lock(mu_);
-    state_ = State::failed;
-    state_cv_.notify_all();
-  }
+  state_cv_.notify_all();
   for (auto& b : batches)
     if (b.use_count() > 0 && b->done) std::exchange(b->done, nullptr)(st);
   for (auto& [batch, done] : queued)

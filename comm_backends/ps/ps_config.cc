@@ -8,7 +8,8 @@
 namespace commsched {
 namespace {
 constexpr const char* kOptions[] = {"deterministic", "emulate_rate", "server_threads", "parallel_sum_bytes",
-                                    "heartbeat", "rendezvous_timeout", "max_message", "io_threads"};
+                                    "heartbeat", "rendezvous_timeout", "max_message", "io_threads",
+                                    "chunk_bytes"};
 
 std::string var_name(std::string_view option) {
   std::string v = option == "emulate_rate" ? "COMMSCHED_" : "COMMSCHED_PS_";
@@ -27,6 +28,7 @@ void PsConfig::set(std::string_view option, std::string_view value) {
   else if (option == "rendezvous_timeout") rendezvous_timeout_s = parse_seconds(var, value);
   else if (option == "max_message") max_message_bytes = parse_bytes(var, value);
   else if (option == "io_threads") io_threads = static_cast<int>(parse_int(var, value, 1, 64));
+  else if (option == "chunk_bytes") chunk_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
   else {
     std::string known;
     for (const char* o : kOptions) known += std::string(known.empty() ? "" : ", ") + o;

@@ -8,6 +8,8 @@
 //   COMMSCHED_PS_RENDEZVOUS_TIMEOUT time  how long to wait for every process to show up (default 120s)
 //   COMMSCHED_PS_MAX_MESSAGE        size  largest accepted partition (default 2GiB); bigger messages drop the sender
 //   COMMSCHED_PS_IO_THREADS         int   ZeroMQ I/O threads per process (default 1)
+//   COMMSCHED_PS_CHUNK_BYTES        size  partitions bigger than this travel as several messages (default 4MiB; 0: never)
+//                                         so the server sums one chunk while the next arrives and buffers stay small
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,7 @@ struct PsConfig {
   double rendezvous_timeout_s = 120;
   uint64_t max_message_bytes = 2ull << 30;
   int io_threads = 1;
+  uint64_t chunk_bytes = 4ull << 20;
 
   // Applies one option by its variable name without the prefix, lower case ("deterministic", "emulate_rate", ...).
   void set(std::string_view option, std::string_view value);

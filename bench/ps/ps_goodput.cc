@@ -1,0 +1,299 @@
+// Parameter-server goodput against raw TCP, partition sizes 64 KiB .. 64 MiB, one run, side by side.
+//
+//   ps_goodput local [--mib-per-size N] [--reps R]  server thread + worker + raw TCP, all on loopback (median of R)
+//   ps_goodput ps-server --bind ADDR --port P        one PS server (1 worker) on ADDR:P      (for netns_bench.sh)
+//   ps_goodput ps-worker --root ADDR --port P        PS goodput against that server
+//   ps_goodput raw-server --bind ADDR --port P       raw TCP echo/discard server
+//   ps_goodput raw-client --root ADDR --port P       raw TCP goodput against it
+//
+// PS goodput = partition bytes push_pulled per second (each partition goes to the server and its sum comes back),
+// with a window of partitions in flight. Raw echo = the same traffic on a bare TCP socket (send, peer echoes back,
+// same window): the fair baseline for push_pull. Raw one-way = a plain stream (what iperf3 measures).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/ps/ps_backend.h"
+#include "comm_backends/ps/server.h"
+
+using namespace commsched;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<uint64_t> kSizes = {64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+uint64_t total_bytes(uint64_t part, uint64_t mib) { return std::max<uint64_t>(mib << 20, 8 * part); }
+uint64_t window_of(uint64_t part) { return std::max<uint64_t>(4, (32ull << 20) / part); }  // >= 32 MiB in flight
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// ---------------- parameter server ----------------
+double ps_goodput(PsBackend& b, uint64_t part, uint64_t mib) {
+  const uint64_t window = window_of(part), total = total_bytes(part, mib);
+  std::vector<TaskDesc> tasks(window);
+  std::vector<std::vector<std::byte>> bufs(window, std::vector<std::byte>(part, std::byte{0}));
+  for (uint64_t s = 0; s < window; ++s) {
+    tasks[s].name = "bench." + std::to_string(part) + "." + std::to_string(s);
+    tasks[s].key = task_key(tasks[s].name);
+    tasks[s].dtype = DType::f32;
+    tasks[s].count = part / 4;
+    tasks[s].buffer.data = bufs[s].data();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<uint64_t> free_slots;
+  bool failed = false;
+  auto submit = [&](uint64_t s) {
+    b.start({PartitionView{&tasks[s], 0, 0, part}}, [&, s](const Status& st) {
+      std::lock_guard lock(mu);
+      if (!st.ok()) {
+        std::fprintf(stderr, "push_pull failed: %s\n", st.message.c_str());
+        failed = true;
+      }
+      free_slots.push_back(s);
+      cv.notify_one();
+    });
+  };
+  const auto t0 = Clock::now();
+  uint64_t sent = 0, done = 0;
+  for (uint64_t s = 0; s < window && sent < total; ++s, sent += part) submit(s);
+  while (done < sent) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return !free_slots.empty(); });
+    const uint64_t s = free_slots.front();
+    free_slots.pop_front();
+    lock.unlock();
+    if (failed) return 0;
+    done += part;
+    if (sent < total) {
+      ++tasks[s].round;
+      submit(s);
+      sent += part;
+    }
+  }
+  return static_cast<double>(total) / seconds_since(t0);
+}
+
+ClusterEnv env_for(Role role, const std::string& addr, int port) {
+  ClusterEnv e;
+  e.role = role;
+  e.num_workers = 1;
+  e.num_servers = 1;
+  e.root_addr = addr;
+  e.root_port = port;
+  e.bind = addr;
+  return e;
+}
+
+// ---------------- raw TCP ----------------
+int listen_on(const std::string& addr, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 4) != 0) {
+    std::perror("raw server bind");
+    std::exit(1);
+  }
+  return fd;
+}
+
+int dial(const std::string& addr, int port) {
+  for (int i = 0; i < 100; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::fprintf(stderr, "cannot connect to %s:%d\n", addr.c_str(), port);
+  std::exit(1);
+}
+
+bool read_full(int fd, void* p, size_t n) {
+  auto* c = static_cast<char*>(p);
+  while (n) {
+    const ssize_t r = ::read(fd, c, n);
+    if (r <= 0) return false;
+    c += r, n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+void write_full(int fd, const void* p, size_t n) {
+  auto* c = static_cast<const char*>(p);
+  while (n) {
+    const ssize_t r = ::write(fd, c, n);
+    if (r <= 0) return;
+    c += r, n -= static_cast<size_t>(r);
+  }
+}
+
+// Serves connections one after another: first byte 'E' = echo everything, 'D' = discard then answer one byte.
+void raw_server(int lfd) {
+  std::vector<char> buf(4 << 20);
+  for (;;) {
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    if (fd < 0) return;
+    char mode = 0;
+    uint64_t total = 0;
+    if (read_full(fd, &mode, 1) && read_full(fd, &total, 8)) {
+      uint64_t left = total;
+      while (left) {
+        const ssize_t r = ::read(fd, buf.data(), std::min<uint64_t>(left, buf.size()));
+        if (r <= 0) break;
+        if (mode == 'E') write_full(fd, buf.data(), static_cast<size_t>(r));
+        left -= static_cast<uint64_t>(r);
+      }
+      if (mode == 'D') write_full(fd, "k", 1);
+    }
+    ::close(fd);
+  }
+}
+
+// Echo: a sender keeps at most `window` partitions unanswered; a receiver thread drains the echo.
+double raw_echo(const std::string& addr, int port, uint64_t part, uint64_t mib) {
+  const uint64_t total = total_bytes(part, mib), limit = window_of(part) * part;
+  const int fd = dial(addr, port);
+  char mode = 'E';
+  write_full(fd, &mode, 1);
+  write_full(fd, &total, 8);
+  std::atomic<uint64_t> received{0};
+  std::vector<char> out(part, 'x');
+  const auto t0 = Clock::now();
+  std::thread rx([&] {
+    std::vector<char> in(4 << 20);
+    while (received < total) {
+      const ssize_t r = ::read(fd, in.data(), std::min<uint64_t>(in.size(), total - received));
+      if (r <= 0) break;
+      received += static_cast<uint64_t>(r);
+    }
+  });
+  for (uint64_t sent = 0; sent < total; sent += part) {
+    while (sent - received.load() + part > limit) std::this_thread::yield();
+    write_full(fd, out.data(), part);
+  }
+  rx.join();
+  const double secs = seconds_since(t0);
+  ::close(fd);
+  return static_cast<double>(total) / secs;
+}
+
+double raw_oneway(const std::string& addr, int port, uint64_t part, uint64_t mib) {
+  const uint64_t total = total_bytes(part, mib);
+  const int fd = dial(addr, port);
+  char mode = 'D', ack;
+  write_full(fd, &mode, 1);
+  write_full(fd, &total, 8);
+  std::vector<char> out(part, 'x');
+  const auto t0 = Clock::now();
+  for (uint64_t sent = 0; sent < total; sent += part) write_full(fd, out.data(), part);
+  read_full(fd, &ack, 1);
+  const double secs = seconds_since(t0);
+  ::close(fd);
+  return static_cast<double>(total) / secs;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string size_name(uint64_t b) {
+  return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB";
+}
+
+void print_header(bool with_ps) {
+  std::printf("| partition | %sraw echo MB/s | raw one-way MB/s |%s\n", with_ps ? "PS push_pull MB/s | " : "",
+              with_ps ? " PS / raw echo |" : "");
+  std::printf("|---|%s---|---|%s\n", with_ps ? "---|" : "", with_ps ? "---|" : "");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: ps_goodput local|ps-server|ps-worker|raw-server|raw-client [--root A] [--bind A] "
+                         "[--port P] [--mib-per-size N]\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  std::map<std::string, std::string> opt = {{"--root", "127.0.0.1"}, {"--bind", "127.0.0.1"}, {"--port", "0"},
+                                            {"--mib-per-size", "256"}};
+  for (int i = 2; i + 1 < argc; i += 2) opt[argv[i]] = argv[i + 1];
+  const int port = std::stoi(opt["--port"]);
+  if (opt.count("--only")) kSizes = {std::stoull(opt["--only"])};
+  const uint64_t mib = std::stoull(opt["--mib-per-size"]);
+  const int reps = opt.count("--reps") ? std::stoi(opt["--reps"]) : 3;
+  try {
+    if (mode == "ps-server") return run_server(env_for(Role::server, opt["--bind"], port), PsConfig::from_env());
+    if (mode == "raw-server") {
+      raw_server(listen_on(opt["--bind"], port));
+      return 0;
+    }
+    if (mode == "ps-worker") {
+      PsBackend b(env_for(Role::worker, opt["--root"], port), PsConfig::from_env());
+      std::printf("| partition | PS push_pull MB/s |\n|---|---|\n");
+      for (uint64_t s : kSizes) std::printf("| %s | %.1f |\n", size_name(s).c_str(), ps_goodput(b, s, mib) / 1e6);
+      b.shutdown();
+      return 0;
+    }
+    if (mode == "raw-client") {
+      print_header(false);
+      for (uint64_t s : kSizes)
+        std::printf("| %s | %.1f | %.1f |\n", size_name(s).c_str(), raw_echo(opt["--root"], port, s, mib) / 1e6,
+                    raw_oneway(opt["--root"], port, s, mib) / 1e6);
+      return 0;
+    }
+    if (mode == "local") {
+      const int ps_port = 20000 + static_cast<int>(getpid() % 20000), raw_port = ps_port + 1;
+      std::thread server([&] { run_server(env_for(Role::server, "127.0.0.1", ps_port), PsConfig::from_env()); });
+      std::thread raw([&] { raw_server(listen_on("127.0.0.1", raw_port)); });
+      raw.detach();
+      PsBackend b(env_for(Role::worker, "127.0.0.1", ps_port), PsConfig::from_env());
+      print_header(true);
+      for (uint64_t s : kSizes) {
+        // Interleaved repetitions, median of each: the machine may be shared, so neither side gets a quiet spell.
+        std::vector<double> p, e, o;
+        for (int r = 0; r < reps; ++r) {
+          p.push_back(ps_goodput(b, s, mib));
+          e.push_back(raw_echo("127.0.0.1", raw_port, s, mib));
+          o.push_back(raw_oneway("127.0.0.1", raw_port, s, mib));
+        }
+        const double ps = median(p), echo = median(e), one = median(o);
+        std::printf("| %s | %.1f | %.1f | %.1f | %.2f |\n", size_name(s).c_str(), ps / 1e6, echo / 1e6, one / 1e6,
+                    ps / echo);
+        std::fflush(stdout);
+      }
+      b.shutdown();
+      server.join();
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ps_goodput: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 2;
+}
