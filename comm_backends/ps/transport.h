@@ -61,7 +61,7 @@ class Transport {
   virtual std::optional<Incoming> receive(std::chrono::milliseconds timeout) = 0;
   // Makes a concurrent or the next receive() return early. Thread-safe.
   virtual void wake() = 0;
-  // Closes every connection. graceful: try to deliver what is queued (bounded wait); otherwise drop it.
+  // Closes every connection. graceful: try to deliver what is queued (up to 0.5 s); otherwise drop it.
   // On return no payload is referenced any more (every `release` has run).
   virtual void close(bool graceful) = 0;
   // Human-readable remote address of a peer, for logs and errors ("" when unknown).

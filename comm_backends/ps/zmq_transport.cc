@@ -142,7 +142,7 @@ class ZmqTransport final : public Transport {
     }
     for (auto& p : backlog_) zmq_msg_close(&p.payload);
     backlog_.clear();
-    const int linger = graceful ? 2000 : 0;
+    const int linger = graceful ? 500 : 0;  // enough for last words (bye, peer_lost) to a live peer
     auto close_sock = [&](void*& s) {
       if (!s) return;
       zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
