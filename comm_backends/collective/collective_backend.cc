@@ -11,6 +11,8 @@ CollectiveOptions CollectiveOptions::from_env() {
   CollectiveOptions o;
   if (auto v = env_value("COMMSCHED_COLLECTIVE_FUSION_BYTES"))
     o.fusion_bytes = parse_bytes("COMMSCHED_COLLECTIVE_FUSION_BYTES", *v, /*allow_unlimited=*/true);
+  if (auto v = env_value("COMMSCHED_COLLECTIVE_CREDIT_BYTES"))
+    o.credit_bytes = parse_bytes("COMMSCHED_COLLECTIVE_CREDIT_BYTES", *v, /*allow_unlimited=*/true);
   return o;
 }
 
@@ -26,6 +28,7 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.timeout_s = env.timeout_s;
   o.join_timeout_s = std::max(60.0, 3 * env.timeout_s);
   o.fusion_bytes = fusion_bytes;
+  o.credit_bytes = credit_bytes;
   o.host = env.rank == 0 ? env.root_addr : advertised_host(env);
   return o;
 }
@@ -161,7 +164,10 @@ void CollectiveBackend::run_group(const std::vector<uint64_t>& group) {
     for (uint64_t t : group) views.push_back(items_.at(t).view);
   }
   // Once a rank is gone no collective can finish; fail queued work rather than wait for a transport timeout.
-  auto finish = [this, group](const Status& st) {
+  uint64_t bytes = 0;
+  for (const auto& v : views) bytes += v.bytes;
+  auto finish = [this, group, bytes](const Status& st) {
+    negotiator_->completed(bytes);
     for (uint64_t t : group) complete(t, st);
   };
   if (!broken.ok()) {

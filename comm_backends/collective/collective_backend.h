@@ -27,9 +27,12 @@ struct ClusterEnv;
 
 namespace commsched::collective {
 
-// Settings every collective backend shares. Environment: COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB, 0 = off).
+// Settings every collective backend shares. Environment: COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB, 0 = off),
+// COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the global credit decided on rank 0 (see coordinator.h; use it
+// instead of the engine's per-rank credit, which can deadlock a collective).
 struct CollectiveOptions {
   uint64_t fusion_bytes = 1u << 20;
+  uint64_t credit_bytes = 0;
   static CollectiveOptions from_env();
   // Negotiator options for this process from the cluster contract (timeout, coordinator address).
   NegotiatorOptions negotiator_options(const ClusterEnv& env) const;

@@ -14,8 +14,19 @@ std::string task_label(const std::string& name, uint64_t key) {
 
 }  // namespace
 
-Coordinator::Coordinator(int size, uint64_t fusion_bytes, size_t max_cache_entries)
-    : size_(size), fusion_bytes_(fusion_bytes), max_cache_entries_(max_cache_entries), gone_(size, false) {}
+Coordinator::Coordinator(int size, uint64_t fusion_bytes, uint64_t credit_bytes, size_t max_cache_entries)
+    : size_(size),
+      fusion_bytes_(fusion_bytes),
+      credit_bytes_(credit_bytes),
+      max_cache_entries_(max_cache_entries),
+      gone_(size, false) {}
+
+void Coordinator::on_completed(uint64_t bytes) { inflight_bytes_ -= std::min(bytes, inflight_bytes_); }
+
+bool Coordinator::credit_allows(uint64_t bytes) const {
+  // Never starve: with nothing in flight, even a partition larger than the credit goes.
+  return credit_bytes_ == 0 || inflight_bytes_ == 0 || inflight_bytes_ + bytes <= credit_bytes_;
+}
 
 void Coordinator::on_ready(int rank, std::span<const ReadyReport> reports, CoordinatorOutput& out) {
   for (const auto& rep : reports) {
@@ -132,17 +143,20 @@ bool Coordinator::fusable(const PartitionDesc& a, const PartitionDesc& b) const 
 }
 
 void Coordinator::flush(CoordinatorOutput& out) {
-  if (complete_.empty()) return;
-  std::vector<Entry> ready;
-  ready.reserve(complete_.size());
   for (const Slot& s : complete_) {
     auto it = pending_.find(s);
-    ready.push_back(std::move(it->second));
+    Entry& e = it->second;
+    ready_.emplace(std::make_pair(e.priority, e.seq), std::move(e));
     pending_.erase(it);
   }
   complete_.clear();
-  std::sort(ready.begin(), ready.end(),
-            [](const Entry& a, const Entry& b) { return a.priority != b.priority ? a.priority < b.priority : a.seq < b.seq; });
+  if (ready_.empty() || !credit_allows(ready_.begin()->second.desc.bytes)) return;
+  std::vector<Entry> ready;
+  while (!ready_.empty() && credit_allows(ready_.begin()->second.desc.bytes)) {
+    if (credit_bytes_ > 0) inflight_bytes_ += ready_.begin()->second.desc.bytes;
+    ready.push_back(std::move(ready_.begin()->second));
+    ready_.erase(ready_.begin());
+  }
 
   auto& groups = out.order.groups;
   uint64_t group_bytes = 0;

@@ -52,7 +52,7 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
   if (!wake_.valid()) throw std::runtime_error("negotiator: eventfd failed");
   const auto deadline = Clock::now() + seconds_to_ms(opts_.join_timeout_s);
   if (opts_.rank == 0) {
-    coordinator_ = std::make_unique<Coordinator>(opts_.size, opts_.fusion_bytes);
+    coordinator_ = std::make_unique<Coordinator>(opts_.size, opts_.fusion_bytes, opts_.credit_bytes);
     join_as_coordinator(store, deadline);
   } else {
     join_as_worker(store, deadline);
@@ -132,6 +132,13 @@ void Negotiator::submit(std::vector<Submission> subs) {
   [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
 }
 
+void Negotiator::completed(uint64_t bytes) {
+  if (!coordinator_ || opts_.credit_bytes == 0) return;
+  completed_bytes_ += bytes;
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
 void Negotiator::shutdown() {
   {
     std::lock_guard lock(mu_);
@@ -183,6 +190,7 @@ void Negotiator::loop() {
       [[maybe_unused]] const ssize_t n = ::read(wake_.get(), &v, sizeof v);
     }
     take_inbox();
+    if (const uint64_t done = completed_bytes_.exchange(0); done > 0 && coordinator_) coordinator_->on_completed(done);
     for (size_t i = 1; i < fds.size() && !finished_; ++i)
       if (fds[i].revents) read_peer(fd_rank[i]);
     if (coordinator_ && !fatal_) {

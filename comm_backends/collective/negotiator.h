@@ -34,6 +34,7 @@ struct NegotiatorOptions {
   double timeout_s = 10.0;           // ClusterEnv::timeout_s: silence after which a peer is dead
   double join_timeout_s = 60.0;      // how long ranks wait for each other at start-up
   uint64_t fusion_bytes = 1u << 20;  // partitions below this are fused into one collective (0: never)
+  uint64_t credit_bytes = 0;         // bytes ordered but not completed, decided on rank 0 (0: no limit)
   std::string host = "127.0.0.1";    // rank 0: address to bind and advertise the coordinator on
   std::string key_prefix = "commsched/negotiator/";
 };
@@ -74,6 +75,8 @@ class Negotiator {
 
   // Thread-safe; never blocks on the network. After a fatal error or shutdown, fails the submissions inline.
   void submit(std::vector<Submission> subs);
+  // This rank finished executed groups worth `bytes` (rank 0's completions drive the global credit; elsewhere a no-op).
+  void completed(uint64_t bytes);
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
   // Status::Code::cancelled. Idempotent.
   void shutdown();
@@ -151,6 +154,7 @@ class Negotiator {
   bool finished_ = false;
   bool fatal_ = false;
 
+  std::atomic<uint64_t> completed_bytes_{0};
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
 };

@@ -145,6 +145,39 @@ TEST(Coordinator, ByeFailsWhatCanNeverCompleteButKeepsWhatIsComplete) {
   EXPECT_EQ(out.errors[0].code, Status::Code::cancelled);
 }
 
+TEST(Coordinator, GlobalCreditHoldsBackAndLetsLaterUrgentWorkOvertake) {
+  Coordinator c(2, 0, /*credit_bytes=*/1000);
+  CoordinatorOutput out;
+  std::vector<ReadyReport> reps;
+  for (uint64_t k = 10; k < 14; ++k) reps.push_back(report(desc(k, 0, 400), static_cast<int32_t>(k)));
+  c.on_ready(0, reps, out);
+  c.on_ready(1, reps, out);
+  c.flush(out);
+  EXPECT_EQ(ordered_keys(out), (std::vector<uint64_t>{10, 11})) << "800 of 1000 bytes; a third would exceed";
+  EXPECT_EQ(c.bytes_in_flight(), 800u);
+  // A more urgent partition becomes ready everywhere while 12 and 13 wait for credit: it goes first.
+  CoordinatorOutput more;
+  c.on_ready(0, std::vector{report(desc(1, 0, 400), 1)}, more);
+  c.on_ready(1, std::vector{report(desc(1, 0, 400), 1)}, more);
+  c.on_completed(400);
+  c.flush(more);
+  EXPECT_EQ(ordered_keys(more), std::vector<uint64_t>{1});
+  CoordinatorOutput rest;
+  c.on_completed(800);
+  c.flush(rest);
+  EXPECT_EQ(ordered_keys(rest), (std::vector<uint64_t>{12, 13}));
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST(Coordinator, CreditNeverStarvesAPartitionBiggerThanTheCredit) {
+  Coordinator c(2, 0, /*credit_bytes=*/100);
+  CoordinatorOutput out;
+  c.on_ready(0, std::vector{report(desc(1, 0, 4096), 0)}, out);
+  c.on_ready(1, std::vector{report(desc(1, 0, 4096), 0)}, out);
+  c.flush(out);
+  EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});
+}
+
 TEST(Coordinator, RandomInterleavingsOrderEachPartitionExactlyOnce) {
   std::mt19937 rng(17);
   const int ranks = 4;

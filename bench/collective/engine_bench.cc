@@ -1,0 +1,185 @@
+// The scheduler against its baselines on all-reduce: real Engine + GlooBackend, ranks as processes on loopback, a model
+// profile's compute emulated with sleeps (backward produces gradients last layer first; the next forward of layer L
+// waits for L's gradients). Reports the mean iteration time per policy; policies alternate runs (A B A B ...) so drift
+// on a shared machine hits them alike.
+//
+// Credit: the engine runs with unlimited credit (per-rank credits deadlock a collective, see coordinator.h); --credit is
+// the global credit of the order negotiation (COMMSCHED_COLLECTIVE_CREDIT_BYTES), given to bytescheduler only, so the
+// baselines run as their papers describe them.
+//
+//   engine_bench --profile bench/profiles/resnet50.json [--ranks 2] [--iters 8] [--warmup 2] [--repeats 2]
+//                [--policies bytescheduler,wfbp] [--partition 4MiB] [--credit 16MiB] [--compute-scale 1]
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "bench/sim/profile.h"
+#include "comm_backends/gloo/gloo_backend.h"
+#include "scheduler/engine.h"
+#include "scheduler/policy_factory.h"
+#include "tests/integration/collective/rank_processes.h"
+
+using namespace commsched;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string profile;
+  int ranks = 2, iters = 8, warmup = 2, repeats = 2;
+  std::string policies = "bytescheduler,wfbp";
+  std::string partition = "4MiB", credit = "16MiB";
+  double compute_scale = 1.0;
+  std::string policy, out;  // rank mode
+  bool rank_process = false;
+};
+
+// Marks gradients of the current iteration done; the forward pass waits on them layer by layer.
+class Readiness {
+ public:
+  explicit Readiness(size_t n) : done_(n, true) {}
+  void reset(size_t i) {
+    std::lock_guard l(mu_);
+    done_[i] = false;
+  }
+  void mark(size_t i, const Status& st) {
+    std::lock_guard l(mu_);
+    done_[i] = true;
+    if (!st.ok() && error_.empty()) error_ = st.message;
+    cv_.notify_all();
+  }
+  void wait(const std::vector<size_t>& tensors) {
+    std::unique_lock l(mu_);
+    cv_.wait(l, [&] {
+      for (size_t i : tensors)
+        if (!done_[i]) return false;
+      return true;
+    });
+    if (!error_.empty()) throw std::runtime_error(error_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> done_;
+  std::string error_;
+};
+
+void sleep_ns(Nanos ns, double scale) {
+  if (ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(ns) * scale)));
+}
+
+int run_rank(const Args& a) {
+  const ClusterEnv env = ClusterEnv::from_env();
+  const sim::ModelProfile model = sim::load_profile(a.profile);
+  EngineConfig cfg;
+  cfg.policy = parse_policy("--policy", a.policy);
+  cfg.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
+  cfg.knobs.credit_bytes = 0;
+  Engine engine(make_policy(cfg), std::make_shared<GlooBackend>(env), cfg);
+  std::vector<std::vector<std::byte>> grads;
+  for (const auto& t : model.tensors) grads.emplace_back(t.bytes());
+  Readiness ready(model.tensors.size());
+  std::vector<Clock::time_point> starts;
+  for (int it = 0; it <= a.warmup + a.iters; ++it) {
+    starts.push_back(Clock::now());
+    for (const auto& layer : model.layers) {
+      ready.wait(layer.tensors);
+      sleep_ns(layer.forward, a.compute_scale);
+    }
+    if (it == a.warmup + a.iters) break;  // the last forward closes the last measured iteration
+    for (auto l = model.layers.rbegin(); l != model.layers.rend(); ++l) {
+      sleep_ns(l->backward, a.compute_scale);
+      for (size_t i : l->tensors) {
+        const auto& t = model.tensors[i];
+        ready.reset(i);
+        engine.submit(Task{t.name, static_cast<int32_t>(i), Op::allreduce, t.dtype, t.elements,
+                           Buffer{grads[i].data(), Device::cpu, 0}, 0, [&ready, i](const Status& st) { ready.mark(i, st); }});
+      }
+    }
+    engine.backward_done();
+  }
+  engine.wait_all();
+  const double ms = std::chrono::duration<double, std::milli>(starts.back() - starts[a.warmup]).count() / a.iters;
+  if (env.rank == 0) std::ofstream(a.out) << ms << "\n";
+  engine.shutdown();
+  return 0;
+}
+
+double launch(const Args& a, const std::string& policy) {
+  const std::string out = "/tmp/commsched_engine_bench_" + std::to_string(::getpid()) + ".txt";
+  std::remove(out.c_str());
+  testing::RankProcesses procs("/proc/self/exe",
+                               {"--rank-process", "--profile", a.profile, "--policy", policy, "--out", out, "--iters",
+                                std::to_string(a.iters), "--warmup", std::to_string(a.warmup), "--partition", a.partition,
+                                "--credit", a.credit, "--compute-scale", std::to_string(a.compute_scale)},
+                               a.ranks,
+                               {{"COMMSCHED_COLLECTIVE_CREDIT_BYTES", policy == "bytescheduler" ? a.credit : "unlimited"}});
+  for (const auto& e : procs.wait(std::chrono::seconds(600)))
+    if (!e.exited || e.code != 0) throw std::runtime_error(policy + ": rank " + std::to_string(e.rank) + " failed");
+  double ms = 0;
+  std::ifstream(out) >> ms;
+  std::remove(out.c_str());
+  return ms;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  std::map<std::string, std::string*> strings{{"--profile", &a.profile}, {"--policies", &a.policies}, {"--partition", &a.partition},
+                                              {"--credit", &a.credit},   {"--policy", &a.policy},     {"--out", &a.out}};
+  std::map<std::string, int*> ints{{"--ranks", &a.ranks}, {"--iters", &a.iters}, {"--warmup", &a.warmup}, {"--repeats", &a.repeats}};
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--rank-process") {
+      a.rank_process = true;
+      continue;
+    }
+    if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
+    const std::string v = argv[++i];
+    if (strings.count(k)) *strings[k] = v;
+    else if (ints.count(k)) *ints[k] = std::stoi(v);
+    else if (k == "--compute-scale") a.compute_scale = std::stod(v);
+    else throw std::invalid_argument("unknown option " + k);
+  }
+  if (a.profile.empty()) throw std::invalid_argument("--profile is required");
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    if (a.rank_process) return run_rank(a);
+    std::vector<std::string> policies;
+    std::stringstream ss(a.policies);
+    for (std::string p; std::getline(ss, p, ',');) policies.push_back(p);
+    std::map<std::string, std::vector<double>> ms;
+    for (int r = 0; r < a.repeats; ++r)
+      for (const auto& p : policies) ms[p].push_back(launch(a, p));
+    const auto model = sim::load_profile(a.profile);
+    std::printf("| model | policy | ranks | partition | credit | iteration ms (runs) | mean | vs %s |\n", policies[0].c_str());
+    std::printf("|---|---|---:|---:|---:|---|---:|---:|\n");
+    auto mean = [](const std::vector<double>& v) {
+      double s = 0;
+      for (double x : v) s += x;
+      return s / static_cast<double>(v.size());
+    };
+    for (const auto& p : policies) {
+      std::string runs;
+      for (double x : ms[p]) runs += (runs.empty() ? "" : ", ") + std::to_string(x).substr(0, std::to_string(x).find('.') + 2);
+      std::printf("| %s | %s | %d | %s | %s | %s | %.1f | %.2f |\n", model.name.c_str(), p.c_str(), a.ranks,
+                  a.partition.c_str(), p == "bytescheduler" ? a.credit.c_str() : "-", runs.c_str(), mean(ms[p]), mean(ms[p]) / mean(ms[policies[0]]));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "engine_bench: " << e.what() << "\n";
+    return 1;
+  }
+}
