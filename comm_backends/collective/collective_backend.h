@@ -27,7 +27,7 @@ struct ClusterEnv;
 
 namespace commsched::collective {
 
-// Settings every collective backend shares. Environment: COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB, 0 = off),
+// Settings every collective backend shares. Environment: COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB; "none" = no fusion),
 // COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the global credit decided on rank 0 (see coordinator.h; use it
 // instead of the engine's per-rank credit, which can deadlock a collective).
 struct CollectiveOptions {
