@@ -25,6 +25,7 @@ struct BenchArgs {
   int servers = 0;
   std::string network = "ps";
   std::string latency = "25us";
+  std::string ps_chunk = "4MiB";
   std::string ring_alpha = "5us";
   std::vector<std::string> policies = {"bytescheduler", "wfbp", "bsp", "fusion", "mgwfbp"};
   // Empty: the network's default grid (sim::use_default_knob_grid).
@@ -67,6 +68,7 @@ sim::GridSpec to_spec(const BenchArgs& a) {
     throw InvalidArgument("--network: '" + a.network + "' (allowed: ps, allreduce)");
   s.network = a.network == "ps" ? sim::NetworkKind::ps : sim::NetworkKind::allreduce;
   s.latency_s = parse_seconds("--latency", a.latency);
+  s.ps_chunk_bytes = a.ps_chunk == "0" ? 0 : parse_bytes("--ps-chunk", a.ps_chunk);
   s.ring_alpha_s = parse_seconds("--ring-alpha", a.ring_alpha);
   s.policies = parse_all<PolicyKind>(a.policies, [](const std::string& v) { return parse_policy("--policies", v); });
   sim::use_default_knob_grid(s);
@@ -138,6 +140,8 @@ void add_bench_subcommand(CLI::App& app) {
   b->add_option("--servers", args->servers, "PS servers (0: one per worker)")->capture_default_str();
   b->add_option("--network", args->network, "ps or allreduce")->capture_default_str();
   b->add_option("--latency", args->latency, "PS one-way latency per message")->capture_default_str();
+  b->add_option("--ps-chunk", args->ps_chunk, "PS messages above this stream in chunks (0: never)")
+      ->capture_default_str();
   b->add_option("--ring-alpha", args->ring_alpha, "all-reduce latency per ring step")->capture_default_str();
   b->add_option("--policies", args->policies, "policies to compare")->delimiter(',')->capture_default_str();
   b->add_option("--partitions", args->partitions, "bytescheduler partition sizes searched (default: per network)")

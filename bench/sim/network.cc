@@ -45,7 +45,20 @@ Nanos PsNetwork::server_time(uint64_t bytes) const {
 }
 
 Transfer PsNetwork::transfer(const Batch& batch, Nanos start) {
-  const uint64_t bytes = batch_bytes(batch);
+  uint64_t left = batch_bytes(batch);
+  if (p_.chunk_bytes == 0 || left <= p_.chunk_bytes) return transfer_one(left, start);
+  Transfer whole{-1, 0};
+  while (left > 0) {  // chunks leave back to back; each is pulled as soon as it is summed
+    const uint64_t chunk = std::min(left, p_.chunk_bytes);
+    const Transfer t = transfer_one(chunk, start);
+    if (whole.begin < 0) whole.begin = t.begin;
+    whole.end = std::max(whole.end, t.end);
+    left -= chunk;
+  }
+  return whole;
+}
+
+Transfer PsNetwork::transfer_one(uint64_t bytes, Nanos start) {
   const Nanos begin = std::max(worker_up_.start_of(start), server_in_.start_of(start));
   // The bytes stream through the worker's uplink and the servers' downlinks at once; the slower side decides.
   const Nanos pushed =

@@ -66,6 +66,9 @@ struct PsParams {
   double worker_bps = 10e9;   // worker NIC, bits per second, each direction
   double server_bps = 10e9;   // server NIC
   double latency_s = 25e-6;   // one way, per message
+  // Messages bigger than this travel as several chunks, each pushed, summed and pulled on its own, so one big
+  // message's pull overlaps its own push (the PS backend's COMMSCHED_PS_CHUNK_BYTES, 4 MiB by default). 0: never.
+  uint64_t chunk_bytes = 0;
 };
 
 class PsNetwork final : public NetworkModel {
@@ -80,6 +83,7 @@ class PsNetwork final : public NetworkModel {
  private:
   Nanos worker_time(uint64_t bytes) const;  // on the worker NIC
   Nanos server_time(uint64_t bytes) const;  // on one server NIC: every worker's share of the message
+  Transfer transfer_one(uint64_t bytes, Nanos start);  // one message (or chunk) through push and pull
 
   PsParams p_;
   Nanos latency_;

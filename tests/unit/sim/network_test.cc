@@ -23,6 +23,15 @@ TEST(PsNetwork, PushOfTheNextMessageOverlapsThePullOfThePrevious) {
   EXPECT_EQ(second.end, 3000);
 }
 
+TEST(PsNetwork, ChunkedMessagePullsWhilePushing) {
+  PsNetwork whole({1, 1, 8e9, 8e9, 0, 0});      // 1 byte per ns
+  PsNetwork chunked({1, 1, 8e9, 8e9, 0, 250});  // 4 chunks of 250 bytes
+  EXPECT_EQ(whole.transfer(one(1000), 0).end, 2000);
+  const Transfer t = chunked.transfer(one(1000), 0);
+  EXPECT_EQ(t.begin, 0);
+  EXPECT_EQ(t.end, 1250);  // the last chunk is pushed by 1000 and pulled by 1250
+}
+
 TEST(RingAllreduceNetwork, AlphaBetaCost) {
   RingAllreduceNetwork net({4, 8e9, 1e-6});
   // 2(W-1)/W * bytes / B + 2(W-1) alpha = 1.5 * 1000 ns + 6 us
