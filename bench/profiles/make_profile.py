@@ -175,21 +175,33 @@ def trace_modules(model, x):
     return order, flops
 
 
-def measure_modules(model, x, order, reps):
-    """CPU forward/backward seconds per module (the shape of the time profile, to be scaled)."""
+def measure_modules(model, x, order, params_of, reps):
+    """CPU forward/backward seconds per module (the shape of the time profile, to be scaled).
+
+    Forward: module pre/post hooks. Backward: a gradient hook on each module's parameters stamps when autograd reaches
+    it; a module's backward is the time since the previous stamp (parameter-free work in between is counted with the
+    next module, as in the FLOP split). Works on torch 1.13, which has no backward pre-hooks."""
     fwd, bwd, start, hooks = {}, {}, {}, []
     for m in order:
         hooks.append(m.register_forward_pre_hook(lambda mod, inp: start.__setitem__(id(mod), time.perf_counter())))
         hooks.append(m.register_forward_hook(
             lambda mod, inp, out: fwd.__setitem__(id(mod), fwd.get(id(mod), 0) + time.perf_counter() - start[id(mod)])))
-        hooks.append(m.register_full_backward_pre_hook(
-            lambda mod, g: start.__setitem__(("b", id(mod)), time.perf_counter())))
-        hooks.append(m.register_full_backward_hook(
-            lambda mod, gi, go: bwd.__setitem__(id(mod), bwd.get(id(mod), 0)
-                                                + time.perf_counter() - start[("b", id(mod))])))
+    stamps = []
+    for m in order:
+        for p in params_of[id(m)]:
+            if p.requires_grad:
+                hooks.append(p.register_hook(lambda g, key=id(m): stamps.append((key, time.perf_counter()))))
     for _ in range(reps):
+        stamps.clear()
         out = model(x)
+        t0 = time.perf_counter()
         out.float().sum().backward()
+        seen, last = set(), t0
+        for key, t in stamps:
+            if key not in seen:  # the module's first gradient: autograd has reached it
+                seen.add(key)
+                bwd[key] = bwd.get(key, 0) + t - last
+                last = t
     for h in hooks:
         h.remove()
     return {k: v / reps for k, v in fwd.items()}, {k: v / reps for k, v in bwd.items()}
@@ -205,8 +217,9 @@ def build_profile(args):
     model, kind = build_model(args.model)
     x = example_input(kind, args.seq)
     order, flops = trace_modules(model, x)
+    params_of = {id(m): ps for m, ps in owner_modules(model)}
     if args.measure:
-        fwd_s, bwd_s = measure_modules(model, x, order, args.reps)
+        fwd_s, bwd_s = measure_modules(model, x, order, params_of, args.reps)
         fwd = [fwd_s.get(id(m), 0.0) * 1e3 * args.batch for m in order]
         bwd = [bwd_s.get(id(m), 0.0) * 1e3 * args.batch for m in order]
     else:
@@ -220,7 +233,6 @@ def build_profile(args):
         fwd = [f * scale for f in fwd]
         bwd = [b * scale for b in bwd]
 
-    params_of = {id(m): ps for m, ps in owner_modules(model)}
     tensors, seen = [], set()
     for layer, m in enumerate(order):
         if all(id(p) in seen for p in params_of[id(m)]):
