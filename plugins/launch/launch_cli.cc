@@ -21,8 +21,13 @@ void add_launch_subcommand(CLI::App& app) {
   sub->add_flag("--deterministic", opts->deterministic, "servers sum in rank order (bitwise reproducible)");
   sub->add_option("command", opts->command, "worker command, after --")->required()->expected(-1);
   sub->callback([opts] {
-    if (!opts->emulate_rate.empty()) parse_rate_bps("--emulate-rate", opts->emulate_rate, true);  // validate early
-    const int rc = launch_local_cluster(*opts);
+    int rc = 2;
+    try {
+      if (!opts->emulate_rate.empty()) parse_rate_bps("--emulate-rate", opts->emulate_rate, true);  // fail early
+      rc = launch_local_cluster(*opts);
+    } catch (const std::exception& e) {
+      std::cerr << "commsched launch: " << e.what() << std::endl;
+    }
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }
