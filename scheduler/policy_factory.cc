@@ -1,6 +1,11 @@
 #include "scheduler/policy_factory.h"
 
+#include <cmath>
+
+#include "scheduler/bsp_policy.h"
 #include "scheduler/fifo_policy.h"
+#include "scheduler/fusion_policy.h"
+#include "scheduler/mg_wfbp_policy.h"
 #include "scheduler/priority_credit_policy.h"
 
 namespace commsched {
@@ -12,12 +17,13 @@ std::unique_ptr<Policy> make_policy(const EngineConfig& config) {
     case PolicyKind::wfbp:
       return std::make_unique<FifoPolicy>();
     case PolicyKind::bsp:
+      return std::make_unique<BspPolicy>();
     case PolicyKind::fusion:
+      return std::make_unique<FusionPolicy>(config.fusion_bytes, static_cast<Nanos>(std::llround(config.fusion_cycle_s * 1e9)));
     case PolicyKind::mgwfbp:
-      break;
+      return std::make_unique<MergedGradientPolicy>(config.mg_alpha_s, config.mg_beta_s_per_byte);
   }
-  throw InvalidArgument("COMMSCHED_POLICY='" + std::string(policy_name(config.policy)) +
-                        "' is not available in this build (allowed: bytescheduler, wfbp)");
+  throw InvalidArgument("unknown policy value " + std::to_string(static_cast<int>(config.policy)));
 }
 
 }  // namespace commsched

@@ -2,19 +2,41 @@
 
 namespace commsched {
 
-PriorityCreditPolicy::PriorityCreditPolicy(uint64_t credit_bytes, uint64_t small_tensor_bytes)
-    : credit_(credit_bytes), small_(small_tensor_bytes) {}
+PriorityCreditPolicy::PriorityCreditPolicy(uint64_t credit_bytes, uint64_t small_tensor_bytes, bool stall_guard)
+    : credit_(credit_bytes), small_(small_tensor_bytes), stall_guard_(stall_guard) {}
 
 void PriorityCreditPolicy::on_task_arrived(const TaskArrival& task, Nanos /*now*/) {
   for (const PartRef& p : task.parts) queue_.push(Entry{p, task.bytes});
 }
 
-void PriorityCreditPolicy::on_batch_done(const Batch& batch, Nanos /*now*/) {
+void PriorityCreditPolicy::on_batch_done(const Batch& batch, Nanos now) {
   for (const PartRef& p : batch) in_flight_ -= p.bytes;
+  last_progress_ = now;
+  if (batch.empty()) return;
+  auto it = dispatched_at_.find({batch.front().task_id, batch.front().index});
+  if (it != dispatched_at_.end()) {
+    const double took = static_cast<double>(now - it->second);
+    batch_time_ewma_ = batch_time_ewma_ == 0 ? took : 0.875 * batch_time_ewma_ + 0.125 * took;
+    dispatched_at_.erase(it);
+  }
 }
 
-void PriorityCreditPolicy::poll(Nanos /*now*/, std::vector<Batch>& out) {
-  while (!queue_.empty() && fits(queue_.top().part.bytes)) {
+std::optional<Nanos> PriorityCreditPolicy::next_wakeup() const {
+  if (!stall_guard_ || queue_.empty() || in_flight_ == 0) return std::nullopt;
+  return last_progress_ + stall_timeout();
+}
+
+void PriorityCreditPolicy::poll(Nanos now, std::vector<Batch>& out) {
+  while (!queue_.empty() && fits(queue_.top().part.bytes)) dispatch_head(now, out);
+  if (stall_guard_ && !queue_.empty() && in_flight_ > 0 && now >= last_progress_ + stall_timeout()) {
+    ++overdrafts_;
+    last_progress_ = now;  // the next overdraft waits another stall time
+    dispatch_head(now, out);
+  }
+}
+
+void PriorityCreditPolicy::dispatch_head(Nanos now, std::vector<Batch>& out) {
+  {
     Entry head = queue_.top();
     queue_.pop();
     Batch batch{head.part};
@@ -28,7 +50,9 @@ void PriorityCreditPolicy::poll(Nanos /*now*/, std::vector<Batch>& out) {
         queue_.pop();
       }
     }
+    if (in_flight_ == 0) last_progress_ = now;  // an idle policy has not stalled
     in_flight_ += batch_bytes;
+    if (stall_guard_) dispatched_at_[{batch.front().task_id, batch.front().index}] = now;
     out.push_back(std::move(batch));
   }
 }

@@ -7,6 +7,7 @@
 // delays anything: a small tensor that finds credit free goes out at once, alone.
 #pragma once
 
+#include <map>
 #include <queue>
 #include <vector>
 
@@ -17,17 +18,19 @@ namespace commsched {
 class PriorityCreditPolicy final : public Policy {
  public:
   // credit_bytes == 0: no limit. small_tensor_bytes == 0: no fusion.
-  explicit PriorityCreditPolicy(uint64_t credit_bytes, uint64_t small_tensor_bytes = 0);
+  explicit PriorityCreditPolicy(uint64_t credit_bytes, uint64_t small_tensor_bytes = 0, bool stall_guard = true);
 
   std::string_view name() const override { return "bytescheduler"; }
   void on_task_arrived(const TaskArrival& task, Nanos now) override;
   void on_batch_done(const Batch& batch, Nanos now) override;
   void set_credit_bytes(uint64_t credit) override { credit_ = credit; }
   void poll(Nanos now, std::vector<Batch>& out) override;
+  std::optional<Nanos> next_wakeup() const override;
   size_t queued_partitions() const override { return queue_.size(); }
   uint64_t bytes_in_flight() const override { return in_flight_; }
 
   uint64_t credit_bytes() const { return credit_; }
+  uint64_t overdrafts() const { return overdrafts_; }
 
  private:
   struct Entry {
@@ -45,8 +48,16 @@ class PriorityCreditPolicy final : public Policy {
   bool fits(uint64_t bytes) const { return in_flight_ == 0 || credit_ == 0 || in_flight_ + bytes <= credit_; }
   bool is_small(const Entry& e) const { return small_ != 0 && e.task_bytes <= small_; }
 
+  Nanos stall_timeout() const { return 2 * static_cast<Nanos>(batch_time_ewma_) + 1'000'000; }
+  void dispatch_head(Nanos now, std::vector<Batch>& out);
+
   uint64_t credit_;
   uint64_t small_;
+  bool stall_guard_;
+  Nanos last_progress_ = 0;
+  double batch_time_ewma_ = 0;
+  uint64_t overdrafts_ = 0;
+  std::map<std::pair<uint64_t, uint32_t>, Nanos> dispatched_at_;  // first partition of each batch in flight
   uint64_t in_flight_ = 0;
   std::priority_queue<Entry, std::vector<Entry>, LessUrgent> queue_;
 };

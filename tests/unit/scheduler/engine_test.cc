@@ -37,7 +37,7 @@ Task make_task(std::string name, int prio, std::vector<float>& buf, TaskCallback
 TEST(Engine, UrgentTaskOvertakesBigTaskInFlight) {
   auto backend = std::make_shared<RecordingBackend>(std::chrono::microseconds(0), /*auto_complete=*/false);
   // 1 KiB partitions, credit of two partitions: the big task can never have more than two partitions out.
-  Engine engine(std::make_unique<PriorityCreditPolicy>(2048), backend, config_with(1024, 2048));
+  Engine engine(std::make_unique<PriorityCreditPolicy>(2048, 0, /*stall_guard=*/false), backend, config_with(1024, 2048));
   std::vector<float> big(64 * 256), small(256);  // 64 partitions and 1 partition
   engine.submit(make_task("big", /*prio=*/10, big));
   while (backend->started() < 2) std::this_thread::yield();
@@ -70,7 +70,7 @@ TEST(Engine, FifoDoesNotReorder) {
 TEST(Engine, CreditNeverExceededUnderConcurrency) {
   auto backend = std::make_shared<RecordingBackend>(std::chrono::microseconds(20));
   constexpr uint64_t kPart = 4096, kCredit = 3 * kPart;
-  Engine engine(std::make_unique<PriorityCreditPolicy>(kCredit), backend, config_with(kPart, kCredit));
+  Engine engine(std::make_unique<PriorityCreditPolicy>(kCredit, 0, /*stall_guard=*/false), backend, config_with(kPart, kCredit));
   std::vector<std::thread> threads;
   std::vector<std::vector<float>> bufs(4 * 25);
   for (size_t i = 0; i < bufs.size(); ++i) bufs[i].resize(1 + (i * 7919) % 9000);  // awkward sizes up to ~35 KiB

@@ -15,7 +15,7 @@ void arrive(Policy& p, uint64_t id, int32_t prio, int parts, uint64_t bytes) {
 }
 
 TEST(PriorityCreditPolicy, MostUrgentFirstWithinCredit) {
-  PriorityCreditPolicy p(/*credit=*/200);
+  PriorityCreditPolicy p(/*credit=*/200, 0, /*stall_guard=*/false);
   arrive(p, 0, /*prio=*/5, 4, 100);
   arrive(p, 1, /*prio=*/1, 2, 100);
   std::vector<Batch> out;
@@ -35,7 +35,7 @@ TEST(PriorityCreditPolicy, MostUrgentFirstWithinCredit) {
 }
 
 TEST(PriorityCreditPolicy, OversizedPartitionGoesWhenIdle) {
-  PriorityCreditPolicy p(/*credit=*/10);
+  PriorityCreditPolicy p(/*credit=*/10, 0, false);
   arrive(p, 0, 0, 2, 100);
   std::vector<Batch> out;
   p.poll(0, out);
@@ -63,7 +63,7 @@ TEST(PriorityCreditPolicy, TiesBrokenByArrival) {
 }
 
 TEST(PriorityCreditPolicy, FusesQueuedSmallTensorsOnly) {
-  PriorityCreditPolicy p(/*credit=*/100, /*small=*/64);
+  PriorityCreditPolicy p(/*credit=*/100, /*small=*/64, false);
   arrive(p, 0, 0, 1, 100);  // fills the credit
   std::vector<Batch> out;
   p.poll(0, out);
@@ -78,6 +78,37 @@ TEST(PriorityCreditPolicy, FusesQueuedSmallTensorsOnly) {
   ASSERT_GE(next.size(), 1u);
   EXPECT_EQ(next[0].size(), 4u) << "four 16-byte tensors fill the 64-byte fusion size";
   for (size_t i = 0; i < next[0].size(); ++i) EXPECT_EQ(next[0][i].task_id, i + 1) << "in priority order";
+}
+
+TEST(PriorityCreditPolicy, StallGuardOverdraftsWhenNothingCompletes) {
+  PriorityCreditPolicy p(/*credit=*/100);
+  arrive(p, 0, 0, 3, 100);
+  std::vector<Batch> out;
+  p.poll(0, out);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(p.next_wakeup().has_value()) << "partitions wait behind a full credit: the policy wants a wake-up";
+  const Nanos stall = *p.next_wakeup();
+  p.poll(stall - 1, out);
+  EXPECT_EQ(out.size(), 1u) << "not stalled yet";
+  p.poll(stall, out);
+  EXPECT_EQ(out.size(), 2u) << "stalled: one partition goes over the credit";
+  EXPECT_EQ(p.overdrafts(), 1u);
+  p.poll(stall, out);
+  EXPECT_EQ(out.size(), 2u) << "one per stall time";
+  p.on_batch_done(out[0], stall + 10);
+  p.on_batch_done(out[1], stall + 20);
+  p.poll(stall + 20, out);
+  EXPECT_EQ(out.size(), 3u) << "completions flow again: normal credit rules";
+}
+
+TEST(PriorityCreditPolicy, NoWakeupWithoutStallGuard) {
+  PriorityCreditPolicy p(100, 0, /*stall_guard=*/false);
+  arrive(p, 0, 0, 3, 100);
+  std::vector<Batch> out;
+  p.poll(0, out);
+  EXPECT_FALSE(p.next_wakeup().has_value());
+  p.poll(1'000'000'000, out);
+  EXPECT_EQ(out.size(), 1u);
 }
 
 TEST(FifoPolicy, WholeTensorsInArrivalOrderNoCredit) {

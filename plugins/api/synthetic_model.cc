@@ -1,0 +1,158 @@
+#include "plugins/api/synthetic_model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#ifndef COMMSCHED_PROFILES_DIR
+#define COMMSCHED_PROFILES_DIR ""
+#endif
+#ifndef COMMSCHED_INSTALLED_PROFILES_DIR
+#define COMMSCHED_INSTALLED_PROFILES_DIR ""
+#endif
+
+namespace commsched {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Completion state of every tensor, waited on by the emulated forward pass.
+class Completions {
+ public:
+  explicit Completions(size_t n) : done_round_(n, -1) {}
+  void mark(size_t i, int round, const Status& s) {
+    std::lock_guard lk(mu_);
+    done_round_[i] = round;
+    if (!s.ok() && error_.empty()) error_ = s.message;
+    cv_.notify_all();
+  }
+  // Returns false when a task failed (the run stops).
+  bool wait(size_t i, int round) {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return done_round_[i] >= round || !error_.empty(); });
+    return error_.empty();
+  }
+  std::string error() {
+    std::lock_guard lk(mu_);
+    return error_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> done_round_;
+  std::string error_;
+};
+
+}  // namespace
+
+SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& profile, const SyntheticOptions& opts) {
+  const int rank = engine.backend().rank();
+  const int size = engine.backend().size();
+  const size_t n = profile.tensors.size();
+  std::vector<std::vector<std::byte>> buffers(n);
+  for (size_t i = 0; i < n; ++i) buffers[i].resize(profile.tensors[i].bytes());
+  Completions completions(n);
+  SyntheticResult result;
+  result.bytes_per_iteration = profile.total_bytes();
+  result.compute_s = static_cast<double>(profile.compute_per_iteration()) * 1e-9 * opts.compute_scale;
+
+  // One f32 marker per tensor (its first element, when it is f32) checks that data really was reduced.
+  auto set_marker = [&](size_t i) {
+    if (profile.tensors[i].dtype == DType::f32 && !buffers[i].empty()) {
+      const float v = static_cast<float>(rank + 1);
+      std::memcpy(buffers[i].data(), &v, 4);
+    }
+  };
+  auto check_marker = [&](size_t i) {
+    if (profile.tensors[i].dtype != DType::f32 || buffers[i].empty() || opts.op == Op::broadcast) return;
+    float v;
+    std::memcpy(&v, buffers[i].data(), 4);
+    if (v != static_cast<float>(size * (size + 1) / 2)) result.data_ok = false;
+  };
+
+  Clock::time_point deadline = Clock::now();
+  auto compute = [&](Nanos ns) {
+    deadline += std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(ns) * opts.compute_scale));
+    std::this_thread::sleep_until(deadline);
+  };
+
+  const int total = opts.warmup + opts.iterations;
+  std::vector<Clock::time_point> starts;
+  for (int it = 0; it < total; ++it) {
+    starts.push_back(Clock::now());
+    // Forward: layer l needs its parameters updated, i.e. its gradients of the previous iteration reduced.
+    for (const auto& layer : profile.layers) {
+      if (it > 0) {
+        bool waited = false;
+        for (size_t ti : layer.tensors) {
+          if (!completions.wait(ti, it - 1)) {
+            result.error = completions.error();
+            return result;
+          }
+          check_marker(ti);
+          waited = true;
+        }
+        if (waited) deadline = std::max(deadline, Clock::now());
+      }
+      compute(layer.forward);
+    }
+    // Backward: last layer first; each layer's gradients go to the engine as soon as they exist.
+    for (auto l = profile.layers.rbegin(); l != profile.layers.rend(); ++l) {
+      compute(l->backward);
+      for (size_t ti : l->tensors) {
+        set_marker(ti);
+        Task t;
+        t.name = profile.tensors[ti].name;
+        t.priority = static_cast<int32_t>(ti);
+        t.op = opts.op;
+        t.dtype = profile.tensors[ti].dtype;
+        t.count = profile.tensors[ti].elements;
+        t.buffer.data = buffers[ti].data();
+        t.on_done = [&completions, ti, it](const Status& s) { completions.mark(ti, it, s); };
+        engine.submit(std::move(t));
+      }
+    }
+    engine.backward_done();
+  }
+  engine.wait_all();
+  for (size_t i = 0; i < n; ++i) check_marker(i);
+  starts.push_back(Clock::now());
+  result.error = completions.error();
+
+  for (int it = opts.warmup; it < total; ++it)
+    result.iteration_s.push_back(std::chrono::duration<double>(starts[it + 1] - starts[it]).count());
+  const auto& v = result.iteration_s;
+  if (!v.empty()) {
+    result.mean_s = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+    double var = 0;
+    for (double x : v) var += (x - result.mean_s) * (x - result.mean_s);
+    var = v.size() > 1 ? var / static_cast<double>(v.size() - 1) : 0;
+    result.ci95_s = 1.96 * std::sqrt(var / static_cast<double>(v.size()));
+    std::vector<double> sorted = v;
+    std::sort(sorted.begin(), sorted.end());
+    result.median_s = sorted[sorted.size() / 2];
+  }
+  return result;
+}
+
+std::string resolve_profile_path(const std::string& name_or_path) {
+  namespace fs = std::filesystem;
+  if (fs::exists(name_or_path)) return name_or_path;
+  for (const char* dir : {COMMSCHED_PROFILES_DIR, COMMSCHED_INSTALLED_PROFILES_DIR}) {
+    if (*dir == '\0') continue;
+    const fs::path p = fs::path(dir) / (name_or_path + ".json");
+    if (fs::exists(p)) return p.string();
+  }
+  throw InvalidArgument("model profile '" + name_or_path + "' not found (give a path to a profile JSON file or one of "
+                        "the names in bench/profiles: vgg16, resnet50, bert-base, bert-large, transformer-base)");
+}
+
+}  // namespace commsched

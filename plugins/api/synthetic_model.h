@@ -1,0 +1,37 @@
+// Runs a model profile through an Engine as a training loop would: forward layer by layer (each layer first waits for
+// its own gradients of the previous iteration: where priority scheduling pays), then backward last layer first,
+// submitting each layer's gradients as they are produced. Compute is emulated by sleeping for the profiled times.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/sim/profile.h"
+#include "scheduler/engine.h"
+
+namespace commsched {
+
+struct SyntheticOptions {
+  int iterations = 20;        // measured iterations
+  int warmup = 3;             // dropped from the statistics
+  double compute_scale = 1.0; // multiplies every forward/backward time
+  Op op = Op::push_pull;
+};
+
+struct SyntheticResult {
+  std::vector<double> iteration_s;  // measured iterations only
+  double mean_s = 0;
+  double ci95_s = 0;                // half-width of the 95% interval of the mean
+  double median_s = 0;
+  uint64_t bytes_per_iteration = 0;
+  double compute_s = 0;             // emulated compute per iteration
+  bool data_ok = true;              // every reduced tensor held the expected sum
+  std::string error;                // first task error, if any
+};
+
+SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& profile, const SyntheticOptions& opts);
+
+// Resolves "vgg16" to bench/profiles/vgg16.json (source tree or installed share dir); paths pass through.
+std::string resolve_profile_path(const std::string& name_or_path);
+
+}  // namespace commsched

@@ -1,0 +1,32 @@
+// The `commsched` command-line tool.
+//   commsched run      a model profile through the engine, WFBP against the scheduler, on loopback or a local PS cluster
+//   commsched launch   a local parameter-server cluster around any command
+//   commsched server   one parameter server (roles from the environment contract)
+//   commsched bench    the simulator's comparison grid
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "bench/sim/bench_cli.h"
+#include "plugins/cli/run_command.h"
+#include "plugins/launch/launch_cli.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"commsched: a communication scheduler for distributed deep-learning training"};
+  app.require_subcommand(1);
+  commsched::add_run_subcommand(app);
+  commsched::add_synthetic_worker_subcommand(app);
+  commsched::add_launch_subcommand(app);
+  commsched::add_server_subcommand(app);
+  commsched::add_bench_subcommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "commsched: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

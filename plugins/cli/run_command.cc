@@ -1,0 +1,239 @@
+#include "plugins/cli/run_command.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/loopback/loopback_backend.h"
+#include "comm_backends/ps/ps_backend.h"
+#include "comm_backends/ps/ps_config.h"
+#include "plugins/api/synthetic_model.h"
+#include "plugins/launch/launcher.h"
+#include "scheduler/config.h"
+#include "scheduler/policy_factory.h"
+
+namespace commsched {
+namespace {
+
+struct RunArgs {
+  std::string model = "vgg16";
+  std::string backend = "loopback";
+  std::vector<std::string> policies = {"wfbp", "bytescheduler"};
+  int iterations = 10;
+  int warmup = 2;
+  double compute_scale = 1.0;
+  int ranks = 1;
+  int workers = 4;
+  int servers = 2;
+  std::string bandwidth = "25gbit";
+  std::string latency = "50us";
+  std::string partition = "1MiB";
+  std::string credit = "4MiB";
+  std::string small_tensor = "64KiB";
+  std::string timeline_dir = "out";
+  std::string result_file;  // synthetic-worker only
+};
+
+EngineConfig engine_config(const RunArgs& a, const std::string& policy, int rank) {
+  EngineConfig c;
+  c.policy = parse_policy("--policies", policy);
+  c.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
+  c.knobs.credit_bytes = parse_bytes("--credit", a.credit, true);
+  c.small_tensor_bytes = a.small_tensor == "0" ? 0 : parse_bytes("--small-tensor", a.small_tensor, true);
+  if (!a.timeline_dir.empty()) {
+    std::filesystem::create_directories(a.timeline_dir);
+    c.timeline_path = a.timeline_dir + "/timeline_" + policy + "_rank" + std::to_string(rank) + ".json";
+  }
+  c.validate();
+  return c;
+}
+
+SyntheticOptions synthetic_options(const RunArgs& a) {
+  SyntheticOptions o;
+  o.iterations = a.iterations;
+  o.warmup = a.warmup;
+  o.compute_scale = a.compute_scale;
+  return o;
+}
+
+nlohmann::json to_json(const SyntheticResult& r) {
+  return {{"mean_s", r.mean_s}, {"ci95_s", r.ci95_s}, {"median_s", r.median_s}, {"compute_s", r.compute_s},
+          {"bytes_per_iteration", r.bytes_per_iteration}, {"data_ok", r.data_ok}, {"error", r.error},
+          {"iterations", r.iteration_s}};
+}
+
+// Loopback: ranks as threads of this process, each with its own modelled link.
+nlohmann::json run_loopback(const RunArgs& a, const sim::ModelProfile& profile, const std::string& policy) {
+  LinkModel link{parse_rate_bps("--bandwidth", a.bandwidth), parse_seconds("--latency", a.latency)};
+  auto backends = make_loopback_group(a.ranks, link);
+  std::vector<SyntheticResult> results(a.ranks);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(a.ranks);
+  for (int r = 0; r < a.ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        const EngineConfig cfg = engine_config(a, policy, r);
+        Engine engine(make_policy(cfg), backends[r], cfg);
+        results[r] = run_synthetic_model(engine, profile, synthetic_options(a));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < a.ranks; ++r)
+    if (!errors[r].empty()) throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
+  return to_json(results[0]);
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find this executable through /proc/self/exe: " + ec.message());
+  return p.string();
+}
+
+// PS: a local cluster of processes; worker 0 writes its result to a file this process reads.
+nlohmann::json run_ps(const RunArgs& a, const std::string& policy) {
+  const std::string result = (std::filesystem::temp_directory_path() /
+                              ("commsched_run_" + std::to_string(::getpid()) + "_" + policy + ".json")).string();
+  std::filesystem::remove(result);
+  LaunchOptions lo;
+  lo.workers = a.workers;
+  lo.servers = a.servers;
+  lo.emulate_rate = a.bandwidth;
+  lo.command = {self_exe(), "synthetic-worker", "--model", a.model, "--policy", policy,
+                "--iterations", std::to_string(a.iterations), "--warmup", std::to_string(a.warmup),
+                "--compute-scale", std::to_string(a.compute_scale), "--partition", a.partition,
+                "--credit", a.credit, "--small-tensor", a.small_tensor, "--timeline-dir", a.timeline_dir,
+                "--result", result};
+  // Each cluster is supervised from a fresh child process: the launcher blocks signals and reaps children, which is
+  // simplest to keep from leaking into a second launch in the same process.
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    int code = 1;
+    try {
+      code = launch_local_cluster(lo);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "commsched run: %s\n", e.what());
+    }
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (rc != 0) throw std::runtime_error("the local cluster for policy " + policy + " failed with exit code " + std::to_string(rc));
+  std::ifstream in(result);
+  if (!in) throw std::runtime_error("worker 0 wrote no result to " + result);
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::filesystem::remove(result);
+  return j;
+}
+
+void print_row(const std::string& policy, const nlohmann::json& r) {
+  std::printf("  %-14s iteration %8.1f ms  ± %5.1f ms (95%%)   median %8.1f ms   data %s\n", policy.c_str(),
+              r["mean_s"].get<double>() * 1e3, r["ci95_s"].get<double>() * 1e3, r["median_s"].get<double>() * 1e3,
+              r["data_ok"].get<bool>() ? "exact" : "WRONG");
+}
+
+void run_main(const RunArgs& a) {
+  const std::string path = resolve_profile_path(a.model);
+  const sim::ModelProfile profile = sim::load_profile(path);
+  std::printf("commsched run: model %s (%zu tensors, %s per iteration, compute %.1f ms), backend %s", profile.name.c_str(),
+              profile.tensors.size(), format_bytes(profile.total_bytes()).c_str(),
+              static_cast<double>(profile.compute_per_iteration()) * 1e-6 * a.compute_scale, a.backend.c_str());
+  if (a.backend == "loopback")
+    std::printf(" (%d rank%s as threads, modelled link %s, latency %s)\n", a.ranks, a.ranks > 1 ? "s" : "",
+                a.bandwidth.c_str(), a.latency.c_str());
+  else
+    std::printf(" (%d workers, %d servers as processes on loopback, EMULATED link rate %s)\n", a.workers, a.servers,
+                a.bandwidth.c_str());
+  std::printf("  knobs: partition %s, credit %s, small-tensor fusion %s; %d measured iterations after %d warm-up\n",
+              a.partition.c_str(), a.credit.c_str(), a.small_tensor.c_str(), a.iterations, a.warmup);
+  std::map<std::string, nlohmann::json> results;
+  for (const std::string& policy : a.policies) {
+    nlohmann::json r = a.backend == "ps" ? run_ps(a, policy) : run_loopback(a, profile, policy);
+    if (!r["error"].get<std::string>().empty()) throw std::runtime_error(policy + ": " + r["error"].get<std::string>());
+    print_row(policy, r);
+    results[policy] = r;
+  }
+  if (results.count("wfbp") && results.count("bytescheduler")) {
+    const double speedup = results["wfbp"]["mean_s"].get<double>() / results["bytescheduler"]["mean_s"].get<double>();
+    std::printf("  speedup of bytescheduler over wfbp: %.2fx\n", speedup);
+  }
+  if (!a.timeline_dir.empty()) std::printf("  timelines: %s/timeline_<policy>_rank<r>.json (open in Perfetto)\n", a.timeline_dir.c_str());
+  for (auto& [policy, r] : results)
+    if (!r["data_ok"].get<bool>()) throw std::runtime_error(policy + ": reduced data did not match the expected sums");
+}
+
+void add_common(CLI::App* s, RunArgs& a) {
+  s->add_option("--model", a.model, "profile name (bench/profiles) or path to a profile JSON")->capture_default_str();
+  s->add_option("--iterations", a.iterations, "measured iterations")->check(CLI::PositiveNumber)->capture_default_str();
+  s->add_option("--warmup", a.warmup, "warm-up iterations (not measured)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  s->add_option("--compute-scale", a.compute_scale, "multiply profiled compute times")->check(CLI::PositiveNumber)->capture_default_str();
+  s->add_option("--partition", a.partition, "bytescheduler partition size")->capture_default_str();
+  s->add_option("--credit", a.credit, "bytescheduler credit (bytes in flight; 'unlimited' for none)")->capture_default_str();
+  s->add_option("--small-tensor", a.small_tensor, "bytescheduler fuses queued tensors up to this size (0: off)")->capture_default_str();
+  s->add_option("--timeline-dir", a.timeline_dir, "folder for Chrome traces (empty: none)")->capture_default_str();
+}
+
+}  // namespace
+
+void add_run_subcommand(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* s = app.add_subcommand("run", "run a model profile with WFBP and with the scheduler; print both and the speedup");
+  add_common(s, *a);
+  s->add_option("--backend", a->backend, "loopback (ranks as threads) or ps (local parameter-server cluster)")
+      ->check(CLI::IsMember({"loopback", "ps"}))->capture_default_str();
+  s->add_option("--policies", a->policies, "policies to run")->delimiter(',')->capture_default_str();
+  s->add_option("--ranks", a->ranks, "loopback: ranks (threads)")->check(CLI::PositiveNumber)->capture_default_str();
+  s->add_option("-w,--workers", a->workers, "ps: worker processes")->check(CLI::PositiveNumber)->capture_default_str();
+  s->add_option("-s,--servers", a->servers, "ps: server processes")->check(CLI::PositiveNumber)->capture_default_str();
+  s->add_option("--bandwidth", a->bandwidth, "link rate per rank (loopback: modelled; ps: emulated)")->capture_default_str();
+  s->add_option("--latency", a->latency, "loopback: modelled latency per message")->capture_default_str();
+  s->callback([a] { run_main(*a); });
+}
+
+void add_synthetic_worker_subcommand(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  auto policy = std::make_shared<std::string>("bytescheduler");
+  CLI::App* s = app.add_subcommand("synthetic-worker", "one worker of `run --backend ps` (environment contract)");
+  s->group("");  // hidden: started by the launcher
+  add_common(s, *a);
+  s->add_option("--policy", *policy, "policy")->capture_default_str();
+  s->add_option("--result", a->result_file, "rank 0 writes its result here");
+  s->callback([a, policy] {
+    const ClusterEnv env = ClusterEnv::from_env();
+    const PsConfig ps = PsConfig::from_env();
+    const sim::ModelProfile profile = sim::load_profile(resolve_profile_path(a->model));
+    const EngineConfig cfg = engine_config(*a, *policy, env.rank);
+    auto backend = std::make_shared<PsBackend>(env, ps);
+    SyntheticResult r;
+    {
+      Engine engine(make_policy(cfg), backend, cfg);
+      r = run_synthetic_model(engine, profile, synthetic_options(*a));
+    }
+    if (!r.error.empty()) {
+      std::cerr << "commsched worker " << env.rank << ": " << r.error << std::endl;
+      throw CLI::RuntimeError(1);
+    }
+    if (env.rank == 0 && !a->result_file.empty()) {
+      std::ofstream out(a->result_file);
+      out << to_json(r).dump() << "\n";
+    }
+  });
+}
+
+}  // namespace commsched
