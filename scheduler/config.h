@@ -42,6 +42,7 @@ struct EngineConfig {
   uint64_t fusion_bytes = 64ull << 20;              // COMMSCHED_FUSION_BYTES (fusion policy threshold)
   double fusion_cycle_s = 0.005;                    // COMMSCHED_FUSION_CYCLE (fusion policy cycle)
   uint64_t small_tensor_bytes = 0;                  // COMMSCHED_SMALL_TENSOR_BYTES: bytescheduler fuses below (0: off)
+  bool credit_stall_guard = true;                   // COMMSCHED_CREDIT_STALL_GUARD: see PriorityCreditPolicy
   std::string timeline_path;                        // COMMSCHED_TIMELINE (empty: off)
   uint64_t timeline_max_events = 1'000'000;         // COMMSCHED_TIMELINE_MAX_EVENTS
   double mg_alpha_s = 50e-6;                        // COMMSCHED_MG_ALPHA: per-message latency for MG-WFBP

@@ -60,6 +60,7 @@ struct Engine::Impl {
     if (!config.timeline_path.empty())
       timeline = std::make_unique<Timeline>(config.timeline_path, backend->rank(), config.timeline_max_events);
     timer_thread = std::thread([this] { timer_loop(); });
+    drive_thread = std::thread([this] { drive_loop(); });
   }
 
   Nanos now() const {
@@ -69,7 +70,32 @@ struct Engine::Impl {
   // ---------------------------------------------------------------- producer side (any thread)
   void post(Event&& e) {
     events.push(std::move(e));
-    if (!kick_pending.exchange(true, std::memory_order_acq_rel)) sched_node.try_put(tbb::flow::continue_msg());
+    if (!kick_pending.exchange(true, std::memory_order_acq_rel)) request_drive(/*kick=*/true);
+  }
+
+  // The graph's tasks must run even where oneTBB has no worker thread (one CPU, or a cgroup of one): the driver
+  // thread puts the kick into the scheduler node and then waits for the graph, which executes whatever is pending.
+  // With worker threads available, they usually run the tasks first and the driver merely waits.
+  void request_drive(bool kick) {
+    std::lock_guard lk(drive_mu);
+    if (kick) ++kicks_requested;
+    drive_requested = true;
+    drive_cv.notify_one();
+  }
+
+  void drive_loop() {
+    std::unique_lock lk(drive_mu);
+    while (true) {
+      drive_cv.wait(lk, [&] { return drive_requested || drive_stop; });
+      if (drive_stop) return;
+      const uint64_t kicks = kicks_requested;
+      kicks_requested = 0;
+      drive_requested = false;
+      lk.unlock();
+      for (uint64_t i = 0; i < kicks; ++i) sched_node.try_put(tbb::flow::continue_msg());
+      graph.wait_for_all();
+      lk.lock();
+    }
   }
 
   void partition_and_post(TaskState* t) {
@@ -258,6 +284,7 @@ struct Engine::Impl {
         t->status = Status::Error("engine shut down before task '" + t->desc.name + "' completed", Status::Code::cancelled);
       finish(std::move(t));
     }
+    shutdown_done.store(true);
   }
 
   // ---------------------------------------------------------------- policy wake-ups (fusion cycles and the like)
@@ -325,11 +352,19 @@ struct Engine::Impl {
   mutable std::mutex knobs_mu;
   Knobs pending_knobs;
   std::atomic<bool> closed{false};
+  std::atomic<bool> shutdown_done{false};
   std::mutex shutdown_mu;
 
   std::mutex wait_mu;
   std::condition_variable wait_cv;
   uint64_t outstanding = 0;
+
+  std::mutex drive_mu;
+  std::condition_variable drive_cv;
+  uint64_t kicks_requested = 0;
+  bool drive_requested = false;
+  bool drive_stop = false;
+  std::thread drive_thread;
 
   std::mutex timer_mu;
   std::condition_variable timer_cv;
@@ -396,6 +431,7 @@ uint64_t Engine::submit(Task task) {
     m.partition_and_post(t.release());
   } else {
     m.partition_node.try_put(t.release());
+    m.request_drive(/*kick=*/false);
   }
   return id;
 }
@@ -449,13 +485,24 @@ void Engine::shutdown() {
   Event e;
   e.kind = Event::Kind::shutdown;
   m.post(std::move(e));
-  m.graph.wait_for_all();
+  // The driver thread delivers the kick; help run the graph until the scheduler has failed what was pending.
+  while (!m.shutdown_done.load()) {
+    m.graph.wait_for_all();
+    std::this_thread::yield();
+  }
   {
     std::lock_guard tl(m.timer_mu);
     m.timer_stop = true;
     m.timer_cv.notify_all();
   }
   if (m.timer_thread.joinable()) m.timer_thread.join();
+  {
+    std::lock_guard dl(m.drive_mu);
+    m.drive_stop = true;
+    m.drive_cv.notify_all();
+  }
+  if (m.drive_thread.joinable()) m.drive_thread.join();
+  m.graph.wait_for_all();
   if (m.timeline) m.timeline->flush();
 }
 

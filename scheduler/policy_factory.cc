@@ -13,7 +13,8 @@ namespace commsched {
 std::unique_ptr<Policy> make_policy(const EngineConfig& config) {
   switch (config.policy) {
     case PolicyKind::bytescheduler:
-      return std::make_unique<PriorityCreditPolicy>(config.knobs.credit_bytes, config.small_tensor_bytes);
+      return std::make_unique<PriorityCreditPolicy>(config.knobs.credit_bytes, config.small_tensor_bytes,
+                                                    config.credit_stall_guard);
     case PolicyKind::wfbp:
       return std::make_unique<FifoPolicy>();
     case PolicyKind::bsp:
