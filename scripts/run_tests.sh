@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command (2): set everything up, then run the whole test suite: every GoogleTest suite through CTest, the
-# Python tests, and the ThreadSanitizer build of the scheduler's unit tests. Fails when any test fails.
+# Python tests. Fails when any test fails. The ThreadSanitizer build of the scheduler's unit tests is separate:
+# scripts/tsan.sh.
 # GPU and RDMA tests skip (with a message) on machines without the hardware; GTEST_SKIP is reported as skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,4 @@ echo "== unit and integration tests (ctest)"
 (cd build && ctest --output-on-failure --timeout 300)
 echo "== python tests"
 PYTHONPATH="$PWD/build/tuner" /usr/bin/python3 -m pytest -q tests/python
-echo "== ThreadSanitizer: scheduler unit tests"
-./scripts/tsan.sh
 echo "== all tests passed"
