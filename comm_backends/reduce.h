@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "comm_backends/half.h"
 #include "scheduler/types.h"
 
 namespace commsched {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 
+#include "comm_backends/half.h"
 #include "scheduler/types.h"
 
 namespace commsched::ps {
@@ -28,11 +29,11 @@ void add(DType t, void* acc, const void* b, size_t n);
 void narrow(DType t, void* out, const void* acc, size_t n);
 // out = ((s[0] + s[1]) + s[2]) + ...: the fixed rank order of the deterministic mode; out may not alias s.
 void sum_ranked(DType t, void* out, std::span<const void* const> srcs, size_t n);
-// Software conversions (also used by tests).
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
+// Software conversions (also used by tests): the shared ones of comm_backends/half.h.
+using commsched::bf16_to_f32;
+using commsched::f16_to_f32;
+using commsched::f32_to_bf16;
+using commsched::f32_to_f16;
 }  // namespace kernels
 
 // Runs the kernels, in parallel over `threads` oneTBB threads when a range is at least `parallel_bytes` long.

@@ -29,8 +29,8 @@ inline void store_value(std::byte* base, DType t, uint64_t j, int64_t v) {
     case DType::f64: reinterpret_cast<double*>(base)[j] = static_cast<double>(v); break;
     case DType::i32: reinterpret_cast<int32_t*>(base)[j] = static_cast<int32_t>(v); break;
     case DType::i64: reinterpret_cast<int64_t*>(base)[j] = v; break;
-    case DType::f16: reinterpret_cast<uint16_t*>(base)[j] = collective::float_to_f16(static_cast<float>(v)); break;
-    case DType::bf16: reinterpret_cast<uint16_t*>(base)[j] = collective::float_to_bf16(static_cast<float>(v)); break;
+    case DType::f16: reinterpret_cast<uint16_t*>(base)[j] = f32_to_f16(static_cast<float>(v)); break;
+    case DType::bf16: reinterpret_cast<uint16_t*>(base)[j] = f32_to_bf16(static_cast<float>(v)); break;
   }
 }
 
@@ -40,8 +40,8 @@ inline double load_value(const std::byte* base, DType t, uint64_t j) {
     case DType::f64: return reinterpret_cast<const double*>(base)[j];
     case DType::i32: return reinterpret_cast<const int32_t*>(base)[j];
     case DType::i64: return static_cast<double>(reinterpret_cast<const int64_t*>(base)[j]);
-    case DType::f16: return collective::f16_to_float(reinterpret_cast<const uint16_t*>(base)[j]);
-    case DType::bf16: return collective::bf16_to_float(reinterpret_cast<const uint16_t*>(base)[j]);
+    case DType::f16: return f16_to_f32(reinterpret_cast<const uint16_t*>(base)[j]);
+    case DType::bf16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[j]);
   }
   return 0;
 }
