@@ -61,14 +61,8 @@ class Coordinator {
   const CoordinatorStats& stats() const { return stats_; }
 
  private:
-  struct Slot {
-    uint64_t key;
-    uint64_t offset;
-    bool operator==(const Slot&) const = default;
-  };
-  struct SlotHash {
-    size_t operator()(const Slot& s) const { return s.key * 0x9e3779b97f4a7c15ull ^ s.offset; }
-  };
+  using Slot = PartitionSlot;
+  using SlotHash = PartitionSlotHash;
   struct Entry {
     PartitionDesc desc;
     std::string name;

@@ -92,14 +92,8 @@ class Negotiator {
     bool said_bye = false;
     bool closed = false;
   };
-  struct Slot {
-    uint64_t key;
-    uint64_t offset;
-    bool operator==(const Slot&) const = default;
-  };
-  struct SlotHash {
-    size_t operator()(const Slot& s) const { return s.key * 0x9e3779b97f4a7c15ull ^ s.offset; }
-  };
+  using Slot = PartitionSlot;
+  using SlotHash = PartitionSlotHash;
   struct Local {
     uint64_t token;
     uint64_t round;

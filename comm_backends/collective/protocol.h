@@ -5,6 +5,7 @@
 // coordinator gives it a small cache id, and ranks report it by id (16 bytes instead of ~60 plus the name).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,6 +29,16 @@ struct PartitionDesc {
   bool operator==(const PartitionDesc&) const = default;
   // "f32 bytes [0, 400) of a 400-byte allreduce" — for error messages.
   std::string describe() const;
+};
+
+// Where a partition sits, independent of round: the key of maps that match reports across ranks and rounds.
+struct PartitionSlot {
+  uint64_t key;
+  uint64_t offset;
+  bool operator==(const PartitionSlot&) const = default;
+};
+struct PartitionSlotHash {
+  size_t operator()(const PartitionSlot& s) const { return s.key * 0x9e3779b97f4a7c15ull ^ s.offset; }
 };
 
 // One partition a rank reports ready. Either cache_id is set, or desc and name are.
