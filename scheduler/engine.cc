@@ -234,8 +234,8 @@ struct Engine::Impl {
   }
 
   void record_batch(const InflightBatch& b, Nanos at, const Status& s) {
-    const TaskState* first = live.count(b.parts.front().task_id) ? live.at(b.parts.front().task_id).get() : nullptr;
-    std::string name = first ? first->desc.name : "?";
+    const auto first = live.find(b.parts.front().task_id);
+    std::string name = first != live.end() ? first->second->desc.name : "?";
     name += "[" + std::to_string(b.parts.front().index) + "]";
     if (b.parts.size() > 1) name += "+" + std::to_string(b.parts.size() - 1);
     uint64_t bytes = 0;
@@ -354,6 +354,7 @@ struct Engine::Impl {
   std::atomic<bool> closed{false};
   std::atomic<bool> shutdown_done{false};
   std::mutex shutdown_mu;
+  bool shut_down = false;  // under shutdown_mu
 
   std::mutex wait_mu;
   std::condition_variable wait_cv;
@@ -478,7 +479,8 @@ bool Engine::wait_all_for(std::chrono::nanoseconds timeout) {
 void Engine::shutdown() {
   Impl& m = *impl_;
   std::lock_guard lk(m.shutdown_mu);
-  if (m.timer_thread.joinable() == false && m.closed.load()) return;
+  if (m.shut_down) return;
+  m.shut_down = true;
   m.closed.store(true);
   m.graph.wait_for_all();  // every task handed to the partition node has arrived
   m.backend->shutdown();   // after this no completion callback runs any more
