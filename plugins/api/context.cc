@@ -1,0 +1,116 @@
+#include "plugins/api/context.h"
+
+#include <stdexcept>
+
+#include "comm_backends/loopback/loopback_backend.h"
+#include "comm_backends/ps/ps_backend.h"
+#include "comm_backends/ps/ps_config.h"
+#include "scheduler/policy_factory.h"
+#ifdef COMMSCHED_HAVE_GLOO
+#include "comm_backends/gloo/gloo_backend.h"
+#endif
+#ifdef COMMSCHED_HAVE_CUDA
+#include "comm_backends/nccl/nccl_backend.h"
+#endif
+
+namespace commsched {
+namespace {
+
+constexpr const char* kBackendVar = "COMMSCHED_BACKEND";
+
+BackendKind choose_backend(const ClusterEnv& env, const ContextOptions& options) {
+  if (!options.backend.empty()) return parse_backend_kind("backend", options.backend);
+  if (auto v = env_value(kBackendVar)) return parse_backend_kind(kBackendVar, *v);
+  if (env.num_servers > 0) return BackendKind::ps;
+  if (env.num_workers == 1) return BackendKind::loopback;
+  throw InvalidArgument("COMMSCHED_NUM_WORKERS=" + std::to_string(env.num_workers) +
+                        " but COMMSCHED_NUM_SERVERS=0: start the workers under `commsched launch` (parameter server) "
+                        "or set COMMSCHED_BACKEND=gloo (CPU all-reduce) or nccl (GPU all-reduce)");
+}
+
+std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& env) {
+  switch (kind) {
+    case BackendKind::ps:
+      if (env.num_servers < 1)
+        throw InvalidArgument("COMMSCHED_BACKEND=ps needs servers, but COMMSCHED_NUM_SERVERS=0 (use `commsched launch`)");
+      return std::make_shared<PsBackend>(env, PsConfig::from_env());
+    case BackendKind::loopback:
+      if (env.num_workers != 1)
+        throw InvalidArgument("COMMSCHED_BACKEND=loopback runs one process only, but COMMSCHED_NUM_WORKERS=" +
+                              std::to_string(env.num_workers));
+      return make_loopback_group(1).front();
+    case BackendKind::gloo:
+#ifdef COMMSCHED_HAVE_GLOO
+      return std::make_shared<GlooBackend>(env);
+#else
+      throw InvalidArgument("COMMSCHED_BACKEND=gloo, but this build has no Gloo (install libgloo-dev and rebuild)");
+#endif
+    case BackendKind::nccl:
+#ifdef COMMSCHED_HAVE_CUDA
+      return std::make_shared<NcclBackend>(env);
+#else
+      throw InvalidArgument("COMMSCHED_BACKEND=nccl, but this build has no CUDA/NCCL");
+#endif
+  }
+  throw std::logic_error("unknown backend kind");
+}
+
+}  // namespace
+
+std::string_view backend_kind_name(BackendKind b) {
+  switch (b) {
+    case BackendKind::ps: return "ps";
+    case BackendKind::gloo: return "gloo";
+    case BackendKind::loopback: return "loopback";
+    case BackendKind::nccl: return "nccl";
+  }
+  return "?";
+}
+
+BackendKind parse_backend_kind(std::string_view var, std::string_view value) {
+  for (BackendKind b : {BackendKind::ps, BackendKind::gloo, BackendKind::loopback, BackendKind::nccl})
+    if (value == backend_kind_name(b)) return b;
+  throw InvalidArgument(std::string(var) + "='" + std::string(value) + "': expected one of ps, gloo, loopback, nccl");
+}
+
+Context::Context(const ContextOptions& options) : env_(ClusterEnv::from_env()), config_(EngineConfig::from_env()) {
+  if (env_.role != Role::worker)
+    throw InvalidArgument("COMMSCHED_ROLE=server: this process is a parameter server; run `commsched server` there "
+                          "(commsched launch does), not a training script");
+  for (const auto& [name, value] : options.engine) config_.set(name, value);
+  config_.validate();
+  backend_kind_ = choose_backend(env_, options);
+  reduce_op_ = backend_kind_ == BackendKind::ps ? Op::push_pull : Op::allreduce;
+  std::shared_ptr<CommBackend> backend = make_backend(backend_kind_, env_);
+  rank_ = backend->rank();
+  size_ = backend->size();
+  engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_);
+}
+
+Context::~Context() { shutdown(); }
+
+Engine& Context::engine() {
+  if (!engine_) throw std::logic_error("commsched: the context was shut down");
+  return *engine_;
+}
+
+void Context::iteration_end() {
+  const Clock::time_point now = Clock::now();
+  if (stats_.steps > 0) {
+    stats_.last_step_s = std::chrono::duration<double>(now - last_step_end_).count();
+    stats_.total_step_s += stats_.last_step_s;
+  }
+  last_step_end_ = now;
+  ++stats_.steps;
+  // ---- AUTO-TUNER HOOK (the lead wires the online tuner here) ----
+  // Feed stats_.last_step_s (one optimizer step's wall time) to the tuner; when it asks for new knobs, call
+  // engine_->set_knobs(...): they take effect at the next backward_done(), which every worker reaches in the same step.
+}
+
+void Context::shutdown() {
+  if (!engine_) return;
+  engine_->shutdown();
+  engine_.reset();
+}
+
+}  // namespace commsched

@@ -1,0 +1,86 @@
+// Context: the composition root of the public API (DESIGN.md, "Conventions"). It reads the configuration (the
+// cluster contract, the engine options, the backend choice), builds the backend, the policy and the Engine, and owns
+// them. The Python module holds one default Context for the Horovod-style API; C++ programs may build their own.
+//
+//   COMMSCHED_BACKEND   ps | gloo | loopback | nccl
+//                       default: ps when the cluster contract names servers (COMMSCHED_NUM_SERVERS > 0, as
+//                       `commsched launch` sets it); loopback with one rank when nothing is set, so a plain
+//                       single-process script works unchanged.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "comm_backends/cluster_env.h"
+#include "scheduler/config.h"
+#include "scheduler/engine.h"
+
+namespace commsched {
+
+enum class BackendKind { ps, gloo, loopback, nccl };
+std::string_view backend_kind_name(BackendKind b);
+BackendKind parse_backend_kind(std::string_view var, std::string_view value);
+
+struct ContextOptions {
+  // Explicit engine options by name, applied over the environment: {"policy", "wfbp"}, {"partition_bytes", "1MiB"}.
+  std::map<std::string, std::string> engine;
+  // Backend override ("ps", "gloo", "loopback", "nccl"); empty: COMMSCHED_BACKEND or the default rule above.
+  std::string backend;
+};
+
+// Wall time of the optimizer steps seen so far (what the auto-tuner will consume).
+struct StepStats {
+  uint64_t steps = 0;          // iteration_end() calls
+  double last_step_s = 0;      // wall time between the last two iteration_end() calls (0 before the second)
+  double total_step_s = 0;     // sum over every measured step
+};
+
+class Context {
+ public:
+  // Reads the environment, applies `options`, connects the backend (blocks until the cluster's rendezvous is done) and
+  // starts the engine. Throws InvalidArgument for a bad configuration (naming the variable and value) and
+  // std::runtime_error when the backend cannot connect.
+  explicit Context(const ContextOptions& options = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return env_.local_rank; }
+  int local_size() const { return env_.local_size; }
+  BackendKind backend_kind() const { return backend_kind_; }
+  const ClusterEnv& cluster() const { return env_; }
+  const EngineConfig& engine_config() const { return config_; }
+  // The reduction this backend carries: push_pull on the parameter server, allreduce on the collectives.
+  Op reduce_op() const { return reduce_op_; }
+
+  // Throws std::logic_error after shutdown().
+  Engine& engine();
+
+  // Called by the plugin once per optimizer step (after the step's gradients were submitted). Measures the step's wall
+  // time; this is where the online auto-tuner observes throughput and changes knobs.
+  void iteration_end();
+  StepStats step_stats() const { return stats_; }
+
+  // Waits for nothing: pending tasks fail with 'cancelled'. Idempotent; the destructor calls it.
+  void shutdown();
+  bool is_shut_down() const { return engine_ == nullptr; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  ClusterEnv env_;
+  EngineConfig config_;
+  BackendKind backend_kind_ = BackendKind::loopback;
+  Op reduce_op_ = Op::push_pull;
+  int rank_ = 0;
+  int size_ = 1;
+  std::unique_ptr<Engine> engine_;
+  StepStats stats_;
+  Clock::time_point last_step_end_{};
+};
+
+}  // namespace commsched

@@ -1,0 +1,153 @@
+// commsched._C: the Python module over the C++ Context and Engine.
+//
+// Threading contract: the engine completes tasks on its scheduler thread, which never touches Python. A completion
+// only fills a C++ Handle (status + condition variable); Python polls it or waits on it with the GIL released.
+// Tensors cross as raw addresses (CPU data pointer, or CUDA device pointer for NCCL): nothing is copied, and the Python
+// side keeps the tensor alive until the handle has completed.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+
+#include "plugins/api/context.h"
+#include "scheduler/task.h"
+#include "tuner/python/bind_tuner.h"
+
+namespace py = pybind11;
+using namespace commsched;
+
+namespace {
+
+// Completion of one submitted task, shared between the engine's callback and Python.
+class Handle {
+ public:
+  void complete(const Status& s) {
+    std::lock_guard lk(mu_);
+    status_ = s;
+    done_ = true;
+    cv_.notify_all();
+  }
+  bool poll() const {
+    std::lock_guard lk(mu_);
+    return done_;
+  }
+  // Waits (GIL released by the binding) up to timeout_s seconds (negative: forever); returns whether it completed.
+  bool wait(double timeout_s) const {
+    std::unique_lock lk(mu_);
+    if (timeout_s < 0) {
+      cv_.wait(lk, [&] { return done_; });
+      return true;
+    }
+    return cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), [&] { return done_; });
+  }
+  // Empty when still running or successful; the error message otherwise.
+  std::optional<std::string> error() const {
+    std::lock_guard lk(mu_);
+    if (!done_ || status_.ok()) return std::nullopt;
+    return status_.message.empty() ? std::string("task failed") : status_.message;
+  }
+  std::string code() const {
+    std::lock_guard lk(mu_);
+    if (!done_) return "pending";
+    switch (status_.code) {
+      case Status::Code::ok: return "ok";
+      case Status::Code::error: return "error";
+      case Status::Code::cancelled: return "cancelled";
+      case Status::Code::peer_lost: return "peer_lost";
+      case Status::Code::invalid: return "invalid";
+    }
+    return "error";
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+Device parse_device(const std::string& d) {
+  if (d == "cpu") return Device::cpu;
+  if (d == "cuda") return Device::cuda;
+  throw InvalidArgument("device '" + d + "': expected 'cpu' or 'cuda'");
+}
+
+std::shared_ptr<Handle> submit(Context& ctx, std::string name, int32_t priority, const std::string& op,
+                               const std::string& dtype, uintptr_t data, uint64_t count, const std::string& device,
+                               int device_index, int root) {
+  auto handle = std::make_shared<Handle>();
+  Task t;
+  t.name = std::move(name);
+  t.priority = priority;
+  t.op = op == "reduce" ? ctx.reduce_op() : parse_op(op);
+  t.dtype = parse_dtype(dtype);
+  t.count = count;
+  t.buffer = Buffer{reinterpret_cast<void*>(data), parse_device(device), device_index};
+  t.root = root;
+  t.on_done = [handle](const Status& s) { handle->complete(s); };  // scheduler thread: C++ only
+  Engine& engine = ctx.engine();
+  py::gil_scoped_release release;  // submit may take the engine's locks; never hold the GIL there
+  engine.submit(std::move(t));
+  return handle;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "commsched C++ engine (Context, Engine, task handles)";
+  // C++ exceptions keep their messages: InvalidArgument -> ValueError, runtime_error -> RuntimeError.
+  py::register_exception<InvalidArgument>(m, "InvalidArgument", PyExc_ValueError);
+
+  py::class_<Handle, std::shared_ptr<Handle>>(m, "Handle")
+      .def("poll", &Handle::poll, "True once the task has completed (successfully or not)")
+      .def("wait", &Handle::wait, py::arg("timeout_s") = -1.0, py::call_guard<py::gil_scoped_release>(),
+           "wait (GIL released) up to timeout_s seconds (negative: forever); returns whether it completed")
+      .def_property_readonly("error", &Handle::error)
+      .def_property_readonly("code", &Handle::code);
+
+  py::class_<StepStats>(m, "StepStats")
+      .def_readonly("steps", &StepStats::steps)
+      .def_readonly("last_step_s", &StepStats::last_step_s)
+      .def_readonly("total_step_s", &StepStats::total_step_s);
+
+  py::class_<Context>(m, "Context")
+      .def(py::init([](std::map<std::string, std::string> engine, std::string backend) {
+             ContextOptions o{std::move(engine), std::move(backend)};
+             return std::make_unique<Context>(o);
+           }),
+           py::arg("engine") = std::map<std::string, std::string>{}, py::arg("backend") = std::string(),
+           py::call_guard<py::gil_scoped_release>(), "connects the backend (blocks for the rendezvous)")
+      .def_property_readonly("rank", &Context::rank)
+      .def_property_readonly("size", &Context::size)
+      .def_property_readonly("local_rank", &Context::local_rank)
+      .def_property_readonly("local_size", &Context::local_size)
+      .def_property_readonly("backend", [](const Context& c) { return std::string(backend_kind_name(c.backend_kind())); })
+      .def_property_readonly("policy", [](Context& c) { return std::string(c.engine().policy_name()); })
+      .def_property_readonly("reduce_op", [](const Context& c) { return std::string(op_name(c.reduce_op())); })
+      .def_property_readonly("iteration", [](Context& c) { return c.engine().iteration(); })
+      .def_property_readonly("step_stats", &Context::step_stats)
+      .def_property_readonly("is_shut_down", &Context::is_shut_down)
+      .def("knobs", [](Context& c) { Knobs k = c.engine().knobs(); return py::make_tuple(k.partition_bytes, k.credit_bytes); })
+      .def("set_knobs", [](Context& c, uint64_t partition, uint64_t credit) { c.engine().set_knobs({partition, credit}); })
+      .def("submit", &submit, py::arg("name"), py::arg("priority"), py::arg("op"), py::arg("dtype"), py::arg("data"),
+           py::arg("count"), py::arg("device") = "cpu", py::arg("device_index") = 0, py::arg("root") = 0,
+           "queues one task over `count` elements at address `data`; op is push_pull, allreduce, broadcast or "
+           "'reduce' (the backend's own reduction); returns a Handle")
+      .def("backward_done", [](Context& c) { c.engine().backward_done(); }, py::call_guard<py::gil_scoped_release>())
+      .def("iteration_end", &Context::iteration_end, py::call_guard<py::gil_scoped_release>())
+      .def("wait_all", [](Context& c, double timeout_s) {
+             return c.engine().wait_all_for(std::chrono::nanoseconds(static_cast<int64_t>(timeout_s * 1e9)));
+           }, py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>())
+      .def("shutdown", &Context::shutdown, py::call_guard<py::gil_scoped_release>());
+
+  m.def("task_key", [](const std::string& name) { return task_key(name); },
+        "the 64-bit wire key of a task name (the parameter server names tensors by it)");
+  py::module_ tuner = m.def_submodule("tuner", "Bayesian tuner (ask/tell) and search space");
+  commsched_bind_tuner(tuner);
+}

@@ -1,0 +1,362 @@
+"""DistributedOptimizer: wraps any torch optimizer in one line (Horovod-compatible).
+
+Every parameter's gradient becomes a commsched task the moment autograd has accumulated it (a hook on the parameter's
+gradient accumulator). Its priority is the parameter's position in forward order: declaration order at first, then
+the order learned from forward pre-hooks during the first iteration (when `model=` is given) or the reverse of the
+first backward's order (when it is not). At the end of every backward the engine is told (engine.backward_done()),
+so BSP and knob changes work; every optimizer step ends with Context.iteration_end() (the auto-tuner's clock).
+
+Cross-iteration mode (cross_iteration=True or COMMSCHED_CROSS_ITERATION=1; needs model=): step() returns at once. A
+forward pre-hook on each module waits only for that module's parameters and runs the wrapped optimizer's own step()
+on just those parameters (their param groups narrowed to them), so the next forward starts while later layers still
+communicate. This is exact for optimizers whose update is per parameter (SGD, momentum, Adam, AdamW, RMSprop,
+Adagrad, ...). LBFGS, a closure, or an explicit synchronize() before step() (global-norm clipping) fall back to
+waiting in step(). After the last step, call optimizer.flush() (state_dict() does) before reading the parameters.
+"""
+import contextlib
+import warnings
+
+import torch
+
+from commsched.torch import ops, runtime
+from commsched.torch.compression import Compression
+
+CROSS_ITERATION_VAR = "COMMSCHED_CROSS_ITERATION"
+
+
+class _GradTask:
+    """A gradient in flight: the C++ handle and how to turn the wire result back into p.grad."""
+
+    def __init__(self, handle, name, work, cctx, grad):
+        self.handle, self.name, self.work, self.cctx, self.grad = handle, name, work, cctx, grad
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, model, cross_iteration, original):
+        super(self.__class__, self).__init__(params)
+        self.state.update(original.state)
+        self._compression = compression
+        self._op = ops._resolve_op(None, op)
+        if backward_passes_per_step < 1:
+            raise ValueError(f"backward_passes_per_step={backward_passes_per_step}: must be >= 1")
+        self._passes_per_step = backward_passes_per_step
+        if gradient_predivide_factor <= 0:
+            raise ValueError(f"gradient_predivide_factor={gradient_predivide_factor}: must be > 0")
+        self._predivide = gradient_predivide_factor
+        self._names = self._parameter_names(named_parameters)
+        self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        self._priority = {p: i for i, p in enumerate(self._params)}
+        self._forward_order = []        # params in first-seen forward order (first iteration)
+        self._order_final = False
+        self._backward_order = []       # params in first backward's hook order (when there is no model)
+        self._passes_left = {p: backward_passes_per_step for p in self._params}
+        self._inflight = {}             # p -> _GradTask submitted this step
+        self._pending_update = {}       # cross-iteration: p -> _GradTask whose update is not applied yet
+        self._deferred_zero = {}        # p -> set_to_none, for zero_grad() calls made while an update was pending
+        self._callback_queued = False
+        self._completed_pass = False
+        self._backward_done_sent = False
+        self._synchronized = False
+        self._should_synchronize = True
+        self._warned_fallback = False
+        self._keep = []                 # gradient accumulators and hook handles (their lifetime is ours)
+        self._register_grad_hooks()
+        self._model = model
+        if cross_iteration is None:
+            cross_iteration = runtime.env_flag(CROSS_ITERATION_VAR)
+        if cross_iteration and model is None:
+            warnings.warn("commsched: cross-iteration mode needs DistributedOptimizer(..., model=model); "
+                          "falling back to waiting in step()")
+            cross_iteration = False
+        if cross_iteration and isinstance(self, torch.optim.LBFGS):
+            warnings.warn("commsched: LBFGS needs every gradient at once; cross-iteration mode is off for it")
+            cross_iteration = False
+        self._cross_iteration = bool(cross_iteration)
+        if model is not None:
+            self._register_module_hooks(model)
+
+    # ---- set-up ----
+    def _parameter_names(self, named_parameters):
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is None:
+            return {p: f"param.{i}" for i, p in enumerate(all_params)}
+        named = list(named_parameters)
+        if any(not (isinstance(t, tuple) and len(t) == 2) for t in named):
+            raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
+                             "usually model.named_parameters()")
+        names = [n for n, _ in named]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError(f"named_parameters contains duplicate names: {', '.join(dups)}")
+        by_param = {p: n for n, p in named}
+        unnamed = [i for i, p in enumerate(all_params) if p not in by_param]
+        if unnamed:
+            raise ValueError(f"the optimizer has {len(unnamed)} parameter(s) missing from named_parameters "
+                             f"(positions {unnamed[:5]} in its param groups)")
+        return by_param
+
+    def _register_grad_hooks(self):
+        for p in self._params:
+            # The AccumulateGrad node of p: its hook runs once p.grad holds this backward's gradient.
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_grad_hook(p))
+            self._keep.append(acc)
+            # Runs before accumulation: an update still pending from the previous step must land first.
+            self._keep.append(p.register_hook(self._make_pre_accumulate_hook()))
+
+    def _register_module_hooks(self, model):
+        mine = set(self._params)
+        owned = set()
+        model.register_forward_pre_hook(self._root_pre_forward)
+        for module in model.modules():
+            params = [p for p in module.parameters(recurse=False) if p in mine]
+            if params:
+                owned.update(params)
+                self._keep.append(module.register_forward_pre_hook(self._make_module_pre_hook(params)))
+        model.register_forward_hook(self._root_post_forward)
+        self._orphans = [p for p in self._params if p not in owned]
+
+    # ---- hooks ----
+    def _root_pre_forward(self, module, inputs):
+        if self._pending_update and self._orphans:
+            self._apply_pending([p for p in self._orphans if p in self._pending_update])
+
+    def _root_post_forward(self, module, inputs, output):
+        if self._pending_update:  # modules that did not run this time
+            self._apply_pending(list(self._pending_update))
+
+    def _make_module_pre_hook(self, params):
+        def hook(module, inputs):
+            if not self._order_final:
+                seen = set(self._forward_order)
+                self._forward_order.extend(p for p in params if p not in seen)
+            if self._pending_update:
+                self._apply_pending([p for p in params if p in self._pending_update])
+        return hook
+
+    def _make_pre_accumulate_hook(self):
+        def hook(grad):
+            if self._pending_update:
+                self._apply_pending(list(self._pending_update))
+            return grad
+        return hook
+
+    def _make_grad_hook(self, p):
+        def hook(*unused):
+            runtime.context()  # a clear error when init() was not called
+            if not self._order_final:
+                self._learn_order(p)
+            if p in self._inflight:
+                raise RuntimeError(f"gradient of '{self._names[p]}' was computed more than "
+                                   f"backward_passes_per_step={self._passes_per_step} times before step(); "
+                                   "call step() (or raise backward_passes_per_step)")
+            self._queue_backward_end()
+            self._passes_left[p] -= 1
+            if self._passes_left[p] == 0:
+                self._submit(p)
+                self._completed_pass = True
+        return hook
+
+    def _learn_order(self, p):
+        if self._forward_order:
+            self._set_priorities(self._forward_order)
+            self._order_final = True
+        elif self._model is None:
+            self._backward_order.append(p)
+
+    def _set_priorities(self, ordered):
+        ordered = list(ordered)
+        seen = set(ordered)
+        rest = [p for p in self._params if p not in seen]
+        self._priority = {p: i for i, p in enumerate(ordered + rest)}
+
+    def _queue_backward_end(self):
+        if not self._callback_queued:
+            self._callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+
+    def _on_backward_end(self):
+        self._callback_queued = False
+        if not self._order_final and self._backward_order:
+            self._set_priorities(reversed(self._backward_order))
+            self._order_final = True
+        if self._completed_pass:
+            self._completed_pass = False
+            self._submit_missing()
+            self._send_backward_done()
+
+    def _send_backward_done(self):
+        if not self._backward_done_sent:
+            self._backward_done_sent = True
+            runtime.context().backward_done()
+
+    # ---- communication ----
+    def _submit(self, p):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        name = f"grad.{self._names[p]}"
+        grad = p.grad.detach()
+        if self._predivide != 1.0:
+            grad.mul_(1.0 / self._predivide)
+        compressed, cctx = self._compression.compress(grad)
+        work = compressed if compressed.is_contiguous() else compressed.contiguous()
+        handle = runtime.submit(work, name, "reduce", priority=self._priority[p]) if work.numel() else None
+        self._inflight[p] = _GradTask(handle, name, work, cctx, grad)
+
+    def _submit_missing(self):
+        """Parameters that got no gradient this step still take part (zero gradient), so every worker sends the
+        same tensors; Horovod does the same."""
+        for p in self._params:
+            if p not in self._inflight:
+                self._submit(p)
+            self._passes_left[p] = self._passes_per_step
+
+    def _finish(self, task):
+        if task.handle is not None:
+            runtime.wait(task.handle, task.name)
+        result = self._compression.decompress(task.work, task.cctx)
+        scale = self._predivide / runtime.size() if self._op == ops.Average else self._predivide
+        if result.data_ptr() != task.grad.data_ptr():
+            task.grad.copy_(result)
+        if scale != 1.0:
+            task.grad.mul_(scale)
+
+    def _end_of_step_submissions(self):
+        """Whatever backward did not submit goes now; the engine learns the step's backward is over."""
+        runtime.context()
+        self._submit_missing()
+        self._send_backward_done()
+
+    # ---- public API (Horovod's) ----
+    def synchronize(self):
+        """Waits for every gradient of this step and leaves the averaged gradients in p.grad."""
+        if self._pending_update:
+            self._apply_pending(list(self._pending_update))
+        self._end_of_step_submissions()
+        tasks, self._inflight = self._inflight, {}
+        for task in tasks.values():
+            self._finish(task)
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """with optimizer.skip_synchronize(): optimizer.step()  -- after an explicit synchronize()."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        ctx = runtime.context()
+        if self._cross_iteration and closure is None and not self._synchronized and self._should_synchronize:
+            self._end_of_step_submissions()
+            self._pending_update.update(self._inflight)
+            self._inflight = {}
+            self._next_step(ctx)
+            return None
+        if self._cross_iteration and closure is not None and not self._warned_fallback:
+            self._warned_fallback = True
+            warnings.warn("commsched: step(closure) needs every gradient at once; waiting in step() "
+                          "(no cross-iteration overlap)")
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
+                              "optimizer.synchronize(): the gradients are reduced once, as intended, but use "
+                              "skip_synchronize() as in Horovod")
+            else:
+                self.synchronize()
+        self._synchronized = False
+        loss = super(self.__class__, self).step(closure)
+        self._next_step(ctx)
+        return loss
+
+    def _next_step(self, ctx):
+        self._backward_done_sent = False
+        self._completed_pass = False
+        for p in self._params:
+            self._passes_left[p] = self._passes_per_step
+        ctx.iteration_end()
+
+    def zero_grad(self, set_to_none=False):
+        if not self._pending_update:
+            return super(self.__class__, self).zero_grad(set_to_none)
+        # Gradients still on the wire (cross-iteration): zero them once their update is applied.
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p in self._pending_update:
+                    self._deferred_zero[p] = set_to_none
+                elif p.grad is not None:
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        p.grad.detach_()
+                        p.grad.zero_()
+        return None
+
+    @property
+    def cross_iteration(self):
+        """Whether step() returns at once and updates are applied by forward pre-hooks."""
+        return self._cross_iteration
+
+    @property
+    def pending_updates(self):
+        """Number of parameters whose update waits for their module's next forward (cross-iteration mode)."""
+        return len(self._pending_update)
+
+    def flush(self):
+        """Cross-iteration mode: applies every update still pending (call before reading the final parameters)."""
+        if self._pending_update:
+            self._apply_pending(list(self._pending_update))
+
+    def state_dict(self):
+        self.flush()
+        return super(self.__class__, self).state_dict()
+
+    # ---- cross-iteration updates ----
+    def _apply_pending(self, params):
+        if not params:
+            return
+        tasks = [self._pending_update.pop(p) for p in params]
+        for task in tasks:
+            self._finish(task)
+        self._step_subset(set(params))
+        for p in params:
+            if p in self._deferred_zero:
+                set_to_none = self._deferred_zero.pop(p)
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.zero_()
+
+    def _step_subset(self, params):
+        """Runs the wrapped optimizer's own step() on `params` only: each group narrowed to its members in `params`
+        (same hyperparameters, same per-parameter state), so its math is untouched."""
+        groups = self.param_groups
+        narrowed = []
+        for g in groups:
+            members = [p for p in g["params"] if p in params]
+            if members:
+                ng = dict(g)
+                ng["params"] = members
+                narrowed.append(ng)
+        self.param_groups = narrowed
+        try:
+            with torch.no_grad():
+                super(self.__class__, self).step()
+        finally:
+            self.param_groups = groups
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=ops.Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                         sparse_as_dense=False, process_set=None, *, model=None, cross_iteration=None):
+    """Wraps `optimizer` (any torch.optim.Optimizer) so its gradients are averaged over every worker, scheduled by
+    commsched. Horovod's signature; commsched extras (keyword only): model= (learns forward order from forward hooks;
+    needed for cross-iteration mode) and cross_iteration= (default: COMMSCHED_CROSS_ITERATION).
+    num_groups/groups/sparse_as_dense/process_set are accepted for compatibility; commsched schedules per tensor."""
+    del num_groups, groups, sparse_as_dense, process_set
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, model, cross_iteration, optimizer)

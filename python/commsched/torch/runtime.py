@@ -1,0 +1,145 @@
+"""The default Context of the Horovod-style API, tensor submission and error messages that name tensors.
+
+The C++ engine completes tasks on its own thread and only fills a C++ handle; everything here runs on Python threads
+and waits with the GIL released (``Handle.wait`` in small slices, so Ctrl-C still works).
+"""
+import atexit
+import os
+import re
+import threading
+
+import torch
+
+from commsched import _C
+
+_lock = threading.Lock()
+_ctx = None
+_names_by_key = {}
+_WAIT_SLICE_S = 0.2
+
+_DTYPES = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int32: "i32", torch.int64: "i64",
+}
+
+
+class NotInitializedError(ValueError):
+    """An API call before commsched.torch.init() (or after shutdown())."""
+
+
+def init(policy=None, backend=None, comm=None, **engine_options):
+    """Connects this process to the cluster described by the environment (see README, Configuration).
+
+    policy / backend / engine_options (partition_bytes="1MiB", credit_bytes="unlimited", ...) override the
+    COMMSCHED_* variables. `comm` is accepted for Horovod compatibility and ignored. Calling init() twice is harmless.
+    """
+    global _ctx
+    del comm
+    with _lock:
+        if _ctx is not None:
+            return
+        options = {k: str(v) for k, v in engine_options.items()}
+        if policy is not None:
+            options["policy"] = str(policy)
+        _ctx = _C.Context(engine=options, backend=backend or "")
+    atexit.register(shutdown)
+
+
+def shutdown():
+    """Stops the engine and the backend; tasks still pending fail with 'cancelled'. Idempotent."""
+    global _ctx
+    with _lock:
+        ctx, _ctx = _ctx, None
+    if ctx is not None:
+        ctx.shutdown()
+
+
+def is_initialized():
+    return _ctx is not None
+
+
+def context():
+    """The default Context; raises NotInitializedError before init()."""
+    ctx = _ctx
+    if ctx is None:
+        raise NotInitializedError("commsched.torch has not been initialized: call commsched.torch.init() first "
+                                  "(import commsched.torch as hvd; hvd.init())")
+    return ctx
+
+
+def size():
+    return context().size
+
+
+def rank():
+    return context().rank
+
+
+def local_rank():
+    return context().local_rank
+
+
+def local_size():
+    return context().local_size
+
+
+def dtype_name(tensor, name):
+    try:
+        return _DTYPES[tensor.dtype]
+    except KeyError:
+        raise ValueError(f"tensor '{name}': dtype {tensor.dtype} is not supported (supported: "
+                         f"{', '.join(str(d) for d in _DTYPES)})") from None
+
+
+def submit(tensor, name, op, priority=0, root=0):
+    """Queues one task over a contiguous tensor's memory (no copy). `op`: 'reduce' (the backend's sum), 'broadcast'.
+
+    The caller keeps `tensor` alive until the returned handle has completed.
+    """
+    ctx = context()
+    if not tensor.is_contiguous():
+        raise ValueError(f"tensor '{name}' is not contiguous")
+    dtype = dtype_name(tensor, name)
+    device = "cpu"
+    device_index = 0
+    if tensor.is_cuda:
+        # The backend's stream does not wait for PyTorch's: the producer must have finished.
+        torch.cuda.current_stream(tensor.device).synchronize()
+        device, device_index = "cuda", tensor.device.index or 0
+    elif tensor.device.type != "cpu":
+        raise ValueError(f"tensor '{name}' is on {tensor.device}; commsched carries CPU and CUDA tensors")
+    _names_by_key.setdefault(_C.task_key(name), name)
+    return ctx.submit(name, int(priority), op, dtype, tensor.data_ptr(), tensor.numel(), device, device_index,
+                      int(root))
+
+
+_KEY_RE = re.compile(r"key (\d+)")
+
+
+def describe_error(message):
+    """Adds the tensor name beside every wire key the message mentions ('key 123' -> "key 123 (tensor 'fc.weight')")."""
+    def name_it(m):
+        name = _names_by_key.get(int(m.group(1)))
+        return m.group(0) + (f" (tensor '{name}')" if name else "")
+    return _KEY_RE.sub(name_it, message)
+
+
+def wait(handle, name):
+    """Waits for a handle; raises RuntimeError naming the tensor when its task failed."""
+    while not handle.wait(_WAIT_SLICE_S):
+        pass
+    err = handle.error
+    if err is not None:
+        raise RuntimeError(f"commsched: communication of '{name}' failed ({handle.code}): {describe_error(err)}")
+
+
+def env_flag(var, default=False):
+    """Parses a 0/1 environment flag; a bad value raises ValueError naming the variable."""
+    value = os.environ.get(var, "").strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{var}='{value}': expected 0 or 1")

@@ -1,0 +1,68 @@
+"""Runs a script on a local commsched cluster (`commsched launch`) with a hard timeout; never leaves processes behind."""
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def commsched_bin():
+    """The `commsched` executable: $COMMSCHED_BIN, the build tree beside the imported package, or PATH (pip)."""
+    if os.environ.get("COMMSCHED_BIN"):
+        return os.environ["COMMSCHED_BIN"]
+    import commsched._C as C
+    build = pathlib.Path(C.__file__).resolve().parents[2]  # <build>/python/commsched/_C*.so
+    candidate = build / "plugins" / "commsched"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("commsched")
+    if not found:
+        pytest.fail("the commsched executable was not found (set COMMSCHED_BIN)")
+    return found
+
+
+def child_env(extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.setdefault("COMMSCHED_TIMEOUT", "10")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_process(cmd, env, timeout):
+    """Runs cmd in its own process group; on timeout the whole group is killed and the test fails."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{out}")
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc.returncode, out
+
+
+def launch(workers, script_args, env=None, timeout=120, deterministic=True, servers=1):
+    cmd = [commsched_bin(), "launch", "-w", str(workers), "-s", str(servers)]
+    if deterministic:
+        cmd.append("--deterministic")
+    cmd += ["--", PYTHON] + [str(a) for a in script_args]
+    return run_process(cmd, child_env(env or {}), timeout)
+
+
+def run_single(script_args, env=None, timeout=60):
+    """One plain process, no cluster contract (the default single-rank loopback backend)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("COMMSCHED_", "DMLC_"))}
+    full = child_env(env or {})
+    full = {k: v for k, v in full.items() if k in clean or k in (env or {}) or k == "PYTHONPATH"}
+    return run_process([PYTHON] + [str(a) for a in script_args], full, timeout)
