@@ -24,6 +24,16 @@ class CommBackend {
   // The TaskDesc pointers in the views stay valid until `done` has been called. `done` may be called inline.
   virtual void start(std::vector<PartitionView> batch, BatchDone done) = 0;
 
+  // Optional "sent" notice. A backend that can tell when a batch has left this worker (the receiver holds every byte,
+  // e.g. a parameter server acknowledged the push) says so in reports_sent(); start_with_sent() then calls `sent`
+  // once, before `done`, or never when the batch fails. The engine releases the batch's credit on `sent`: what a
+  // batch still waits for after that (the other workers' pushes, for a PS sum) must not hold this worker's credit,
+  // or workers whose credits are full of different partitions would wait on each other forever.
+  virtual bool reports_sent() const { return false; }
+  virtual void start_with_sent(std::vector<PartitionView> batch, BatchDone /*sent*/, BatchDone done) {
+    start(std::move(batch), std::move(done));
+  }
+
   // Whether the backend can carry this operation on buffers of this device.
   virtual bool supports(Op op, Device device) const = 0;
 

@@ -31,10 +31,10 @@ struct TaskState {
 };
 
 struct Event {
-  enum class Kind : uint8_t { arrived, batch_done, backward_done, tick, knobs, shutdown };
+  enum class Kind : uint8_t { arrived, batch_sent, batch_done, backward_done, tick, knobs, shutdown };
   Kind kind = Kind::tick;
   TaskState* task = nullptr;  // arrived: ownership passes to the scheduler node
-  uint64_t id = 0;            // batch_done: batch id; backward_done: number of tasks submitted before it
+  uint64_t id = 0;            // batch_sent/batch_done: batch id; backward_done: number of tasks submitted before it
   Status status;
   uint64_t credit = 0;        // knobs
 };
@@ -42,6 +42,7 @@ struct Event {
 struct InflightBatch {
   Batch parts;
   Nanos dispatched = 0;
+  bool released = false;  // the policy has been told (on `sent`, for backends that report it)
 };
 
 }  // namespace
@@ -52,6 +53,7 @@ struct Engine::Impl {
         backend(std::move(b)),
         config(std::move(c)),
         splits(policy->splits_tasks()),
+        reports_sent(backend->reports_sent()),
         t0(std::chrono::steady_clock::now()),
         sched_node(graph, tbb::flow::serial, [this](tbb::flow::continue_msg) { run_scheduler(); return tbb::flow::continue_msg(); }),
         partition_node(graph, tbb::flow::unlimited, [this](TaskState* t) { partition_and_post(t); return tbb::flow::continue_msg(); }) {
@@ -126,6 +128,7 @@ struct Engine::Impl {
     try {
       switch (e.kind) {
         case Event::Kind::arrived: on_arrived(e.task); break;
+        case Event::Kind::batch_sent: on_batch_sent(e.id); break;
         case Event::Kind::batch_done: on_batch_done(e.id, e.status); break;
         case Event::Kind::backward_done:
           backward_marks.push_back(e.id);
@@ -195,14 +198,20 @@ struct Engine::Impl {
     stat_batches.fetch_add(1, std::memory_order_relaxed);
     stat_bytes.fetch_add(bytes, std::memory_order_relaxed);
     batches.emplace(id, InflightBatch{std::move(batch), at});
-    try {
-      backend->start(std::move(views), [this, id](const Status& s) {
+    auto notice = [this, id](Event::Kind kind) {
+      return [this, id, kind](const Status& s) {
         Event e;
-        e.kind = Event::Kind::batch_done;
+        e.kind = kind;
         e.id = id;
         e.status = s;
         post(std::move(e));
-      });
+      };
+    };
+    try {
+      if (reports_sent)
+        backend->start_with_sent(std::move(views), notice(Event::Kind::batch_sent), notice(Event::Kind::batch_done));
+      else
+        backend->start(std::move(views), notice(Event::Kind::batch_done));
     } catch (const std::exception& ex) {
       Event e;
       e.kind = Event::Kind::batch_done;
@@ -212,13 +221,21 @@ struct Engine::Impl {
     }
   }
 
+  // The batch has left this worker: its bytes no longer count against the credit, although its result is pending.
+  void on_batch_sent(uint64_t id) {
+    auto it = batches.find(id);
+    if (it == batches.end() || it->second.released) return;
+    it->second.released = true;
+    policy->on_batch_done(it->second.parts, now());
+  }
+
   void on_batch_done(uint64_t id, const Status& s) {
     auto it = batches.find(id);
     if (it == batches.end()) return;  // after shutdown: already failed
     InflightBatch done = std::move(it->second);
     batches.erase(it);
     const Nanos at = now();
-    policy->on_batch_done(done.parts, at);
+    if (!done.released) policy->on_batch_done(done.parts, at);
     if (timeline) record_batch(done, at, s);
     for (const PartRef& p : done.parts) {
       auto t = live.find(p.task_id);
@@ -323,6 +340,7 @@ struct Engine::Impl {
   std::shared_ptr<CommBackend> backend;
   EngineConfig config;
   const bool splits;
+  const bool reports_sent;  // the backend tells when a batch has left (credit is released then, not at completion)
   const std::chrono::steady_clock::time_point t0;
   std::unique_ptr<Timeline> timeline;
 

@@ -47,6 +47,8 @@ class Policy {
 
   // Events.
   virtual void on_task_arrived(const TaskArrival& task, Nanos now) = 0;
+  // The batch no longer occupies this worker's link: it completed, or (for backends that report it) it has been
+  // sent and the receiver holds it while its result is still pending. Credit is released here.
   virtual void on_batch_done(const Batch& batch, Nanos now) = 0;
   // The framework has produced every gradient of the current iteration (end of backward).
   virtual void on_backward_done(Nanos /*now*/) {}

@@ -79,6 +79,7 @@ std::string_view msg_type_name(MsgType t) {
     case MsgType::error: return "error";
     case MsgType::peer_lost: return "peer_lost";
     case MsgType::bye: return "bye";
+    case MsgType::received: return "received";
   }
   return "unknown";
 }
@@ -130,6 +131,7 @@ Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> 
   h.type = static_cast<MsgType>(type);
   h.sender_role = static_cast<PeerRole>(role);
   h.flags = get<uint8_t>(frame, 9);
+  if ((h.flags & ~kKnownFlags) != 0) return fail("unknown header flags " + std::to_string(h.flags));
   h.sender_rank = get<uint32_t>(frame, 12);
   h.key = get<uint64_t>(frame, 16);
   h.offset = get<uint64_t>(frame, 24);

@@ -19,7 +19,7 @@
 namespace commsched::ps {
 
 inline constexpr uint32_t kMagic = 0x53505343;  // "CSPS" read as little-endian bytes
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: `received` and kFlagAckReceipt
 inline constexpr size_t kHeaderBytes = 80;
 
 enum class MsgType : uint8_t {
@@ -35,8 +35,14 @@ enum class MsgType : uint8_t {
   error = 10,        // payload = text; request_id names the failed request (0: the whole connection)
   peer_lost = 11,    // payload = text naming the lost peer; the receiver fails everything
   bye = 12,          // clean departure; the peer's later disconnection is not a failure
+  received = 13,     // server -> worker: the push_pull/bcast `request_id` has fully arrived (sent only when the
+                     // request carried kFlagAckReceipt); lets the worker release credit before the sum is ready
 };
-inline constexpr uint8_t kMaxMsgType = 12;
+inline constexpr uint8_t kMaxMsgType = 13;
+
+// Header flags.
+inline constexpr uint8_t kFlagAckReceipt = 1;  // push_pull/bcast: answer `received` on arrival, before the sum
+inline constexpr uint8_t kKnownFlags = kFlagAckReceipt;
 std::string_view msg_type_name(MsgType t);
 
 enum class PeerRole : uint8_t { worker = 0, server = 1, tool = 2 };

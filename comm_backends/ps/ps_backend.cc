@@ -58,11 +58,15 @@ bool PsBackend::supports(Op op, Device device) const {
 }
 
 void PsBackend::start(std::vector<PartitionView> batch, BatchDone done) {
+  start_with_sent(std::move(batch), nullptr, std::move(done));
+}
+
+void PsBackend::start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) {
   Status refused;
   {
     std::lock_guard lock(mu_);
     if (state_ == State::ready && !stopping_) {
-      queue_.emplace_back(std::move(batch), std::move(done));
+      queue_.push_back(Queued{std::move(batch), std::move(sent), std::move(done)});
     } else {
       refused = state_ == State::failed ? failure_ : Status::Error("ps backend is shut down", Status::Code::cancelled);
     }
@@ -158,6 +162,7 @@ void PsBackend::on_message(int server, const Header& h, std::unique_ptr<Payload>
       [[fallthrough]];
     case MsgType::sum:
     case MsgType::bcast_data: return on_answer(server, h, std::move(payload));
+    case MsgType::received: return on_received(server, h);
     default:
       return fail_all(Status::Error(server_name(server) + " sent an unexpected " +
                                     std::string(msg_type_name(h.type)) + " message"));
@@ -181,15 +186,17 @@ void PsBackend::on_peers(const Header& h, const std::string& text) {
 }
 
 void PsBackend::dispatch_queued() {
-  std::deque<std::pair<std::vector<PartitionView>, BatchDone>> todo;
+  std::deque<Queued> todo;
   {
     std::lock_guard lock(mu_);
     todo.swap(queue_);
   }
-  for (auto& [batch, done] : todo) dispatch(batch, done);
+  for (Queued& q : todo) dispatch(q);
 }
 
-void PsBackend::dispatch(std::vector<PartitionView>& batch, BatchDone& done) {
+void PsBackend::dispatch(Queued& q) {
+  std::vector<PartitionView>& batch = q.batch;
+  BatchDone& done = q.done;
   std::string bad;
   for (const PartitionView& p : batch) {
     if (!p.task || p.bytes == 0) bad = "empty partition";
@@ -208,7 +215,8 @@ void PsBackend::dispatch(std::vector<PartitionView>& batch, BatchDone& done) {
     for (uint64_t at = 0; at < p.bytes; at += chunk)
       pieces.push_back(PartitionView{p.task, p.index, p.offset + at, std::min(chunk, p.bytes - at)});
   }
-  auto state = std::make_shared<BatchState>(BatchState{std::move(done), pieces.size(), Status::Ok()});
+  const size_t acks = q.sent ? pieces.size() : 0;
+  auto state = std::make_shared<BatchState>(BatchState{std::move(done), std::move(q.sent), pieces.size(), acks, Status::Ok()});
   for (const PartitionView& p : pieces) {
     const uint64_t id = next_request_++;
     inflight_.emplace(id, Request{state, p});
@@ -257,6 +265,7 @@ void PsBackend::send_request(uint64_t id, int server) {
   h.round = t.round;
   h.request_id = id;
   h.aux = bcast ? static_cast<uint32_t>(t.root) : 0;
+  if (r.batch->sent) h.flags |= kFlagAckReceipt;
   OutPayload p;
   if (!bcast || t.root == env_.rank) p = OutPayload{r.part.data(), r.part.bytes, {}};  // zero-copy from the tensor
   send_msg(*transport_, server_peer_[static_cast<size_t>(server)], h, std::move(p));
@@ -277,8 +286,22 @@ void PsBackend::on_answer(int server, const Header& h, std::unique_ptr<Payload> 
   complete(h.request_id, Status::Ok());
 }
 
+void PsBackend::on_received(int server, const Header& h) {
+  auto it = inflight_.find(h.request_id);
+  if (it == inflight_.end() || !it->second.batch->sent)
+    return fail_all(Status::Error(server_name(server) + " acknowledged unknown request " + std::to_string(h.request_id)));
+  mark_received(it->second);
+}
+
+void PsBackend::mark_received(Request& r) {
+  if (r.received || !r.batch->sent) return;
+  r.received = true;
+  if (--r.batch->unreceived == 0) std::exchange(r.batch->sent, nullptr)(Status::Ok());
+}
+
 void PsBackend::complete(uint64_t id, const Status& st) {
   auto it = inflight_.find(id);
+  if (st.ok()) mark_received(it->second);  // an answer implies the push arrived, whatever became of its `received`
   auto batch = std::move(it->second.batch);
   inflight_.erase(it);
   if (!st.ok() && batch->status.ok()) batch->status = st;
@@ -313,7 +336,7 @@ void PsBackend::server_lost(int server, const std::string& why) {
 }
 
 void PsBackend::fail_all(const Status& st) {
-  std::deque<std::pair<std::vector<PartitionView>, BatchDone>> queued;
+  std::deque<Queued> queued;
   {
     std::lock_guard lock(mu_);
     if (state_ == State::failed) return;
@@ -330,8 +353,8 @@ void PsBackend::fail_all(const Status& st) {
   state_cv_.notify_all();
   for (auto& b : batches)
     if (b.use_count() > 0 && b->done) std::exchange(b->done, nullptr)(st);
-  for (auto& [batch, done] : queued)
-    if (done) done(st);
+  for (Queued& q : queued)
+    if (q.done) q.done(st);
 }
 
 void PsBackend::finish_stopped() {
@@ -339,7 +362,7 @@ void PsBackend::finish_stopped() {
     if (server_peer_[s] && !server_bye_[s]) send_msg(*transport_, server_peer_[s], header(MsgType::bye));
   transport_->close(true);
   const Status st = Status::Error("ps backend shut down", Status::Code::cancelled);
-  std::deque<std::pair<std::vector<PartitionView>, BatchDone>> queued;
+  std::deque<Queued> queued;
   {
     std::lock_guard lock(mu_);
     queued.swap(queue_);
@@ -349,8 +372,8 @@ void PsBackend::finish_stopped() {
   for (auto& [id, r] : inflight_)
     if (r.batch->done) std::exchange(r.batch->done, nullptr)(st);
   inflight_.clear();
-  for (auto& [batch, done] : queued)
-    if (done) done(st);
+  for (Queued& q : queued)
+    if (q.done) q.done(st);
 }
 
 }  // namespace commsched

@@ -36,6 +36,10 @@ class PsBackend final : public CommBackend {
   int rank() const override { return env_.rank; }
   int size() const override { return env_.num_workers; }
   void start(std::vector<PartitionView> batch, BatchDone done) override;
+  // `sent` fires when a server has received every byte of the batch (a `received` message per request), which is
+  // before the sum: the other workers' pushes are not waited for.
+  bool reports_sent() const override { return true; }
+  void start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override;
   bool supports(Op op, Device device) const override;
   // Says goodbye to every server (so they may exit 0) and stops. Do not call from a `done` callback.
   void shutdown() override;
@@ -44,12 +48,20 @@ class PsBackend final : public CommBackend {
   using Clock = std::chrono::steady_clock;
   struct BatchState {
     BatchDone done;
-    size_t remaining = 0;
+    BatchDone sent;          // empty: not asked for, or already called
+    size_t remaining = 0;    // requests not yet answered
+    size_t unreceived = 0;   // requests whose `received` has not come yet (only when `sent` was asked for)
     Status status;
   };
   struct Request {
     std::shared_ptr<BatchState> batch;
     PartitionView part;
+    bool received = false;
+  };
+  struct Queued {
+    std::vector<PartitionView> batch;
+    BatchDone sent;
+    BatchDone done;
   };
   enum class State { connecting, ready, failed, stopped };
 
@@ -60,7 +72,9 @@ class PsBackend final : public CommBackend {
   void on_assignment(const ps::Header& h);
   void on_answer(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
   void dispatch_queued();
-  void dispatch(std::vector<PartitionView>& batch, BatchDone& done);
+  void dispatch(Queued& q);
+  void on_received(int server, const ps::Header& h);
+  void mark_received(Request& r);
   void send_request(uint64_t id, int server);
   void complete(uint64_t id, const Status& st);
   void tick();
@@ -81,7 +95,7 @@ class PsBackend final : public CommBackend {
   State state_ = State::connecting;
   bool stopping_ = false;
   Status failure_;
-  std::deque<std::pair<std::vector<PartitionView>, BatchDone>> queue_;
+  std::deque<Queued> queue_;
 
   // I/O thread only.
   std::vector<ps::PeerId> server_peer_;          // by server rank

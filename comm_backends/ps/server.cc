@@ -201,6 +201,13 @@ void Server::on_assign(PeerId id, const Header& h) {
 }
 
 void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payload) {
+  if (h.flags & kFlagAckReceipt) {  // the worker's credit waits for this, not for the other workers' pushes
+    Header r = header(MsgType::received);
+    r.key = h.key;
+    r.offset = h.offset;
+    r.request_id = h.request_id;
+    send_msg(*transport_, id, r);
+  }
   outcomes_.clear();
   slots_.push(h, id, std::move(payload), outcomes_);
   for (Outcome& o : outcomes_) send_outcome(o);

@@ -7,6 +7,9 @@
 // random:   random f32/f16/bf16/f64 data; writes an FNV hash of all results to --out (determinism test).
 // loop:     like exact but iterates until something fails (kill tests); touches --ready after the first iteration.
 // mismatch: worker 1 submits one tensor with a different size; expects an error naming the key.
+// engine:   like exact, through an Engine with PriorityCreditPolicy whose credit is a single partition (stall guard
+//           off), and every worker ranks the tensors in a different order: each worker's credit holds partitions the
+//           others send last. This completes only because the PS acknowledges receipt and credit is released then.
 // Exit codes: 0 ok, 1 wrong sums, 3 a batch failed (message on stderr), 4 bad usage.
 #include <atomic>
 #include <condition_variable>
@@ -23,6 +26,8 @@
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/server.h"
 #include "comm_backends/ps/sum_kernels.h"
+#include "scheduler/engine.h"
+#include "scheduler/priority_credit_policy.h"
 #include "scheduler/task.h"
 
 using namespace commsched;
@@ -151,7 +156,71 @@ int broadcast_check(CommBackend& b, int rank) {
   return 0;
 }
 
+// Sets integer-valued data for iteration `it` of every tensor.
+void fill(std::vector<Tensor>& ts, int rank, int it) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    auto& t = ts[i];
+    t.desc.round = t.desc.iteration = static_cast<uint64_t>(it);
+    const size_t es = dtype_size(t.desc.dtype);
+    for (uint64_t e = 0; e < t.desc.count; ++e) store(t.desc.dtype, t.data.data() + e * es, value_of(rank, i, e, it));
+  }
+}
+
+// Returns 0 when every element of every tensor holds the sum over the workers for iteration `it`.
+int check_sums(const std::vector<Tensor>& ts, int rank, int workers, int it) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto& t = ts[i];
+    const size_t es = dtype_size(t.desc.dtype);
+    for (uint64_t e = 0; e < t.desc.count; ++e) {
+      double want = 0;
+      for (int r = 0; r < workers; ++r) want += value_of(r, i, e, it);
+      if (const double got = load(t.desc.dtype, t.data.data() + e * es); got != want) {
+        std::cerr << "worker " << rank << ": " << t.desc.name << " (" << dtype_name(t.desc.dtype) << ") element " << e
+                  << " is " << got << ", expected " << want << " (iteration " << it << ")" << std::endl;
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+int run_engine_worker(const Options& o) {
+  const ClusterEnv env = ClusterEnv::from_env();
+  const int rank = env.rank;
+  constexpr uint64_t kPart = 64 * 1024;
+  EngineConfig cfg;
+  cfg.knobs = Knobs{kPart, kPart};
+  auto backend = std::make_shared<PsBackend>(env, PsConfig::from_env());
+  Engine engine(std::make_unique<PriorityCreditPolicy>(kPart, 0, /*stall_guard=*/false), backend, cfg);
+  auto ts = make_tensors(o, rank, false);
+  const int n = static_cast<int>(ts.size());
+  for (int it = 0; it < o.iterations; ++it) {
+    fill(ts, rank, it);
+    std::atomic<int> failed{0};
+    for (int i = 0; i < n; ++i) {
+      Task task;
+      task.name = ts[i].desc.name;
+      task.op = Op::push_pull;
+      task.dtype = ts[i].desc.dtype;
+      task.count = ts[i].desc.count;
+      task.buffer.data = ts[i].data.data();
+      task.priority = (i + rank * n / env.num_workers) % n;  // a different most-urgent tensor on every worker
+      task.on_done = [&, name = task.name](const Status& st) {
+        if (!st.ok() && failed++ == 0) std::cerr << "worker " << rank << ": " << name << ": " << st.message << std::endl;
+      };
+      engine.submit(std::move(task));
+    }
+    engine.backward_done();
+    engine.wait_all();
+    if (failed) return 3;
+    if (int rc = check_sums(ts, rank, env.num_workers, it)) return rc;
+  }
+  engine.shutdown();
+  return 0;
+}
+
 int run_worker(const Options& o) {
+  if (o.mode == "engine") return run_engine_worker(o);
   const ClusterEnv env = ClusterEnv::from_env();
   PsBackend backend(env, PsConfig::from_env());
   const int rank = env.rank;
@@ -162,31 +231,22 @@ int run_worker(const Options& o) {
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
   uint64_t hash = 1469598103934665603ull;
   for (int it = 0; o.mode == "loop" || it < o.iterations; ++it) {
-    for (size_t i = 0; i < ts.size(); ++i) {
-      auto& t = ts[i];
-      t.desc.round = t.desc.iteration = static_cast<uint64_t>(it);
-      const size_t es = dtype_size(t.desc.dtype);
-      for (uint64_t e = 0; e < t.desc.count; ++e)
-        store(t.desc.dtype, t.data.data() + e * es, o.mode == "random" ? unit(noise) : value_of(rank, i, e, it));
+    if (o.mode == "random") {
+      for (auto& t : ts) {
+        t.desc.round = t.desc.iteration = static_cast<uint64_t>(it);
+        const size_t es = dtype_size(t.desc.dtype);
+        for (uint64_t e = 0; e < t.desc.count; ++e) store(t.desc.dtype, t.data.data() + e * es, unit(noise));
+      }
+    } else {
+      fill(ts, rank, it);
     }
     // Partition boundaries change from one iteration to the next.
     const uint64_t part = (it % 2 == 0) ? (1ull << 20) : (384ull << 10);
     if (Status st = run_round(backend, ts, part); !st.ok()) return fail(st, rank);
-    for (size_t i = 0; i < ts.size(); ++i) {
-      auto& t = ts[i];
-      const size_t es = dtype_size(t.desc.dtype);
-      for (uint64_t e = 0; e < t.desc.count; ++e) {
-        if (o.mode == "random") continue;
-        double want = 0;
-        for (int r = 0; r < env.num_workers; ++r) want += value_of(r, i, e, it);
-        if (const double got = load(t.desc.dtype, t.data.data() + e * es); got != want) {
-          std::cerr << "worker " << rank << ": " << t.desc.name << " (" << dtype_name(t.desc.dtype) << ") element "
-                    << e << " is " << got << ", expected " << want << " (iteration " << it << ")" << std::endl;
-          return 1;
-        }
-      }
+    if (o.mode != "random")
+      if (int rc = check_sums(ts, rank, env.num_workers, it)) return rc;
+    for (const auto& t : ts)
       for (std::byte c : t.data) hash = (hash ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-    }
     if (it == 0 && !o.ready.empty()) std::ofstream(o.ready) << "ready\n";
   }
   if (!o.out.empty()) std::ofstream(o.out) << std::hex << hash << "\n";

@@ -58,6 +58,15 @@ TEST(PsCluster, ExactSumsEveryDtype) {
   expect_all_ok(c);
 }
 
+// Per-worker credit of one partition, every worker ranking the tensors differently: without credit released on
+// receipt, each worker's credit would hold partitions the others have not sent, and the cluster would wait forever.
+TEST(PsCluster, EngineWithTinyCreditAndConflictingPrioritiesCompletes) {
+  LocalCluster c(kExe, 4, 2, {"--tensors", "40", "--iterations", "3", "--max-bytes", "1048576", "--mode", "engine"});
+  c.start();
+  ASSERT_TRUE(c.wait_all(60s)) << "deadlock: the cluster did not finish\n" << all_logs(c);
+  expect_all_ok(c);
+}
+
 // Deterministic mode: the same random float data gives bitwise identical sums in two separate runs.
 TEST(PsCluster, DeterministicModeIsBitwiseReproducible) {
   std::string hashes[2];

@@ -76,8 +76,8 @@ TEST(PsProtocol, RejectsBadMagicVersionTypeRoleReserved) {
   bad[0] = std::byte{'X'};
   EXPECT_NE(error_of(bad, 1024).find("bad magic"), std::string::npos);
   bad = b;
-  bad[4] = std::byte{2};
-  EXPECT_NE(error_of(bad, 1024).find("version 2"), std::string::npos);
+  bad[4] = std::byte{1};
+  EXPECT_NE(error_of(bad, 1024).find("version 1"), std::string::npos);
   bad = b;
   bad[6] = std::byte{0};
   EXPECT_NE(error_of(bad, 1024).find("message type 0"), std::string::npos);
@@ -86,6 +86,11 @@ TEST(PsProtocol, RejectsBadMagicVersionTypeRoleReserved) {
   bad = b;
   bad[8] = std::byte{9};
   EXPECT_NE(error_of(bad, 1024).find("sender role 9"), std::string::npos);
+  bad = b;
+  bad[9] = std::byte{0x80};
+  EXPECT_NE(error_of(bad, 1024).find("flags 128"), std::string::npos);
+  bad[9] = std::byte{kFlagAckReceipt};
+  EXPECT_TRUE(decode_header(bad, 1024).header.has_value());
   bad = b;
   bad[77] = std::byte{1};
   EXPECT_NE(error_of(bad, 1024).find("reserved"), std::string::npos);

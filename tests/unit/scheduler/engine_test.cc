@@ -173,6 +173,69 @@ TEST(Engine, BadInputIsRejectedAndEngineKeepsServing) {
   EXPECT_EQ(ok.load(), 2);
 }
 
+// A backend whose batches are sent at once (if `sent_notices`) but complete only when the test says so: the stand-in
+// for a parameter server whose sums wait on the other workers.
+class HeldBackend : public CommBackend {
+ public:
+  explicit HeldBackend(bool sent_notices) : sent_notices_(sent_notices) {}
+  std::string_view name() const override { return "held"; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  bool supports(Op, Device d) const override { return d == Device::cpu; }
+  bool reports_sent() const override { return sent_notices_; }
+  void start(std::vector<PartitionView> batch, BatchDone done) override { start_with_sent(std::move(batch), {}, std::move(done)); }
+  void start_with_sent(std::vector<PartitionView>, BatchDone sent, BatchDone done) override {
+    {
+      std::lock_guard lk(mu_);
+      held_.push_back(std::move(done));
+    }
+    if (sent) sent(Status::Ok());
+  }
+  void shutdown() override { complete_all(Status::Error("held backend shut down", Status::Code::cancelled)); }
+  size_t started() {
+    std::lock_guard lk(mu_);
+    return held_.size() + completed_;
+  }
+  void complete_all(const Status& st = Status::Ok()) {
+    std::vector<BatchDone> todo;
+    {
+      std::lock_guard lk(mu_);
+      todo.swap(held_);
+      completed_ += todo.size();
+    }
+    for (auto& d : todo) d(st);
+  }
+
+ private:
+  bool sent_notices_;
+  std::mutex mu_;
+  std::vector<BatchDone> held_;
+  size_t completed_ = 0;
+};
+
+// Credit is released when a batch is sent: with a credit of one partition, all eight partitions go out although none
+// has completed. Without sent notices the credit holds them back until completions arrive.
+TEST(Engine, CreditIsReleasedWhenTheBackendReportsABatchSent) {
+  for (bool notices : {true, false}) {
+    auto backend = std::make_shared<HeldBackend>(notices);
+    Engine engine(std::make_unique<PriorityCreditPolicy>(1024, 0, /*stall_guard=*/false), backend, config_with(1024, 1024));
+    std::vector<float> buf(8 * 256);
+    std::atomic<int> ok{0};
+    engine.submit(make_task("t", 0, buf, [&](const Status& s) { ok += s.ok(); }));
+    if (notices) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (backend->started() < 8 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      EXPECT_EQ(backend->started(), 8u) << "every partition goes out before any completes";
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      EXPECT_EQ(backend->started(), 1u) << "without sent notices the credit waits for completions";
+    }
+    while (!engine.wait_all_for(std::chrono::milliseconds(1))) backend->complete_all();
+    EXPECT_EQ(ok.load(), 1);
+    EXPECT_EQ(backend->started(), 8u);
+  }
+}
+
 TEST(Engine, KnobsChangeAtIterationBoundary) {
   auto backend = std::make_shared<RecordingBackend>();
   Engine engine(std::make_unique<PriorityCreditPolicy>(0), backend, config_with(1024, 0));
