@@ -1,0 +1,49 @@
+// LiveTuner: the online auto-tuner (tuner/online_tuner.h) attached to a running Engine.
+//
+// It measures each training step (the caller reports its wall time), runs the tuner's trials and switches the
+// engine's partition size and credit with Engine::set_knobs, which takes effect at the next backward_done(): the same
+// step on every rank, because every rank counts the same steps. Rank 0 decides; its decision (partition, credit,
+// final) reaches the other ranks as a 24-byte broadcast through the engine's own backend, so it works for every
+// backend that can broadcast (parameter server, Gloo, NCCL, loopback) without a side channel.
+//
+// The broadcast goes to the backend directly, not through the engine's policy: a policy may hold tasks until the end
+// of backward (BSP) or a fusion cycle, and the caller is blocked in the agreement meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "scheduler/engine.h"
+#include "tuner/online_tuner.h"
+
+namespace commsched {
+
+class LiveTuner {
+ public:
+  // `key` names the model and cluster shape for the store of best configurations (see tuner::model_signature).
+  LiveTuner(Engine& engine, tuner::TuningKey key, tuner::TunerOptions options, tuner::LogFn log = {});
+
+  // One training step has ended, taking `seconds` of wall time (> 0). Blocks at a trial boundary until rank 0's
+  // decision has arrived. Throws std::runtime_error naming the backend when the agreement broadcast fails.
+  void on_step(double seconds);
+
+  const tuner::OnlineTuner& tuner() const { return *tuner_; }
+  bool finished() const { return tuner_->finished(); }
+  // Decisions broadcast so far (for tests and logs).
+  uint64_t agreements() const { return agreements_; }
+
+ private:
+  tuner::Decision agree(const tuner::Decision& mine);
+
+  Engine& engine_;
+  uint64_t steps_ = 0;
+  uint64_t agreements_ = 0;
+  std::unique_ptr<tuner::OnlineTuner> tuner_;
+};
+
+// Encodes and decodes the agreement message; decode throws InvalidArgument on values no rank 0 would send.
+void encode_decision(const tuner::Decision& d, std::span<int64_t, 3> out);
+tuner::Decision decode_decision(std::span<const int64_t, 3> in);
+
+}  // namespace commsched
