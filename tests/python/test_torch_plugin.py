@@ -10,9 +10,9 @@ from torch_model import train_reference
 STEPS = 20
 BATCH = 8  # per worker
 KINDS = ("sgd", "adam")
-# Small partitions so tensors really are split. Credit is unlimited until the parameter server acknowledges pushes
-# (a finite per-worker credit can deadlock across workers before that fix).
-ENGINE_ENV = {"COMMSCHED_PARTITION_BYTES": "1KiB", "COMMSCHED_CREDIT_BYTES": "unlimited"}
+# Small partitions so tensors really are split, and a credit far below the model's size so the scheduler really
+# holds partitions back (with the servers' push acknowledgement, per-worker credit no longer deadlocks).
+ENGINE_ENV = {"COMMSCHED_PARTITION_BYTES": "1KiB", "COMMSCHED_CREDIT_BYTES": "4KiB"}
 
 
 def train(tmp_path, workers, policy, cross):
