@@ -56,8 +56,10 @@ void TunerOptions::set(std::string_view option, std::string_view value) {
   }
 }
 
-TunerOptions TunerOptions::from_env() {
-  TunerOptions o;
+TunerOptions TunerOptions::from_env() { return from_env(TunerOptions{}); }
+
+TunerOptions TunerOptions::from_env(TunerOptions defaults) {
+  TunerOptions o = std::move(defaults);
   for (auto option : kOptions) {
     if (auto v = env_value(var_name(option))) o.set(option, *v);
   }

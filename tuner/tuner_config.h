@@ -26,7 +26,9 @@ struct TunerOptions {
 
   // Applies one option by name; throws InvalidArgument naming an unknown option or a bad value.
   void set(std::string_view option, std::string_view value);
-  // Reads every COMMSCHED_TUNER_* variable this struct knows (unset ones keep their defaults), then validates.
+  // Reads every COMMSCHED_TUNER_* variable this struct knows (unset ones keep the values of `defaults`), then
+  // validates.
+  static TunerOptions from_env(TunerOptions defaults);
   static TunerOptions from_env();
   // Throws InvalidArgument naming the inconsistent field.
   void validate() const;

@@ -84,10 +84,21 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
     std::this_thread::sleep_until(deadline);
   };
 
-  const int total = opts.warmup + opts.iterations;
+  // Iterations [0, warmup) warm up, then the tuning phase (if any) runs until the tuner is done, then `iterations`
+  // are measured from `measured_from` on.
+  int measured_from = opts.warmup;
+  bool tuning = static_cast<bool>(opts.tuning_step);
   std::vector<Clock::time_point> starts;
-  for (int it = 0; it < total; ++it) {
+  for (int it = 0; it < measured_from + opts.iterations; ++it) {
     starts.push_back(Clock::now());
+    if (tuning && it > opts.warmup) {
+      const double last = std::chrono::duration<double>(starts[it] - starts[it - 1]).count();
+      tuning = opts.tuning_step(last) && result.tuning_iterations < opts.max_tuning_iterations;
+      ++result.tuning_iterations;
+      // The final knobs apply from this iteration's backward_done on: skip one more iteration before measuring.
+      if (!tuning) measured_from = it + 2;
+    }
+    if (tuning) measured_from = it + 1;
     // Forward: layer l needs its parameters updated, i.e. its gradients of the previous iteration reduced.
     for (const auto& layer : profile.layers) {
       if (it > 0) {
@@ -127,7 +138,7 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
   starts.push_back(Clock::now());
   result.error = completions.error();
 
-  for (int it = opts.warmup; it < total; ++it)
+  for (int it = measured_from; it + 1 < static_cast<int>(starts.size()); ++it)
     result.iteration_s.push_back(std::chrono::duration<double>(starts[it + 1] - starts[it]).count());
   const auto& v = result.iteration_s;
   if (!v.empty()) {

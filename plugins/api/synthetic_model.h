@@ -3,6 +3,7 @@
 // submitting each layer's gradients as they are produced. Compute is emulated by sleeping for the profiled times.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,10 @@ struct SyntheticOptions {
   int warmup = 3;             // dropped from the statistics
   double compute_scale = 1.0; // multiplies every forward/backward time
   Op op = Op::push_pull;
+  // Auto-tuning phase between warm-up and measurement: called at each iteration boundary with the wall time of the
+  // iteration just ended; iterations go on unmeasured while it returns true (at most max_tuning_iterations).
+  std::function<bool(double seconds)> tuning_step;
+  int max_tuning_iterations = 1000;
 };
 
 struct SyntheticResult {
@@ -25,6 +30,7 @@ struct SyntheticResult {
   double median_s = 0;
   uint64_t bytes_per_iteration = 0;
   double compute_s = 0;             // emulated compute per iteration
+  int tuning_iterations = 0;        // iterations spent in the tuning phase
   bool data_ok = true;              // every reduced tensor held the expected sum
   std::string error;                // first task error, if any
 };

@@ -16,6 +16,7 @@
 #include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/ps_config.h"
+#include "plugins/api/live_tuner.h"
 #include "plugins/api/synthetic_model.h"
 #include "plugins/launch/launcher.h"
 #include "scheduler/config.h"
@@ -40,18 +41,26 @@ struct RunArgs {
   std::string credit = "4MiB";
   std::string small_tensor = "64KiB";
   std::string timeline_dir = "out";
+  bool tune = false;        // also run bytescheduler with the online auto-tuner
   std::string result_file;  // synthetic-worker only
 };
 
-EngineConfig engine_config(const RunArgs& a, const std::string& policy, int rank) {
+// A row of the comparison: a policy, optionally auto-tuned ("bytescheduler+tune").
+constexpr std::string_view kTunedSuffix = "+tune";
+bool is_tuned(const std::string& row) { return row.ends_with(kTunedSuffix); }
+std::string policy_of(const std::string& row) {
+  return is_tuned(row) ? row.substr(0, row.size() - kTunedSuffix.size()) : row;
+}
+
+EngineConfig engine_config(const RunArgs& a, const std::string& row, int rank) {
   EngineConfig c;
-  c.policy = parse_policy("--policies", policy);
+  c.policy = parse_policy("--policies", policy_of(row));
   c.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
   c.knobs.credit_bytes = parse_bytes("--credit", a.credit, true);
   c.small_tensor_bytes = a.small_tensor == "0" ? 0 : parse_bytes("--small-tensor", a.small_tensor, true);
   if (!a.timeline_dir.empty()) {
     std::filesystem::create_directories(a.timeline_dir);
-    c.timeline_path = a.timeline_dir + "/timeline_" + policy + "_rank" + std::to_string(rank) + ".json";
+    c.timeline_path = a.timeline_dir + "/timeline_" + row + "_rank" + std::to_string(rank) + ".json";
   }
   c.validate();
   return c;
@@ -65,25 +74,64 @@ SyntheticOptions synthetic_options(const RunArgs& a) {
   return o;
 }
 
-nlohmann::json to_json(const SyntheticResult& r) {
-  return {{"mean_s", r.mean_s}, {"ci95_s", r.ci95_s}, {"median_s", r.median_s}, {"compute_s", r.compute_s},
-          {"bytes_per_iteration", r.bytes_per_iteration}, {"data_ok", r.data_ok}, {"error", r.error},
-          {"iterations", r.iteration_s}};
+// Defaults for `run`: shorter trials than the library's, so the main job tunes in about 60 iterations. Every
+// COMMSCHED_TUNER_* variable still overrides them.
+tuner::TunerOptions run_tuner_options(const RunArgs& a) {
+  tuner::TunerOptions o;
+  o.max_trials = 10;
+  o.min_trials = 6;
+  o.warmup_iterations = 1;
+  o.window_iterations = 2;
+  o.windows_per_trial = 2;
+  if (!a.timeline_dir.empty()) o.csv_path = a.timeline_dir + "/tuner_trials.csv";
+  return tuner::TunerOptions::from_env(o);
+}
+
+// Runs the profile on `engine`; with auto-tuning, a LiveTuner runs first (unmeasured) and the knobs it keeps are
+// reported with the result.
+nlohmann::json run_model(Engine& engine, const RunArgs& a, const sim::ModelProfile& profile, const std::string& row,
+                         const tuner::TuningKey& key) {
+  SyntheticOptions o = synthetic_options(a);
+  std::unique_ptr<LiveTuner> live;
+  if (is_tuned(row)) {
+    live = std::make_unique<LiveTuner>(engine, key, run_tuner_options(a));
+    o.tuning_step = [&live](double seconds) {
+      live->on_step(seconds);
+      return !live->finished();
+    };
+  }
+  const SyntheticResult r = run_synthetic_model(engine, profile, o);
+  nlohmann::json j = {{"mean_s", r.mean_s}, {"ci95_s", r.ci95_s}, {"median_s", r.median_s}, {"compute_s", r.compute_s},
+                      {"bytes_per_iteration", r.bytes_per_iteration}, {"data_ok", r.data_ok}, {"error", r.error},
+                      {"iterations", r.iteration_s}};
+  if (live) {
+    const Knobs k = engine.knobs();
+    j["tuning"] = {{"iterations", r.tuning_iterations}, {"trials", live->tuner().trials_done()},
+                   {"partition_bytes", k.partition_bytes}, {"credit_bytes", k.credit_bytes}};
+  }
+  return j;
+}
+
+tuner::TuningKey tuning_key(const sim::ModelProfile& profile, int workers, int servers, const std::string& backend) {
+  std::vector<uint64_t> sizes;
+  for (const auto& t : profile.tensors) sizes.push_back(t.bytes());
+  return tuner::TuningKey{tuner::model_signature(sizes), workers, servers, backend};
 }
 
 // Loopback: ranks as threads of this process, each with its own modelled link.
 nlohmann::json run_loopback(const RunArgs& a, const sim::ModelProfile& profile, const std::string& policy) {
   LinkModel link{parse_rate_bps("--bandwidth", a.bandwidth), parse_seconds("--latency", a.latency)};
   auto backends = make_loopback_group(a.ranks, link);
-  std::vector<SyntheticResult> results(a.ranks);
+  std::vector<nlohmann::json> results(a.ranks);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(a.ranks);
+  const tuner::TuningKey key = tuning_key(profile, a.ranks, 0, "loopback");
   for (int r = 0; r < a.ranks; ++r)
     threads.emplace_back([&, r] {
       try {
         const EngineConfig cfg = engine_config(a, policy, r);
         Engine engine(make_policy(cfg), backends[r], cfg);
-        results[r] = run_synthetic_model(engine, profile, synthetic_options(a));
+        results[r] = run_model(engine, a, profile, policy, key);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -91,7 +139,7 @@ nlohmann::json run_loopback(const RunArgs& a, const sim::ModelProfile& profile, 
   for (auto& t : threads) t.join();
   for (int r = 0; r < a.ranks; ++r)
     if (!errors[r].empty()) throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
-  return to_json(results[0]);
+  return results[0];
 }
 
 std::string self_exe() {
@@ -142,10 +190,17 @@ nlohmann::json run_ps(const RunArgs& a, const std::string& policy) {
   return j;
 }
 
-void print_row(const std::string& policy, const nlohmann::json& r) {
-  std::printf("  %-14s iteration %8.1f ms  ± %5.1f ms (95%%)   median %8.1f ms   data %s\n", policy.c_str(),
+void print_row(const std::string& row, const nlohmann::json& r) {
+  std::printf("  %-19s iteration %8.1f ms  ± %5.1f ms (95%%)   median %8.1f ms   data %s\n", row.c_str(),
               r["mean_s"].get<double>() * 1e3, r["ci95_s"].get<double>() * 1e3, r["median_s"].get<double>() * 1e3,
               r["data_ok"].get<bool>() ? "exact" : "WRONG");
+  if (r.contains("tuning")) {
+    const auto& t = r["tuning"];
+    const uint64_t credit = t["credit_bytes"].get<uint64_t>();
+    std::printf("  %-19s tuned in %d trials / %d iterations: partition %s, credit %s\n", "", t["trials"].get<int>(),
+                t["iterations"].get<int>(), format_bytes(t["partition_bytes"].get<uint64_t>()).c_str(),
+                credit == 0 ? "unlimited" : format_bytes(credit).c_str());
+  }
 }
 
 void run_main(const RunArgs& a) {
@@ -162,17 +217,20 @@ void run_main(const RunArgs& a) {
                 a.bandwidth.c_str());
   std::printf("  knobs: partition %s, credit %s, small-tensor fusion %s; %d measured iterations after %d warm-up\n",
               a.partition.c_str(), a.credit.c_str(), a.small_tensor.c_str(), a.iterations, a.warmup);
+  std::vector<std::string> rows = a.policies;
+  if (a.tune) rows.push_back("bytescheduler" + std::string(kTunedSuffix));
   std::map<std::string, nlohmann::json> results;
-  for (const std::string& policy : a.policies) {
-    nlohmann::json r = a.backend == "ps" ? run_ps(a, policy) : run_loopback(a, profile, policy);
-    if (!r["error"].get<std::string>().empty()) throw std::runtime_error(policy + ": " + r["error"].get<std::string>());
-    print_row(policy, r);
-    results[policy] = r;
+  for (const std::string& row : rows) {
+    nlohmann::json r = a.backend == "ps" ? run_ps(a, row) : run_loopback(a, profile, row);
+    if (!r["error"].get<std::string>().empty()) throw std::runtime_error(row + ": " + r["error"].get<std::string>());
+    print_row(row, r);
+    results[row] = r;
   }
-  if (results.count("wfbp") && results.count("bytescheduler")) {
-    const double speedup = results["wfbp"]["mean_s"].get<double>() / results["bytescheduler"]["mean_s"].get<double>();
-    std::printf("  speedup of bytescheduler over wfbp: %.2fx\n", speedup);
-  }
+  if (results.count("wfbp"))
+    for (const std::string& row : rows)
+      if (row != "wfbp")
+        std::printf("  speedup of %s over wfbp: %.2fx\n", row.c_str(),
+                    results["wfbp"]["mean_s"].get<double>() / results[row]["mean_s"].get<double>());
   if (!a.timeline_dir.empty()) std::printf("  timelines: %s/timeline_<policy>_rank<r>.json (open in Perfetto)\n", a.timeline_dir.c_str());
   for (auto& [policy, r] : results)
     if (!r["data_ok"].get<bool>()) throw std::runtime_error(policy + ": reduced data did not match the expected sums");
@@ -187,6 +245,7 @@ void add_common(CLI::App* s, RunArgs& a) {
   s->add_option("--credit", a.credit, "bytescheduler credit (bytes in flight; 'unlimited' for none)")->capture_default_str();
   s->add_option("--small-tensor", a.small_tensor, "bytescheduler fuses queued tensors up to this size (0: off)")->capture_default_str();
   s->add_option("--timeline-dir", a.timeline_dir, "folder for Chrome traces (empty: none)")->capture_default_str();
+  s->add_flag("--tune", a.tune, "also run bytescheduler with the online auto-tuner (COMMSCHED_TUNER_* apply)");
 }
 
 }  // namespace
@@ -220,18 +279,18 @@ void add_synthetic_worker_subcommand(CLI::App& app) {
     const sim::ModelProfile profile = sim::load_profile(resolve_profile_path(a->model));
     const EngineConfig cfg = engine_config(*a, *policy, env.rank);
     auto backend = std::make_shared<PsBackend>(env, ps);
-    SyntheticResult r;
+    nlohmann::json r;
     {
       Engine engine(make_policy(cfg), backend, cfg);
-      r = run_synthetic_model(engine, profile, synthetic_options(*a));
+      r = run_model(engine, *a, profile, *policy, tuning_key(profile, env.num_workers, env.num_servers, "ps"));
     }
-    if (!r.error.empty()) {
-      std::cerr << "commsched worker " << env.rank << ": " << r.error << std::endl;
+    if (const std::string error = r["error"].get<std::string>(); !error.empty()) {
+      std::cerr << "commsched worker " << env.rank << ": " << error << std::endl;
       throw CLI::RuntimeError(1);
     }
     if (env.rank == 0 && !a->result_file.empty()) {
       std::ofstream out(a->result_file);
-      out << to_json(r).dump() << "\n";
+      out << r.dump() << "\n";
     }
   });
 }
