@@ -10,8 +10,12 @@
 // engine:   like exact, through an Engine with PriorityCreditPolicy whose credit is a single partition (stall guard
 //           off), and every worker ranks the tensors in a different order: each worker's credit holds partitions the
 //           others send last. This completes only because the PS acknowledges receipt and credit is released then.
+// tune:     like engine (credit 1 MiB), with the online auto-tuner switching partition size and credit live every
+//           few iterations (rank 0 decides, the decision is broadcast through the PS); sums must stay exact and
+//           every worker must end with the same knobs, which it prints.
 // Exit codes: 0 ok, 1 wrong sums, 3 a batch failed (message on stderr), 4 bad usage.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +30,7 @@
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/server.h"
 #include "comm_backends/ps/sum_kernels.h"
+#include "plugins/api/live_tuner.h"
 #include "scheduler/engine.h"
 #include "scheduler/priority_credit_policy.h"
 #include "scheduler/task.h"
@@ -188,12 +193,25 @@ int run_engine_worker(const Options& o) {
   const ClusterEnv env = ClusterEnv::from_env();
   const int rank = env.rank;
   constexpr uint64_t kPart = 64 * 1024;
+  const bool tune = o.mode == "tune";
   EngineConfig cfg;
-  cfg.knobs = Knobs{kPart, kPart};
+  cfg.knobs = tune ? Knobs{256 << 10, 1 << 20} : Knobs{kPart, kPart};
   auto backend = std::make_shared<PsBackend>(env, PsConfig::from_env());
-  Engine engine(std::make_unique<PriorityCreditPolicy>(kPart, 0, /*stall_guard=*/false), backend, cfg);
+  Engine engine(std::make_unique<PriorityCreditPolicy>(cfg.knobs.credit_bytes, 0, /*stall_guard=*/false), backend, cfg);
+  std::unique_ptr<LiveTuner> live;
+  if (tune) {
+    tuner::TunerOptions to;
+    to.max_trials = to.min_trials = 5;
+    to.initial_points = 3;
+    to.warmup_iterations = 0;
+    to.window_iterations = 1;
+    to.windows_per_trial = 1;
+    to.reuse_best = false;
+    live = std::make_unique<LiveTuner>(engine, tuner::TuningKey{7, env.num_workers, env.num_servers, "ps"}, to);
+  }
   auto ts = make_tensors(o, rank, false);
   const int n = static_cast<int>(ts.size());
+  auto last = std::chrono::steady_clock::now();
   for (int it = 0; it < o.iterations; ++it) {
     fill(ts, rank, it);
     std::atomic<int> failed{0};
@@ -214,13 +232,26 @@ int run_engine_worker(const Options& o) {
     engine.wait_all();
     if (failed) return 3;
     if (int rc = check_sums(ts, rank, env.num_workers, it)) return rc;
+    if (live) {
+      const auto now = std::chrono::steady_clock::now();
+      live->on_step(std::chrono::duration<double>(now - last).count());
+      last = now;
+    }
+  }
+  if (live) {
+    if (!live->finished()) {
+      std::cerr << "worker " << rank << ": the tuner did not finish in " << o.iterations << " iterations" << std::endl;
+      return 1;
+    }
+    const Knobs k = engine.knobs();
+    std::cout << "final knobs " << k.partition_bytes << " " << k.credit_bytes << std::endl;
   }
   engine.shutdown();
   return 0;
 }
 
 int run_worker(const Options& o) {
-  if (o.mode == "engine") return run_engine_worker(o);
+  if (o.mode == "engine" || o.mode == "tune") return run_engine_worker(o);
   const ClusterEnv env = ClusterEnv::from_env();
   PsBackend backend(env, PsConfig::from_env());
   const int rank = env.rank;

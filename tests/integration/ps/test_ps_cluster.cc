@@ -67,6 +67,26 @@ TEST(PsCluster, EngineWithTinyCreditAndConflictingPrioritiesCompletes) {
   expect_all_ok(c);
 }
 
+// The online tuner switches partition size and credit live over the PS (rank 0 decides; the decision is broadcast
+// through the PS itself): every sum stays exact, and every worker ends with the same knobs.
+TEST(PsCluster, LiveTuningKeepsSumsExactAndWorkersAgree) {
+  LocalCluster c(kExe, 3, 2, {"--tensors", "30", "--iterations", "8", "--max-bytes", "2097152", "--mode", "tune"});
+  c.start();
+  ASSERT_TRUE(c.wait_all(90s)) << all_logs(c);
+  expect_all_ok(c);
+  std::string first;
+  for (auto& p : c.procs()) {
+    if (p.name.rfind("worker", 0) != 0) continue;
+    const std::string log = c.read_log(p.name);
+    const auto at = log.find("final knobs ");
+    ASSERT_NE(at, std::string::npos) << p.name << "\n" << log;
+    const std::string knobs = log.substr(at, log.find('\n', at) - at);
+    if (first.empty()) first = knobs;
+    EXPECT_EQ(knobs, first) << p.name;
+  }
+  EXPECT_FALSE(first.empty());
+}
+
 // Deterministic mode: the same random float data gives bitwise identical sums in two separate runs.
 TEST(PsCluster, DeterministicModeIsBitwiseReproducible) {
   std::string hashes[2];
