@@ -1,6 +1,7 @@
 // The interface every backend implements. scheduler/ knows backends only through this header.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,15 @@ class CommBackend {
   virtual void start_with_sent(std::vector<PartitionView> batch, BatchDone /*sent*/, BatchDone done) {
     start(std::move(batch), std::move(done));
   }
+
+  // Optional credit ownership. A backend that must enforce the credit itself says so in manages_credit(): a
+  // collective needs every rank to issue the same partitions, so per-rank credits that fill with different partitions
+  // deadlock it; it keeps one global credit instead (decided on rank 0). The engine then runs its policy without a
+  // credit limit and hands the credit knob (0: no limit) to set_credit_bytes(), at start and at every knob change
+  // (the same iteration on every rank, when the knobs come from the auto-tuner). Called from the engine's scheduler
+  // thread.
+  virtual bool manages_credit() const { return false; }
+  virtual void set_credit_bytes(uint64_t /*credit_bytes*/) {}
 
   // Whether the backend can carry this operation on buffers of this device.
   virtual bool supports(Op op, Device device) const = 0;

@@ -59,6 +59,10 @@ struct Engine::Impl {
         partition_node(graph, tbb::flow::unlimited, [this](TaskState* t) { partition_and_post(t); return tbb::flow::continue_msg(); }) {
     active_partition_bytes.store(config.knobs.partition_bytes);
     pending_knobs = config.knobs;
+    if (backend->manages_credit()) {
+      policy->set_credit_bytes(0);
+      backend->set_credit_bytes(config.knobs.credit_bytes);
+    }
     if (!config.timeline_path.empty())
       timeline = std::make_unique<Timeline>(config.timeline_path, backend->rank(), config.timeline_max_events);
     timer_thread = std::thread([this] { timer_loop(); });
@@ -136,13 +140,19 @@ struct Engine::Impl {
           break;
         case Event::Kind::tick: break;  // pump() polls the policy
         case Event::Kind::knobs:
-          if (!stopped) policy->set_credit_bytes(e.credit);
+          if (!stopped) apply_credit(e.credit);
           break;
         case Event::Kind::shutdown: fail_everything(); break;
       }
     } catch (const std::exception& ex) {
       std::fprintf(stderr, "commsched engine: internal error while handling an event: %s\n", ex.what());
     }
+  }
+
+  // The credit knob goes to the policy, or to the backend when it keeps the credit itself (then the policy has none).
+  void apply_credit(uint64_t credit) {
+    if (backend->manages_credit()) backend->set_credit_bytes(credit);
+    else policy->set_credit_bytes(credit);
   }
 
   void on_arrived(TaskState* t) {

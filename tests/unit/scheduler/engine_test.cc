@@ -177,12 +177,22 @@ TEST(Engine, BadInputIsRejectedAndEngineKeepsServing) {
 // for a parameter server whose sums wait on the other workers.
 class HeldBackend : public CommBackend {
  public:
-  explicit HeldBackend(bool sent_notices) : sent_notices_(sent_notices) {}
+  explicit HeldBackend(bool sent_notices, bool manages_credit = false)
+      : sent_notices_(sent_notices), manages_credit_(manages_credit) {}
   std::string_view name() const override { return "held"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   bool supports(Op, Device d) const override { return d == Device::cpu; }
   bool reports_sent() const override { return sent_notices_; }
+  bool manages_credit() const override { return manages_credit_; }
+  void set_credit_bytes(uint64_t c) override {
+    std::lock_guard lk(mu_);
+    credits_.push_back(c);
+  }
+  std::vector<uint64_t> credits() {
+    std::lock_guard lk(mu_);
+    return credits_;
+  }
   void start(std::vector<PartitionView> batch, BatchDone done) override { start_with_sent(std::move(batch), {}, std::move(done)); }
   void start_with_sent(std::vector<PartitionView>, BatchDone sent, BatchDone done) override {
     {
@@ -208,6 +218,8 @@ class HeldBackend : public CommBackend {
 
  private:
   bool sent_notices_;
+  bool manages_credit_;
+  std::vector<uint64_t> credits_;
   std::mutex mu_;
   std::vector<BatchDone> held_;
   size_t completed_ = 0;
@@ -234,6 +246,23 @@ TEST(Engine, CreditIsReleasedWhenTheBackendReportsABatchSent) {
     EXPECT_EQ(ok.load(), 1);
     EXPECT_EQ(backend->started(), 8u);
   }
+}
+
+// A backend that keeps the credit itself (collectives) gets the credit knob, at start and when it changes; the
+// policy then runs without a limit, so all eight partitions go out at once.
+TEST(Engine, CreditKnobGoesToABackendThatManagesCredit) {
+  auto backend = std::make_shared<HeldBackend>(/*sent_notices=*/false, /*manages_credit=*/true);
+  Engine engine(std::make_unique<PriorityCreditPolicy>(1024, 0, /*stall_guard=*/false), backend, config_with(1024, 1024));
+  std::vector<float> buf(8 * 256);
+  engine.submit(make_task("t", 0, buf));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (backend->started() < 8 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(backend->started(), 8u) << "the engine's own credit is off";
+  engine.set_knobs(Knobs{1024, 4096});
+  engine.backward_done();
+  while (!engine.wait_all_for(std::chrono::milliseconds(1))) backend->complete_all();
+  const std::vector<uint64_t> want = {1024, 4096};
+  EXPECT_EQ(backend->credits(), want);
 }
 
 TEST(Engine, KnobsChangeAtIterationBoundary) {
