@@ -1,11 +1,16 @@
 // Gloo all-reduce through commsched's GlooBackend (negotiation + executor + fusion) against plain Gloo on the same
 // connected context, for the same bytes, measured side by side in one run.
 //
-//   collective_bench [--ranks N] [--iters K] [--blocks B]     launches N rank processes on loopback (default 2)
+//   collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown]
+//
+// launches N rank processes on loopback (default 2); --case (repeatable) runs only the named cases (4KiB, 64KiB, 1MiB,
+// 16MiB, 64x4KiB, 16x64KiB); --breakdown also prints where each rank's backend step goes (negotiation, collectives,
+// hand-back to the caller).
 //
 // Each case alternates blocks of plain and backend runs (A B A B ...) and reports the median block, so drift on a busy
 // machine hits both sides alike. Rank 0 prints a Markdown table.
 #include <gloo/barrier.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +35,29 @@ struct Case {
   uint64_t elements;  // f32 elements per tensor
 };
 
+// GlooBackend with timestamps around execute(), so a step splits into negotiation (start() until the first collective
+// begins), the collectives themselves, and the hand-back (last collective done until the caller wakes).
+class TimedGlooBackend : public GlooBackend {
+ public:
+  using GlooBackend::GlooBackend;
+  Clock::time_point first_execute{}, last_done{};
+
+ protected:
+  void execute(std::span<const PartitionView> group, GroupDone done) override {
+    const auto now = Clock::now();
+    if (first_execute == Clock::time_point{}) first_execute = now;  // the executor thread only: no race
+    GlooBackend::execute(group, [this, &done](const Status& st) {
+      last_done = Clock::now();
+      done(st);  // the caller is woken by this: last_done is written before
+    });
+  }
+};
+
+// Microseconds per step spent in each phase, summed over a block.
+struct Breakdown {
+  double negotiate = 0, collective = 0, hand_back = 0;
+};
+
 // Starts every tensor of one step through the backend and waits for all.
 class BackendStep {
  public:
@@ -46,10 +74,12 @@ class BackendStep {
       t.num_partitions = 1;
     }
   }
-  void run(GlooBackend& backend) {
+  void run(TimedGlooBackend& backend, Breakdown& phases) {
     std::unique_lock lock(mu_);
     left_ = tasks_.size();
     lock.unlock();
+    backend.first_execute = {};
+    const auto t0 = Clock::now();
     for (auto& t : tasks_) {
       backend.start({PartitionView{&t, 0, 0, t.bytes()}}, [this](const Status& st) {
         std::lock_guard l(mu_);
@@ -59,7 +89,12 @@ class BackendStep {
     }
     lock.lock();
     cv_.wait(lock, [&] { return left_ == 0; });
+    const auto t1 = Clock::now();
     if (!error_.empty()) throw std::runtime_error(error_);
+    using us = std::chrono::duration<double, std::micro>;
+    phases.negotiate += us(backend.first_execute - t0).count();
+    phases.collective += us(backend.last_done - backend.first_execute).count();
+    phases.hand_back += us(t1 - backend.last_done).count();
     for (auto& t : tasks_) ++t.round;
   }
 
@@ -72,10 +107,18 @@ class BackendStep {
   std::string error_;
 };
 
-void barrier(GlooBackend& b, uint32_t tag) {
+void barrier(TimedGlooBackend& b, uint32_t tag) {
   gloo::BarrierOptions opts(b.context());
   opts.setTag(tag);
   gloo::barrier(opts);
+}
+
+// Voluntary context switches of this process so far: every thread wake-up on the critical path is one, and on a busy
+// machine each can cost a scheduler slice, so they explain timings that wall-clock noise hides.
+long context_switches() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_nvcsw;
 }
 
 double median(std::vector<double> v) {
@@ -83,9 +126,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int run_rank(int iters, int blocks) {
+int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool breakdown) {
   const ClusterEnv env = ClusterEnv::from_env();
-  GlooBackend backend(env);
+  TimedGlooBackend backend(env);
   const std::vector<Case> cases = {
       {"4KiB", 1, 1024},           {"64KiB", 1, 16 * 1024},     {"1MiB", 1, 256 * 1024},
       {"16MiB", 1, 4 * 1024 * 1024}, {"64x4KiB", 64, 1024},     {"16x64KiB", 16, 16 * 1024},
@@ -96,27 +139,59 @@ int run_rank(int iters, int blocks) {
     std::printf("| case | bytes/step | plain Gloo (us/step) | GlooBackend (us/step) | ratio |\n");
     std::printf("|---|---:|---:|---:|---:|\n");
   }
+  std::vector<std::string> phase_lines;
   for (const Case& c : cases) {
+    if (!only.empty() && std::find(only.begin(), only.end(), c.label) == only.end()) continue;
     std::vector<std::vector<float>> plain(c.tensors, std::vector<float>(c.elements, 1.0f));
     BackendStep step(c);
     const int n = c.elements >= (1u << 22) ? std::max(2, iters / 10) : iters;
     std::vector<double> plain_us, backend_us;
+    std::vector<Breakdown> phases(blocks);
+    long plain_csw = 0, backend_csw = 0;
     for (int b = 0; b < blocks; ++b) {
       barrier(backend, plain_tag++);
+      long csw = context_switches();
       auto t0 = Clock::now();
       for (int i = 0; i < n; ++i)
         for (auto& v : plain) gloo_allreduce_sum(backend.context(), v.data(), DType::f32, v.size(), plain_tag++);
       plain_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
+      plain_csw += context_switches() - csw;
       barrier(backend, plain_tag++);
+      csw = context_switches();
       t0 = Clock::now();
-      for (int i = 0; i < n; ++i) step.run(backend);
+      for (int i = 0; i < n; ++i) step.run(backend, phases[b]);
       backend_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
+      backend_csw += context_switches() - csw;
     }
     const double p = median(plain_us), q = median(backend_us);
     if (env.rank == 0)
       std::printf("| %s | %s | %.1f | %.1f | %.2f |\n", c.label.c_str(),
                   std::to_string(c.tensors * c.elements * 4).c_str(), p, q, q / p);
     std::fflush(stdout);
+    // Phases of the median backend block.
+    const size_t m = std::distance(backend_us.begin(), std::find(backend_us.begin(), backend_us.end(), q));
+    char line[256];
+    std::snprintf(line, sizeof line, "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", env.rank, c.label.c_str(),
+                  phases[m].negotiate / n, phases[m].collective / n, phases[m].hand_back / n, q,
+                  static_cast<double>(plain_csw) / (n * blocks), static_cast<double>(backend_csw) / (n * blocks));
+    phase_lines.push_back(line);
+  }
+  if (breakdown) {
+    // Rank by rank, separated by barriers, so the lines do not interleave on the shared stdout.
+    if (env.rank == 0)
+      std::printf("\nGlooBackend step phases (median block; us/step): negotiation = start() until the first collective "
+                  "begins, collectives, hand-back = last collective done until the caller wakes; csw = voluntary "
+                  "context switches of the rank process per step (mean), plain Gloo and GlooBackend\n\n"
+                  "| rank | case | negotiation | collectives | hand-back | step | csw plain | csw backend |\n"
+                  "|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int r = 0; r < env.num_workers; ++r) {
+      std::fflush(stdout);
+      barrier(backend, plain_tag++);
+      if (r == env.rank)
+        for (const auto& l : phase_lines) std::fputs(l.c_str(), stdout);
+      std::fflush(stdout);
+    }
+    barrier(backend, plain_tag++);
   }
   if (env.rank == 0) {
     const auto s = backend.negotiation_stats();
@@ -132,28 +207,31 @@ int run_rank(int iters, int blocks) {
 
 int main(int argc, char** argv) {
   int ranks = 2, iters = 200, blocks = 5;
-  bool is_rank = false;
-  std::vector<std::string> pass;
+  bool is_rank = false, breakdown = false;
+  std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : throw std::invalid_argument(a + " needs a value"); };
     if (a == "--ranks") ranks = std::stoi(next());
     else if (a == "--iters") iters = std::stoi(next());
     else if (a == "--blocks") blocks = std::stoi(next());
+    else if (a == "--case") only.push_back(next());
+    else if (a == "--breakdown") breakdown = true;
     else if (a == "--rank-process") is_rank = true;
     else {
-      std::cerr << "usage: collective_bench [--ranks N] [--iters K] [--blocks B]\n";
+      std::cerr << "usage: collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown]\n";
       return 64;
     }
   }
   try {
-    if (is_rank) return run_rank(iters, blocks);
+    if (is_rank) return run_rank(iters, blocks, only, breakdown);
     std::printf("Gloo allreduce (f32 sum), %d ranks on loopback, %d steps per block, median of %d blocks\n\n", ranks,
                 iters, blocks);
     std::fflush(stdout);
-    testing::RankProcesses procs("/proc/self/exe", {"--rank-process", "--iters", std::to_string(iters), "--blocks",
-                                                    std::to_string(blocks)},
-                                 ranks);
+    std::vector<std::string> args = {"--rank-process", "--iters", std::to_string(iters), "--blocks", std::to_string(blocks)};
+    for (const auto& c : only) args.insert(args.end(), {"--case", c});
+    if (breakdown) args.push_back("--breakdown");
+    testing::RankProcesses procs("/proc/self/exe", args, ranks);
     int rc = 0;
     for (const auto& e : procs.wait(std::chrono::seconds(600)))
       if (!e.exited || e.code != 0) {

@@ -1,5 +1,7 @@
 #include "comm_backends/collective/collective_backend.h"
 
+#include <pthread.h>
+
 #include <sstream>
 
 #include "comm_backends/cluster_env.h"
@@ -37,14 +39,18 @@ CollectiveBackend::CollectiveBackend(int rank, int size) : rank_(rank), size_(si
 
 CollectiveBackend::~CollectiveBackend() { stop_base(); }
 
-void CollectiveBackend::start_negotiation(const NegotiatorOptions& opts, KvStore& store) {
+void CollectiveBackend::start_negotiation(NegotiatorOptions opts, KvStore& store, bool execute_on_negotiator_thread) {
+  opts.execute_blocks = execute_on_negotiator_thread && size_ > 1;
   NegotiatorCallbacks cb;
-  cb.execute = [this](std::vector<uint64_t>&& group) { enqueue(std::move(group)); };
+  if (opts.execute_blocks) cb.execute = [this](std::vector<uint64_t>&& group) { execute_inline(std::move(group)); };
+  else cb.execute = [this](std::vector<uint64_t>&& group) { enqueue(std::move(group)); };
   cb.fail = [this](uint64_t token, const Status& st) { complete(token, st); };
   cb.fatal = [this](const Status& st) { fatal(st); };
   negotiator_ = std::make_unique<Negotiator>(opts, store, std::move(cb));
-  executor_ = std::thread([this] { executor_loop(); });
+  if (!opts.execute_blocks) executor_ = std::thread([this] { executor_loop(); });  // queued groups wait for it
 }
+
+void CollectiveBackend::execute_inline(std::vector<uint64_t>&& group) { run_group(group); }
 
 std::string CollectiveBackend::check(const PartitionView& p) const {
   const TaskDesc* t = p.task;
@@ -142,6 +148,7 @@ void CollectiveBackend::fatal(const Status& st) {
 }
 
 void CollectiveBackend::executor_loop() {
+  ::pthread_setname_np(::pthread_self(), "cs-executor");
   for (;;) {
     std::vector<uint64_t> group;
     {

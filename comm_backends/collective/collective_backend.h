@@ -3,8 +3,13 @@
 //
 //   engine ──start(batch)──► negotiator (agree on the order with every rank) ──► executor thread ──► execute(group)
 //
-// execute() is called on the executor thread with groups in the same order on every rank. A group of more than one
-// partition shares op, dtype (and root for broadcast) and is meant to be fused into one collective.
+// execute() is called with groups in the same order on every rank, one at a time. A group of more than one partition
+// shares op, dtype (and root for broadcast) and is meant to be fused into one collective.
+//
+// Where execute() runs: on the executor thread, or, for a backend whose execute() is synchronous (Gloo), on the
+// negotiator thread that received the order (execute_on_negotiator_thread): one thread wake-up fewer per collective,
+// which on a busy machine is worth up to a scheduler slice. Rank 0's coordinator then answers reports that arrive
+// during a collective when it ends; every rank takes part in that collective anyway, so nobody waits for the order.
 #pragma once
 
 #include <condition_variable>
@@ -55,8 +60,8 @@ class CollectiveBackend : public CommBackend {
   using GroupDone = std::function<void(const Status&)>;
 
   CollectiveBackend(int rank, int size);
-  // Call once from the derived constructor, after the data plane is connected.
-  void start_negotiation(const NegotiatorOptions& opts, KvStore& store);
+  // Call once from the derived constructor, after the data plane is connected. `execute_on_negotiator_thread`: see above.
+  void start_negotiation(NegotiatorOptions opts, KvStore& store, bool execute_on_negotiator_thread = false);
   // Moves one group (one partition, or several to fuse). Call `done` exactly once, inline or later from any thread.
   // An exception counts as done(error).
   virtual void execute(std::span<const PartitionView> group, GroupDone done) = 0;
@@ -86,6 +91,7 @@ class CollectiveBackend : public CommBackend {
   void fatal(const Status& st);
   void executor_loop();
   void run_group(const std::vector<uint64_t>& group);
+  void execute_inline(std::vector<uint64_t>&& group);
 
   int rank_;
   int size_;

@@ -1,6 +1,7 @@
 #include "comm_backends/collective/negotiator.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,6 +17,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::chrono::milliseconds seconds_to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+// Submissions closer together than this are a burst (an engine dispatching several batches at once).
+constexpr int64_t kBurstGapNs = 100'000;
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+void wake(int eventfd) {
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(eventfd, &one, sizeof one);
+}
 
 // Waits until fd is readable or the deadline passes.
 bool wait_readable(int fd, Clock::time_point deadline) {
@@ -59,8 +70,9 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
   }
   const auto now = Clock::now();
   for (auto& p : peers_) p.last_heard = now;
-  last_sent_ = now;
+  last_sent_ns_ = now_ns();
   thread_ = std::thread([this] { run(); });
+  if (opts_.execute_blocks && opts_.size > 1) heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
 }
 
 Negotiator::~Negotiator() {
@@ -117,26 +129,100 @@ void Negotiator::join_as_worker(KvStore& store, Clock::time_point deadline) {
 }
 
 void Negotiator::submit(std::vector<Submission> subs) {
-  Status dead;
+  std::vector<std::pair<uint64_t, Status>> failed;
+  bool to_thread = false;
   {
     std::lock_guard lock(mu_);
-    if (!dead_ && !stopping_) {
+    if (dead_ || stopping_) {
+      const Status st = dead_ ? dead_status_ : Status::Error("negotiator is shutting down", Status::Code::cancelled);
+      for (const auto& s : subs) failed.emplace_back(s.token, st);
+    } else if (coordinator_ || !inbox_.empty() || now_ns() - last_inline_report_ns_ < kBurstGapNs) {
+      // Rank 0's coordinator lives on the negotiator thread. Elsewhere this is the rest of a burst: the negotiator
+      // thread sends it as one report, so rank 0 sees the partitions ready together and can fuse them.
       for (auto& s : subs) inbox_.push_back(std::move(s));
-      subs.clear();
+      to_thread = true;
     } else {
-      dead = dead_ ? dead_status_ : Status::Error("negotiator is shutting down", Status::Code::cancelled);
+      // Straight to rank 0 from this thread: waking the negotiator thread to send it would add a hand-off.
+      last_inline_report_ns_ = now_ns();
+      const auto reports = reports_locked(subs, failed);
+      if (!reports.empty()) send_to_coordinator_async(encode_ready(reports));
     }
   }
-  for (const auto& s : subs) cb_.fail(s.token, dead);
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  for (const auto& [token, st] : failed) cb_.fail(token, st);
+  if (to_thread) wake(wake_.get());
+}
+
+std::vector<ReadyReport> Negotiator::reports_locked(std::vector<Submission>& subs,
+                                                    std::vector<std::pair<uint64_t, Status>>& failed) {
+  std::vector<ReadyReport> reports;
+  reports.reserve(subs.size());
+  for (auto& s : subs) {
+    const Slot slot{s.desc.key, s.desc.offset};
+    if (pending_.count(slot)) {
+      failed.emplace_back(s.token, Status::Error("task '" + s.name + "': partition at offset " + std::to_string(s.desc.offset) +
+                                                     " submitted again while still in flight", Status::Code::invalid));
+      continue;
+    }
+    pending_.emplace(slot, Local{s.token, s.round, s.desc});
+    ReadyReport rep;
+    rep.round = s.round;
+    rep.priority = s.priority;
+    auto c = cache_.find(slot);
+    if (c != cache_.end() && c->second.desc == s.desc) {
+      rep.cache_id = c->second.id;
+      ++cached_reports_;
+    } else {
+      rep.desc = s.desc;
+      rep.name = std::move(s.name);
+    }
+    reports.push_back(std::move(rep));
+  }
+  submitted_ += reports.size();
+  return reports;
+}
+
+void Negotiator::send_to_coordinator_async(const std::string& frame) {
+  std::lock_guard send_lock(send_mu_);
+  try {
+    send_all(peers_[0].fd.get(), frame, who(0) + " (coordinator)");
+    last_sent_ns_ = now_ns();
+  } catch (const std::exception& e) {
+    if (async_send_error_.empty()) async_send_error_ = e.what();
+    wake(wake_.get());
+  }
+}
+
+void Negotiator::heartbeat_loop() {
+  const std::string hb = encode_simple(MsgType::heartbeat);
+  std::unique_lock lock(hb_mu_);
+  while (!hb_cv_.wait_for(lock, heartbeat_ / 2, [&] { return hb_stop_; })) {
+    if (now_ns() - last_sent_ns_.load() < std::chrono::nanoseconds(heartbeat_).count()) continue;
+    lock.unlock();
+    {
+      std::lock_guard state(mu_);
+      if (dead_) {
+      } else if (!coordinator_) {
+        send_to_coordinator_async(hb);
+      } else {
+        // A failed send is not judged here: the negotiator thread sees the closed connection when it reads.
+        std::lock_guard send_lock(send_mu_);
+        for (size_t r = 1; r < peers_.size(); ++r) {
+          try {
+            send_all(peers_[r].fd.get(), hb, who(static_cast<int>(r)));
+          } catch (const std::exception&) {
+          }
+        }
+        last_sent_ns_ = now_ns();
+      }
+    }
+    lock.lock();
+  }
 }
 
 void Negotiator::completed(uint64_t bytes) {
   if (!coordinator_ || opts_.credit_bytes == 0) return;
   completed_bytes_ += bytes;
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  wake(wake_.get());
 }
 
 void Negotiator::shutdown() {
@@ -144,9 +230,14 @@ void Negotiator::shutdown() {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  wake(wake_.get());
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard lock(hb_mu_);
+    hb_stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
 NegotiatorStats Negotiator::stats() const {
@@ -154,11 +245,13 @@ NegotiatorStats Negotiator::stats() const {
 }
 
 void Negotiator::run() {
+  ::pthread_setname_np(::pthread_self(), "cs-negotiator");  // visible in top -H, perf sched, gdb
   try {
     loop();
   } catch (const std::exception& e) {
     go_fatal(Status::Error("negotiator rank " + std::to_string(opts_.rank) + ": " + e.what()));
   }
+  run_ready_groups();  // already ordered on every rank: run them (the backend fails them fast after a fatal error)
   fail_all_pending(Status::Error("negotiator rank " + std::to_string(opts_.rank) + " shut down", Status::Code::cancelled));
   std::vector<Submission> late;
   {
@@ -201,49 +294,44 @@ void Negotiator::loop() {
     const auto now = Clock::now();
     if (!finished_) keep_alive(now);
     if (!finished_) progress_shutdown(now);
+    // Last: with execute_blocks this runs the collectives; whatever peers sent meanwhile is read (and refreshes
+    // their liveness) at the top of the next round, before any silence is judged.
+    run_ready_groups();
+  }
+}
+
+void Negotiator::run_ready_groups() {
+  while (!ready_groups_.empty()) {
+    auto groups = std::move(ready_groups_);
+    ready_groups_.clear();
+    for (auto& g : groups) cb_.execute(std::move(g));
   }
 }
 
 void Negotiator::take_inbox() {
   std::vector<Submission> subs;
+  std::vector<std::pair<uint64_t, Status>> failed;
+  std::vector<ReadyReport> reports;
+  std::string send_error;
   bool stopping;
   {
     std::lock_guard lock(mu_);
-    subs.swap(inbox_);
+    subs.swap(inbox_);  // rank 0's own submissions (other ranks report from the submitting thread)
     stopping = stopping_;
+    reports = reports_locked(subs, failed);
+    send_error.swap(async_send_error_);
   }
-  std::vector<ReadyReport> reports;
-  reports.reserve(subs.size());
-  for (auto& s : subs) {
-    const Slot slot{s.desc.key, s.desc.offset};
-    if (pending_.count(slot)) {
-      cb_.fail(s.token, Status::Error("task '" + s.name + "': partition at offset " + std::to_string(s.desc.offset) +
-                                          " submitted again while still in flight", Status::Code::invalid));
-      continue;
-    }
-    pending_.emplace(slot, Local{s.token, s.round, s.desc});
-    ReadyReport rep;
-    rep.round = s.round;
-    rep.priority = s.priority;
-    auto c = cache_.find(slot);
-    if (c != cache_.end() && c->second.desc == s.desc) {
-      rep.cache_id = c->second.id;
-      ++cached_reports_;
-    } else {
-      rep.desc = s.desc;
-      rep.name = std::move(s.name);
-    }
-    reports.push_back(std::move(rep));
+  for (const auto& [token, st] : failed) cb_.fail(token, st);
+  if (!send_error.empty() && !finished_) {
+    peer_lost(0, send_error);
+    return;
   }
-  submitted_ += reports.size();
-  if (!reports.empty()) {
-    if (coordinator_) {
-      CoordinatorOutput out;
-      coordinator_->on_ready(0, reports, out);
-      publish(out);
-    } else {
-      send_to(0, encode_ready(reports));
-    }
+  if (!reports.empty() && coordinator_) {
+    CoordinatorOutput out;
+    coordinator_->on_ready(0, reports, out);
+    publish(out);
+  } else if (!reports.empty()) {
+    send_to(0, encode_ready(reports));
   }
   if (stopping && !bye_sent_) {
     bye_sent_ = true;
@@ -339,6 +427,7 @@ void Negotiator::publish(CoordinatorOutput& out) {
 
 void Negotiator::apply_order(const OrderMsg& m) {
   ++orders_;
+  std::lock_guard lock(mu_);
   for (const auto& d : m.defines) {
     const Slot slot{d.desc.key, d.desc.offset};
     if (cache_slots_.size() <= d.cache_id) cache_slots_.resize(d.cache_id + 1, Slot{0, 0});
@@ -359,28 +448,33 @@ void Negotiator::apply_order(const OrderMsg& m) {
       pending_.erase(it);
     }
     ++groups_;
-    cb_.execute(std::move(tokens));
+    ready_groups_.push_back(std::move(tokens));
   }
 }
 
 void Negotiator::apply_error(const ErrorMsg& e) {
-  auto it = pending_.find(Slot{e.key, e.offset});
-  if (it == pending_.end() || it->second.round != e.round) return;  // not ours, or already failed
-  const uint64_t token = it->second.token;
-  pending_.erase(it);
+  uint64_t token;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(Slot{e.key, e.offset});
+    if (it == pending_.end() || it->second.round != e.round) return;  // not ours, or already failed
+    token = it->second.token;
+    pending_.erase(it);
+  }
   cb_.fail(token, Status::Error(e.message, e.code));
 }
 
 void Negotiator::send_to(int rank, const std::string& frame) {
   Peer& p = peers_[rank];
   try {
+    std::lock_guard send_lock(send_mu_);
     send_all(p.fd.get(), frame, who(coordinator_ ? rank : 0));
   } catch (const std::exception& ex) {
     p.closed = true;
     peer_lost(coordinator_ ? rank : 0, ex.what());
     return;
   }
-  last_sent_ = Clock::now();
+  last_sent_ns_ = now_ns();
 }
 
 void Negotiator::peer_lost(int rank, const std::string& why) {
@@ -391,6 +485,7 @@ void Negotiator::peer_lost(int rank, const std::string& why) {
     for (int r = 1; r < opts_.size; ++r)
       if (r != rank && peers_[r].fd.valid() && !peers_[r].closed) {
         try {
+          std::lock_guard send_lock(send_mu_);  // the heartbeat thread writes to these sockets too
           send_all(peers_[r].fd.get(), frame, who(r));
         } catch (const std::exception&) {
           peers_[r].closed = true;  // it learns from the closed connection instead
@@ -420,17 +515,20 @@ void Negotiator::go_fatal(const Status& st) {
 }
 
 void Negotiator::fail_all_pending(const Status& st) {
-  auto pending = std::move(pending_);
-  pending_.clear();
+  std::unordered_map<Slot, Local, SlotHash> pending;
+  {
+    std::lock_guard lock(mu_);
+    pending.swap(pending_);
+  }
   for (const auto& [slot, local] : pending) cb_.fail(local.token, st);
 }
 
 void Negotiator::keep_alive(Clock::time_point now) {
-  if (now - last_sent_ >= heartbeat_) {
+  if (now_ns() - last_sent_ns_.load() >= std::chrono::nanoseconds(heartbeat_).count()) {
     const std::string hb = encode_simple(MsgType::heartbeat);
     for (size_t r = coordinator_ ? 1 : 0; r < peers_.size() && !finished_; ++r)
       if (peers_[r].fd.valid() && !peers_[r].closed) send_to(static_cast<int>(r), hb);
-    last_sent_ = now;
+    last_sent_ns_ = now_ns();
   }
   const auto limit = seconds_to_ms(opts_.timeout_s);
   for (size_t r = coordinator_ ? 1 : 0; r < peers_.size() && !finished_; ++r) {
@@ -454,6 +552,7 @@ void Negotiator::progress_shutdown(Clock::time_point now) {
       for (int r = 1; r < opts_.size; ++r)
         if (!peers_[r].closed) {
           try {
+            std::lock_guard send_lock(send_mu_);
             send_all(peers_[r].fd.get(), frame, who(r));
           } catch (const std::exception&) {
           }

@@ -7,10 +7,18 @@
 // its own reports and orders without a socket. Liveness: every connection carries heartbeats when idle; a closed
 // connection or timeout_s without word declares the peer dead, and every rank then fails all pending work with
 // Status::Code::peer_lost naming it.
+//
+// Latency: every thread hand-off on the critical path costs a wake-up, and on a busy machine a wake-up can cost a
+// scheduler slice (about a millisecond), far more than the message itself. So other ranks send a report to rank 0
+// from the submitting thread (no hand-off to the negotiator thread; the rest of a burst of submissions still goes
+// through the negotiator thread as one report, so rank 0 can fuse it), and a backend may run the groups it is given on
+// the negotiator thread itself (execute_blocks: no hand-off to an executor thread; a heartbeat thread then keeps the
+// connections alive while a collective runs).
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -37,6 +45,9 @@ struct NegotiatorOptions {
   uint64_t credit_bytes = 0;         // bytes ordered but not completed, decided on rank 0 (0: no limit)
   std::string host = "127.0.0.1";    // rank 0: address to bind and advertise the coordinator on
   std::string key_prefix = "commsched/negotiator/";
+  // The execute callback may block (runs the collective itself): heartbeats then come from a separate thread, and
+  // peers' silence is judged only after what they sent meanwhile has been read.
+  bool execute_blocks = false;
 };
 
 // One partition ready on this rank. `token` is the caller's handle, given back by the callbacks.
@@ -50,7 +61,7 @@ struct Submission {
 
 struct NegotiatorCallbacks {
   // A group of tokens to run now as one collective (fused when more than one), in the agreed order. Called on the
-  // negotiator thread: hand the work off, do not block.
+  // negotiator thread with no lock held: hand the work off and do not block, unless execute_blocks is set.
   std::function<void(std::vector<uint64_t>&& group)> execute;
   // A token that will never be executed (mismatch, shutdown, lost peer).
   std::function<void(uint64_t token, const Status& status)> fail;
@@ -73,7 +84,8 @@ class Negotiator {
   Negotiator(const Negotiator&) = delete;
   Negotiator& operator=(const Negotiator&) = delete;
 
-  // Thread-safe; never blocks on the network. After a fatal error or shutdown, fails the submissions inline.
+  // Thread-safe. After a fatal error or shutdown, fails the submissions inline. On ranks other than 0 the report is
+  // written to rank 0's socket from the calling thread (a control message: the write does not wait for the peer).
   void submit(std::vector<Submission> subs);
   // This rank finished executed groups worth `bytes` (rank 0's completions drive the global credit; elsewhere a no-op).
   void completed(uint64_t bytes);
@@ -113,6 +125,12 @@ class Negotiator {
   void handle_frame(int from, const std::string& frame);
   void coordinator_message(int from, MsgType type, ByteReader& r);
   void worker_message(MsgType type, ByteReader& r);
+  // Builds the reports for `subs` (records them pending); duplicates go to `failed`. Caller holds mu_.
+  std::vector<ReadyReport> reports_locked(std::vector<Submission>& subs, std::vector<std::pair<uint64_t, Status>>& failed);
+  // Sends a frame to rank 0 from any thread (rank != 0); a failure is left for the negotiator thread to report.
+  void send_to_coordinator_async(const std::string& frame);
+  void heartbeat_loop();
+  void run_ready_groups();
   void publish(CoordinatorOutput& out);
   void apply_order(const OrderMsg& m);
   void apply_error(const ErrorMsg& e);
@@ -128,21 +146,27 @@ class Negotiator {
   NegotiatorCallbacks cb_;
   std::chrono::milliseconds heartbeat_;
 
-  // Shared with callers of submit()/shutdown().
+  // Shared with callers of submit()/shutdown() (and the heartbeat thread).
   mutable std::mutex mu_;
-  std::vector<Submission> inbox_;
+  std::vector<Submission> inbox_;  // for the negotiator thread to report: all of rank 0's, bursts elsewhere
+  int64_t last_inline_report_ns_ = 0;
   bool stopping_ = false;
   bool dead_ = false;       // fatal error or finished: submissions fail inline
   Status dead_status_;
+  std::string async_send_error_;  // a send from another thread failed; the negotiator thread reports the peer lost
+  std::unordered_map<Slot, Local, SlotHash> pending_;
+  std::unordered_map<Slot, CacheSlot, SlotHash> cache_;
+  std::vector<Slot> cache_slots_;  // cache id -> slot
   Fd wake_;                 // eventfd: wakes the thread for new submissions and shutdown
+
+  // Serialises writes to one socket from several threads (lock order: mu_, then send_mu_).
+  std::mutex send_mu_;
+  std::atomic<int64_t> last_sent_ns_{0};  // steady_clock, any send to any peer
 
   // Negotiator thread only.
   std::vector<Peer> peers_;  // rank 0: indexed by rank (entry 0 unused); others: [0] is the coordinator
   std::unique_ptr<Coordinator> coordinator_;
-  std::unordered_map<Slot, Local, SlotHash> pending_;
-  std::unordered_map<Slot, CacheSlot, SlotHash> cache_;
-  std::vector<Slot> cache_slots_;  // cache id -> slot
-  std::chrono::steady_clock::time_point last_sent_;
+  std::vector<std::vector<uint64_t>> ready_groups_;  // ordered, handed to cb_.execute once no lock is held
   std::chrono::steady_clock::time_point bye_deadline_;
   bool bye_sent_ = false;
   bool finished_ = false;
@@ -151,6 +175,12 @@ class Negotiator {
   std::atomic<uint64_t> completed_bytes_{0};
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
+
+  // execute_blocks: heartbeats while the negotiator thread runs a collective.
+  std::mutex hb_mu_;
+  std::condition_variable hb_cv_;
+  bool hb_stop_ = false;
+  std::thread heartbeat_thread_;
 };
 
 }  // namespace commsched::collective

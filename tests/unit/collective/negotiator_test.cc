@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <future>
@@ -24,10 +25,12 @@ struct RankLog {
   std::vector<std::vector<uint64_t>> groups;
   std::vector<std::pair<uint64_t, Status>> failures;
   size_t settled = 0;
+  std::atomic<int> execute_ms{0};  // execute blocks this long, like a collective run on the negotiator thread
 
   NegotiatorCallbacks callbacks() {
     NegotiatorCallbacks cb;
     cb.execute = [this](std::vector<uint64_t>&& g) {
+      if (const int ms = execute_ms.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       std::lock_guard lock(mu);
       settled += g.size();
       groups.push_back(std::move(g));
@@ -47,11 +50,11 @@ struct RankLog {
   }
 };
 
-NegotiatorOptions options(int rank, int size, uint64_t fusion = 0) {
+NegotiatorOptions options(int rank, int size, uint64_t fusion = 0, double timeout_s = 5) {
   NegotiatorOptions o;
   o.rank = rank;
   o.size = size;
-  o.timeout_s = 5;
+  o.timeout_s = timeout_s;
   o.join_timeout_s = 20;
   o.fusion_bytes = fusion;
   return o;
@@ -70,13 +73,17 @@ Submission sub(uint64_t key, uint64_t bytes, int32_t priority, uint64_t round = 
 // Runs `size` negotiators on threads (they join concurrently), each given the same store server.
 class Group {
  public:
-  Group(int size, uint64_t fusion = 0) : server_("127.0.0.1", 0), logs_(size) {
+  // execute_blocks: the ranks run their groups on the negotiator thread (see RankLog::execute_ms).
+  Group(int size, uint64_t fusion = 0, double timeout_s = 5, bool execute_blocks = false)
+      : server_("127.0.0.1", 0), logs_(size) {
     std::vector<std::future<void>> joins;
     negotiators_.resize(size);
     for (int r = 0; r < size; ++r) {
       stores_.push_back(std::make_unique<TcpStoreClient>("127.0.0.1", server_.port(), 5000ms));
-      joins.push_back(std::async(std::launch::async, [this, r, size, fusion] {
-        negotiators_[r] = std::make_unique<Negotiator>(options(r, size, fusion), *stores_[r], logs_[r].callbacks());
+      joins.push_back(std::async(std::launch::async, [=, this] {
+        NegotiatorOptions o = options(r, size, fusion, timeout_s);
+        o.execute_blocks = execute_blocks;
+        negotiators_[r] = std::make_unique<Negotiator>(o, *stores_[r], logs_[r].callbacks());
       }));
     }
     for (auto& j : joins) j.get();
@@ -166,6 +173,24 @@ TEST(Negotiator, ARankThatVanishesFailsPendingWorkWithPeerLost) {
   r1->submit({sub(2, 64, 0)});
   ASSERT_TRUE(l1.wait_settled(2, 10s));
   EXPECT_EQ(l1.failures.back().second.code, Status::Code::peer_lost);
+}
+
+TEST(Negotiator, ACollectiveLongerThanTheTimeoutOnTheNegotiatorThreadIsNotADeath) {
+  // Groups run on the negotiator thread (as GlooBackend does). One rank's group takes three timeouts while the other's
+  // returns at once (it waits for its data elsewhere): the busy rank's heartbeats must keep flowing from the heartbeat
+  // thread, and its own judgement of silence must wait until it has read what arrived meanwhile.
+  Group g(2, 0, /*timeout_s=*/0.4, /*execute_blocks=*/true);
+  for (uint64_t round = 0; round < 2; ++round) {
+    g.log(0).execute_ms = round == 0 ? 1200 : 0;  // round 0: the coordinator is busy; round 1: the other rank
+    g.log(1).execute_ms = round == 0 ? 0 : 1200;
+    g.rank(0).submit({sub(1, 64, 0, round)});
+    g.rank(1).submit({sub(1, 64, 0, round)});
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(round + 1, 10s)) << "rank " << r;
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(g.log(r).failures.empty()) << g.log(r).failures.front().second.message;
+    EXPECT_EQ(g.log(r).groups.size(), 2u);
+  }
 }
 
 TEST(Negotiator, RoundTripLatencyOnLoopback) {
