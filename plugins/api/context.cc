@@ -5,6 +5,7 @@
 #include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/ps_config.h"
+#include "plugins/api/live_tuner.h"
 #include "scheduler/policy_factory.h"
 #ifdef COMMSCHED_HAVE_GLOO
 #include "comm_backends/gloo/gloo_backend.h"
@@ -85,7 +86,12 @@ Context::Context(const ContextOptions& options) : env_(ClusterEnv::from_env()), 
   rank_ = backend->rank();
   size_ = backend->size();
   engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_);
+  if (options.tune) tune_ = *options.tune;
+  else if (auto v = env_value("COMMSCHED_TUNE")) tune_ = parse_bool("COMMSCHED_TUNE", *v);
+  if (tune_) tuner::TunerOptions::from_env();  // a bad COMMSCHED_TUNER_* value fails here, not at the first step
 }
+
+void Context::set_model(std::span<const uint64_t> tensor_bytes) { model_signature_ = tuner::model_signature(tensor_bytes); }
 
 Context::~Context() { shutdown(); }
 
@@ -102,13 +108,19 @@ void Context::iteration_end() {
   }
   last_step_end_ = now;
   ++stats_.steps;
-  // ---- AUTO-TUNER HOOK (the lead wires the online tuner here) ----
-  // Feed stats_.last_step_s (one optimizer step's wall time) to the tuner; when it asks for new knobs, call
-  // engine_->set_knobs(...): they take effect at the next backward_done(), which every worker reaches in the same step.
+  // The tuner switches knobs through engine_->set_knobs(); they take effect at the next backward_done(), which every
+  // worker reaches in the same step. The first call has no step time yet, on every rank alike.
+  if (!tune_ || !engine_ || stats_.last_step_s <= 0) return;
+  if (!tuner_) {
+    const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
+    tuner_ = std::make_unique<LiveTuner>(*engine_, key, tuner::TunerOptions::from_env());
+  }
+  if (!tuner_->finished()) tuner_->on_step(stats_.last_step_s);
 }
 
 void Context::shutdown() {
   if (!engine_) return;
+  tuner_.reset();
   engine_->shutdown();
   engine_.reset();
 }

@@ -6,16 +6,24 @@
 //                       default: ps when the cluster contract names servers (COMMSCHED_NUM_SERVERS > 0, as
 //                       `commsched launch` sets it); loopback with one rank when nothing is set, so a plain
 //                       single-process script works unchanged.
+//   COMMSCHED_TUNE      0|1 (default 0): auto-tune partition size and credit live with the online Bayesian tuner
+//                       (COMMSCHED_TUNER_* options); rank 0 decides, every rank switches at the same step.
 #pragma once
 
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "comm_backends/cluster_env.h"
 #include "scheduler/config.h"
 #include "scheduler/engine.h"
+
+namespace commsched {
+class LiveTuner;
+}
 
 namespace commsched {
 
@@ -28,6 +36,8 @@ struct ContextOptions {
   std::map<std::string, std::string> engine;
   // Backend override ("ps", "gloo", "loopback", "nccl"); empty: COMMSCHED_BACKEND or the default rule above.
   std::string backend;
+  // Auto-tuning override; unset: COMMSCHED_TUNE.
+  std::optional<bool> tune;
 };
 
 // Wall time of the optimizer steps seen so far (what the auto-tuner will consume).
@@ -65,6 +75,13 @@ class Context {
   void iteration_end();
   StepStats step_stats() const { return stats_; }
 
+  // The model's gradient sizes in bytes, in forward order: its signature keys the tuner's store of best
+  // configurations (see tuner::model_signature). Call before the first iteration_end(); optional.
+  void set_model(std::span<const uint64_t> tensor_bytes);
+  bool tuning() const { return tune_; }
+  // The auto-tuner, once the first step has ended with tuning on; null otherwise.
+  const LiveTuner* tuner() const { return tuner_.get(); }
+
   // Waits for nothing: pending tasks fail with 'cancelled'. Idempotent; the destructor calls it.
   void shutdown();
   bool is_shut_down() const { return engine_ == nullptr; }
@@ -79,6 +96,9 @@ class Context {
   int rank_ = 0;
   int size_ = 1;
   std::unique_ptr<Engine> engine_;
+  bool tune_ = false;
+  uint64_t model_signature_ = 0;
+  std::unique_ptr<LiveTuner> tuner_;
   StepStats stats_;
   Clock::time_point last_step_end_{};
 };

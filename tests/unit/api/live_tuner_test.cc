@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "comm_backends/loopback/loopback_backend.h"
+#include "plugins/api/context.h"
 #include "plugins/api/live_tuner.h"
 #include "scheduler/priority_credit_policy.h"
 
@@ -112,6 +113,46 @@ TEST(LiveTuner, RanksSwitchKnobsTogetherAndEverySumStaysExact) {
     EXPECT_EQ(final_knobs[r].partition_bytes, final_knobs[0].partition_bytes);
     EXPECT_EQ(final_knobs[r].credit_bytes, final_knobs[0].credit_bytes);
   }
+}
+
+// A single-process Context (loopback) with tuning on: the tuner starts at the second step (the first has no step
+// time), runs its trials through the engine's knobs and finishes; a bad tuner option fails at construction.
+TEST(LiveTuner, ContextTunesWhenAsked) {
+  ::setenv("COMMSCHED_TUNER_TRIALS", "3", 1);
+  ::setenv("COMMSCHED_TUNER_MIN_TRIALS", "3", 1);
+  ::setenv("COMMSCHED_TUNER_INITIAL", "2", 1);
+  ::setenv("COMMSCHED_TUNER_WARMUP", "0", 1);
+  ::setenv("COMMSCHED_TUNER_WINDOW", "1", 1);
+  ::setenv("COMMSCHED_TUNER_WINDOWS", "1", 1);
+  ContextOptions opts;
+  opts.tune = true;
+  Context ctx(opts);
+  const std::vector<uint64_t> sizes = {4096, 1 << 20};
+  ctx.set_model(sizes);
+  std::vector<float> a(1024), b(1 << 18);
+  for (int step = 0; step < 8; ++step) {
+    for (auto* buf : {&b, &a}) {
+      Task t;
+      t.name = buf == &a ? "a" : "b";
+      t.priority = buf == &a ? 0 : 1;
+      t.op = ctx.reduce_op();
+      t.dtype = DType::f32;
+      t.count = buf->size();
+      t.buffer.data = buf->data();
+      ctx.engine().submit(std::move(t));
+    }
+    ctx.engine().backward_done();
+    ctx.engine().wait_all();
+    ctx.iteration_end();
+  }
+  ASSERT_NE(ctx.tuner(), nullptr);
+  EXPECT_TRUE(ctx.tuner()->finished());
+  EXPECT_EQ(ctx.tuner()->tuner().trials_done(), 3);
+  ::setenv("COMMSCHED_TUNER_TRIALS", "zero", 1);
+  EXPECT_THROW(Context{opts}, InvalidArgument);
+  for (const char* v : {"COMMSCHED_TUNER_TRIALS", "COMMSCHED_TUNER_MIN_TRIALS", "COMMSCHED_TUNER_INITIAL",
+                        "COMMSCHED_TUNER_WARMUP", "COMMSCHED_TUNER_WINDOW", "COMMSCHED_TUNER_WINDOWS"})
+    ::unsetenv(v);
 }
 
 }  // namespace
