@@ -62,6 +62,8 @@ def _start(output, name, op, priority=0, root=0, post=None):
         return output
 
     handle = runtime.submit(work, name, op, priority=priority, root=root) if work.numel() else None
+    if handle is not None:
+        runtime.release_outside_backward()
     return _register(_Pending(handle, name, work, output, finish))
 
 

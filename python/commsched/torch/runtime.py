@@ -113,6 +113,18 @@ def submit(tensor, name, op, priority=0, root=0):
                       int(root))
 
 
+# Policies that hold every task until the end of backward (Engine::backward_done). Tasks of the eager API
+# (broadcast_parameters, metric allreduce, ...) are not part of a backward, so they are released at once; every worker
+# makes the same calls, so the engines' iteration counters stay in step.
+_HOLDING_POLICIES = ("bsp", "mgwfbp")
+
+
+def release_outside_backward():
+    ctx = context()
+    if ctx.policy in _HOLDING_POLICIES:
+        ctx.backward_done()
+
+
 _KEY_RE = re.compile(r"key (\d+)")
 
 
