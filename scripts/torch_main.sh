@@ -6,13 +6,13 @@
 #   STEPS (40), SKIP_BUILD=1 to use an existing build. Extra arguments go to pytorch_train.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
+BUILD_DIR=$(realpath -m "${BUILD_DIR:-build}")
 [ "${SKIP_BUILD:-0}" = 1 ] || ./scripts/build.sh
 WORKERS=${WORKERS:-2}
 SERVERS=${SERVERS:-1}
 RATE=${RATE:-1gbit}
 STEPS=${STEPS:-40}
-export PYTHONPATH="$PWD/$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p out
 run() {  # run <label> <train args...>
   local label=$1; shift
