@@ -10,7 +10,8 @@
 //   COMMSCHED_BIND          address or interface name to bind data sockets to (alias DMLC_INTERFACE; default:
 //                           the address this host uses to reach the root)
 //   COMMSCHED_LOCAL_RANK / COMMSCHED_LOCAL_SIZE   position among the workers of this host (defaults: rank / workers)
-//   COMMSCHED_TIMEOUT       seconds without word from a peer before it is declared dead (default 10)
+//   COMMSCHED_TIMEOUT       seconds without word from a peer before it is declared dead (default 8: with heartbeat
+//                           and polling granularity a hung peer is then caught within 10 s, as the issue requires)
 //
 // COMMSCHED_* wins over DMLC_*; a bad value raises InvalidArgument naming the variable, the value and what is allowed.
 #pragma once
@@ -32,7 +33,7 @@ struct ClusterEnv {
   std::string bind;  // empty: choose automatically
   int local_rank = 0;
   int local_size = 1;
-  double timeout_s = 10.0;
+  double timeout_s = 8.0;
 
   static ClusterEnv from_env();
   // Throws InvalidArgument when a field is out of range (rank >= number of processes of its role, ...).

@@ -5,7 +5,9 @@
 //   gloo_rank engine <seed> <iterations> <policy>
 //                                          the same through the scheduler Engine (partitioning, credit, policy)
 //   gloo_rank kill <seed> <victim>         one clean iteration, then the victim SIGKILLs itself; every survivor must
-//                                          see its pending work fail with peer_lost naming the victim
+//                                          see its pending work fail with peer_lost naming the victim within 10 s
+//   gloo_rank hang <seed> <victim>         the same, but the victim SIGSTOPs itself (hung, connections open): only
+//                                          its silence can tell, within 10 s with the default COMMSCHED_TIMEOUT
 #include <signal.h>
 #include <unistd.h>
 
@@ -134,7 +136,7 @@ int scenario_engine(const ClusterEnv& env, uint64_t seed, int iterations, const 
   return 0;
 }
 
-int scenario_kill(const ClusterEnv& env, uint64_t seed, int victim) {
+int scenario_kill(const ClusterEnv& env, uint64_t seed, int victim, int signal) {
   GlooBackend backend(env);
   Outcome out;
   auto first = testing::make_workload(seed, 8, 4000, 16 << 10, env.num_workers, 0);
@@ -143,7 +145,8 @@ int scenario_kill(const ClusterEnv& env, uint64_t seed, int victim) {
     std::cerr << "rank " << env.rank << ": the clean iteration failed\n";
     return 2;
   }
-  if (env.rank == victim) ::raise(SIGKILL);  // a crash: no goodbye, sockets closed by the kernel
+  // SIGKILL: a crash, no goodbye, sockets closed by the kernel. SIGSTOP: a hang, sockets open and silent.
+  if (env.rank == victim) ::raise(signal);
   auto second = testing::make_workload(seed, 8, 4000, 16 << 10, env.num_workers, 1);
   testing::fill_inputs(second, env.rank);
   const auto t0 = std::chrono::steady_clock::now();
@@ -181,7 +184,8 @@ int main(int argc, char** argv) {
     const int arg = std::stoi(argv[3]);
     int rc = 64;
     if (scenario == "random") rc = scenario_random(env, seed, arg);
-    else if (scenario == "kill") rc = scenario_kill(env, seed, arg);
+    else if (scenario == "kill") rc = scenario_kill(env, seed, arg, SIGKILL);
+    else if (scenario == "hang") rc = scenario_kill(env, seed, arg, SIGSTOP);
     else if (scenario == "engine" && argc > 4) rc = scenario_engine(env, seed, arg, argv[4]);
     return rc;
   } catch (const std::exception& e) {
