@@ -107,3 +107,35 @@ def test_bad_policy_names_the_variable(tmp_path):
                          env={"COMMSCHED_POLICY": "fastest"})
     assert rc != 0
     assert "COMMSCHED_POLICY" in log and "fastest" in log, log
+
+
+def test_optimizers_that_need_every_gradient_fall_back_with_a_warning():
+    code = """
+import warnings, torch, commsched.torch as hvd
+hvd.init()
+torch.manual_seed(0)
+x, y = torch.randn(32, 4), torch.randn(32, 1)
+for make in (lambda p: torch.optim.LBFGS(p, lr=0.5), lambda p: torch.optim.SGD(p, lr=0.1)):
+    model = torch.nn.Linear(4, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt = hvd.DistributedOptimizer(make(model.parameters()), named_parameters=model.named_parameters(),
+                                       model=model, cross_iteration=True)
+        def closure():
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+        first = float(closure())
+        for _ in range(5):
+            opt.step(closure)
+    assert opt.pending_updates == 0
+    with torch.no_grad():
+        assert float(torch.nn.functional.mse_loss(model(x), y)) < first, "did not train"
+    print(type(opt).__name__, [str(w.message) for w in caught])
+hvd.shutdown()
+"""
+    rc, log = run_single(["-c", code])
+    assert rc == 0, log
+    assert "LBFGS needs every gradient at once; cross-iteration mode is off" in log, log
+    assert "step(closure) needs every gradient at once; waiting in step()" in log, log

@@ -238,6 +238,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for task in tasks.values():
             self._finish(task)
         self._synchronized = True
+        self._backward_done_sent = False  # a later backward in this step (a closure) starts a new round
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -256,10 +257,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._inflight = {}
             self._next_step(ctx)
             return None
-        if self._cross_iteration and closure is not None and not self._warned_fallback:
-            self._warned_fallback = True
-            warnings.warn("commsched: step(closure) needs every gradient at once; waiting in step() "
-                          "(no cross-iteration overlap)")
+        if closure is not None:
+            return self._step_with_closure(ctx, closure)
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
@@ -269,6 +268,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self.synchronize()
         self._synchronized = False
         loss = super(self.__class__, self).step(closure)
+        self._next_step(ctx)
+        return loss
+
+    def _step_with_closure(self, ctx, closure):
+        """LBFGS and friends evaluate the closure (forward + backward) possibly several times per step: every
+        evaluation's gradients are averaged before the optimizer sees them."""
+        if self._cross_iteration and not self._warned_fallback:
+            self._warned_fallback = True
+            warnings.warn("commsched: step(closure) needs every gradient at once; waiting in step() "
+                          "(no cross-iteration overlap)")
+        if self._inflight:  # a backward before step(): finish its round (the closure recomputes the gradients)
+            self.synchronize()
+
+        def averaged_closure():
+            loss = closure()
+            self.synchronize()
+            return loss
+
+        loss = super(self.__class__, self).step(averaged_closure)
+        self._synchronized = False
         self._next_step(ctx)
         return loss
 
