@@ -36,43 +36,71 @@ PsNetwork::PsNetwork(PsParams p) : p_(p), latency_(seconds_to_ns(p.latency_s)) {
   check_positive("worker bandwidth", p.worker_bps);
   check_positive("server bandwidth", p.server_bps);
   if (!(p.latency_s >= 0)) throw InvalidArgument("network model: latency must be >= 0 s");
+  servers_.resize(p_.sharded ? static_cast<size_t>(p_.servers) : 1);
 }
 
 Nanos PsNetwork::worker_time(uint64_t bytes) const { return seconds_to_ns(bytes * 8.0 / p_.worker_bps); }
 
-Nanos PsNetwork::server_time(uint64_t bytes) const {
-  return seconds_to_ns(bytes * 8.0 * p_.workers / p_.servers / p_.server_bps);
+Nanos PsNetwork::server_time(uint64_t bytes, double share) const {
+  return seconds_to_ns(bytes * 8.0 * p_.workers * share / p_.server_bps);
+}
+
+PsNetwork::Server& PsNetwork::owner(int32_t key, uint64_t offset, uint64_t bytes) {
+  auto [it, fresh] = owner_.try_emplace({key, offset}, 0);
+  if (fresh) {  // least loaded, lowest index on ties (comm_backends/ps/sharder.cc)
+    it->second = static_cast<size_t>(
+        std::min_element(servers_.begin(), servers_.end(), [](const Server& a, const Server& b) { return a.load < b.load; }) -
+        servers_.begin());
+    servers_[it->second].load += bytes;
+  }
+  return servers_[it->second];
 }
 
 Transfer PsNetwork::transfer(const Batch& batch, Nanos start) {
-  uint64_t left = batch_bytes(batch);
-  if (p_.chunk_bytes == 0 || left <= p_.chunk_bytes) return transfer_one(left, start);
-  Transfer whole{-1, 0};
-  while (left > 0) {  // chunks leave back to back; each is pulled as soon as it is summed
-    const uint64_t chunk = std::min(left, p_.chunk_bytes);
-    const Transfer t = transfer_one(chunk, start);
+  if (!p_.sharded) return transfer_message(-1, 0, batch_bytes(batch), start);
+  Transfer whole{-1, 0, 0};
+  for (const PartRef& p : batch) {  // one request per partition, as the PS backend sends a batch
+    const Transfer t = transfer_message(p.priority, p.offset, p.bytes, start);
     if (whole.begin < 0) whole.begin = t.begin;
     whole.end = std::max(whole.end, t.end);
-    left -= chunk;
+    whole.sent = std::max(whole.sent, t.sent);
   }
   return whole;
 }
 
-Transfer PsNetwork::transfer_one(uint64_t bytes, Nanos start) {
-  const Nanos begin = std::max(worker_up_.start_of(start), server_in_.start_of(start));
-  // The bytes stream through the worker's uplink and the servers' downlinks at once; the slower side decides.
-  const Nanos pushed =
-      std::max(worker_up_.reserve(start, worker_time(bytes)), server_in_.reserve(start, server_time(bytes))) + latency_;
-  // The servers answer once every worker's push is summed (symmetric workers: all arrive together).
-  return {begin, std::max(server_out_.reserve(pushed, server_time(bytes)),
-                          worker_down_.reserve(pushed, worker_time(bytes))) + latency_};
+Transfer PsNetwork::transfer_message(int32_t key, uint64_t offset, uint64_t bytes, Nanos start) {
+  const uint64_t chunk = p_.chunk_bytes == 0 ? bytes : p_.chunk_bytes;
+  Transfer whole{-1, 0, 0};
+  for (uint64_t at = 0; at < bytes; at += chunk) {  // chunks leave back to back; each is pulled once summed
+    const uint64_t n = std::min(chunk, bytes - at);
+    const Transfer t = p_.sharded ? transfer_one(n, start, owner(key, offset + at, n), 1.0)
+                                  : transfer_one(n, start, servers_[0], 1.0 / p_.servers);
+    if (whole.begin < 0) whole.begin = t.begin;
+    whole.end = std::max(whole.end, t.end);
+    whole.sent = std::max(whole.sent, t.sent);  // the message is sent when every chunk's receipt is back
+  }
+  if (whole.begin < 0) whole = {start, start, start};  // nothing to move
+  return whole;
+}
+
+Transfer PsNetwork::transfer_one(uint64_t bytes, Nanos start, Server& server, double share) {
+  const Nanos begin = std::max(worker_up_.start_of(start), server.in.start_of(start));
+  // The bytes stream through the worker's uplink and the server's downlink at once; the slower side decides.
+  const Nanos pushed = std::max(worker_up_.reserve(start, worker_time(bytes)),
+                                server.in.reserve(start, server_time(bytes, share))) + latency_;
+  // The receipt goes out first, queued behind the pulls already in the server's send queue (its size is negligible).
+  const Nanos sent = server.out.start_of(pushed) + latency_;
+  // The server answers once every worker's push is summed (symmetric workers: all arrive together).
+  const Nanos end = std::max(server.out.reserve(pushed, server_time(bytes, share)),
+                             worker_down_.reserve(pushed, worker_time(bytes))) + latency_;
+  return {begin, end, std::min(sent, end)};
 }
 
 void PsNetwork::reset() {
   worker_up_.reset();
   worker_down_.reset();
-  server_in_.reset();
-  server_out_.reset();
+  for (Server& s : servers_) s = Server{};
+  owner_.clear();
 }
 
 double PsNetwork::comm_lower_bound_s(uint64_t bytes) const {
@@ -88,7 +116,8 @@ CostModel PsNetwork::cost_model() const {
 std::string PsNetwork::describe() const {
   std::ostringstream s;
   s << "PS " << p_.workers << " workers x " << gbit(p_.worker_bps) << ", " << p_.servers << " servers x "
-    << gbit(p_.server_bps) << ", latency " << p_.latency_s * 1e6 << " us";
+    << gbit(p_.server_bps) << ", latency " << p_.latency_s * 1e6 << " us"
+    << (p_.sharded ? ", keys sharded whole" : ", keys spread evenly");
   return s.str();
 }
 

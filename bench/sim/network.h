@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "scheduler/policy.h"
 
@@ -36,11 +39,14 @@ struct CostModel {
   double beta_s_per_byte = 0;
 };
 
-// A message's life on the network: it starts moving at `begin` (after what was dispatched before it) and its result is
-// back at the worker at `end`.
+// A message's life on the network: it starts moving at `begin` (after what was dispatched before it), the worker
+// learns that every byte of its push has arrived at `sent` (the PS acknowledges receipt; the engine releases the
+// message's credit then, CommBackend::reports_sent), and its result is back at the worker at `end`. sent <= end.
 struct Transfer {
   Nanos begin;
   Nanos end;
+  Nanos sent = -1;  // -1: the network has no separate receipt (credit is released at `end`)
+  Nanos released() const { return sent >= 0 ? sent : end; }
 };
 
 class NetworkModel {
@@ -56,10 +62,17 @@ class NetworkModel {
   virtual std::string describe() const = 0;
 };
 
-// Parameter server: each message is pushed to the servers and the sum pulled back. Keys are spread evenly over the
-// S servers (load-balanced sharding, DESIGN.md), so every server receives W/S of each message's bytes from the workers
-// together; with symmetric workers one representative server stands for all. Full duplex: push and pull use opposite
-// directions of each NIC, so one message's pull overlaps the next one's push.
+// Parameter server, as comm_backends/ps sends it: each partition of a batch is its own message (the PS backend does not
+// fuse partitions into one request), messages above chunk_bytes travel as several chunks, and each chunk (key, offset)
+// lives on one server, chosen on first sight as the least-loaded by bytes (the root's Sharder). All W workers push that
+// chunk to its server and the server sends the sum back to each of them, so one chunk occupies its server's NIC for
+// W * bytes / server rate in each direction. Workers are symmetric (they dispatch the same messages at the same times),
+// so the model follows one worker and every server. Full duplex: push and pull use opposite directions of each NIC, so
+// one message's pull overlaps the next one's push. Each server acknowledges a push as soon as it has arrived (message
+// `received`); the acknowledgement leaves through the server's send queue, FIFO behind the pulls already queued there
+// (the transport has one send queue per process), and reaches the worker a latency later: that is when the engine
+// releases the message's credit. `sharded = false` is the idealised model instead: every message spread evenly over the
+// S servers (W/S of its bytes on each), one message per batch.
 struct PsParams {
   int workers = 8;
   int servers = 8;
@@ -69,6 +82,7 @@ struct PsParams {
   // Messages bigger than this travel as several chunks, each pushed, summed and pulled on its own, so one big
   // message's pull overlaps its own push (the PS backend's COMMSCHED_PS_CHUNK_BYTES, 4 MiB by default). 0: never.
   uint64_t chunk_bytes = 0;
+  bool sharded = true;
 };
 
 class PsNetwork final : public NetworkModel {
@@ -81,13 +95,23 @@ class PsNetwork final : public NetworkModel {
   std::string describe() const override;
 
  private:
-  Nanos worker_time(uint64_t bytes) const;  // on the worker NIC
-  Nanos server_time(uint64_t bytes) const;  // on one server NIC: every worker's share of the message
-  Transfer transfer_one(uint64_t bytes, Nanos start);  // one message (or chunk) through push and pull
+  struct Server {
+    Link in, out;
+    uint64_t load = 0;  // bytes assigned (the Sharder's measure)
+  };
+  Nanos worker_time(uint64_t bytes) const;            // on the worker NIC
+  Nanos server_time(uint64_t bytes, double share) const;  // on one server NIC: `share` of every worker's bytes
+  // One message (or chunk) through push, receipt and pull, on `server` carrying `share` of it.
+  Transfer transfer_one(uint64_t bytes, Nanos start, Server& server, double share);
+  // One message's chunks, one after another, each on its owner (sharded) or spread over all servers.
+  Transfer transfer_message(int32_t key, uint64_t offset, uint64_t bytes, Nanos start);
+  Server& owner(int32_t key, uint64_t offset, uint64_t bytes);
 
   PsParams p_;
   Nanos latency_;
-  Link worker_up_, worker_down_, server_in_, server_out_;
+  Link worker_up_, worker_down_;
+  std::vector<Server> servers_;  // sharded: one per server; otherwise one that stands for all
+  std::map<std::pair<int32_t, uint64_t>, size_t> owner_;
 };
 
 // Ring all-reduce, alpha-beta: 2(W-1)/W * bytes / B + 2(W-1) * alpha per collective; collectives run one at a time.

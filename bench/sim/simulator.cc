@@ -10,11 +10,11 @@ namespace commsched::sim {
 namespace {
 
 struct Event {
-  enum class Kind { compute_done, batch_done, wakeup };
+  enum class Kind { compute_done, batch_sent, batch_done, wakeup };
   Nanos time;
   uint64_t seq;  // ties: in the order scheduled, so runs are deterministic
   Kind kind;
-  size_t index;  // batch index for batch_done
+  size_t index;  // batch index for batch_sent and batch_done
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
@@ -36,6 +36,7 @@ class Run {
   void try_start_compute(Nanos now);
   void on_compute_done(Nanos now);
   void submit_layer(size_t layer, Nanos now);
+  void on_batch_sent(size_t index, Nanos now);
   void on_batch_done(size_t index, Nanos now);
   void pump(Nanos now);
   void record(Span::Lane lane, int iteration, Nanos start, Nanos end, int32_t first, int32_t last, uint64_t bytes,
@@ -130,11 +131,18 @@ void Run::submit_layer(size_t layer, Nanos now) {
   }
 }
 
+// The push has arrived (PS receipt) or the whole exchange is over: the engine releases the batch's credit here
+// (scheduler/engine.cc, on_batch_sent), so the policy hears on_batch_done now, not when the result is back.
+void Run::on_batch_sent(size_t index, Nanos now) {
+  policy_.on_batch_done(batches_[index], now);
+  pump(now);
+  try_start_compute(now);
+}
+
 void Run::on_batch_done(size_t index, Nanos now) {
   const Batch& b = batches_[index];
   record(Span::Lane::comm, tasks_[b.front().task_id].iteration, batch_start_[index], now, b.front().priority, b.back().priority, batch_bytes(b),
          uint32_t(b.size()));
-  policy_.on_batch_done(b, now);
   for (const PartRef& p : b) {
     TaskState& t = tasks_.at(p.task_id);
     if (--t.parts_left == 0) --layer_pending_[t.layer];
@@ -154,6 +162,7 @@ void Run::pump(Nanos now) {
       const Transfer t = net_.transfer(b, now);
       batches_.push_back(std::move(b));
       batch_start_.push_back(t.begin);  // the timeline shows time on the wire, not time queued behind others
+      schedule(t.released(), Event::Kind::batch_sent, batches_.size() - 1);  // scheduled first: runs first on ties
       schedule(t.end, Event::Kind::batch_done, batches_.size() - 1);
     }
     const auto wake = policy_.next_wakeup();
@@ -184,6 +193,7 @@ SimResult Run::go() {
     events_.pop();
     switch (e.kind) {
       case Event::Kind::compute_done: on_compute_done(e.time); break;
+      case Event::Kind::batch_sent: on_batch_sent(e.index, e.time); break;
       case Event::Kind::batch_done: on_batch_done(e.index, e.time); break;
       case Event::Kind::wakeup:
         if (wake_scheduled_ && *wake_scheduled_ <= e.time) wake_scheduled_.reset();

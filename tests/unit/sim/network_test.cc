@@ -8,8 +8,8 @@ namespace {
 Batch one(uint64_t bytes) { return Batch{PartRef{1, 0, 0, 1, 0, bytes}}; }
 
 TEST(PsNetwork, OneMessageTakesPushPlusPull) {
-  // 8 workers, 2 servers, 10 Gbit/s: servers carry 4x the worker's bytes and are the bottleneck.
-  PsNetwork net({8, 2, 10e9, 10e9, 10e-6});
+  // 8 workers, 2 servers, 10 Gbit/s, keys spread evenly: servers carry 4x the worker's bytes and are the bottleneck.
+  PsNetwork net({8, 2, 10e9, 10e9, 10e-6, 0, false});
   const uint64_t bytes = 1'250'000;  // 1 ms at 10 Gbit/s
   EXPECT_EQ(net.transfer(one(bytes), 0).end, 2 * (4'000'000 + 10'000));
   EXPECT_DOUBLE_EQ(net.comm_lower_bound_s(bytes), 4e-3);
@@ -30,6 +30,39 @@ TEST(PsNetwork, ChunkedMessagePullsWhilePushing) {
   const Transfer t = chunked.transfer(one(1000), 0);
   EXPECT_EQ(t.begin, 0);
   EXPECT_EQ(t.end, 1250);  // the last chunk is pushed by 1000 and pulled by 1250
+}
+
+TEST(PsNetwork, ReceiptOfThePushComesBeforeTheSum) {
+  PsNetwork net({1, 1, 8e9, 8e9, 100e-9});  // 1 byte per ns, 100 ns latency
+  const Transfer first = net.transfer(one(1000), 0);  // pushed by 1100, receipt back at 1200, pulled by 2200
+  EXPECT_EQ(first.sent, 1200);
+  EXPECT_EQ(first.end, 2200);
+  // The second push arrives at 2100; its receipt queues behind the first pull (server sends until 2100), then 100 ns.
+  const Transfer second = net.transfer(one(1000), 0);
+  EXPECT_EQ(second.sent, 2200);
+  EXPECT_EQ(second.end, 3200);
+}
+
+TEST(PsNetwork, ChunkedMessageIsSentWhenEveryChunkHasArrived) {
+  PsNetwork net({1, 1, 8e9, 8e9, 0, 250});  // 4 chunks of 250 bytes
+  const Transfer t = net.transfer(one(1000), 0);
+  EXPECT_EQ(t.sent, 1000);  // the last chunk arrives at 1000; the server's queue is free then (pulls end at 1000)
+  EXPECT_EQ(t.end, 1250);
+}
+
+TEST(PsNetwork, ShardedChunkLivesOnOneServer) {
+  // 2 workers, 2 servers, 1 byte per ns: a chunk's server receives it from both workers and sends the sum to both.
+  PsNetwork net({2, 2, 8e9, 8e9, 0, 0, true});
+  Batch two{PartRef{1, 0, 5, 1, 0, 1000}, PartRef{2, 0, 6, 2, 0, 1000}};  // two tensors: one on each server
+  const Transfer t = net.transfer(two, 0);
+  // Tensor 5 on server 0: pushed by 1000 (server ingress 2000 ns... for 2 x 1000 bytes), so in by 2000, out by 4000.
+  // Tensor 6 on server 1: worker pushes 1000..2000, server 1 ingress 0..2000 in parallel, pulled 2000..4000.
+  EXPECT_EQ(t.sent, 2000);
+  EXPECT_EQ(t.end, 4000);
+  // The same tensor again lands on the same server (first-sight assignment): its ingress queues behind the first.
+  const Transfer again = net.transfer(Batch{PartRef{3, 0, 5, 3, 0, 1000}}, 0);
+  EXPECT_EQ(again.sent, 4000);  // ingress 2000..4000; the receipt leaves as server 0's pull of the first ends (4000)
+  EXPECT_EQ(again.end, 6000);
 }
 
 TEST(RingAllreduceNetwork, AlphaBetaCost) {

@@ -1,5 +1,7 @@
 #include "bench/sim/simulator.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "bench/sim/sim_policy.h"
@@ -40,10 +42,28 @@ TEST(Simulator, OneTensorOnARingTakesComputePlusOneAllreduce) {
 
 TEST(Simulator, OneTensorOverThePsTakesComputePlusPushAndPull) {
   const auto m = testing::one_tensor(1'250'000, kMs, 2 * kMs);
-  PsNetwork net({8, 8, 10e9, 10e9, 20e-6});
+  PsNetwork even({8, 8, 10e9, 10e9, 20e-6, 0, false});  // idealised: the tensor spread over the 8 servers
   FifoPolicy wfbp;
-  const SimResult r = simulate(m, net, wfbp, SimOptions{});
-  EXPECT_NEAR(r.iteration_s, 3e-3 + 2 * (1e-3 + 20e-6), 1e-9);
+  EXPECT_NEAR(simulate(m, even, wfbp, SimOptions{}).iteration_s, 3e-3 + 2 * (1e-3 + 20e-6), 1e-9);
+  // As the PS shards it: the one key lives on one server, which receives it from all 8 workers and sends 8 sums.
+  PsNetwork sharded({8, 8, 10e9, 10e9, 20e-6, 0, true});
+  FifoPolicy wfbp2;
+  EXPECT_NEAR(simulate(m, sharded, wfbp2, SimOptions{}).iteration_s, 3e-3 + 2 * (8e-3 + 20e-6), 1e-9);
+}
+
+// The engine releases credit when the PS acknowledges receipt of a push (scheduler/engine.cc, on_batch_sent), not when
+// the sum is back; the simulator must do the same or it mispredicts credit-limited scheduling.
+TEST(Simulator, PsCreditIsReleasedWhenThePushHasArrived) {
+  const auto m = testing::one_tensor(4000, 0, kMs);  // one tensor, 4 partitions of 1000 bytes
+  PsNetwork net({1, 1, 8e9, 8e9, 0});                 // 1 byte per ns, no latency
+  const SimResult r = run(m, net, PolicyKind::bytescheduler, 1000, 1000, true);
+  std::vector<Nanos> starts;
+  for (const Span& s : r.spans)
+    if (s.lane == Span::Lane::comm && s.iteration == 0) starts.push_back(s.start);
+  std::sort(starts.begin(), starts.end());
+  ASSERT_EQ(starts.size(), 4u);
+  // One partition of credit: each push starts as the previous one has arrived (1000 ns), not after its pull (2000 ns).
+  for (size_t i = 1; i < starts.size(); ++i) EXPECT_EQ(starts[i] - starts[i - 1], 1000) << i;
 }
 
 TEST(Simulator, NoPolicyBeatsTheLowerBound) {
