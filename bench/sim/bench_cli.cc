@@ -32,6 +32,7 @@ struct BenchArgs {
   std::vector<std::string> partitions;
   std::vector<double> credit_multipliers;
   std::vector<std::string> small_tensor;
+  int tune = 0;
   std::string fusion_bytes = "64MiB";
   std::string fusion_cycle = "5ms";
   int iterations = 6;
@@ -81,6 +82,8 @@ sim::GridSpec to_spec(const BenchArgs& a) {
     s.small_tensor_bytes = parse_all<uint64_t>(a.small_tensor, [](const std::string& v) -> uint64_t {
       return v == "0" || v == "off" ? 0 : parse_bytes("--small-tensor", v);  // 0: small-tensor fusion off
     });
+  if (a.tune < 0) throw InvalidArgument("--tune: " + std::to_string(a.tune) + " (must be >= 0)");
+  s.tune_trials = a.tune;
   s.base.fusion_bytes = parse_bytes("--fusion-bytes", a.fusion_bytes);
   s.base.fusion_cycle_s = parse_seconds("--fusion-cycle", a.fusion_cycle);
   s.sim.iterations = a.iterations;
@@ -150,6 +153,9 @@ void add_bench_subcommand(CLI::App& app) {
       ->delimiter(',');
   b->add_option("--small-tensor", args->small_tensor, "bytescheduler small-tensor fusion bounds searched (0: off)")
       ->delimiter(',');
+  b->add_option("--tune", args->tune,
+                 "bytescheduler knobs found by the Bayesian optimiser in N simulated trials instead of the grid (0: grid)")
+      ->capture_default_str();
   b->add_option("--fusion-bytes", args->fusion_bytes, "fusion policy threshold")->capture_default_str();
   b->add_option("--fusion-cycle", args->fusion_cycle, "fusion policy cycle")->capture_default_str();
   b->add_option("--iterations", args->iterations, "simulated iterations")->capture_default_str();

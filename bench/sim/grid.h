@@ -32,6 +32,12 @@ struct GridSpec {
   std::vector<uint64_t> partitions = {256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20};
   std::vector<double> credit_multipliers = {0, 1, 2, 4, 8};
   std::vector<uint64_t> small_tensor_bytes = {0, 64ull << 10, 8ull << 20};
+  // > 0: ByteScheduler's knobs are found by the Bayesian optimiser (tuner::BayesOpt, as the online tuner uses) in this
+  // many simulated trials instead of the grid above: partition (log scale, tune_min..tune_max_partition), credit
+  // (one batch in flight, or 1x..16x the partition) and small-tensor fusion bound (off, or 64 KiB..512 MiB).
+  int tune_trials = 0;
+  uint64_t tune_min_partition = 64ull << 10;
+  uint64_t tune_max_partition = 64ull << 20;
   EngineConfig base;            // fusion threshold and cycle, and defaults for everything else
   SimOptions sim;
 };
@@ -42,6 +48,7 @@ struct CellResult {
   int workers = 0;
   std::string policy;
   std::string knobs;            // the configuration reported (best found, for bytescheduler)
+  EngineConfig config;          // that configuration
   double iteration_s = 0;
   double speedup_vs_wfbp = 0;   // 0 when wfbp was not run
   double compute_s = 0;
@@ -52,7 +59,8 @@ struct CellResult {
 };
 
 // The knob grid searched by default. All-reduce at scale pays 2(W-1) latencies per collective, so its grid reaches
-// bigger partitions and fusion bounds (as ByteScheduler itself tunes larger partitions for all-reduce).
+// bigger partitions and fusion bounds (as ByteScheduler itself tunes larger partitions for all-reduce); so does the
+// tuner's partition range.
 void use_default_knob_grid(GridSpec& spec);
 
 std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers);
