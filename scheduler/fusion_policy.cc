@@ -52,8 +52,13 @@ void FusionPolicy::poll(Nanos now, std::vector<Batch>& out) {
   now_ = std::max(now_, now);
   if (in_flight_batches_ > 0) return;
   if (tick_batches_.empty()) {
-    if (pending_.empty() || now < tick_at_or_after(now)) return;
-    last_tick_ = tick_at_or_after(now);
+    if (pending_.empty()) return;
+    // Fix the tick once: a real clock polls a little after the wake-up it asked for, and recomputing "the tick at
+    // or after now" then would always find the next cycle and never take the tensors.
+    if (!scheduled_) scheduled_ = tick_at_or_after(now);
+    if (now < *scheduled_) return;
+    last_tick_ = *scheduled_;
+    scheduled_.reset();
     fuse_pending();
   }
   Batch next = std::move(tick_batches_.front());
@@ -65,7 +70,7 @@ void FusionPolicy::poll(Nanos now, std::vector<Batch>& out) {
 
 std::optional<Nanos> FusionPolicy::next_wakeup() const {
   if (busy() || pending_.empty()) return std::nullopt;  // a completion or an arrival will call poll
-  return tick_at_or_after(now_);
+  return scheduled_ ? *scheduled_ : tick_at_or_after(now_);
 }
 
 size_t FusionPolicy::queued_partitions() const {

@@ -38,8 +38,9 @@ class FusionPolicy final : public Policy {
   std::vector<PartRef> pending_;       // ready, waiting for the next tick (readiness order)
   std::deque<Batch> tick_batches_;     // formed at the last tick, not yet dispatched
   std::optional<Nanos> last_tick_;     // when the loop last took tensors
+  std::optional<Nanos> scheduled_;     // the tick that will take the pending tensors, once fixed by poll
   Nanos idle_since_ = 0;
-  Nanos now_ = 0;                      // the latest time told (next_wakeup has no `now` of its own)               // when the loop's last batch completed
+  Nanos now_ = 0;                      // the latest time told (next_wakeup has no `now` of its own)
   size_t in_flight_batches_ = 0;
   uint64_t in_flight_ = 0;
 };

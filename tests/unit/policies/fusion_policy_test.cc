@@ -59,6 +59,17 @@ TEST(FusionPolicy, IdleLoopWakesOnTheCycleGrid) {
   EXPECT_EQ(poll_at(p, 15'000'000).size(), 1u);
 }
 
+// A real clock polls after the wake-up it asked for: the tick it was waiting for must still take the tensors
+// (recomputing "the next tick after now" would push it a cycle ahead forever).
+TEST(FusionPolicy, ALatePollStillTakesTheScheduledTick) {
+  FusionPolicy p(1 << 20, kCycle);
+  auto out = arrive(p, 1, 0, 100, 0);
+  p.on_batch_done(out[0], 1000);
+  EXPECT_TRUE(arrive(p, 2, 0, 100, 12'000'000).empty());
+  ASSERT_EQ(*p.next_wakeup(), 15'000'000);
+  EXPECT_EQ(poll_at(p, 15'000'037).size(), 1u);
+}
+
 TEST(FusionPolicy, BusyLoopRunsAgainAsSoonAsItsBatchesComplete) {
   FusionPolicy p(1 << 20, kCycle);
   auto out = arrive(p, 1, 0, 100, 0);

@@ -7,6 +7,7 @@
 
 #include "scheduler/engine.h"
 #include "scheduler/fifo_policy.h"
+#include "scheduler/policy_factory.h"
 #include "scheduler/priority_credit_policy.h"
 #include "tests/unit/scheduler/test_backends.h"
 
@@ -264,6 +265,37 @@ TEST(Engine, CreditKnobGoesToABackendThatManagesCredit) {
   const std::vector<uint64_t> want = {1024, 4096};
   EXPECT_EQ(backend->credits(), want);
 }
+
+// Every policy, driven in real time (polls arrive late, timers fire late), finishes a few training-like iterations:
+// gradients trickle in during backward, then backward_done. A policy that waits for a tick it keeps postponing, or
+// for a backward_done that already came, hangs here.
+class EveryPolicy : public ::testing::TestWithParam<PolicyKind> {};
+
+TEST_P(EveryPolicy, FinishesIterationsInRealTime) {
+  auto backend = std::make_shared<RecordingBackend>(std::chrono::microseconds(200));
+  EngineConfig cfg = config_with(64 * 1024, 256 * 1024);
+  cfg.policy = GetParam();
+  cfg.fusion_cycle_s = 0.002;
+  Engine engine(make_policy(cfg), backend, cfg);
+  std::vector<std::vector<float>> bufs(12);
+  for (size_t i = 0; i < bufs.size(); ++i) bufs[i].resize(1000 + 30000 * (i % 4));
+  std::atomic<int> ok{0};
+  for (int it = 0; it < 3; ++it) {
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      const size_t i = bufs.size() - 1 - k;
+      engine.submit(make_task("g" + std::to_string(i), static_cast<int>(i), bufs[i], [&](const Status& s) { ok += s.ok(); }));
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+    engine.backward_done();
+    ASSERT_TRUE(engine.wait_all_for(std::chrono::seconds(20))) << policy_name(GetParam()) << " hung in iteration " << it;
+  }
+  EXPECT_EQ(ok.load(), 36);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, EveryPolicy,
+                         ::testing::Values(PolicyKind::bytescheduler, PolicyKind::wfbp, PolicyKind::bsp,
+                                           PolicyKind::fusion, PolicyKind::mgwfbp),
+                         [](const auto& info) { return std::string(policy_name(info.param)); });
 
 TEST(Engine, KnobsChangeAtIterationBoundary) {
   auto backend = std::make_shared<RecordingBackend>();
