@@ -89,7 +89,10 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
   int measured_from = opts.warmup;
   bool tuning = static_cast<bool>(opts.tuning_step);
   std::vector<Clock::time_point> starts;
-  for (int it = 0; it < measured_from + opts.iterations; ++it) {
+  // One trailing iteration is run but not measured: an iteration ends when the next one starts, and the last one
+  // would otherwise end with the final drain (every gradient reduced), which a training loop overlaps with the next
+  // forward pass.
+  for (int it = 0; it < measured_from + opts.iterations + 1; ++it) {
     starts.push_back(Clock::now());
     if (tuning && it > opts.warmup) {
       const double last = std::chrono::duration<double>(starts[it] - starts[it - 1]).count();
@@ -138,7 +141,7 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
   starts.push_back(Clock::now());
   result.error = completions.error();
 
-  for (int it = measured_from; it + 1 < static_cast<int>(starts.size()); ++it)
+  for (int it = measured_from; it < measured_from + opts.iterations; ++it)
     result.iteration_s.push_back(std::chrono::duration<double>(starts[it + 1] - starts[it]).count());
   const auto& v = result.iteration_s;
   if (!v.empty()) {
