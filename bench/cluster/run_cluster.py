@@ -43,6 +43,17 @@ def ci95(values):
 
 
 def run_trial(args, model, bw, workers, servers, policy):
+    for attempt in range(1, args.attempts + 1):
+        try:
+            return run_trial_once(args, model, bw, workers, servers, policy)
+        except RuntimeError as e:
+            if attempt == args.attempts:
+                raise
+            print(f"run_cluster: attempt {attempt} failed, running the trial again: {str(e).splitlines()[-1]}",
+                  file=sys.stderr, flush=True)
+
+
+def run_trial_once(args, model, bw, workers, servers, policy):
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
         cmd = [args.commsched, "launch", "-w", str(workers), "-s", str(servers), "--emulate-rate", bw, "--",
@@ -67,7 +78,8 @@ def simulate(args, model, bw, workers, servers, policy):
         cmd = [args.sim, "bench", "--mode", "sim", "--models", model, "--bandwidths", bw, "--workers", str(workers),
                "--servers", str(servers), "--network", "ps", "--latency", args.latency, "--policies", policy,
                "--partitions", args.partition, "--credit-multipliers", str(parse_size(args.credit) / part),
-               "--small-tensor", args.small_tensor, "--iterations", "6", "--warmup", "1", "--out", tmp]
+               "--small-tensor", args.small_tensor, "--iterations", "6", "--warmup", "1", "--emulated-links",
+               "--out", tmp]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         with open(os.path.join(tmp, "results.csv")) as f:
             row = next(csv.DictReader(f))
@@ -100,6 +112,7 @@ def main():
     ap.add_argument("--small-tensor", default="64KiB")
     ap.add_argument("--latency", default="50us", help="latency the simulator assumes per message")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per trial")
+    ap.add_argument("--attempts", type=int, default=3, help="a failed trial (cluster error) is run again up to this")
     ap.add_argument("--out", default="cluster-results")
     args = ap.parse_args()
     args.sim = args.sim or args.commsched

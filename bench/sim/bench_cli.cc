@@ -33,6 +33,7 @@ struct BenchArgs {
   std::vector<double> credit_multipliers;
   std::vector<std::string> small_tensor;
   int tune = 0;
+  bool emulated_links = false;
   std::string fusion_bytes = "64MiB";
   std::string fusion_cycle = "5ms";
   int iterations = 6;
@@ -84,6 +85,7 @@ sim::GridSpec to_spec(const BenchArgs& a) {
     });
   if (a.tune < 0) throw InvalidArgument("--tune: " + std::to_string(a.tune) + " (must be >= 0)");
   s.tune_trials = a.tune;
+  s.ps_ingress_limited = !a.emulated_links;
   s.base.fusion_bytes = parse_bytes("--fusion-bytes", a.fusion_bytes);
   s.base.fusion_cycle_s = parse_seconds("--fusion-cycle", a.fusion_cycle);
   s.sim.iterations = a.iterations;
@@ -153,6 +155,8 @@ void add_bench_subcommand(CLI::App& app) {
       ->delimiter(',');
   b->add_option("--small-tensor", args->small_tensor, "bytescheduler small-tensor fusion bounds searched (0: off)")
       ->delimiter(',');
+  b->add_flag("--emulated-links", args->emulated_links,
+              "PS: model COMMSCHED_EMULATE_RATE (each process's sends paced, receiving unlimited), for validation");
   b->add_option("--tune", args->tune,
                  "bytescheduler knobs found by the Bayesian optimiser in N simulated trials instead of the grid (0: grid)")
       ->capture_default_str();

@@ -34,8 +34,8 @@ std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidt
   if (spec.network == NetworkKind::allreduce)
     return std::make_unique<RingAllreduceNetwork>(RingParams{workers, bandwidth_bps, spec.ring_alpha_s});
   const int servers = spec.servers > 0 ? spec.servers : workers;
-  return std::make_unique<PsNetwork>(
-      PsParams{workers, servers, bandwidth_bps, bandwidth_bps, spec.latency_s, spec.ps_chunk_bytes});
+  return std::make_unique<PsNetwork>(PsParams{workers, servers, bandwidth_bps, bandwidth_bps, spec.latency_s,
+                                              spec.ps_chunk_bytes, true, spec.ps_ingress_limited});
 }
 
 namespace {

@@ -26,6 +26,7 @@ struct GridSpec {
   int servers = 0;              // PS servers; 0: as many as workers (co-located, as BytePS deploys them)
   double latency_s = 25e-6;     // PS one-way latency per message
   uint64_t ps_chunk_bytes = 4ull << 20;  // PS messages above this are streamed in chunks (as the PS backend does)
+  bool ps_ingress_limited = true;        // false: model the EMULATED links (senders paced, receivers not)
   double ring_alpha_s = 5e-6;   // all-reduce per-step latency
   // ByteScheduler knob grid: partition sizes, credit as a multiple k of the partition (k = 0: one batch in flight at a
   // time, which latency-bound collectives need), small-tensor fusion bounds (0: off).

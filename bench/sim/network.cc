@@ -86,8 +86,8 @@ Transfer PsNetwork::transfer_message(int32_t key, uint64_t offset, uint64_t byte
 Transfer PsNetwork::transfer_one(uint64_t bytes, Nanos start, Server& server, double share) {
   const Nanos begin = std::max(worker_up_.start_of(start), server.in.start_of(start));
   // The bytes stream through the worker's uplink and the server's downlink at once; the slower side decides.
-  const Nanos pushed = std::max(worker_up_.reserve(start, worker_time(bytes)),
-                                server.in.reserve(start, server_time(bytes, share))) + latency_;
+  const Nanos ingress = p_.server_ingress_limited ? server_time(bytes, share) : 0;
+  const Nanos pushed = std::max(worker_up_.reserve(start, worker_time(bytes)), server.in.reserve(start, ingress)) + latency_;
   // The receipt goes out first, queued behind the pulls already in the server's send queue (its size is negligible).
   const Nanos sent = server.out.start_of(pushed) + latency_;
   // The server answers once every worker's push is summed (symmetric workers: all arrive together).
@@ -117,7 +117,8 @@ std::string PsNetwork::describe() const {
   std::ostringstream s;
   s << "PS " << p_.workers << " workers x " << gbit(p_.worker_bps) << ", " << p_.servers << " servers x "
     << gbit(p_.server_bps) << ", latency " << p_.latency_s * 1e6 << " us"
-    << (p_.sharded ? ", keys sharded whole" : ", keys spread evenly");
+    << (p_.sharded ? ", keys sharded whole" : ", keys spread evenly")
+    << (p_.server_ingress_limited ? "" : ", server ingress unlimited (emulated links)");
   return s.str();
 }
 

@@ -83,6 +83,9 @@ struct PsParams {
   // message's pull overlaps its own push (the PS backend's COMMSCHED_PS_CHUNK_BYTES, 4 MiB by default). 0: never.
   uint64_t chunk_bytes = 0;
   bool sharded = true;
+  // false: what a server receives is not limited, only what every process sends, as under the transport's EMULATED
+  // rate (COMMSCHED_EMULATE_RATE paces each process's sends; loopback receives at memory speed). For validation.
+  bool server_ingress_limited = true;
 };
 
 class PsNetwork final : public NetworkModel {

@@ -65,6 +65,14 @@ TEST(PsNetwork, ShardedChunkLivesOnOneServer) {
   EXPECT_EQ(again.end, 6000);
 }
 
+TEST(PsNetwork, EmulatedLinksPaceSendsOnly) {
+  // COMMSCHED_EMULATE_RATE paces what each process sends; a server receives its W workers' pushes in parallel.
+  PsNetwork net({2, 2, 8e9, 8e9, 0, 0, true, false});
+  const Transfer t = net.transfer(Batch{PartRef{1, 0, 5, 1, 0, 1000}}, 0);
+  EXPECT_EQ(t.sent, 1000);  // pushed at the worker's rate, not 2 x 1000 bytes into one server NIC
+  EXPECT_EQ(t.end, 3000);   // the server still sends 2 sums of 1000 bytes
+}
+
 TEST(RingAllreduceNetwork, AlphaBetaCost) {
   RingAllreduceNetwork net({4, 8e9, 1e-6});
   // 2(W-1)/W * bytes / B + 2(W-1) alpha = 1.5 * 1000 ns + 6 us
