@@ -100,7 +100,7 @@ GlooBackend::GlooBackend(const ClusterEnv& env, collective::CollectiveOptions op
   context_ = ctx;
   auto nopts = opts.negotiator_options(env);
   nopts.key_prefix = rendezvous_.scope() + "negotiator/";
-  // Gloo collectives are synchronous: they run on the negotiator thread that receives (or, on rank 0, makes) the order.
+  // Gloo collectives are synchronous: they run on the negotiator thread that receives (on rank 0: makes) the order.
   start_negotiation(nopts, rendezvous_.store(), /*execute_on_negotiator_thread=*/true);
 }
 
