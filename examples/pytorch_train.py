@@ -56,6 +56,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", help="wfbp, bytescheduler, bsp, fusion, mgwfbp (default: COMMSCHED_POLICY)")
     ap.add_argument("--cross-iteration", action="store_true", help="apply updates in the next forward (overlap)")
+    ap.add_argument("--tune", action="store_true",
+                    help="auto-tune partition size and credit first (COMMSCHED_TUNER_* apply); then run --steps more")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
     ap.add_argument("--batch-size", type=int, default=16, help="per worker")
@@ -69,7 +71,7 @@ def main():
         ap.error(f"--steps ({a.steps}) must exceed --warmup ({a.warmup})")
 
     torch.set_num_threads(a.threads)
-    hvd.init(policy=a.policy)
+    hvd.init(policy=a.policy, tune=True if a.tune else None)
     torch.manual_seed(0)
     patterns = torch.randn(CLASSES, 3, 32, 32)
     model = SmallCNN(a.hidden)
@@ -79,8 +81,16 @@ def main():
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     generator = torch.Generator().manual_seed(1 + hvd.rank())
 
+    ctx = hvd.context()
     losses, step_s = [], []
-    for step in range(a.steps):
+    tuning_steps = 0
+    step = 0
+    while len(step_s) < a.steps:
+        if a.tune and not ctx.tuner_state()["finished"]:
+            tuning_steps += 1
+            if tuning_steps > 1000:
+                raise SystemExit("the auto-tuner did not finish within 1000 steps")
+            step_s.clear()  # time only the steps after tuning (the final knobs apply from the next step)
         start = time.perf_counter()
         x, y = make_batch(patterns, a.batch_size, generator)
         optimizer.zero_grad()
@@ -89,20 +99,22 @@ def main():
         optimizer.step()
         step_s.append(time.perf_counter() - start)
         losses.append(loss.item())
-        if hvd.rank() == 0 and (step % 10 == 0 or step == a.steps - 1):
+        if hvd.rank() == 0 and step % 10 == 0:
             print(f"step {step:3d}  loss {loss.item():.4f}", flush=True)
+        step += 1
     optimizer.flush()
     # Average the first and last few losses over every worker.
     first = hvd.allreduce(torch.tensor(sum(losses[:3]) / 3), name="loss.first").item()
     last = hvd.allreduce(torch.tensor(sum(losses[-3:]) / 3), name="loss.last").item()
     mean_s, ci_s = mean_ci95(step_s[a.warmup:])
-    ctx = hvd.context()
+    tuner = ctx.tuner_state()
     summary = {
         "policy": ctx.policy, "backend": ctx.backend, "cross_iteration": optimizer.cross_iteration,
         "workers": hvd.size(), "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup,
         "step_ms": mean_s * 1e3, "step_ms_ci95": ci_s * 1e3,
         "images_per_s": a.batch_size * hvd.size() / mean_s, "loss_first": first, "loss_last": last,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "knobs": list(ctx.knobs()), "tuning_steps": tuning_steps, "tuner_trials": tuner["trials"],
     }
     if hvd.rank() == 0:
         print(f"{summary['policy']}{' + cross-iteration' if summary['cross_iteration'] else ''} on "

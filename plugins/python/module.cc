@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "plugins/api/context.h"
+#include "plugins/api/live_tuner.h"
 #include "scheduler/task.h"
 #include "tuner/python/bind_tuner.h"
 
@@ -117,11 +118,12 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("total_step_s", &StepStats::total_step_s);
 
   py::class_<Context>(m, "Context")
-      .def(py::init([](std::map<std::string, std::string> engine, std::string backend) {
-             ContextOptions o{std::move(engine), std::move(backend)};
+      .def(py::init([](std::map<std::string, std::string> engine, std::string backend, std::optional<bool> tune) {
+             ContextOptions o{std::move(engine), std::move(backend), tune};
              return std::make_unique<Context>(o);
            }),
            py::arg("engine") = std::map<std::string, std::string>{}, py::arg("backend") = std::string(),
+           py::arg("tune") = std::nullopt,
            py::call_guard<py::gil_scoped_release>(), "connects the backend (blocks for the rendezvous)")
       .def_property_readonly("rank", &Context::rank)
       .def_property_readonly("size", &Context::size)
@@ -141,6 +143,22 @@ PYBIND11_MODULE(_C, m) {
            "'reduce' (the backend's own reduction); returns a Handle")
       .def("backward_done", [](Context& c) { c.engine().backward_done(); }, py::call_guard<py::gil_scoped_release>())
       .def("iteration_end", &Context::iteration_end, py::call_guard<py::gil_scoped_release>())
+      .def("set_model", [](Context& c, std::vector<uint64_t> tensor_bytes) { c.set_model(tensor_bytes); },
+           py::arg("tensor_bytes"), "the model's gradient sizes in bytes, in forward order (keys the tuner's store)")
+      .def_property_readonly("tuning", &Context::tuning, "whether the online auto-tuner is on (COMMSCHED_TUNE)")
+      .def("tuner_state", [](const Context& c) {
+             py::dict d;
+             const LiveTuner* t = c.tuner();
+             d["enabled"] = c.tuning();
+             d["started"] = t != nullptr;
+             d["finished"] = t != nullptr && t->finished();
+             d["trials"] = t ? t->tuner().trials_done() : 0;
+             if (t && t->tuner().best_knobs()) {
+               d["best_partition_bytes"] = t->tuner().best_knobs()->partition_bytes;
+               d["best_credit_bytes"] = t->tuner().best_knobs()->credit_bytes;
+             }
+             return d;
+           }, "the auto-tuner's progress: enabled, started, finished, trials, best knobs so far")
       .def("wait_all", [](Context& c, double timeout_s) {
              return c.engine().wait_all_for(std::chrono::nanoseconds(static_cast<int64_t>(timeout_s * 1e9)));
            }, py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>())

@@ -23,3 +23,21 @@ def test_pytorch_synthetic_benchmark_reports_throughput():
                      deterministic=False)
     assert rc == 0, log
     assert "policy wfbp" in log and "total img/s on 2 worker(s):" in log, log
+
+
+def test_pytorch_train_auto_tunes_live(tmp_path):
+    """COMMSCHED_TUNE through the plugin: the tuner runs its trials while training (rank 0 decides, the decision is
+    broadcast through the PS), then training goes on with the kept knobs; the loss still falls."""
+    result = tmp_path / "r.json"
+    tuner = {"COMMSCHED_TUNER_TRIALS": "4", "COMMSCHED_TUNER_MIN_TRIALS": "4", "COMMSCHED_TUNER_INITIAL": "2",
+             "COMMSCHED_TUNER_WARMUP": "0", "COMMSCHED_TUNER_WINDOW": "1", "COMMSCHED_TUNER_WINDOWS": "1",
+             "COMMSCHED_TUNER_CSV": str(tmp_path / "trials.csv")}
+    rc, log = launch(2, [EXAMPLES / "pytorch_train.py", "--policy", "bytescheduler", "--tune", "--steps", 25,
+                         "--hidden", 64, "--check", "--result", result], env=tuner, deterministic=False)
+    assert rc == 0, log
+    r = json.loads(result.read_text())
+    assert r["tuner_trials"] == 4 and r["tuning_steps"] >= 4, r
+    assert "keeping partition" in log, log
+    rows = (tmp_path / "trials.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 4, rows  # header + one row per trial, written by rank 0 only
+    assert r["loss_last"] < r["loss_first"] * 2 / 3, r

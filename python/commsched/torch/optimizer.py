@@ -62,6 +62,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._warned_fallback = False
         self._keep = []                 # gradient accumulators and hook handles (their lifetime is ours)
         self._register_grad_hooks()
+        # The model's signature (gradient sizes in declaration order) keys the auto-tuner's store of best knobs.
+        runtime.context().set_model([p.numel() * p.element_size() for p in self._params])
         self._model = model
         if cross_iteration is None:
             cross_iteration = runtime.env_flag(CROSS_ITERATION_VAR)

@@ -27,11 +27,11 @@ class NotInitializedError(ValueError):
     """An API call before commsched.torch.init() (or after shutdown())."""
 
 
-def init(policy=None, backend=None, comm=None, **engine_options):
+def init(policy=None, backend=None, comm=None, tune=None, **engine_options):
     """Connects this process to the cluster described by the environment (see README, Configuration).
 
     policy / backend / engine_options (partition_bytes="1MiB", credit_bytes="unlimited", ...) override the
-    COMMSCHED_* variables. `comm` is accepted for Horovod compatibility and ignored. Calling init() twice is harmless.
+    COMMSCHED_* variables; tune=True turns the online auto-tuner on (default: COMMSCHED_TUNE). `comm` is accepted for Horovod compatibility and ignored. Calling init() twice is harmless.
     """
     global _ctx
     del comm
@@ -41,7 +41,7 @@ def init(policy=None, backend=None, comm=None, **engine_options):
         options = {k: str(v) for k, v in engine_options.items()}
         if policy is not None:
             options["policy"] = str(policy)
-        _ctx = _C.Context(engine=options, backend=backend or "")
+        _ctx = _C.Context(engine=options, backend=backend or "", tune=tune)
     atexit.register(shutdown)
 
 
