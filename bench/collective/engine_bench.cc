@@ -3,9 +3,9 @@
 // waits for L's gradients). Reports the mean iteration time per policy; policies alternate runs (A B A B ...) so drift
 // on a shared machine hits them alike.
 //
-// Credit: the engine runs with unlimited credit (per-rank credits deadlock a collective, see coordinator.h); --credit is
-// the global credit of the order negotiation (COMMSCHED_COLLECTIVE_CREDIT_BYTES), given to bytescheduler only, so the
-// baselines run as their papers describe them.
+// Credit: --credit is the global credit of the order negotiation, given to bytescheduler only (the engine hands its
+// credit knob to the backend, which keeps it on rank 0; per-rank credits deadlock a collective, see coordinator.h), so
+// the baselines run without one, as their papers describe them.
 //
 //   engine_bench --profile bench/profiles/resnet50.json [--ranks 2] [--iters 8] [--warmup 2] [--repeats 2]
 //                [--policies bytescheduler,wfbp] [--partition 4MiB] [--credit 16MiB] [--compute-scale 1]
@@ -81,7 +81,7 @@ int run_rank(const Args& a) {
   EngineConfig cfg;
   cfg.policy = parse_policy("--policy", a.policy);
   cfg.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
-  cfg.knobs.credit_bytes = 0;
+  cfg.knobs.credit_bytes = a.policy == "bytescheduler" ? parse_bytes("--credit", a.credit, true) : 0;
   Engine engine(make_policy(cfg), std::make_shared<GlooBackend>(env), cfg);
   std::vector<std::vector<std::byte>> grads;
   for (const auto& t : model.tensors) grads.emplace_back(t.bytes());
@@ -119,8 +119,7 @@ double launch(const Args& a, const std::string& policy) {
                                {"--rank-process", "--profile", a.profile, "--policy", policy, "--out", out, "--iters",
                                 std::to_string(a.iters), "--warmup", std::to_string(a.warmup), "--partition", a.partition,
                                 "--credit", a.credit, "--compute-scale", std::to_string(a.compute_scale)},
-                               a.ranks,
-                               {{"COMMSCHED_COLLECTIVE_CREDIT_BYTES", policy == "bytescheduler" ? a.credit : "unlimited"}});
+                               a.ranks);
   for (const auto& e : procs.wait(std::chrono::seconds(600)))
     if (!e.exited || e.code != 0) throw std::runtime_error(policy + ": rank " + std::to_string(e.rank) + " failed");
   double ms = 0;

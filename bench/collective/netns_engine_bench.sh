@@ -8,8 +8,8 @@
 #   e.g. bench/collective/netns_engine_bench.sh build 1gbit resnet50,transformer-base 5 3
 #
 # Policies alternate runs (wfbp, bytescheduler, wfbp, ...) so drift on a shared machine hits both alike. As in
-# engine_bench: the engines run with unlimited credit; bytescheduler gets the order negotiation's global credit
-# (COMMSCHED_COLLECTIVE_CREDIT_BYTES=$CREDIT), WFBP none. Environment: PARTITION (4MiB), CREDIT (16MiB), WARMUP (1).
+# engine_bench: bytescheduler gets the order negotiation's global credit ($CREDIT, handed over by the engine), WFBP
+# none. Environment: PARTITION (4MiB), CREDIT (16MiB), WARMUP (1).
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -44,14 +44,12 @@ echo "# engine_bench --partition $PARTITION, $ITERS iterations after $WARMUP war
 PORT=29600
 # Runs one 2-rank engine_bench; prints rank 0's mean iteration time in ms.
 run_once() {
-  local profile=$1 policy=$2 credit=unlimited
-  [[ $policy == bytescheduler ]] && credit=$CREDIT
+  local profile=$1 policy=$2
   PORT=$((PORT + 1))
   local out="$OUT/$profile.$policy.$PORT"
   local args=(--rank-process --profile "$HERE/bench/profiles/$profile.json" --policy "$policy" --out "$out"
               --iters "$ITERS" --warmup "$WARMUP" --partition "$PARTITION" --credit "$CREDIT")
-  local envs=(COMMSCHED_NUM_WORKERS=2 COMMSCHED_ROOT_ADDR="$A" COMMSCHED_ROOT_PORT="$PORT"
-              COMMSCHED_COLLECTIVE_CREDIT_BYTES="$credit")
+  local envs=(COMMSCHED_NUM_WORKERS=2 COMMSCHED_ROOT_ADDR="$A" COMMSCHED_ROOT_PORT="$PORT")
   ip netns exec "$NB" env "${envs[@]}" COMMSCHED_RANK=1 COMMSCHED_BIND="$B" "$BIN" "${args[@]}" &
   local peer=$!
   PIDS+=("$peer")

@@ -219,6 +219,10 @@ void CollectiveBackend::shutdown() {
 
 void CollectiveBackend::stop_base() { shutdown(); }
 
+void CollectiveBackend::set_credit_bytes(uint64_t credit_bytes) {
+  if (negotiator_) negotiator_->set_credit_bytes(credit_bytes);
+}
+
 NegotiatorStats CollectiveBackend::negotiation_stats() const {
   return negotiator_ ? negotiator_->stats() : NegotiatorStats{};
 }

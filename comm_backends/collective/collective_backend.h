@@ -36,8 +36,8 @@ struct ClusterEnv;
 namespace commsched::collective {
 
 // Settings every collective backend shares. Environment: COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB; "none" = no fusion),
-// COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the global credit decided on rank 0 (see coordinator.h; use it
-// instead of the engine's per-rank credit, which can deadlock a collective).
+// COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the global credit decided on rank 0 (see coordinator.h) until an
+// engine hands over its credit knob (manages_credit below; a per-rank credit in each engine can deadlock a collective).
 struct CollectiveOptions {
   uint64_t fusion_bytes = 1u << 20;
   uint64_t credit_bytes = 0;
@@ -57,6 +57,11 @@ class CollectiveBackend : public CommBackend {
   int size() const override { return size_; }
   void start(std::vector<PartitionView> batch, BatchDone done) override;
   void shutdown() override;
+  // The credit lives in the order negotiation (one global credit on rank 0, see coordinator.h), not in each rank's
+  // engine: an engine hands its credit knob here (COMMSCHED_CREDIT_BYTES, the auto-tuner) and runs its policy
+  // unlimited. COMMSCHED_COLLECTIVE_CREDIT_BYTES is the credit until an engine sets one.
+  bool manages_credit() const override { return true; }
+  void set_credit_bytes(uint64_t credit_bytes) override;
   NegotiatorStats negotiation_stats() const;
 
  protected:

@@ -53,7 +53,7 @@ std::string read_frame_blocking(int fd, Clock::time_point deadline, const std::s
 }  // namespace
 
 Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
-    : opts_(std::move(opts)), cb_(std::move(callbacks)) {
+    : opts_(std::move(opts)), cb_(std::move(callbacks)), credit_bytes_(opts_.credit_bytes) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
@@ -220,8 +220,17 @@ void Negotiator::heartbeat_loop() {
 }
 
 void Negotiator::completed(uint64_t bytes) {
-  if (!coordinator_ || opts_.credit_bytes == 0) return;
+  if (!coordinator_) return;
+  // Always counted, so the bytes in flight never stay overstated when the credit is switched on later; without a
+  // credit nothing waits on them, so the negotiator thread applies them when it next wakes anyway.
   completed_bytes_ += bytes;
+  if (credit_bytes_.load() > 0) wake(wake_.get());
+}
+
+void Negotiator::set_credit_bytes(uint64_t credit) {
+  if (!coordinator_) return;  // the coordinator on rank 0 decides alone
+  credit_bytes_ = credit;
+  credit_changed_ = true;
   wake(wake_.get());
 }
 
@@ -283,6 +292,7 @@ void Negotiator::loop() {
       [[maybe_unused]] const ssize_t n = ::read(wake_.get(), &v, sizeof v);
     }
     take_inbox();
+    if (coordinator_ && credit_changed_.exchange(false)) coordinator_->set_credit_bytes(credit_bytes_.load());
     if (const uint64_t done = completed_bytes_.exchange(0); done > 0 && coordinator_) coordinator_->on_completed(done);
     for (size_t i = 1; i < fds.size() && !finished_; ++i)
       if (fds[i].revents) read_peer(fd_rank[i]);

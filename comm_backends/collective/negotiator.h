@@ -89,6 +89,8 @@ class Negotiator {
   void submit(std::vector<Submission> subs);
   // This rank finished executed groups worth `bytes` (rank 0's completions drive the global credit; elsewhere a no-op).
   void completed(uint64_t bytes);
+  // Changes the global credit (0: no limit) from any thread; it applies on rank 0, and is a no-op elsewhere.
+  void set_credit_bytes(uint64_t credit);
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
   // Status::Code::cancelled. Idempotent.
   void shutdown();
@@ -173,6 +175,8 @@ class Negotiator {
   bool fatal_ = false;
 
   std::atomic<uint64_t> completed_bytes_{0};
+  std::atomic<uint64_t> credit_bytes_;
+  std::atomic<bool> credit_changed_{false};
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
 

@@ -48,7 +48,7 @@ class GlooThroughEngine : public ::testing::TestWithParam<EngineCase> {};
 TEST_P(GlooThroughEngine, ExactResultsWithPartitioningAndCredit) {
   const auto [ranks, policy] = GetParam();
   RankProcesses procs(GLOO_RANK_BIN, {"engine", "21", "2", policy}, ranks,
-                      {{"COMMSCHED_TIMEOUT", "5"}, {"COMMSCHED_COLLECTIVE_CREDIT_BYTES", "128KiB"}});
+                      {{"COMMSCHED_TIMEOUT", "5"}});
   for (const auto& e : procs.wait(std::chrono::seconds(90))) {
     EXPECT_TRUE(e.exited && e.code == 0) << describe(e) << " (see its output above)";
   }

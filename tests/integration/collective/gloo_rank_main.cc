@@ -96,9 +96,9 @@ int scenario_engine(const ClusterEnv& env, uint64_t seed, int iterations, const 
   EngineConfig cfg;
   cfg.policy = parse_policy("policy", policy);
   cfg.knobs.partition_bytes = 16 << 10;
-  // Unlimited engine credit: with a collective the credit lives in the coordinator (COMMSCHED_COLLECTIVE_CREDIT_BYTES),
-  // since per-rank credits can deadlock (see comm_backends/collective/coordinator.h).
-  cfg.knobs.credit_bytes = 0;
+  // A small credit: the engine hands it to the backend (manages_credit), which keeps it as the global credit of the
+  // order negotiation; per-rank credits would deadlock (see comm_backends/collective/coordinator.h).
+  cfg.knobs.credit_bytes = 128 << 10;
   Engine engine(make_policy(cfg), std::make_shared<GlooBackend>(env), cfg);
   for (int it = 0; it < iterations; ++it) {
     auto tasks = testing::make_workload(seed, 24, 40000, cfg.knobs.partition_bytes, env.num_workers, static_cast<uint64_t>(it));

@@ -193,6 +193,21 @@ TEST(Negotiator, ACollectiveLongerThanTheTimeoutOnTheNegotiatorThreadIsNotADeath
   }
 }
 
+TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
+  Group g(2);
+  g.rank(0).set_credit_bytes(100);  // one 64-byte partition in flight at a time
+  g.rank(1).set_credit_bytes(1);    // ignored: rank 0 decides
+  for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2)});
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
+  std::this_thread::sleep_for(200ms);  // room for a wrong second order to arrive
+  EXPECT_EQ(g.log(0).settled, 1u) << "the credit let a second partition through before anything completed";
+  g.rank(0).completed(64);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(2, 10s));
+  g.rank(0).set_credit_bytes(0);  // no limit: the last one goes without another completion
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
+  EXPECT_EQ(g.log(1).groups, g.log(0).groups);
+}
+
 TEST(Negotiator, RoundTripLatencyOnLoopback) {
   // Not a timed assertion: prints the per-round cost for the record (one partition ready on both ranks -> ordered).
   Group g(2);
