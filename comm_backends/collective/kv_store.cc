@@ -49,10 +49,11 @@ void TcpStoreServer::run() {
     for (auto& c : clients) fds.push_back({c->fd.get(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), -1) < 0) continue;  // EINTR
     if (fds[0].revents) return;
+    const size_t polled = clients.size();
     if (fds[1].revents) accept_clients(clients);
     std::vector<std::unique_ptr<Client>> alive;
     for (size_t i = 0; i < clients.size(); ++i) {
-      const bool ready = fds[i + 2].revents != 0;
+      const bool ready = i < polled && fds[i + 2].revents != 0;  // clients accepted just now have no pollfd yet
       if (!ready || serve(*clients[i])) alive.push_back(std::move(clients[i]));
     }
     clients = std::move(alive);

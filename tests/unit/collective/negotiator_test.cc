@@ -78,8 +78,9 @@ class Group {
       : server_("127.0.0.1", 0), logs_(size) {
     std::vector<std::future<void>> joins;
     negotiators_.resize(size);
+    // Every store first: the joining threads index stores_, which must not grow under them.
+    for (int r = 0; r < size; ++r) stores_.push_back(std::make_unique<TcpStoreClient>("127.0.0.1", server_.port(), 5000ms));
     for (int r = 0; r < size; ++r) {
-      stores_.push_back(std::make_unique<TcpStoreClient>("127.0.0.1", server_.port(), 5000ms));
       joins.push_back(std::async(std::launch::async, [=, this] {
         NegotiatorOptions o = options(r, size, fusion, timeout_s);
         o.execute_blocks = execute_blocks;
