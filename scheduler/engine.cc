@@ -61,7 +61,7 @@ struct Engine::Impl {
     pending_knobs = config.knobs;
     if (backend->manages_credit()) {
       policy->set_credit_bytes(0);
-      backend->set_credit_bytes(config.knobs.credit_bytes);
+      backend->set_credit_bytes(policy->uses_credit() ? config.knobs.credit_bytes : 0);
     }
     if (!config.timeline_path.empty())
       timeline = std::make_unique<Timeline>(config.timeline_path, backend->rank(), config.timeline_max_events);
@@ -151,7 +151,7 @@ struct Engine::Impl {
 
   // The credit knob goes to the policy, or to the backend when it keeps the credit itself (then the policy has none).
   void apply_credit(uint64_t credit) {
-    if (backend->manages_credit()) backend->set_credit_bytes(credit);
+    if (backend->manages_credit()) backend->set_credit_bytes(policy->uses_credit() ? credit : 0);
     else policy->set_credit_bytes(credit);
   }
 

@@ -55,6 +55,9 @@ class Policy {
 
   // Knobs; applied by the caller at an iteration boundary. credit_bytes == 0 means "no limit".
   virtual void set_credit_bytes(uint64_t /*credit*/) {}
+  // Whether this policy limits bytes in flight by a credit at all (the baselines do not). A backend that keeps the
+  // credit itself then gets the credit knob only for policies that use it, and "no limit" for the others.
+  virtual bool uses_credit() const { return false; }
 
   // Appends what to dispatch now (possibly nothing). Called after every event and at wake-ups.
   virtual void poll(Nanos now, std::vector<Batch>& out) = 0;

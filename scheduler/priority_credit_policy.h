@@ -24,6 +24,7 @@ class PriorityCreditPolicy final : public Policy {
   void on_task_arrived(const TaskArrival& task, Nanos now) override;
   void on_batch_done(const Batch& batch, Nanos now) override;
   void set_credit_bytes(uint64_t credit) override { credit_ = credit; }
+  bool uses_credit() const override { return true; }
   void poll(Nanos now, std::vector<Batch>& out) override;
   std::optional<Nanos> next_wakeup() const override;
   size_t queued_partitions() const override { return queue_.size(); }

@@ -264,6 +264,15 @@ TEST(Engine, CreditKnobGoesToABackendThatManagesCredit) {
   while (!engine.wait_all_for(std::chrono::milliseconds(1))) backend->complete_all();
   const std::vector<uint64_t> want = {1024, 4096};
   EXPECT_EQ(backend->credits(), want);
+
+  // A baseline without credit (WFBP) hands "no limit" to such a backend, whatever the credit knob says.
+  auto fifo_backend = std::make_shared<HeldBackend>(false, true);
+  Engine fifo(std::make_unique<FifoPolicy>(), fifo_backend, config_with(1024, 1024));
+  fifo.set_knobs(Knobs{1024, 4096});
+  fifo.backward_done();
+  fifo.submit(make_task("u", 0, buf));
+  while (!fifo.wait_all_for(std::chrono::milliseconds(1))) fifo_backend->complete_all();
+  EXPECT_EQ(fifo_backend->credits(), (std::vector<uint64_t>{0, 0}));
 }
 
 // Every policy, driven in real time (polls arrive late, timers fire late), finishes a few training-like iterations:
