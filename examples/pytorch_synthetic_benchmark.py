@@ -9,6 +9,7 @@ Prints img/s per worker and in total, as the mean of --num-iters measurements wi
 --num-warmup-batches batches that are not timed.
 """
 import argparse
+import json
 import math
 import timeit
 
@@ -31,6 +32,7 @@ def main():
     ap.add_argument("--cross-iteration", action="store_true", help="apply updates in the next forward (overlap)")
     ap.add_argument("--fp16-allreduce", action="store_true", help="fp16 compression on the wire")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
+    ap.add_argument("--result", help="rank 0 writes the measurements and the configuration here as JSON")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -73,6 +75,13 @@ def main():
     ci = 1.96 * math.sqrt(sum((r - mean) ** 2 for r in rates) / max(1, len(rates) - 1) / len(rates))
     log(f"img/s per worker: {mean:.1f} +- {ci:.1f} (95% interval)")
     log(f"total img/s on {hvd.size()} worker(s): {hvd.size() * mean:.1f} +- {hvd.size() * ci:.1f}")
+    if a.result and hvd.rank() == 0:
+        with open(a.result, "w") as f:
+            json.dump({"model": a.model, "batch_size": a.batch_size, "image_size": a.image_size, "workers": hvd.size(),
+                       "policy": ctx.policy, "cross_iteration": bool(optimizer.cross_iteration),
+                       "backend": ctx.backend, "threads": a.threads, "num_batches_per_iter": a.num_batches_per_iter,
+                       "rates_per_worker": rates, "img_s_per_worker": mean, "img_s_per_worker_ci95": ci,
+                       "img_s_total": hvd.size() * mean, "img_s_total_ci95": hvd.size() * ci}, f, indent=1)
     hvd.shutdown()
 
 

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# The PyTorch plugin over REAL shaped links: examples/pytorch_synthetic_benchmark.py with W workers and S parameter
+# servers, every process in its own network namespace, all joined by veth pairs to a Linux bridge in a "switch"
+# namespace (a star, like hosts on one switch). Each host's link is shaped with `tc ... tbf` (default 1gbit) on BOTH
+# ends of its veth pair: the host end limits what the host sends, the switch end what it receives (no netem). Needs
+# root and iproute2 (+ iperf3 for the link check). Every address lives only inside the namespaces created here; they
+# are deleted on exit, whatever happens.
+#
+#   sudo bench/torch/netns_torch_bench.sh [BUILD_DIR] [RATE] [REPEATS]     e.g. bench/torch/netns_torch_bench.sh build 1gbit 4
+#
+# BUILD_DIR needs the `commsched` and `commsched_python` targets (PYTHONPATH=BUILD_DIR/python). Configurations run
+# interleaved (wfbp, bytescheduler, bytescheduler + cross-iteration, wfbp, ...) so drift on a shared machine hits all
+# alike. Each run starts a fresh cluster (servers and workers, rendezvous on server 0).
+# Environment: WORKERS (4), SERVERS (2), MODEL (resnet18), IMAGE (32), BATCH (8 per worker), WARMUP (2),
+# BATCHES_PER_ITER (2), ITERS (4), THREADS (1 torch thread per worker), CONFIGS ("wfbp bytescheduler bytescheduler+xi"),
+# RUN_TIMEOUT (300 s per run), PYTHON (/usr/bin/python3), OUT_DIR (a temporary folder; the per-run JSON is kept there
+# when set). Engine knobs (COMMSCHED_PARTITION_BYTES, COMMSCHED_CREDIT_BYTES, ...) pass through from the environment;
+# unset, they are the defaults (4MiB partitions, 16MiB credit).
+set -euo pipefail
+
+BUILD=$(realpath -m "${1:-build}")
+RATE=${2:-1gbit}
+REPEATS=${3:-4}
+WORKERS=${WORKERS:-4}
+SERVERS=${SERVERS:-2}
+MODEL=${MODEL:-resnet18}
+IMAGE=${IMAGE:-32}
+BATCH=${BATCH:-8}
+WARMUP=${WARMUP:-2}
+BATCHES_PER_ITER=${BATCHES_PER_ITER:-2}
+ITERS=${ITERS:-4}
+THREADS=${THREADS:-1}
+CONFIGS=${CONFIGS:-wfbp bytescheduler bytescheduler+xi}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+PYTHON=${PYTHON:-/usr/bin/python3}
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
+BIN="$BUILD/plugins/commsched"
+[[ -x "$BIN" ]] || { echo "netns_torch_bench: $BIN not found (build the commsched target)" >&2; exit 2; }
+compgen -G "$BUILD/python/commsched/_C*.so" >/dev/null ||
+  { echo "netns_torch_bench: no $BUILD/python/commsched/_C*.so (build the commsched_python target)" >&2; exit 2; }
+[[ $(id -u) == 0 ]] || { echo "netns_torch_bench: needs root (network namespaces)" >&2; exit 2; }
+[[ -n ${OUT_DIR:-} ]] && { mkdir -p "$OUT_DIR"; KEEP=1; } || { OUT_DIR=$(mktemp -d); KEEP=0; }
+
+TAG=$$
+SW="csts_sw_$TAG"
+SUB="10.215.$((TAG % 250))"
+HOSTS=()   # namespace of each host: servers first, then workers
+ADDRS=()
+PIDS=()
+
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for ns in "${HOSTS[@]}" "$SW"; do ip netns del "$ns" 2>/dev/null || true; done
+  for ((i = 0; i < SERVERS + WORKERS; ++i)); do ip link del "cst${TAG}h$i" 2>/dev/null || true; done
+  [[ $KEEP == 1 ]] || rm -rf "$OUT_DIR"
+}
+trap cleanup EXIT INT TERM
+
+ip netns add "$SW"
+ip -n "$SW" link set lo up
+ip -n "$SW" link add br0 type bridge
+ip -n "$SW" link set br0 up
+for ((i = 0; i < SERVERS + WORKERS; ++i)); do
+  ns="csts_${i}_$TAG" h="cst${TAG}h$i" p="cst${TAG}p$i" addr="$SUB.$((i + 1))"
+  HOSTS+=("$ns")
+  ADDRS+=("$addr")
+  ip netns add "$ns"
+  ip link add "$h" type veth peer name "$p"
+  ip link set "$h" netns "$ns"
+  ip link set "$p" netns "$SW"
+  ip -n "$ns" link set "$h" name eth0
+  ip -n "$ns" addr add "$addr/24" dev eth0
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set eth0 up
+  ip -n "$SW" link set "$p" master br0
+  ip -n "$SW" link set "$p" up
+  # The host's NIC: what it sends (host end) and what it receives (switch end), each at RATE.
+  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 256kb latency 20ms
+  ip netns exec "$SW" tc qdisc add dev "$p" root tbf rate "$RATE" burst 256kb latency 20ms
+done
+ROOT=${ADDRS[0]}
+
+echo "# links: ${#HOSTS[@]} namespaces (S=$SERVERS servers, W=$WORKERS workers) on a bridge, veth + tbf $RATE each way per host"
+if command -v iperf3 >/dev/null; then
+  ip netns exec "${HOSTS[0]}" iperf3 -s -1 -B "$ROOT" -p 5201 >/dev/null 2>&1 &
+  PIDS+=($!)
+  sleep 0.5
+  MBIT=$(ip netns exec "${HOSTS[SERVERS]}" iperf3 -c "$ROOT" -p 5201 -t 3 -f m 2>/dev/null | awk '/sender/ {print $(NF-3)}')
+  echo "# iperf3 worker 0 -> server 0: ${MBIT:-?} Mbit/s"
+fi
+echo "# $MODEL ${IMAGE}x${IMAGE}, batch $BATCH per worker, $THREADS torch thread(s) per worker, $WARMUP warm-up batches," \
+     "$ITERS x $BATCHES_PER_ITER timed batches per run, $REPEATS run(s) per configuration, interleaved; $(nproc) cores," \
+     "load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+
+PORT=29700
+RUNS="$OUT_DIR/runs.txt"
+: > "$RUNS"
+# run_once CONFIG REP: one fresh cluster; appends "CONFIG REP total_img_s" (or "CONFIG REP FAILED") to $RUNS.
+run_once() {
+  local config=$1 rep=$2 policy=${1%+xi} xi=() pids=() rc=0
+  [[ $config == *+xi ]] && xi=(--cross-iteration)
+  PORT=$((PORT + 1))
+  local result="$OUT_DIR/$config.$rep.json" log="$OUT_DIR/$config.$rep.log"
+  local envs=(COMMSCHED_NUM_WORKERS="$WORKERS" COMMSCHED_NUM_SERVERS="$SERVERS" COMMSCHED_ROOT_ADDR="$ROOT"
+              COMMSCHED_ROOT_PORT="$PORT" COMMSCHED_BACKEND=ps PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+              OMP_NUM_THREADS="$THREADS")
+  for ((s = 0; s < SERVERS; ++s)); do
+    ip netns exec "${HOSTS[s]}" env "${envs[@]}" COMMSCHED_ROLE=server COMMSCHED_RANK="$s" \
+      COMMSCHED_BIND="${ADDRS[s]}" timeout "$RUN_TIMEOUT" "$BIN" server >>"$log" 2>&1 &
+    pids+=($!)
+  done
+  for ((w = 0; w < WORKERS; ++w)); do
+    local i=$((SERVERS + w))
+    ip netns exec "${HOSTS[i]}" env "${envs[@]}" COMMSCHED_ROLE=worker COMMSCHED_RANK="$w" \
+      COMMSCHED_BIND="${ADDRS[i]}" timeout "$RUN_TIMEOUT" "$PYTHON" "$HERE/examples/pytorch_synthetic_benchmark.py" \
+      --model "$MODEL" --image-size "$IMAGE" --batch-size "$BATCH" --threads "$THREADS" \
+      --num-warmup-batches "$WARMUP" --num-batches-per-iter "$BATCHES_PER_ITER" --num-iters "$ITERS" \
+      --policy "$policy" "${xi[@]}" --result "$result" >>"$log" 2>&1 &
+    pids+=($!)
+  done
+  PIDS+=("${pids[@]}")
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  if [[ $rc == 0 && -s $result ]]; then
+    local total
+    total=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["img_s_total"])' "$result")
+    echo "$config $rep $total" >> "$RUNS"
+    echo "  run $rep $config: $total img/s total"
+  else
+    echo "$config $rep FAILED" >> "$RUNS"
+    echo "  run $rep $config: FAILED (exit $rc); log $log:" >&2
+    tail -n 5 "$log" >&2
+  fi
+}
+
+for ((r = 0; r < REPEATS; ++r)); do
+  for c in $CONFIGS; do run_once "$c" "$r"; done
+done
+echo "# load average $(cut -d' ' -f1-3 /proc/loadavg) at end"
+
+"$PYTHON" - "$RUNS" $CONFIGS <<'PY'
+import math, sys
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+runs, configs = {}, sys.argv[2:]
+for line in open(sys.argv[1]):
+    config, rep, value = line.split()
+    runs.setdefault(config, {})[int(rep)] = None if value == "FAILED" else float(value)
+def stats(xs):
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return m, T95.get(len(xs) - 1, 1.96) * sd / math.sqrt(len(xs))
+label = {"wfbp": "wfbp (baseline)", "bytescheduler": "bytescheduler",
+         "bytescheduler+xi": "bytescheduler + cross-iteration"}
+base = runs.get("wfbp", {})
+print("\n| configuration | total img/s per run | mean img/s | 95% interval | ratio vs wfbp (of means) |"
+      " paired ratio (mean, 95% interval) |")
+print("|---|---|---:|---:|---:|---:|")
+bm = stats([v for v in base.values() if v is not None])[0] if any(v is not None for v in base.values()) else None
+for c in configs:
+    r = runs.get(c, {})
+    ok = [v for v in r.values() if v is not None]
+    failed = sum(v is None for v in r.values())
+    cells = ", ".join("FAILED" if r[k] is None else f"{r[k]:.1f}" for k in sorted(r))
+    if not ok:
+        print(f"| {label.get(c, c)} | {cells} | - | - | - | - |")
+        continue
+    m, ci = stats(ok)
+    pairs = [r[k] / base[k] for k in r if r[k] is not None and base.get(k)]
+    pm, pci = stats(pairs) if pairs else (float("nan"), float("nan"))
+    ratio = f"{m / bm:.3f}" if bm else "-"
+    paired = "1" if c == "wfbp" else f"{pm:.3f} ± {pci:.3f}"
+    print(f"| {label.get(c, c)} | {cells} | {m:.1f} | ± {ci:.1f} | {ratio} | {paired} |"
+          + (f" ({failed} failed)" if failed else ""))
+PY
