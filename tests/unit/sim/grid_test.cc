@@ -46,6 +46,21 @@ TEST(Grid, BytescheduluerIsTheBestOfItsKnobGrid) {
   EXPECT_LE(best.iteration_s, one.iteration_s);
 }
 
+TEST(Grid, TunedKnobsComeFromTheBayesianOptimiserAndAreReplayedInTimelines) {
+  GridSpec spec = small_spec();
+  spec.tune_trials = 8;
+  spec.policies = {PolicyKind::bytescheduler};
+  const CellResult tuned = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler);
+  EXPECT_NE(tuned.knobs.find("(tuned)"), std::string::npos) << tuned.knobs;
+  EXPECT_GE(tuned.config.knobs.partition_bytes, spec.tune_min_partition / 4096 * 4096);
+  EXPECT_LE(tuned.config.knobs.partition_bytes, spec.tune_max_partition);
+  EXPECT_EQ(run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler).iteration_s, tuned.iteration_s)
+      << "deterministic for a fixed seed";
+  const auto timelines = run_timelines(spec, spec.models[0], 5e9, 8, {tuned});
+  ASSERT_EQ(timelines.size(), 1u);
+  EXPECT_EQ(timelines[0].knobs, tuned.knobs);  // the tuned configuration, not the grid's first
+}
+
 TEST(Grid, WritersProduceTablesAndTimelines) {
   const GridSpec spec = small_spec();
   const auto cells = run_grid(spec);
