@@ -24,9 +24,13 @@ BackendKind choose_backend(const ClusterEnv& env, const ContextOptions& options)
   if (auto v = env_value(kBackendVar)) return parse_backend_kind(kBackendVar, *v);
   if (env.num_servers > 0) return BackendKind::ps;
   if (env.num_workers == 1) return BackendKind::loopback;
+#ifdef COMMSCHED_HAVE_GLOO
+  return BackendKind::gloo;  // several workers and no servers (`commsched launch -s 0`): CPU all-reduce
+#else
   throw InvalidArgument("COMMSCHED_NUM_WORKERS=" + std::to_string(env.num_workers) +
-                        " but COMMSCHED_NUM_SERVERS=0: start the workers under `commsched launch` (parameter server) "
-                        "or set COMMSCHED_BACKEND=gloo (CPU all-reduce) or nccl (GPU all-reduce)");
+                        " but COMMSCHED_NUM_SERVERS=0 and this build has no Gloo: start the workers under `commsched "
+                        "launch -s 1` (parameter server) or set COMMSCHED_BACKEND=nccl (GPU all-reduce)");
+#endif
 }
 
 std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& env) {

@@ -5,7 +5,8 @@
 //   COMMSCHED_BACKEND   ps | gloo | loopback | nccl
 //                       default: ps when the cluster contract names servers (COMMSCHED_NUM_SERVERS > 0, as
 //                       `commsched launch` sets it); loopback with one rank when nothing is set, so a plain
-//                       single-process script works unchanged.
+//                       single-process script works unchanged; gloo for several workers and no servers
+//                       (`commsched launch -s 0`).
 //   COMMSCHED_TUNE      0|1 (default 0): auto-tune partition size and credit live with the online Bayesian tuner
 //                       (COMMSCHED_TUNER_* options); rank 0 decides, every rank switches at the same step.
 #pragma once

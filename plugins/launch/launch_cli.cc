@@ -15,7 +15,9 @@ void add_launch_subcommand(CLI::App& app) {
   auto opts = std::make_shared<LaunchOptions>();
   CLI::App* sub = app.add_subcommand("launch", "run a command as W workers with S parameter servers on this host");
   sub->add_option("-w,--workers", opts->workers, "number of worker processes")->check(CLI::PositiveNumber);
-  sub->add_option("-s,--servers", opts->servers, "number of server processes")->check(CLI::PositiveNumber);
+  sub->add_option("-s,--servers", opts->servers,
+                  "number of parameter-server processes (0: workers only, for all-reduce backends such as gloo)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--emulate-rate", opts->emulate_rate,
                   "EMULATED link rate per process (token bucket on sends), e.g. 1gbit; not a real link");
   sub->add_flag("--deterministic", opts->deterministic, "servers sum in rank order (bitwise reproducible)");

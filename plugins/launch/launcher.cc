@@ -167,7 +167,7 @@ class Cluster {
 
 int launch_local_cluster(const LaunchOptions& opts) {
   if (opts.workers < 1) throw InvalidArgument("launch: --workers must be at least 1, got " + std::to_string(opts.workers));
-  if (opts.servers < 1) throw InvalidArgument("launch: --servers must be at least 1, got " + std::to_string(opts.servers));
+  if (opts.servers < 0) throw InvalidArgument("launch: --servers must be at least 0, got " + std::to_string(opts.servers));
   if (opts.command.empty()) throw InvalidArgument("launch: no worker command given (use: launch -w 4 -s 2 -- cmd ...)");
   return Cluster(opts).run();
 }

@@ -15,12 +15,13 @@ KINDS = ("sgd", "adam")
 ENGINE_ENV = {"COMMSCHED_PARTITION_BYTES": "1KiB", "COMMSCHED_CREDIT_BYTES": "4KiB"}
 
 
-def train(tmp_path, workers, policy, cross):
-    out = tmp_path / f"w{workers}-{policy}-cross{int(cross)}"
+def train(tmp_path, workers, policy, cross, servers=1):
+    out = tmp_path / f"w{workers}-{policy}-cross{int(cross)}-s{servers}"
     out.mkdir()
     # (With cross-iteration on, the worker itself fails unless step() really left updates to the forward hooks.)
     env = dict(ENGINE_ENV, COMMSCHED_POLICY=policy, COMMSCHED_CROSS_ITERATION=int(cross))
-    rc, log = launch(workers, [HERE / "torch_worker.py", "--out", out, "--steps", STEPS, "--batch", BATCH], env)
+    rc, log = launch(workers, [HERE / "torch_worker.py", "--out", out, "--steps", STEPS, "--batch", BATCH], env,
+                     servers=servers)
     assert rc == 0, log
     return {k: [torch.load(out / f"{k}.{r}.pt") for r in range(workers)] for k in KINDS}
 
@@ -65,6 +66,13 @@ def test_four_workers_match_single_process_with_and_without_cross_iteration(tmp_
     check_against_reference(plain, 4)
     for kind in KINDS:
         assert_bitwise(plain[kind][0], cross[kind][0], f"{kind}: bytescheduler vs wfbp+cross-iteration")
+
+
+def test_gloo_allreduce_without_servers_matches_single_process(tmp_path):
+    """`commsched launch -s 0`: no parameter server, the workers all-reduce with Gloo (the engine's credit goes to
+    the collective's global credit on rank 0); same results as one process on the combined batch."""
+    sched = train(tmp_path, 2, "bytescheduler", True, servers=0)
+    check_against_reference(sched, 2)
 
 
 def test_single_process_without_cluster_uses_loopback(tmp_path):
