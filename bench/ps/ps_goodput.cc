@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
   const uint64_t mib = std::stoull(opt["--mib-per-size"]);
   const int reps = opt.count("--reps") ? std::stoi(opt["--reps"]) : 3;
   try {
-    if (mode == "ps-server") return run_server(env_for(Role::server, opt["--bind"], port), PsConfig::from_env());
+    if (mode == "ps-server") return run_server(env_for(Role::server, opt["--bind"], port), PsConfig::from_env(), true);
     if (mode == "raw-server") {
       raw_server(listen_on(opt["--bind"], port));
       return 0;

@@ -1,7 +1,10 @@
 #include "comm_backends/ps/server.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "comm_backends/ps/messaging.h"
 #include "comm_backends/ps/net_util.h"
@@ -257,6 +260,7 @@ void Server::lose(const std::string& what, PeerId except) {
   failed_ = true;
   failure_ = what;
   log("error: " + what + "; stopping");
+  if (failure_hook_) failure_hook_();
   for (auto& [id, p] : peers_)
     if (id != except && !p.bye) send_text(*transport_, id, header(MsgType::peer_lost), what);
 }
@@ -272,7 +276,7 @@ bool Server::all_workers_left() const {
 
 }  // namespace ps
 
-int run_server(const ClusterEnv& env, const PsConfig& cfg) {
+int run_server(const ClusterEnv& env, const PsConfig& cfg, bool owns_process) {
   env.validate();
   cfg.validate(env.timeout_s);
   if (env.role != Role::server) throw InvalidArgument("run_server needs COMMSCHED_ROLE=server");
@@ -282,6 +286,15 @@ int run_server(const ClusterEnv& env, const PsConfig& cfg) {
   opts.max_message_bytes = cfg.max_message_bytes + 4096;
   opts.io_threads = cfg.io_threads;
   ps::Server server(env, cfg, ps::make_zmq_transport(opts));
+  if (owns_process)
+    server.on_failure([rank = env.rank] {
+      std::thread([rank] {
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        std::fprintf(stderr, "[commsched server %d] shutdown after the failure did not finish within 5 s; exiting\n", rank);
+        std::fflush(stderr);
+        std::_Exit(1);
+      }).detach();
+    });
   return server.run();
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -23,7 +24,10 @@ namespace commsched {
 
 // Runs a server until every worker has said goodbye (returns 0) or a peer is lost or fails (returns 1, after logging
 // an error naming the peer to stderr). Configuration errors throw InvalidArgument.
-int run_server(const ClusterEnv& env, const PsConfig& cfg);
+// owns_process: the caller is a server process's main (`commsched server`). Then, once the server has failed, the
+// process is ended with exit status 1 if it has not exited 5 s later: a failed server must never linger (a survivor
+// of a lost peer once stayed up in the kill test, its shutdown stuck; not root-caused, and logged when it happens).
+int run_server(const ClusterEnv& env, const PsConfig& cfg, bool owns_process = false);
 
 namespace ps {
 
@@ -31,6 +35,8 @@ class Server {
  public:
   Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Transport> transport);
   int run();
+  // Called once, on the server's thread, when the server fails (after the error is logged).
+  void on_failure(std::function<void()> hook) { failure_hook_ = std::move(hook); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -74,6 +80,7 @@ class Server {
   bool rendezvous_done_ = false;
   bool failed_ = false;
   std::string failure_;
+  std::function<void()> failure_hook_;
   Clock::time_point next_tick_;
   std::vector<Outcome> outcomes_;
 };

@@ -52,7 +52,7 @@ void add_server_subcommand(CLI::App& app) {
     }
     int rc = 1;
     try {
-      rc = run_server(env, cfg);
+      rc = run_server(env, cfg, /*owns_process=*/true);
     } catch (const std::exception& e) {
       std::cerr << "commsched server " << env.rank << ": " << e.what() << std::endl;
     }

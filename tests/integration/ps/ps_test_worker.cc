@@ -303,7 +303,7 @@ int main(int argc, char** argv) {
   }
   try {
     const ClusterEnv env = ClusterEnv::from_env();
-    if (env.role == Role::server) return run_server(env, PsConfig::from_env());
+    if (env.role == Role::server) return run_server(env, PsConfig::from_env(), /*owns_process=*/true);
     return run_worker(o);
   } catch (const std::exception& e) {
     std::cerr << "ps_test_worker: " << e.what() << std::endl;
