@@ -9,5 +9,5 @@ cd "$(dirname "$0")/.."
 echo "== unit and integration tests (ctest)"
 (cd build && ctest --output-on-failure --timeout 300)
 echo "== python tests"
-PYTHONPATH="$PWD/build/python:$PWD/build/tuner" /usr/bin/python3 -m pytest -q tests/python
+PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q tests/python
 echo "== all tests passed"

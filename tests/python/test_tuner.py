@@ -1,13 +1,10 @@
-"""Ask/tell tuner from Python: the standalone _commsched_tuner module (or the main commsched module, which folds the
-same bindings in). Run with PYTHONPATH pointing at the build folder that holds the module."""
+"""Ask/tell tuner from Python: the bindings in the main module, commsched._C.tuner. Run with PYTHONPATH pointing at
+<build>/python (scripts/run_tests.sh does)."""
 import math
 
 import pytest
 
-try:
-    import _commsched_tuner as t
-except ImportError:  # pragma: no cover - the main module carries the same classes
-    t = pytest.importorskip("commsched")
+from commsched._C import tuner as t
 
 
 def branin(u):
