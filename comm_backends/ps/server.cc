@@ -74,7 +74,8 @@ int Server::run() {
   while (!failed_) {
     auto now = Clock::now();
     const auto wait = next_tick_ > now ? duration_cast<milliseconds>(next_tick_ - now) : milliseconds(0);
-    if (auto in = transport_->receive(wait)) handle(*in);
+    if (auto in = transport_->receive(closed_.empty() ? wait : std::min(wait, milliseconds(20)))) handle(*in);
+    check_closed();
     if (failed_) break;
     now = Clock::now();
     if (now >= next_tick_) {
@@ -103,7 +104,7 @@ void Server::handle(Incoming& in) {
   if (dropped_.count(in.peer)) return;
   auto it = peers_.find(in.peer);
   if (in.kind == Incoming::Kind::disconnected) {
-    if (it != peers_.end() && !it->second.bye) lose(name_of(in.peer) + " lost: connection closed", in.peer);
+    if (it != peers_.end() && !it->second.bye) closed_.emplace(in.peer, Clock::now());
     return;
   }
   std::optional<uint64_t> psize;
@@ -252,6 +253,21 @@ void Server::tick() {
       return lose(name_of(id) + " lost: no message for " + std::to_string(env_.timeout_s) + " s", id);
     }
     send_msg(*transport_, id, header(MsgType::ping));  // also probes: an unroutable peer is reported as gone
+  }
+}
+
+void Server::check_closed() {
+  for (auto it = closed_.begin(); it != closed_.end();) {
+    auto peer = peers_.find(it->first);
+    if (peer == peers_.end() || peer->second.bye) {
+      it = closed_.erase(it);
+    } else if (Clock::now() - it->second > kByeGrace) {
+      const PeerId id = it->first;
+      closed_.erase(it);
+      return lose(name_of(id) + " lost: connection closed", id);
+    } else {
+      ++it;
+    }
   }
 }
 

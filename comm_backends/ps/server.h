@@ -75,6 +75,11 @@ class Server {
   PeerId root_ = 0;                            // our connection to the root (servers >= 1)
   std::unordered_map<PeerId, Peer> peers_;
   std::unordered_set<PeerId> dropped_;         // foreign or malformed connections: ignored from now on
+  // Connections closed without a goodbye yet: lost unless their goodbye turns up within kByeGrace (a closing worker's
+  // last message and its disconnection can reach this loop in either order).
+  std::unordered_map<PeerId, Clock::time_point> closed_;
+  static constexpr std::chrono::milliseconds kByeGrace{300};
+  void check_closed();
   std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
   std::vector<PeerId> worker_peer_;            // by rank
   bool rendezvous_done_ = false;
