@@ -13,34 +13,18 @@ BIN="$BUILD/bench/ps/ps_goodput"
 [[ -x "$BIN" ]] || { echo "netns_bench: $BIN not found (build the ps_goodput target)" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "netns_bench: needs root (network namespaces)" >&2; exit 2; }
 
-TAG=$$
-NA="csps_a_$TAG" NB="csps_b_$TAG"
-VA="cspa$TAG" VB="cspb$TAG"
-SUB="10.213.$((TAG % 250)).0"
-A="${SUB%.0}.1" B="${SUB%.0}.2"
+source "$(dirname "$0")/../netns_link.sh"
 PIDS=()
 
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  ip netns del "$NA" 2>/dev/null || true
-  ip netns del "$NB" 2>/dev/null || true
+  netns_link_down
 }
 trap cleanup EXIT INT TERM
 
-ip netns add "$NA"
-ip netns add "$NB"
-ip link add "$VA" type veth peer name "$VB"
-ip link set "$VA" netns "$NA"
-ip link set "$VB" netns "$NB"
-ip -n "$NA" addr add "$A/30" dev "$VA"
-ip -n "$NB" addr add "$B/30" dev "$VB"
-for ns in "$NA" "$NB"; do ip -n "$ns" link set lo up; done
-ip -n "$NA" link set "$VA" up
-ip -n "$NB" link set "$VB" up
-# Shape both directions: push_pull uses both (pushes one way, sums the other).
-ip netns exec "$NA" tc qdisc add dev "$VA" root tbf rate "$RATE" burst 256kb latency 20ms
-ip netns exec "$NB" tc qdisc add dev "$VB" root tbf rate "$RATE" burst 256kb latency 20ms
+# Shaped both directions: push_pull uses both (pushes one way, sums the other). Sets NA NB A B.
+netns_link_up csps 213 "$RATE"
 
 echo "# link: veth between namespaces, tbf $RATE each direction; $MIB MiB per measurement"
 
