@@ -61,7 +61,7 @@ struct Engine::Impl {
     pending_knobs = config.knobs;
     if (backend->manages_credit()) {
       policy->set_credit_bytes(0);
-      backend->set_credit_bytes(policy->uses_credit() ? config.knobs.credit_bytes : 0);
+      apply_credit(config.knobs.credit_bytes);
     }
     if (!config.timeline_path.empty())
       timeline = std::make_unique<Timeline>(config.timeline_path, backend->rank(), config.timeline_max_events);

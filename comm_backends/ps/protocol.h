@@ -64,6 +64,15 @@ struct Header {
   uint32_t aux = 0;            // per-type extra (owning server, broadcast root, number of servers)
 };
 
+// A header of type `t` from this sender; the other fields are zero.
+inline Header make_header(MsgType t, PeerRole role, uint32_t rank) {
+  Header h;
+  h.type = t;
+  h.sender_role = role;
+  h.sender_rank = rank;
+  return h;
+}
+
 // Whether messages of this type carry a payload frame whose size must equal header.length.
 bool carries_data(MsgType t);
 // Whether messages of this type may carry a payload frame at all (text, data).

@@ -85,11 +85,7 @@ void PsBackend::shutdown() {
 }
 
 Header PsBackend::header(MsgType t) const {
-  Header h;
-  h.type = t;
-  h.sender_role = PeerRole::worker;
-  h.sender_rank = static_cast<uint32_t>(env_.rank);
-  return h;
+  return make_header(t, PeerRole::worker, static_cast<uint32_t>(env_.rank));
 }
 
 std::string PsBackend::server_name(int s) const {

@@ -37,11 +37,7 @@ void Server::log(const std::string& line) const {
 }
 
 Header Server::header(MsgType t) const {
-  Header h;
-  h.type = t;
-  h.sender_role = PeerRole::server;
-  h.sender_rank = static_cast<uint32_t>(env_.rank);
-  return h;
+  return make_header(t, PeerRole::server, static_cast<uint32_t>(env_.rank));
 }
 
 std::string Server::name_of(PeerId id) const {

@@ -92,7 +92,7 @@ Context::Context(const ContextOptions& options) : env_(ClusterEnv::from_env()), 
   engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_);
   if (options.tune) tune_ = *options.tune;
   else if (auto v = env_value("COMMSCHED_TUNE")) tune_ = parse_bool("COMMSCHED_TUNE", *v);
-  if (tune_) tuner::TunerOptions::from_env();  // a bad COMMSCHED_TUNER_* value fails here, not at the first step
+  if (tune_) tuner_options_ = tuner::TunerOptions::from_env();  // a bad COMMSCHED_TUNER_* value fails here
 }
 
 void Context::set_model(std::span<const uint64_t> tensor_bytes) { model_signature_ = tuner::model_signature(tensor_bytes); }
@@ -117,7 +117,7 @@ void Context::iteration_end() {
   if (!tune_ || !engine_ || stats_.last_step_s <= 0) return;
   if (!tuner_) {
     const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
-    tuner_ = std::make_unique<LiveTuner>(*engine_, key, tuner::TunerOptions::from_env());
+    tuner_ = std::make_unique<LiveTuner>(*engine_, key, *tuner_options_);
   }
   if (!tuner_->finished()) tuner_->on_step(stats_.last_step_s);
 }

@@ -21,6 +21,7 @@
 #include "comm_backends/cluster_env.h"
 #include "scheduler/config.h"
 #include "scheduler/engine.h"
+#include "tuner/tuner_config.h"
 
 namespace commsched {
 class LiveTuner;
@@ -98,6 +99,7 @@ class Context {
   int size_ = 1;
   std::unique_ptr<Engine> engine_;
   bool tune_ = false;
+  std::optional<tuner::TunerOptions> tuner_options_;  // parsed at construction when tuning
   uint64_t model_signature_ = 0;
   std::unique_ptr<LiveTuner> tuner_;
   StepStats stats_;
