@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -34,6 +35,7 @@ struct BenchArgs {
   std::vector<std::string> small_tensor;
   int tune = 0;
   bool emulated_links = false;
+  std::string ps_workers = "auto";
   std::string fusion_bytes = "64MiB";
   std::string fusion_cycle = "5ms";
   int iterations = 6;
@@ -86,6 +88,9 @@ sim::GridSpec to_spec(const BenchArgs& a) {
   if (a.tune < 0) throw InvalidArgument("--tune: " + std::to_string(a.tune) + " (must be >= 0)");
   s.tune_trials = a.tune;
   s.ps_ingress_limited = !a.emulated_links;
+  if (a.ps_workers == "each") s.ps_each_worker_max = std::numeric_limits<int>::max();
+  else if (a.ps_workers == "one") s.ps_each_worker_max = 0;
+  else if (a.ps_workers != "auto") throw InvalidArgument("--ps-workers: '" + a.ps_workers + "' (allowed: auto, each, one)");
   s.base.fusion_bytes = parse_bytes("--fusion-bytes", a.fusion_bytes);
   s.base.fusion_cycle_s = parse_seconds("--fusion-cycle", a.fusion_cycle);
   s.sim.iterations = a.iterations;
@@ -112,7 +117,9 @@ void run_bench(const BenchArgs& a) {
   fs::create_directories(dir);
   write_file(dir / "results.csv", [&](std::ostream& o) { sim::write_csv(o, cells); });
   write_file(dir / "results.json", [&](std::ostream& o) { sim::write_json(o, cells); });
-  const std::string net = sim::make_network(spec, spec.bandwidths_bps.front(), spec.workers.front())->describe();
+  std::string net = sim::make_network(spec, spec.bandwidths_bps.front(), spec.workers.front())->describe();
+  if (spec.network == sim::NetworkKind::ps)
+    net += spec.workers.front() <= spec.ps_each_worker_max ? ", every worker simulated" : ", symmetric workers";
   write_file(dir / "results.md", [&](std::ostream& o) {
     sim::write_markdown(o, cells, "Simulated iteration times (" + a.network + "; first cell: " + net + ")");
   });
@@ -157,6 +164,11 @@ void add_bench_subcommand(CLI::App& app) {
       ->delimiter(',');
   b->add_flag("--emulated-links", args->emulated_links,
               "PS: model COMMSCHED_EMULATE_RATE (each process's sends paced, receiving unlimited), for validation");
+  b->add_option("--ps-workers", args->ps_workers,
+                 "PS: 'each' simulates every worker on its own (its own policy; the servers answer in arrival order; cost "
+                 "grows with W), 'one' a single representative of symmetric workers (cost independent of W), 'auto' "
+                 "each up to 16 workers")
+      ->capture_default_str();
   b->add_option("--tune", args->tune,
                  "bytescheduler knobs found by the Bayesian optimiser in N simulated trials instead of the grid (0: grid)")
       ->capture_default_str();

@@ -30,12 +30,16 @@ void use_default_knob_grid(GridSpec& spec) {
   }
 }
 
+PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers) {
+  const int servers = spec.servers > 0 ? spec.servers : workers;
+  return PsParams{workers, servers, bandwidth_bps, bandwidth_bps, spec.latency_s, spec.ps_chunk_bytes, true,
+                  spec.ps_ingress_limited};
+}
+
 std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers) {
   if (spec.network == NetworkKind::allreduce)
     return std::make_unique<RingAllreduceNetwork>(RingParams{workers, bandwidth_bps, spec.ring_alpha_s});
-  const int servers = spec.servers > 0 ? spec.servers : workers;
-  return std::make_unique<PsNetwork>(PsParams{workers, servers, bandwidth_bps, bandwidth_bps, spec.latency_s,
-                                              spec.ps_chunk_bytes, true, spec.ps_ingress_limited});
+  return std::make_unique<PsNetwork>(ps_params(spec, bandwidth_bps, workers));
 }
 
 namespace {
@@ -88,12 +92,15 @@ std::vector<Candidate> candidates(const GridSpec& spec, PolicyKind policy) {
   return out;
 }
 
-SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, NetworkModel& net,
-                          const EngineConfig& config, bool timeline) {
-  auto policy = make_sim_policy(config, net);
+SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
+                          NetworkModel& net, const EngineConfig& config, bool timeline) {
   SimOptions opt = spec.sim;
   opt.partition_bytes = config.knobs.partition_bytes;
   opt.record_timeline = timeline;
+  if (spec.network == NetworkKind::ps && workers <= spec.ps_each_worker_max)
+    return simulate_each_worker(model, ps_params(spec, bandwidth_bps, workers),
+                                [&] { return make_sim_policy(config, net, /*symmetric_workers=*/false); }, opt);
+  auto policy = make_sim_policy(config, net);
   return simulate(model, net, *policy, opt);
 }
 
@@ -105,7 +112,7 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
   CellResult best;
   best.iteration_s = std::numeric_limits<double>::infinity();
   auto consider = [&](const Candidate& cand) {
-    const SimResult r = simulate_config(spec, model, *net, cand.config, false);
+    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cand.config, false);
     if (r.iteration_s < best.iteration_s)
       best = {model.name, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r.iteration_s, 0, r.compute_s,
               r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(spec.sim.iterations)};
@@ -156,7 +163,7 @@ std::vector<PolicyTimeline> run_timelines(const GridSpec& spec, const ModelProfi
       if (c.model == model.name && c.bandwidth_bps == bandwidth_bps && c.workers == workers &&
           c.policy == policy_name(p))
         chosen = {c.config, c.knobs};
-    const SimResult r = simulate_config(spec, model, *net, chosen.config, true);
+    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, chosen.config, true);
     const int shown = spec.sim.iterations - 1;
     PolicyTimeline t{std::string(policy_name(p)), chosen.knobs, r.iteration_start_s[shown], {}};
     for (const Span& s : r.spans)

@@ -27,6 +27,9 @@ struct GridSpec {
   double latency_s = 25e-6;     // PS one-way latency per message
   uint64_t ps_chunk_bytes = 4ull << 20;  // PS messages above this are streamed in chunks (as the PS backend does)
   bool ps_ingress_limited = true;        // false: model the EMULATED links (senders paced, receivers not)
+  // PS cells with at most this many workers run simulate_each_worker (ps_cluster.h), every worker on its own (cost
+  // grows with W); bigger ones one representative of symmetric workers (simulate(), PsNetwork).
+  int ps_each_worker_max = 16;
   double ring_alpha_s = 5e-6;   // all-reduce per-step latency
   // ByteScheduler knob grid: partition sizes, credit as a multiple k of the partition (k = 0: one batch in flight at a
   // time, which latency-bound collectives need), small-tensor fusion bounds (0: off).
@@ -65,6 +68,7 @@ struct CellResult {
 void use_default_knob_grid(GridSpec& spec);
 
 std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers);
+PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers);
 // One policy in one cell; for bytescheduler, the best over the knob grid.
 CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
                     PolicyKind policy);

@@ -86,6 +86,8 @@ struct PsParams {
   // false: what a server receives is not limited, only what every process sends, as under the transport's EMULATED
   // rate (COMMSCHED_EMULATE_RATE paces each process's sends; loopback receives at memory speed). For validation.
   bool server_ingress_limited = true;
+  // The emulated links' token-bucket burst (comm_backends/ps/zmq_transport.cc); simulate_each_worker only.
+  uint64_t emulated_burst_bytes = 256 << 10;
 };
 
 class PsNetwork final : public NetworkModel {

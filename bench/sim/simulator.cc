@@ -1,22 +1,15 @@
 #include "bench/sim/simulator.h"
 
 #include <limits>
+#include <memory>
 #include <optional>
-#include <queue>
 
+#include "bench/sim/fabric.h"
+#include "bench/sim/ps_cluster.h"
 #include "scheduler/task.h"
 
 namespace commsched::sim {
 namespace {
-
-struct Event {
-  enum class Kind { compute_done, batch_sent, batch_done, wakeup };
-  Nanos time;
-  uint64_t seq;  // ties: in the order scheduled, so runs are deterministic
-  Kind kind;
-  size_t index;  // batch index for batch_sent and batch_done
-  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-};
 
 struct TaskState {
   size_t layer;
@@ -24,32 +17,56 @@ struct TaskState {
   uint32_t parts_left;
 };
 
-class Run {
+// A NetworkModel knows at dispatch when a batch completes (symmetric workers): one representative worker.
+class ModelFabric final : public Fabric {
  public:
-  Run(const ModelProfile& m, NetworkModel& n, Policy& p, const SimOptions& o)
-      : model_(m), net_(n), policy_(p), opt_(o), layer_pending_(m.layers.size(), 0) {}
-
-  SimResult go();
+  explicit ModelFabric(NetworkModel& net) : net_(net) {}
+  int simulated_workers() const override { return 1; }
+  void start(EventLoop& loop, BatchSink& sink) override {
+    net_.reset();
+    loop_ = &loop;
+    sink_ = &sink;
+  }
+  Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) override {
+    const Transfer t = net_.transfer(batch, now);
+    loop_->at(t.released(), [this, worker, id, at = t.released()] { sink_->batch_sent(worker, id, at); });
+    loop_->at(t.end, [this, worker, id, at = t.end] { sink_->batch_done(worker, id, at); });
+    return t.begin;
+  }
 
  private:
-  void schedule(Nanos t, Event::Kind kind, size_t index = 0) { events_.push({t, next_seq_++, kind, index}); }
+  NetworkModel& net_;
+  EventLoop* loop_ = nullptr;
+  BatchSink* sink_ = nullptr;
+};
+
+class Run;
+
+// One worker: its compute stream, its policy and the batches it dispatched.
+class Worker {
+ public:
+  Worker(Run& run, int rank, Policy& policy) : run_(run), rank_(rank), policy_(policy) {}
+
   void try_start_compute(Nanos now);
-  void on_compute_done(Nanos now);
-  void submit_layer(size_t layer, Nanos now);
   void on_batch_sent(size_t index, Nanos now);
   void on_batch_done(size_t index, Nanos now);
   void pump(Nanos now);
+
+  bool finished() const { return finished_; }
+  int iteration() const { return iteration_; }
+  const Policy& policy() const { return policy_; }
+  size_t batches() const { return batches_.size(); }
+  const std::vector<double>& iteration_starts() const { return starts_; }
+
+ private:
+  void on_compute_done(Nanos now);
+  void submit_layer(size_t layer, Nanos now);
   void record(Span::Lane lane, int iteration, Nanos start, Nanos end, int32_t first, int32_t last, uint64_t bytes,
               uint32_t parts);
 
-  const ModelProfile& model_;
-  NetworkModel& net_;
+  Run& run_;
+  const int rank_;
   Policy& policy_;
-  const SimOptions& opt_;
-  SimResult result_;
-
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
-  uint64_t next_seq_ = 0;
   std::optional<Nanos> wake_scheduled_;
 
   // Compute stream: iteration, phase and layer of the next (or running) step.
@@ -60,6 +77,7 @@ class Run {
   Nanos step_start_ = 0;
   bool finished_ = false;
   std::vector<uint32_t> layer_pending_;  // unfinished tasks per layer, from the previous iteration
+  std::vector<double> starts_;           // seconds
 
   std::vector<TaskState> tasks_;  // by task id
   std::vector<Batch> batches_;
@@ -67,20 +85,46 @@ class Run {
   std::vector<PartRef> parts_scratch_;
 };
 
-void Run::record(Span::Lane lane, int iteration, Nanos start, Nanos end, int32_t first, int32_t last, uint64_t bytes,
-                 uint32_t parts) {
-  if (opt_.record_timeline) result_.spans.push_back({lane, iteration, start, end, first, last, bytes, parts});
+class Run final : public BatchSink {
+ public:
+  Run(const ModelProfile& m, Fabric& f, std::vector<Policy*> policies, const SimOptions& o)
+      : model_(m), fabric_(f), opt_(o) {
+    workers_.reserve(policies.size());
+    for (size_t w = 0; w < policies.size(); ++w) workers_.emplace_back(*this, int(w), *policies[w]);
+  }
+
+  SimResult go(const NetworkModel& bounds);
+
+  void batch_sent(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_sent(id, now); }
+  void batch_done(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_done(id, now); }
+
+ private:
+  friend class Worker;
+  const ModelProfile& model_;
+  Fabric& fabric_;
+  const SimOptions& opt_;
+  EventLoop loop_;
+  std::vector<Worker> workers_;
+  std::vector<Span> spans_;  // worker 0's
+};
+
+void Worker::record(Span::Lane lane, int iteration, Nanos start, Nanos end, int32_t first, int32_t last,
+                    uint64_t bytes, uint32_t parts) {
+  if (run_.opt_.record_timeline && rank_ == 0)
+    run_.spans_.push_back({lane, iteration, start, end, first, last, bytes, parts});
 }
 
 // Starts the next compute step if the stream is idle and the step's inputs are there.
-void Run::try_start_compute(Nanos now) {
+void Worker::try_start_compute(Nanos now) {
   if (computing_ || finished_) return;
-  const LayerProfile& l = model_.layers[layer_];
+  const ModelProfile& model = run_.model_;
+  if (layer_pending_.empty()) layer_pending_.assign(model.layers.size(), 0);
+  const LayerProfile& l = model.layers[layer_];
   if (!backward_) {
     if (layer_pending_[layer_] > 0) return;  // this layer's parameters are still being synchronised
     if (layer_ == 0) {
-      result_.iteration_start_s.push_back(now * 1e-9);
-      if (iteration_ == opt_.iterations) {  // one past the last: only its start matters
+      starts_.push_back(now * 1e-9);
+      if (iteration_ == run_.opt_.iterations) {  // one past the last: only its start matters
         finished_ = true;
         return;
       }
@@ -88,15 +132,15 @@ void Run::try_start_compute(Nanos now) {
   }
   computing_ = true;
   step_start_ = now;
-  schedule(now + (backward_ ? l.backward : l.forward), Event::Kind::compute_done);
+  run_.loop_.at(now + (backward_ ? l.backward : l.forward), [this] { on_compute_done(run_.loop_.now()); });
 }
 
-void Run::on_compute_done(Nanos now) {
+void Worker::on_compute_done(Nanos now) {
   computing_ = false;
   const auto lane = backward_ ? Span::Lane::backward : Span::Lane::forward;
   record(lane, iteration_, step_start_, now, int32_t(layer_), int32_t(layer_), 0, 0);
   if (!backward_) {
-    if (layer_ + 1 < model_.layers.size()) {
+    if (layer_ + 1 < run_.model_.layers.size()) {
       ++layer_;
     } else {
       backward_ = true;  // the last layer's backward follows its forward
@@ -115,12 +159,13 @@ void Run::on_compute_done(Nanos now) {
   try_start_compute(now);
 }
 
-void Run::submit_layer(size_t layer, Nanos now) {
+void Worker::submit_layer(size_t layer, Nanos now) {
+  const ModelProfile& model = run_.model_;
   const bool split = policy_.splits_tasks();
-  for (size_t t : model_.layers[layer].tensors) {
-    const TensorProfile& tp = model_.tensors[t];
+  for (size_t t : model.layers[layer].tensors) {
+    const TensorProfile& tp = model.tensors[t];
     const uint64_t id = tasks_.size();
-    const auto ranges = partition_ranges(tp.elements, tp.dtype, split ? opt_.partition_bytes : 0);
+    const auto ranges = partition_ranges(tp.elements, tp.dtype, split ? run_.opt_.partition_bytes : 0);
     if (ranges.empty()) continue;
     parts_scratch_.clear();
     for (uint32_t i = 0; i < ranges.size(); ++i)
@@ -133,16 +178,16 @@ void Run::submit_layer(size_t layer, Nanos now) {
 
 // The push has arrived (PS receipt) or the whole exchange is over: the engine releases the batch's credit here
 // (scheduler/engine.cc, on_batch_sent), so the policy hears on_batch_done now, not when the result is back.
-void Run::on_batch_sent(size_t index, Nanos now) {
+void Worker::on_batch_sent(size_t index, Nanos now) {
   policy_.on_batch_done(batches_[index], now);
   pump(now);
   try_start_compute(now);
 }
 
-void Run::on_batch_done(size_t index, Nanos now) {
+void Worker::on_batch_done(size_t index, Nanos now) {
   const Batch& b = batches_[index];
-  record(Span::Lane::comm, tasks_[b.front().task_id].iteration, batch_start_[index], now, b.front().priority, b.back().priority, batch_bytes(b),
-         uint32_t(b.size()));
+  record(Span::Lane::comm, tasks_[b.front().task_id].iteration, batch_start_[index], now, b.front().priority,
+         b.back().priority, batch_bytes(b), uint32_t(b.size()));
   for (const PartRef& p : b) {
     TaskState& t = tasks_.at(p.task_id);
     if (--t.parts_left == 0) --layer_pending_[t.layer];
@@ -152,68 +197,67 @@ void Run::on_batch_done(size_t index, Nanos now) {
 }
 
 // Asks the policy what to send now, sends it, and arranges the next wake-up it asks for.
-void Run::pump(Nanos now) {
+void Worker::pump(Nanos now) {
   std::vector<Batch> out;
+  auto wake_up = [this](Nanos at) {
+    run_.loop_.at(at, [this, at] {
+      if (wake_scheduled_ && *wake_scheduled_ <= at) wake_scheduled_.reset();
+      pump(at);
+      try_start_compute(at);
+    });
+  };
   for (int guard = 0; guard < 2; ++guard) {
     out.clear();
     policy_.poll(now, out);
     for (Batch& b : out) {
       if (b.empty()) continue;
-      const Transfer t = net_.transfer(b, now);
       batches_.push_back(std::move(b));
-      batch_start_.push_back(t.begin);  // the timeline shows time on the wire, not time queued behind others
-      schedule(t.released(), Event::Kind::batch_sent, batches_.size() - 1);  // scheduled first: runs first on ties
-      schedule(t.end, Event::Kind::batch_done, batches_.size() - 1);
+      // The timeline shows time on the wire, not time queued behind others.
+      batch_start_.push_back(run_.fabric_.dispatch(rank_, batches_.size() - 1, batches_.back(), now));
     }
     const auto wake = policy_.next_wakeup();
     if (!wake) return;
     if (*wake > now) {
       if (!wake_scheduled_ || *wake < *wake_scheduled_) {
         wake_scheduled_ = *wake;
-        schedule(*wake, Event::Kind::wakeup);
+        wake_up(*wake);
       }
       return;
     }
   }
   // A policy that keeps asking for "now" without dispatching: look again a nanosecond later rather than spin.
-  schedule(now + 1, Event::Kind::wakeup);
+  wake_up(now + 1);
 }
 
-SimResult Run::go() {
+SimResult Run::go(const NetworkModel& bounds) {
   if (opt_.iterations < 1 || opt_.warmup < 0 || opt_.warmup >= opt_.iterations)
     throw InvalidArgument("simulate: need iterations >= 1 and 0 <= warmup < iterations, got " +
                           std::to_string(opt_.iterations) + " and " + std::to_string(opt_.warmup));
   if (model_.layers.empty()) throw InvalidArgument("simulate: profile '" + model_.name + "' has no layers");
-  net_.reset();
-  result_.policy = std::string(policy_.name());
-  try_start_compute(0);
+  fabric_.start(loop_, *this);
+  SimResult result;
+  result.policy = std::string(workers_.front().policy().name());
+  for (Worker& w : workers_) w.try_start_compute(0);
   // After the last iteration's start the compute stops; the queue still drains so its communication is recorded.
-  while (!events_.empty()) {
-    const Event e = events_.top();
-    events_.pop();
-    switch (e.kind) {
-      case Event::Kind::compute_done: on_compute_done(e.time); break;
-      case Event::Kind::batch_sent: on_batch_sent(e.index, e.time); break;
-      case Event::Kind::batch_done: on_batch_done(e.index, e.time); break;
-      case Event::Kind::wakeup:
-        if (wake_scheduled_ && *wake_scheduled_ <= e.time) wake_scheduled_.reset();
-        pump(e.time);
-        try_start_compute(e.time);
-        break;
-    }
-  }
-  if (!finished_)
-    throw InvalidArgument("simulate: policy '" + result_.policy + "' stalled in iteration " +
-                          std::to_string(iteration_) + " with " + std::to_string(policy_.queued_partitions()) +
-                          " partitions queued and nothing in flight");
-  const auto& s = result_.iteration_start_s;
-  result_.iteration_s = (s[opt_.iterations] - s[opt_.warmup]) / (opt_.iterations - opt_.warmup);
-  result_.compute_s = model_.compute_per_iteration() * 1e-9;
-  result_.comm_bound_s = net_.comm_lower_bound_s(model_.total_bytes());
-  result_.lower_bound_s = std::max(result_.compute_s, result_.comm_bound_s);
-  result_.dependency_bound_s = dependency_bound_s(model_, net_);
-  result_.batches = batches_.size();
-  return result_;
+  loop_.run();
+  for (size_t i = 0; i < workers_.size(); ++i)
+    if (!workers_[i].finished())
+      throw InvalidArgument("simulate: policy '" + result.policy + "' stalled" +
+                            (workers_.size() > 1 ? " on worker " + std::to_string(i) : std::string()) +
+                            " in iteration " + std::to_string(workers_[i].iteration()) + " with " +
+                            std::to_string(workers_[i].policy().queued_partitions()) +
+                            " partitions queued and nothing in flight");
+  // Worker 0's iterations, as rank 0 reports them in a real run (coupled workers share the period).
+  const auto& s = workers_.front().iteration_starts();
+  result.iteration_start_s = s;
+  result.iteration_s = (s[opt_.iterations] - s[opt_.warmup]) / (opt_.iterations - opt_.warmup);
+  result.compute_s = model_.compute_per_iteration() * 1e-9;
+  result.comm_bound_s = bounds.comm_lower_bound_s(model_.total_bytes());
+  result.lower_bound_s = std::max(result.compute_s, result.comm_bound_s);
+  result.dependency_bound_s = dependency_bound_s(model_, bounds);
+  result.batches = workers_.front().batches();
+  result.spans = std::move(spans_);
+  return result;
 }
 
 }  // namespace
@@ -232,7 +276,21 @@ double dependency_bound_s(const ModelProfile& model, const NetworkModel& network
 }
 
 SimResult simulate(const ModelProfile& model, NetworkModel& network, Policy& policy, const SimOptions& options) {
-  return Run(model, network, policy, options).go();
+  ModelFabric fabric(network);
+  return Run(model, fabric, {&policy}, options).go(network);
+}
+
+SimResult simulate_each_worker(const ModelProfile& model, const PsParams& params, const PolicyFactory& make_policy,
+                               const SimOptions& options) {
+  PsClusterFabric fabric(params);
+  std::vector<std::unique_ptr<Policy>> owned;
+  std::vector<Policy*> policies;
+  for (int w = 0; w < fabric.simulated_workers(); ++w) {
+    owned.push_back(make_policy());
+    policies.push_back(owned.back().get());
+  }
+  const PsNetwork bounds(params);
+  return Run(model, fabric, std::move(policies), options).go(bounds);
 }
 
 }  // namespace commsched::sim

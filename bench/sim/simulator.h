@@ -5,10 +5,14 @@
 // splits tasks; after layer 0 the policy is told backward_done. The next iteration's forward of layer i waits until
 // every tensor of layer i from the previous iteration has finished communicating: that wait is what priority scheduling
 // shortens. Communication: each Batch the policy dispatches goes through a NetworkModel, which says when it completes.
-// Workers are symmetric, so one representative worker is simulated (see network.h); the cost is independent of W.
+// simulate(): workers are symmetric, so one representative worker is simulated (see network.h); the cost is independent
+// of W. simulate_each_worker(): every worker of a parameter-server cluster runs on its own, with its own policy, and the
+// servers answer them as the real PS does (see ps_cluster.h); the cost grows with W.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,5 +63,14 @@ double dependency_bound_s(const ModelProfile& model, const NetworkModel& network
 
 // Runs one simulation. The policy must be fresh (never told an event); the network is reset first.
 SimResult simulate(const ModelProfile& model, NetworkModel& network, Policy& policy, const SimOptions& options);
+
+// Makes one fresh policy per simulated worker.
+using PolicyFactory = std::function<std::unique_ptr<Policy>()>;
+
+// Every one of params.workers workers simulated on its own (its own compute stream and policy, made by make_policy)
+// over the parameter server as ps_cluster.h models it. The result is worker 0's, as rank 0 reports a real run; the
+// bounds are PsNetwork(params)'s.
+SimResult simulate_each_worker(const ModelProfile& model, const PsParams& params, const PolicyFactory& make_policy,
+                               const SimOptions& options);
 
 }  // namespace commsched::sim

@@ -1,0 +1,65 @@
+// What carries the simulated workers' batches. The simulator (simulator.cc) owns the event loop and the workers; a
+// Fabric is told each batch a worker's policy dispatches and reports, through events it schedules on the loop, when
+// the batch's pushes have been received (the engine releases credit then) and when its results are back.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <vector>
+
+#include "scheduler/policy.h"
+
+namespace commsched::sim {
+
+// Simulated time, one event after another; ties run in the order they were scheduled, so runs are deterministic.
+class EventLoop {
+ public:
+  void at(Nanos t, std::function<void()> f) { events_.push({t, next_seq_++, std::move(f)}); }
+  // Runs every event, including those the events schedule; returns the time of the last.
+  Nanos run() {
+    while (!events_.empty()) {
+      Event e = std::move(const_cast<Event&>(events_.top()));
+      events_.pop();
+      now_ = e.time;
+      e.fn();
+    }
+    return now_;
+  }
+  Nanos now() const { return now_; }
+
+ private:
+  struct Event {
+    Nanos time;
+    uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  uint64_t next_seq_ = 0;
+  Nanos now_ = 0;
+};
+
+// Where a fabric reports a batch's progress (the simulator's workers).
+class BatchSink {
+ public:
+  virtual ~BatchSink() = default;
+  // Every push of worker `worker`'s batch `id` has been received: the engine releases its credit (on_batch_sent).
+  virtual void batch_sent(int worker, size_t id, Nanos now) = 0;
+  // Its results are back.
+  virtual void batch_done(int worker, size_t id, Nanos now) = 0;
+};
+
+class Fabric {
+ public:
+  virtual ~Fabric() = default;
+  // How many workers are simulated one by one (the others, if any, are symmetric copies the fabric accounts for).
+  virtual int simulated_workers() const = 0;
+  // Forgets everything (a new run) and reports to `sink` through `loop` from now on.
+  virtual void start(EventLoop& loop, BatchSink& sink) = 0;
+  // Worker `worker` dispatches its batch `id` at `now`; returns when its first byte starts moving (for the timeline).
+  // The fabric calls sink.batch_sent and then sink.batch_done for it, each exactly once, from events on the loop.
+  virtual Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) = 0;
+};
+
+}  // namespace commsched::sim

@@ -1,0 +1,155 @@
+#include "bench/sim/ps_cluster.h"
+
+#include <gtest/gtest.h>
+
+#include "bench/sim/profile.h"
+#include "bench/sim/sim_policy.h"
+#include "bench/sim/simulator.h"
+#include "tests/unit/sim/sim_test_util.h"
+
+namespace commsched::sim {
+namespace {
+
+using testing::kMs;
+
+TEST(Sender, TokenBucketLetsAMessageLeaveWholeThenOwesItsSize) {
+  Sender paced(8e9, 1000, true);  // 1 byte per ns, 1000 bytes of burst
+  EXPECT_EQ(paced.send(0, 3000), 0);       // the bucket is not in debt: it leaves at once
+  EXPECT_EQ(paced.send(0, 100), 3000);     // then waits until the 3000 bytes are paid
+  EXPECT_EQ(paced.start_of(3050), 3100);   // 100 more owed
+  EXPECT_EQ(paced.send(10'000, 1500), 10'000);  // idle long enough: a full bucket (1000), now 500 in debt
+  EXPECT_EQ(paced.send(10'000, 0), 10'500);     // a header-only message still queues behind
+}
+
+TEST(Sender, LinkIsBusyForTheMessageAfterItStarts) {
+  Sender link(8e9, 1000, false);
+  EXPECT_EQ(link.send(0, 3000), 0);
+  EXPECT_EQ(link.send(0, 100), 3000);
+  EXPECT_EQ(link.start_of(0), 3100);
+}
+
+struct Recorder final : BatchSink {
+  EventLoop* loop = nullptr;
+  std::vector<std::tuple<char, int, size_t, Nanos>> events;
+  void batch_sent(int w, size_t id, Nanos now) override { events.emplace_back('s', w, id, now); }
+  void batch_done(int w, size_t id, Nanos now) override { events.emplace_back('d', w, id, now); }
+};
+
+Batch one_part(int32_t key, uint64_t bytes) { return {PartRef{0, 0, key, 0, 0, bytes}}; }
+
+// The server sums a chunk once every worker has pushed it and answers in the order the pushes arrived; each push is
+// acknowledged as soon as it is in.
+TEST(PsClusterFabric, SumWaitsForEveryWorkerAndAnswersInArrivalOrder) {
+  PsClusterFabric fabric({2, 1, 8e9, 8e9, 0, 0, true, true});  // 1 byte per ns everywhere, no latency, real NICs
+  EventLoop loop;
+  Recorder sink;
+  fabric.start(loop, sink);
+  EXPECT_EQ(fabric.dispatch(1, 0, one_part(7, 1000), 0), 0);
+  // Worker 0 starts sending at 500 but its bytes queue behind worker 1's at the server's downlink until 1000.
+  loop.at(500, [&] { EXPECT_EQ(fabric.dispatch(0, 0, one_part(7, 1000), 500), 500); });
+  loop.run();
+  using E = std::tuple<char, int, size_t, Nanos>;
+  const std::vector<E> want = {E{'s', 1, 0, 1000}, E{'s', 0, 0, 2000},   // receipts on arrival
+                               E{'d', 1, 0, 3000}, E{'d', 0, 0, 4000}};  // sums: worker 1 pushed first
+  EXPECT_EQ(sink.events, want);
+}
+
+TEST(PsClusterFabric, EmulatedLinksDeliverOnDepartureAndPaceTheSender) {
+  PsParams p{2, 1, 8e9, 8e9, 0, 0, true, false};
+  p.emulated_burst_bytes = 0;
+  PsClusterFabric fabric(p);
+  EventLoop loop;
+  Recorder sink;
+  fabric.start(loop, sink);
+  fabric.dispatch(0, 0, one_part(1, 1000), 0);  // leaves at 0; worker 0's bucket owes 1000 ns
+  fabric.dispatch(0, 1, one_part(2, 1000), 0);  // leaves at 1000
+  fabric.dispatch(1, 0, one_part(1, 1000), 0);
+  fabric.dispatch(1, 1, one_part(2, 1000), 0);
+  loop.run();
+  // Key 1 is summed at 0: the server's sends (receipt, receipt, sum, sum) leave as its bucket allows.
+  using E = std::tuple<char, int, size_t, Nanos>;
+  const std::vector<E> want = {E{'s', 0, 0, 0},    E{'s', 1, 0, 0},    E{'d', 0, 0, 0},    E{'d', 1, 0, 1000},
+                               E{'s', 0, 1, 2000}, E{'s', 1, 1, 2000}, E{'d', 0, 1, 2000}, E{'d', 1, 1, 3000}};
+  EXPECT_EQ(sink.events, want);
+}
+
+EngineConfig config(PolicyKind kind, uint64_t credit) {
+  EngineConfig c;
+  c.policy = kind;
+  c.knobs = {1 << 20, credit};  // 1 MiB partitions
+  return c;
+}
+
+SimOptions mib_partitions() {
+  SimOptions o;
+  o.partition_bytes = 1 << 20;
+  return o;
+}
+
+// With one worker and one server there is nothing to be asymmetric about: the per-worker simulation must agree with
+// the symmetric model exactly.
+TEST(SimulateEachWorker, OneWorkerAgreesWithTheSymmetricModel) {
+  const auto m = testing::vgg_like();
+  const PsParams p{1, 1, 2e9, 2e9, 30e-6, 1 << 20, true, true};
+  for (PolicyKind kind : {PolicyKind::wfbp, PolicyKind::bytescheduler, PolicyKind::fusion, PolicyKind::mgwfbp}) {
+    const EngineConfig c = config(kind, 3 << 20);
+    PsNetwork net(p);
+    const SimOptions o = mib_partitions();
+    auto policy = make_sim_policy(c, net);
+    const SimResult one = simulate(m, net, *policy, o);
+    const SimResult each = simulate_each_worker(m, p, [&] { return make_sim_policy(c, net); }, o);
+    EXPECT_EQ(each.iteration_start_s, one.iteration_start_s) << policy_name(kind);
+    EXPECT_EQ(each.batches, one.batches) << policy_name(kind);
+  }
+}
+
+TEST(SimulateEachWorker, EveryPolicyFinishesAndNoneBeatsTheLowerBound) {
+  const auto m = testing::vgg_like();
+  for (bool emulated : {false, true}) {
+    const PsParams p{4, 2, 4e9, 4e9, 25e-6, 1 << 20, true, !emulated};
+    for (PolicyKind kind : {PolicyKind::wfbp, PolicyKind::bytescheduler, PolicyKind::bsp, PolicyKind::fusion,
+                            PolicyKind::mgwfbp}) {
+      const EngineConfig c = config(kind, 2 << 20);
+      PsNetwork net(p);
+      const SimOptions o = mib_partitions();
+      const SimResult r = simulate_each_worker(m, p, [&] { return make_sim_policy(c, net, false); }, o);
+      ASSERT_EQ(r.iteration_start_s.size(), size_t(o.iterations + 1)) << policy_name(kind);
+      // Four workers share two servers: each server sends twice what a worker does.
+      EXPECT_GE(r.iteration_s, r.lower_bound_s * 0.999) << policy_name(kind) << (emulated ? " emulated" : "");
+      EXPECT_GT(r.comm_bound_s, m.total_bytes() * 8.0 / 4e9 * 1.99);
+      const SimResult again = simulate_each_worker(m, p, [&] { return make_sim_policy(c, net, false); }, o);
+      EXPECT_EQ(again.iteration_start_s, r.iteration_start_s) << "not deterministic: " << policy_name(kind);
+    }
+  }
+}
+
+// The server answers workers one after another, so they cannot all be in step, and the symmetric model, whose
+// representative waits for every push and then for every sum, is pessimistic: staggered workers overlap the later
+// workers' pushes with the earlier workers' sums (each NIC is full duplex).
+TEST(SimulateEachWorker, StaggeredWorkersOverlapPushesWithSums) {
+  const auto m = testing::one_tensor(4'000'000, kMs, 2 * kMs);
+  const PsParams p{4, 1, 8e9, 8e9, 0, 0, true, true};  // 1 byte per ns, one server for four workers
+  EngineConfig c;
+  c.policy = PolicyKind::wfbp;
+  PsNetwork net(p);
+  auto policy = make_sim_policy(c, net);
+  const SimResult one = simulate(m, net, *policy, SimOptions{});
+  const SimResult each = simulate_each_worker(m, p, [&] { return make_sim_policy(c, net); }, SimOptions{});
+  // Symmetric: 3 ms of compute, 16 ms for four pushes into the server, 16 ms for four sums out of it.
+  EXPECT_NEAR(one.iteration_s, 35e-3, 1e-6);
+  // Each worker: worker k pushes in [3 + 4k, 7 + 4k) ms (one after another into the server), the sum is complete at
+  // 19 ms and worker 0's is out first, at 23 ms; every later iteration repeats that, staggered by 4 ms per worker.
+  EXPECT_NEAR(each.iteration_s, 23e-3, 1e-6);
+  EXPECT_GE(each.iteration_s, each.lower_bound_s);
+}
+
+TEST(SimulateEachWorker, RejectsBadParameters) {
+  const auto m = testing::one_tensor(1000, kMs, kMs);
+  EngineConfig c;
+  PsParams p{0, 1, 1e9, 1e9, 0};
+  PsNetwork ok({1, 1, 1e9, 1e9, 0});
+  EXPECT_THROW(simulate_each_worker(m, p, [&] { return make_sim_policy(c, ok); }, SimOptions{}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace commsched::sim
