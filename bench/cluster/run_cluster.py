@@ -77,7 +77,7 @@ def simulate(args, model, bw, workers, servers, policy, ps_workers):
         cmd = [args.sim, "bench", "--mode", "sim", "--models", model, "--bandwidths", bw, "--workers", str(workers),
                "--servers", str(servers), "--network", "ps", "--latency", args.latency, "--policies", policy,
                "--partitions", args.partition, "--credit-multipliers", str(parse_size(args.credit) / part),
-               "--small-tensor", args.small_tensor, "--iterations", "6", "--warmup", "1", "--emulated-links",
+               "--small-tensor", args.small_tensor, "--iterations", "12", "--warmup", "4", "--emulated-links",
                "--ps-workers", ps_workers, "--out", tmp]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         with open(os.path.join(tmp, "results.csv")) as f:
@@ -113,26 +113,37 @@ def main():
     ap.add_argument("--timeout", type=int, default=600, help="seconds per trial")
     ap.add_argument("--attempts", type=int, default=3, help="a failed trial (cluster error) is run again up to this")
     ap.add_argument("--out", default="cluster-results")
+    ap.add_argument("--resimulate", metavar="CSV",
+                    help="run no cluster: take the real cells of an earlier cluster.csv and simulate them again (after "
+                         "a simulator change); --partition/--credit/--small-tensor/--latency must match that run")
     args = ap.parse_args()
     args.sim = args.sim or args.commsched
     os.makedirs(args.out, exist_ok=True)
 
+    def row(model, bw, w, s, policy, mean, ci, trials):
+        each = simulate(args, model, bw, w, s, policy, "each")
+        one = simulate(args, model, bw, w, s, policy, "one")
+        r = {"model": model, "bandwidth": bw, "workers": w, "servers": s, "policy": policy,
+             "cluster_ms": round(mean, 2), "ci95_ms": round(ci, 2),
+             "sim_ms": round(each, 2), "sim_over_real": round(each / mean, 4),
+             "sim_one_ms": round(one, 2), "sim_one_over_real": round(one / mean, 4), "trials_ms": trials}
+        print(r, flush=True)
+        return r
+
     rows = []
-    for model in args.models.split(","):
+    if args.resimulate:
+        with open(args.resimulate) as f:
+            for r in csv.DictReader(f):
+                rows.append(row(r["model"], r["bandwidth"], int(r["workers"]), int(r["servers"]), r["policy"],
+                                float(r["cluster_ms"]), float(r["ci95_ms"]), r["trials_ms"]))
+    for model in ([] if args.resimulate else args.models.split(",")):
         for bw in args.bandwidths.split(","):
             for w in map(int, args.workers.split(",")):
                 s = args.servers or w
                 for policy in args.policies.split(","):
                     trials = [run_trial(args, model, bw, w, s, policy) for _ in range(args.trials)]
-                    each = simulate(args, model, bw, w, s, policy, "each")
-                    one = simulate(args, model, bw, w, s, policy, "one")
-                    mean = statistics.mean(trials)
-                    rows.append({"model": model, "bandwidth": bw, "workers": w, "servers": s, "policy": policy,
-                                 "cluster_ms": round(mean, 2), "ci95_ms": round(ci95(trials), 2),
-                                 "sim_ms": round(each, 2), "sim_over_real": round(each / mean, 4),
-                                 "sim_one_ms": round(one, 2), "sim_one_over_real": round(one / mean, 4),
-                                 "trials_ms": " ".join(f"{t:.1f}" for t in trials)})
-                    print(rows[-1], flush=True)
+                    rows.append(row(model, bw, w, s, policy, statistics.mean(trials), ci95(trials),
+                                    " ".join(f"{t:.1f}" for t in trials)))
 
     with open(os.path.join(args.out, "cluster.csv"), "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0]))

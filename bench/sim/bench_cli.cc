@@ -38,8 +38,8 @@ struct BenchArgs {
   std::string ps_workers = "auto";
   std::string fusion_bytes = "64MiB";
   std::string fusion_cycle = "5ms";
-  int iterations = 6;
-  int warmup = 1;
+  int iterations = 12;
+  int warmup = 4;
   std::string out_dir = "bench-results";
   bool plot = false;
 };

@@ -247,10 +247,14 @@ SimResult Run::go(const NetworkModel& bounds) {
                             " in iteration " + std::to_string(workers_[i].iteration()) + " with " +
                             std::to_string(workers_[i].policy().queued_partitions()) +
                             " partitions queued and nothing in flight");
-  // Worker 0's iterations, as rank 0 reports them in a real run (coupled workers share the period).
-  const auto& s = workers_.front().iteration_starts();
-  result.iteration_start_s = s;
-  result.iteration_s = (s[opt_.iterations] - s[opt_.warmup]) / (opt_.iterations - opt_.warmup);
+  // The mean of every worker's period. Coupled workers share the period in the long run, but over a few iterations
+  // the one served first can pull ahead (its own period reads short) while the last falls behind.
+  result.iteration_start_s = workers_.front().iteration_starts();
+  for (const Worker& w : workers_) {
+    const auto& s = w.iteration_starts();
+    result.iteration_s += (s[opt_.iterations] - s[opt_.warmup]) / (opt_.iterations - opt_.warmup);
+  }
+  result.iteration_s /= double(workers_.size());
   result.compute_s = model_.compute_per_iteration() * 1e-9;
   result.comm_bound_s = bounds.comm_lower_bound_s(model_.total_bytes());
   result.lower_bound_s = std::max(result.compute_s, result.comm_bound_s);
