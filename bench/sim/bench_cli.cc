@@ -1,12 +1,15 @@
 #include "bench/sim/bench_cli.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <numeric>
 
 #include <CLI/CLI.hpp>
 
@@ -42,6 +45,11 @@ struct BenchArgs {
   int warmup = 4;
   std::string out_dir = "bench-results";
   bool plot = false;
+  // --mode cluster
+  int trials = 3;
+  int trial_iterations = 4;
+  int trial_warmup = 2;
+  int attempts = 3;
 };
 
 template <class T, class F>
@@ -104,9 +112,137 @@ void write_file(const std::filesystem::path& p, const std::function<void(std::os
   body(out);
 }
 
-void run_bench(const BenchArgs& a) {
-  if (a.mode != "sim")
-    throw InvalidArgument("--mode '" + a.mode + "': only 'sim' is available (cluster mode is not built yet)");
+void draw_plots(const BenchArgs& a, const std::filesystem::path& dir) {
+  if (!a.plot) return;
+  const std::string cmd = std::string(COMMSCHED_PYTHON) + " " + COMMSCHED_PLOT_SCRIPT + " '" + dir.string() + "'";
+  if (std::system(cmd.c_str()) != 0) throw InvalidArgument("plotting failed: " + cmd);
+}
+
+// Two-sided 95% interval of the mean of `v` (Student t), 0 for fewer than two values.
+double ci95(const std::vector<double>& v) {
+  static constexpr double t95[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228};
+  if (v.size() < 2) return 0;
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  double var = 0;
+  for (double x : v) var += (x - mean) * (x - mean);
+  var /= double(v.size() - 1);
+  return t95[std::min<size_t>(v.size() - 1, std::size(t95)) - 1] * std::sqrt(var / double(v.size()));
+}
+
+// --mode cluster: every cell as a real local PS cluster (links emulated), --trials times, with the simulator's
+// prediction for the same cell and knobs (every worker simulated, emulated links) beside it. One knob setting: the
+// first --partitions, --credit-multipliers and --small-tensor value (1 MiB, 4x, 64 KiB if not given).
+void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
+  if (!trial)
+    throw InvalidArgument("--mode cluster: this executable cannot launch clusters; use `commsched bench --mode cluster`");
+  if (a.network != "ps") throw InvalidArgument("--mode cluster: only --network ps runs as a local cluster");
+  if (a.trials < 1 || a.trial_iterations < 1 || a.trial_warmup < 0 || a.attempts < 1)
+    throw InvalidArgument("--mode cluster: need --trials >= 1, --trial-iterations >= 1, --trial-warmup >= 0, "
+                          "--attempts >= 1");
+  if (a.tune > 0) throw InvalidArgument("--tune: simulation only (cluster mode runs the knobs it is given)");
+  auto single = [](const char* opt, size_t n) {
+    if (n > 1) throw InvalidArgument(std::string(opt) + ": cluster mode runs one knob setting, got " + std::to_string(n));
+  };
+  single("--partitions", a.partitions.size());
+  single("--credit-multipliers", a.credit_multipliers.size());
+  single("--small-tensor", a.small_tensor.size());
+  BenchArgs simulated = a;
+  simulated.partitions = {a.partitions.empty() ? "1MiB" : a.partitions.front()};
+  simulated.credit_multipliers = {a.credit_multipliers.empty() ? 4.0 : a.credit_multipliers.front()};
+  simulated.small_tensor = {a.small_tensor.empty() ? "64KiB" : a.small_tensor.front()};
+  simulated.emulated_links = true;
+  simulated.ps_workers = "each";
+  const sim::GridSpec spec = to_spec(simulated);
+  const uint64_t partition = spec.partitions.front();
+  const uint64_t credit = std::max<uint64_t>(1, uint64_t(double(partition) * spec.credit_multipliers.front()));
+
+  struct Row {
+    sim::CellResult real, predicted;
+    double ci95_s;
+    std::vector<double> trials_s;
+    std::string bandwidth;
+  };
+  std::vector<Row> rows;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t mi = 0; mi < spec.models.size(); ++mi)
+    for (size_t bi = 0; bi < spec.bandwidths_bps.size(); ++bi)
+      for (int w : spec.workers) {
+        const size_t first = rows.size();
+        for (PolicyKind p : spec.policies) {
+          ClusterTrialSpec t{a.models[mi], a.bandwidths[bi], w, a.servers > 0 ? a.servers : w,
+                             std::string(policy_name(p)), std::to_string(partition), std::to_string(credit),
+                             std::to_string(spec.small_tensor_bytes.front()), a.trial_iterations, a.trial_warmup};
+          Row r;
+          r.bandwidth = a.bandwidths[bi];
+          for (int i = 0; i < a.trials; ++i)
+            for (int attempt = 1;; ++attempt) {
+              try {
+                const std::vector<double> its = trial(t);
+                if (its.empty()) throw std::runtime_error("no iterations measured");
+                r.trials_s.push_back(std::accumulate(its.begin(), its.end(), 0.0) / double(its.size()));
+                break;
+              } catch (const std::exception& e) {
+                if (attempt >= a.attempts) throw;
+                std::cerr << "commsched bench: trial " << i + 1 << " of " << t.model << " / " << t.bandwidth << " / "
+                          << w << " workers / " << t.policy << " failed (" << e.what() << "); running it again\n";
+              }
+            }
+          r.predicted = sim::run_cell(spec, spec.models[mi], spec.bandwidths_bps[bi], w, p);
+          r.real = r.predicted;
+          r.real.iteration_s = std::accumulate(r.trials_s.begin(), r.trials_s.end(), 0.0) / double(a.trials);
+          r.ci95_s = ci95(r.trials_s);
+          std::cout << "commsched bench: " << t.model << " " << t.bandwidth << " " << w << " workers " << t.policy
+                    << ": " << r.real.iteration_s * 1e3 << " ms real, " << r.predicted.iteration_s * 1e3
+                    << " ms simulated" << std::endl;
+          rows.push_back(std::move(r));
+        }
+        double wfbp = 0;
+        for (size_t i = first; i < rows.size(); ++i)
+          if (rows[i].real.policy == "wfbp") wfbp = rows[i].real.iteration_s;
+        for (size_t i = first; i < rows.size() && wfbp > 0; ++i)
+          rows[i].real.speedup_vs_wfbp = wfbp / rows[i].real.iteration_s;
+      }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  namespace fs = std::filesystem;
+  const fs::path dir(a.out_dir);
+  fs::create_directories(dir);
+  std::vector<sim::CellResult> real;
+  for (const Row& r : rows) real.push_back(r.real);
+  write_file(dir / "results.csv", [&](std::ostream& o) { sim::write_csv(o, real); });
+  write_file(dir / "results.json", [&](std::ostream& o) { sim::write_json(o, real); });
+  write_file(dir / "results.md", [&](std::ostream& o) {
+    sim::write_markdown(o, real, "Measured on a local PS cluster (links emulated; bounds from the simulator)");
+  });
+  write_file(dir / "cluster.csv", [&](std::ostream& o) {
+    o << "model,bandwidth,workers,policy,knobs,cluster_ms,ci95_ms,sim_ms,sim_over_real,trials_ms\n";
+    for (const Row& r : rows) {
+      o << r.real.model << "," << r.bandwidth << "," << r.real.workers << "," << r.real.policy << ",\""
+        << r.real.knobs << "\"," << r.real.iteration_s * 1e3 << "," << r.ci95_s * 1e3 << ","
+        << r.predicted.iteration_s * 1e3 << "," << r.predicted.iteration_s / r.real.iteration_s << ",";
+      for (size_t i = 0; i < r.trials_s.size(); ++i) o << (i ? " " : "") << r.trials_s[i] * 1e3;
+      o << "\n";
+    }
+  });
+  write_file(dir / "cluster.md", [&](std::ostream& o) {
+    o << "| model | rate | workers | policy | real ms (95% CI, " << a.trials << " trials) | simulated ms | sim / real |\n"
+      << "|---|---|---:|---|---:|---:|---:|\n";
+    char line[512];
+    for (const Row& r : rows) {
+      std::snprintf(line, sizeof line, "| %s | %s | %d | %s | %.1f ± %.1f | %.1f | %.3f |\n", r.real.model.c_str(),
+                    r.bandwidth.c_str(), r.real.workers, r.real.policy.c_str(), r.real.iteration_s * 1e3,
+                    r.ci95_s * 1e3, r.predicted.iteration_s * 1e3, r.predicted.iteration_s / r.real.iteration_s);
+      o << line;
+    }
+  });
+  std::cout << "commsched bench: " << rows.size() << " cluster cells in " << secs << " s; wrote " << dir.string()
+            << "/results.{csv,json,md} and cluster.{csv,md}\n";
+  draw_plots(a, dir);
+}
+
+void run_bench(const BenchArgs& a, const ClusterTrial& cluster) {
+  if (a.mode == "cluster") return run_cluster_bench(a, cluster);
+  if (a.mode != "sim") throw InvalidArgument("--mode '" + a.mode + "' (allowed: sim, cluster)");
   const sim::GridSpec spec = to_spec(a);
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<sim::CellResult> cells = sim::run_grid(spec);
@@ -132,18 +268,18 @@ void run_bench(const BenchArgs& a) {
   }
   std::cout << "commsched bench: " << cells.size() << " cells in " << secs << " s; wrote " << dir.string()
             << "/results.{csv,json,md} and timeline-*.json\n";
-  if (a.plot) {
-    const std::string cmd = std::string(COMMSCHED_PYTHON) + " " + COMMSCHED_PLOT_SCRIPT + " '" + dir.string() + "'";
-    if (std::system(cmd.c_str()) != 0) throw InvalidArgument("plotting failed: " + cmd);
-  }
+  draw_plots(a, dir);
 }
 
 }  // namespace
 
-void add_bench_subcommand(CLI::App& app) {
+void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* b = app.add_subcommand("bench", "Compare scheduling policies over models x bandwidths x workers");
-  b->add_option("--mode", args->mode, "sim (discrete-event simulation) or cluster")->capture_default_str();
+  b->add_option("--mode", args->mode,
+                "sim (discrete-event simulation) or cluster (each cell as a real local PS cluster, links emulated, "
+                "beside the simulator's prediction)")
+      ->capture_default_str();
   b->add_option("--models", args->models, "profile names in --profiles or paths to .json profiles")
       ->delimiter(',')->capture_default_str();
   b->add_option("--profiles", args->profiles_dir, "folder of model profiles")->capture_default_str();
@@ -178,7 +314,16 @@ void add_bench_subcommand(CLI::App& app) {
   b->add_option("--warmup", args->warmup, "leading iterations not measured")->capture_default_str();
   b->add_option("-o,--out", args->out_dir, "output folder")->capture_default_str();
   b->add_flag("--plot", args->plot, "also draw PNGs with bench/plot.py");
-  b->callback([args] { run_bench(*args); });
+  b->add_option("--trials", args->trials, "cluster: runs per cell")->capture_default_str();
+  b->add_option("--trial-iterations", args->trial_iterations, "cluster: measured iterations per run")
+      ->capture_default_str();
+  b->add_option("--trial-warmup", args->trial_warmup,
+                "cluster: leading iterations not measured (iteration 1 still waits for iteration 0's key assignment: "
+                "keep >= 2)")
+      ->capture_default_str();
+  b->add_option("--attempts", args->attempts, "cluster: a failed run is started again up to this many times in all")
+      ->capture_default_str();
+  b->callback([args, cluster = std::move(cluster)] { run_bench(*args, cluster); });
 }
 
 }  // namespace commsched

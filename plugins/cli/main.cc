@@ -2,7 +2,7 @@
 //   commsched run      a model profile through the engine, WFBP against the scheduler, on loopback or a local PS cluster
 //   commsched launch   a local parameter-server cluster around any command
 //   commsched server   one parameter server (roles from the environment contract)
-//   commsched bench    the simulator's comparison grid
+//   commsched bench    the comparison grid: simulated, or run as real local clusters (--mode cluster)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   commsched::add_synthetic_worker_subcommand(app);
   commsched::add_launch_subcommand(app);
   commsched::add_server_subcommand(app);
-  commsched::add_bench_subcommand(app);
+  commsched::add_bench_subcommand(app, commsched::run_cluster_trial);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

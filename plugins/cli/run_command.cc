@@ -190,6 +190,29 @@ nlohmann::json run_ps(const RunArgs& a, const std::string& policy) {
   return j;
 }
 
+}  // namespace
+
+std::vector<double> run_cluster_trial(const ClusterTrialSpec& t) {
+  RunArgs a;
+  a.model = t.model;
+  a.workers = t.workers;
+  a.servers = t.servers;
+  a.bandwidth = t.bandwidth;
+  a.iterations = t.iterations;
+  a.warmup = t.warmup;
+  a.partition = t.partition;
+  a.credit = t.credit;
+  a.small_tensor = t.small_tensor;
+  a.timeline_dir = "";
+  const nlohmann::json r = run_ps(a, t.policy);
+  if (!r["data_ok"].get<bool>() || !r["error"].get<std::string>().empty())
+    throw std::runtime_error("policy " + t.policy + ": reduced data wrong or error '" + r["error"].get<std::string>() +
+                             "'");
+  return r["iterations"].get<std::vector<double>>();
+}
+
+namespace {
+
 void print_row(const std::string& row, const nlohmann::json& r) {
   std::printf("  %-19s iteration %8.1f ms  ± %5.1f ms (95%%)   median %8.1f ms   data %s\n", row.c_str(),
               r["mean_s"].get<double>() * 1e3, r["ci95_s"].get<double>() * 1e3, r["median_s"].get<double>() * 1e3,

@@ -5,10 +5,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include <vector>
+
+#include "bench/sim/bench_cli.h"
+
 namespace commsched {
 
 void add_run_subcommand(CLI::App& app);
 // The worker side of `run --backend ps` (started by the launcher; not for direct use).
 void add_synthetic_worker_subcommand(CLI::App& app);
+// One `commsched bench --mode cluster` trial: a local PS cluster running synthetic-worker, as `run --backend ps` does.
+std::vector<double> run_cluster_trial(const ClusterTrialSpec& trial);
 
 }  // namespace commsched
