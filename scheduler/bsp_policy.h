@@ -18,6 +18,8 @@ class BspPolicy final : public Policy {
   void on_batch_done(const Batch& batch, Nanos now) override;
   // Releases everything told so far; tasks told later wait for the next backward_done.
   void on_backward_done(Nanos now) override;
+  // Releases everything told so far, as at the end of backward.
+  void on_flush(Nanos now) override { on_backward_done(now); }
   void poll(Nanos now, std::vector<Batch>& out) override;
   size_t queued_partitions() const override { return held_.size() + released_.size(); }
   uint64_t bytes_in_flight() const override { return in_flight_; }

@@ -31,10 +31,10 @@ struct TaskState {
 };
 
 struct Event {
-  enum class Kind : uint8_t { arrived, batch_sent, batch_done, backward_done, tick, knobs, shutdown };
+  enum class Kind : uint8_t { arrived, batch_sent, batch_done, backward_done, flush, tick, knobs, shutdown };
   Kind kind = Kind::tick;
   TaskState* task = nullptr;  // arrived: ownership passes to the scheduler node
-  uint64_t id = 0;            // batch_sent/batch_done: batch id; backward_done: number of tasks submitted before it
+  uint64_t id = 0;            // batch_sent/batch_done: batch id; backward_done/flush: tasks submitted before it
   Status status;
   uint64_t credit = 0;        // knobs
 };
@@ -135,7 +135,8 @@ struct Engine::Impl {
         case Event::Kind::batch_sent: on_batch_sent(e.id); break;
         case Event::Kind::batch_done: on_batch_done(e.id, e.status); break;
         case Event::Kind::backward_done:
-          backward_marks.push_back(e.id);
+        case Event::Kind::flush:
+          backward_marks.push_back({e.id, e.kind == Event::Kind::flush});
           deliver_backward_marks();
           break;
         case Event::Kind::tick: break;  // pump() polls the policy
@@ -175,12 +176,15 @@ struct Engine::Impl {
     deliver_backward_marks();
   }
 
-  // A backward_done mark covers the tasks submitted before it; it reaches the policy only after they all arrived,
-  // even when big tasks were still being partitioned on another thread.
+  // A backward_done (or flush) mark covers the tasks submitted before it; it reaches the policy only after they all
+  // arrived, even when big tasks were still being partitioned on another thread.
   void deliver_backward_marks() {
-    while (!backward_marks.empty() && arrived_tasks >= backward_marks.front()) {
+    while (!backward_marks.empty() && arrived_tasks >= backward_marks.front().tasks) {
+      const bool flush = backward_marks.front().flush;
       backward_marks.pop_front();
-      if (!stopped) policy->on_backward_done(now());
+      if (stopped) continue;
+      if (flush) policy->on_flush(now());
+      else policy->on_backward_done(now());
     }
   }
 
@@ -363,7 +367,11 @@ struct Engine::Impl {
   // Scheduler-node state: touched only by run_scheduler().
   std::unordered_map<uint64_t, std::unique_ptr<TaskState>> live;
   std::unordered_map<uint64_t, InflightBatch> batches;
-  std::deque<uint64_t> backward_marks;
+  struct Mark {
+    uint64_t tasks;  // submitted before the mark
+    bool flush;      // Engine::flush rather than backward_done
+  };
+  std::deque<Mark> backward_marks;
   std::vector<Batch> ready;
   uint64_t arrived_tasks = 0;
   uint64_t next_batch_id = 1;
@@ -492,6 +500,18 @@ void Engine::backward_done() {
                             std::to_string(k.partition_bytes) + ",\"credit_bytes\":" + std::to_string(k.credit_bytes) + "}");
     m.timeline->flush();
   }
+}
+
+void Engine::flush() {
+  Impl& m = *impl_;
+  if (m.closed.load()) return;
+  Event mark;
+  mark.kind = Event::Kind::flush;
+  {
+    std::lock_guard lk(m.names_mu);
+    mark.id = m.next_task_id;
+  }
+  m.post(std::move(mark));
 }
 
 void Engine::wait_all() {

@@ -52,6 +52,11 @@ class Engine final : public KnobControl {
   // set_knobs() take effect for tasks submitted from now on, and policies that wait for backward (BSP) are told.
   void backward_done();
 
+  // Releases the tasks submitted so far that are not part of a backward (a parameter broadcast, a metric all-reduce):
+  // policies that hold tasks until backward_done() (BSP, MG-WFBP) send them now, and MG-WFBP does not learn its merge
+  // plan from them. Unlike backward_done(), the iteration does not advance and pending knob changes wait.
+  void flush();
+
   // Blocks until every submitted task has completed (successfully or not).
   void wait_all();
   // As wait_all, but gives up after `timeout`; returns whether everything completed.

@@ -61,6 +61,15 @@ void MergedGradientPolicy::on_backward_done(Nanos /*now*/) {
   for (Group& g : groups_) release(g);
 }
 
+void MergedGradientPolicy::on_flush(Nanos /*now*/) {
+  if (!learned_) {
+    observed_.clear();
+    iteration_start_.reset();
+    return;
+  }
+  for (Group& g : groups_) release(g);
+}
+
 void MergedGradientPolicy::plan() {
   struct Item {
     int32_t priority;

@@ -25,6 +25,9 @@ class MergedGradientPolicy final : public Policy {
   void on_task_arrived(const TaskArrival& task, Nanos now) override;
   void on_batch_done(const Batch& batch, Nanos now) override;
   void on_backward_done(Nanos now) override;
+  // Before the plan: forgets what it observed since the iteration began (those tasks were not gradients of a
+  // backward; they already went out WFBP-style). After: sends incomplete groups as they are.
+  void on_flush(Nanos now) override;
   void poll(Nanos now, std::vector<Batch>& out) override;
   size_t queued_partitions() const override;
   uint64_t bytes_in_flight() const override { return in_flight_; }

@@ -52,6 +52,10 @@ class Policy {
   virtual void on_batch_done(const Batch& batch, Nanos now) = 0;
   // The framework has produced every gradient of the current iteration (end of backward).
   virtual void on_backward_done(Nanos /*now*/) {}
+  // The tasks told so far are not part of a backward (a parameter broadcast, a metric all-reduce) and must not wait
+  // for one: a policy that holds tasks until on_backward_done releases them here, and one that learns from the
+  // backward does not learn from them. Not the end of an iteration.
+  virtual void on_flush(Nanos /*now*/) {}
 
   // Knobs; applied by the caller at an iteration boundary. credit_bytes == 0 means "no limit".
   virtual void set_credit_bytes(uint64_t /*credit*/) {}

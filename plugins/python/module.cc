@@ -142,6 +142,9 @@ PYBIND11_MODULE(_C, m) {
            "queues one task over `count` elements at address `data`; op is push_pull, allreduce, broadcast or "
            "'reduce' (the backend's own reduction); returns a Handle")
       .def("backward_done", [](Context& c) { c.engine().backward_done(); }, py::call_guard<py::gil_scoped_release>())
+      .def("flush", [](Context& c) { c.engine().flush(); }, py::call_guard<py::gil_scoped_release>(),
+           "releases tasks that are not part of a backward (BSP and MG-WFBP would otherwise hold them until "
+           "backward_done); the iteration does not advance")
       .def("iteration_end", &Context::iteration_end, py::call_guard<py::gil_scoped_release>())
       .def("set_model", [](Context& c, std::vector<uint64_t> tensor_bytes) { c.set_model(tensor_bytes); },
            py::arg("tensor_bytes"), "the model's gradient sizes in bytes, in forward order (keys the tuner's store)")

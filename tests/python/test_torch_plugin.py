@@ -60,6 +60,13 @@ def test_two_workers_match_single_process_and_policies_agree_bitwise(tmp_path, c
         assert_bitwise(wfbp[kind][0], sched[kind][0], f"{kind}: wfbp vs bytescheduler (cross={cross})")
 
 
+# BSP and MG-WFBP hold gradients until the end of backward; the eager calls before training (broadcast_parameters,
+# broadcast_optimizer_state) are released by Engine::flush, so they neither hang nor become MG-WFBP's learning iteration.
+@pytest.mark.parametrize("policy", ["bsp", "mgwfbp"])
+def test_holding_policies_train_like_single_process(tmp_path, policy):
+    check_against_reference(train(tmp_path, 2, policy, False), 2)
+
+
 def test_four_workers_match_single_process_with_and_without_cross_iteration(tmp_path):
     plain = train(tmp_path, 4, "bytescheduler", False)
     cross = train(tmp_path, 4, "wfbp", True)

@@ -113,16 +113,17 @@ def submit(tensor, name, op, priority=0, root=0):
                       int(root))
 
 
-# Policies that hold every task until the end of backward (Engine::backward_done). Tasks of the eager API
-# (broadcast_parameters, metric allreduce, ...) are not part of a backward, so they are released at once; every worker
-# makes the same calls, so the engines' iteration counters stay in step.
+# Policies that hold tasks until the end of backward (Engine::backward_done). Tasks of the eager API
+# (broadcast_parameters, metric allreduce, ...) are not part of a backward, so they are released at once with
+# Engine::flush, which neither ends an iteration nor lets MG-WFBP learn its merge plan from them (it did, when this
+# called backward_done: a plan learned from broadcasts that all arrive at once merges everything, like BSP).
 _HOLDING_POLICIES = ("bsp", "mgwfbp")
 
 
 def release_outside_backward():
     ctx = context()
     if ctx.policy in _HOLDING_POLICIES:
-        ctx.backward_done()
+        ctx.flush()
 
 
 _KEY_RE = re.compile(r"key (\d+)")

@@ -36,6 +36,15 @@ TEST(BspPolicy, ReleasesEverythingInPriorityOrderWithoutCredit) {
   EXPECT_EQ(p.bytes_in_flight(), 0u);
 }
 
+TEST(BspPolicy, FlushReleasesWhatIsHeld) {
+  BspPolicy p;
+  EXPECT_TRUE(arrive(p, 1, 5, 1000, 0).empty());
+  p.on_flush(10);
+  auto out = poll_at(p, 10);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][0].task_id, 1u);
+}
+
 TEST(BspPolicy, TasksOfTheNextIterationWaitForTheNextBoundary) {
   BspPolicy p;
   arrive(p, 1, 0, 100, 0);

@@ -90,5 +90,29 @@ TEST(MergedGradientPolicy, SendsIncompleteGroupsAtBackwardDone) {
   EXPECT_EQ(p.queued_partitions(), 0u);
 }
 
+// Tasks outside a backward (a parameter broadcast before training) must not become the learning iteration: they all
+// arrive at once, so a plan learned from them would merge every gradient into one message, like BSP.
+TEST(MergedGradientPolicy, DoesNotLearnFromTasksFlushedOutsideABackward) {
+  MergedGradientPolicy p(20e-6, kBeta);
+  for (int prio = 0; prio < 4; ++prio) EXPECT_EQ(arrive(p, 100 + prio, prio, 1'000'000, 0).size(), 1u);  // at once
+  p.on_flush(10);
+  EXPECT_FALSE(p.learned());
+  EXPECT_EQ(p.queued_partitions(), 0u);
+  run_iteration(p, 1, 1'000'000);  // the real backward
+  ASSERT_TRUE(p.learned());
+  EXPECT_EQ(p.merge_groups(), (std::vector<std::vector<int32_t>>{{3}, {2, 1, 0}}));  // as learned without the flush
+}
+
+TEST(MergedGradientPolicy, FlushSendsIncompleteGroupsAfterLearning) {
+  MergedGradientPolicy p(10e-3, kBeta);
+  run_iteration(p, 1, 0);  // one group of all four
+  EXPECT_TRUE(arrive(p, 20, 2, 1000, 2'000'000).empty());  // an eager call on a planned priority waits for its group
+  p.on_flush(2'000'010);
+  auto out = poll_at(p, 2'000'010);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0][0].task_id, 20u);
+  EXPECT_EQ(p.merge_groups().size(), 1u);  // the plan stands
+}
+
 }  // namespace
 }  // namespace commsched

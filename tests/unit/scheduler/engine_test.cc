@@ -5,6 +5,7 @@
 #include <numeric>
 #include <thread>
 
+#include "scheduler/bsp_policy.h"
 #include "scheduler/engine.h"
 #include "scheduler/fifo_policy.h"
 #include "scheduler/policy_factory.h"
@@ -325,6 +326,24 @@ TEST(Engine, KnobsChangeAtIterationBoundary) {
   EXPECT_EQ(parts["u"], 2);
   EXPECT_EQ(engine.iteration(), 1u);
   EXPECT_EQ(engine.knobs().credit_bytes, 4096u);
+}
+
+// An eager task (a parameter broadcast) under BSP would wait for a backward that is not coming; flush() releases it
+// and ends no iteration.
+TEST(Engine, FlushReleasesHeldTasksWithoutEndingTheIteration) {
+  auto backend = std::make_shared<RecordingBackend>();
+  Engine engine(std::make_unique<BspPolicy>(), backend, config_with(1024, 0));
+  std::vector<float> buf(256);
+  engine.submit(make_task("broadcast", 0, buf));
+  EXPECT_FALSE(engine.wait_all_for(std::chrono::milliseconds(100))) << "BSP sent before the end of backward";
+  engine.flush();
+  EXPECT_TRUE(engine.wait_all_for(std::chrono::seconds(10)));
+  EXPECT_EQ(engine.iteration(), 0u);
+  engine.submit(make_task("grad", 0, buf));  // a gradient still waits for its backward
+  EXPECT_FALSE(engine.wait_all_for(std::chrono::milliseconds(100)));
+  engine.backward_done();
+  EXPECT_TRUE(engine.wait_all_for(std::chrono::seconds(10)));
+  EXPECT_EQ(engine.iteration(), 1u);
 }
 
 }  // namespace
