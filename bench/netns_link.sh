@@ -32,3 +32,44 @@ netns_link_down() {
   [[ -n ${NB:-} ]] && ip netns del "$NB" 2>/dev/null || true
   [[ -n ${NETNS_VETH:-} ]] && ip link del "$NETNS_VETH" 2>/dev/null || true
 }
+
+# A star: N hosts (namespaces PREFIX_i_TAG, addresses 10.OCTET.x.(i+1)/24, interface eth0), each joined by a veth pair
+# to a Linux bridge in a "switch" namespace, like hosts on one switch. Each host's link is shaped with tbf at RATE on
+# BOTH ends of its pair: the host end limits what the host sends, the switch end what it receives.
+#
+#   netns_star_up PREFIX OCTET N RATE   # sets STAR_HOSTS and STAR_ADDRS (arrays) and STAR_SWITCH
+#   trap 'netns_star_down' EXIT INT TERM
+netns_star_up() {
+  local prefix=$1 octet=$2 n=$3 rate=$4 tag=$$
+  local sub="10.$octet.$((tag % 250))"
+  STAR_SWITCH="${prefix}_sw_$tag" STAR_HOSTS=() STAR_ADDRS=() STAR_VETHS=()
+  ip netns add "$STAR_SWITCH"
+  ip -n "$STAR_SWITCH" link set lo up
+  ip -n "$STAR_SWITCH" link add br0 type bridge
+  ip -n "$STAR_SWITCH" link set br0 up
+  for ((i = 0; i < n; ++i)); do
+    local ns="${prefix}_${i}_$tag" h="${prefix:0:3}${tag}h$i" p="${prefix:0:3}${tag}p$i" addr="$sub.$((i + 1))"
+    STAR_HOSTS+=("$ns")
+    STAR_ADDRS+=("$addr")
+    STAR_VETHS+=("$h")
+    ip netns add "$ns"
+    ip link add "$h" type veth peer name "$p"
+    ip link set "$h" netns "$ns"
+    ip link set "$p" netns "$STAR_SWITCH"
+    ip -n "$ns" link set "$h" name eth0
+    ip -n "$ns" addr add "$addr/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+    ip -n "$STAR_SWITCH" link set "$p" master br0
+    ip -n "$STAR_SWITCH" link set "$p" up
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 20ms
+    ip netns exec "$STAR_SWITCH" tc qdisc add dev "$p" root tbf rate "$rate" burst 256kb latency 20ms
+  done
+}
+
+netns_star_down() {
+  local ns v
+  for ns in "${STAR_HOSTS[@]}" "${STAR_SWITCH:-}"; do [[ -n $ns ]] && ip netns del "$ns" 2>/dev/null || true; done
+  for v in "${STAR_VETHS[@]}"; do ip link del "$v" 2>/dev/null || true; done
+  return 0
+}

@@ -4,7 +4,8 @@
 Each cell (model x bandwidth x workers x policy) is run --trials times as `commsched launch -- commsched
 synthetic-worker` (what `commsched run --backend ps` runs): W worker and S server processes on this machine, compute
 emulated by sleeping per layer (plugins/api/synthetic_model), links EMULATED by the transport's token bucket on every
-process's sends (COMMSCHED_EMULATE_RATE). The mean of the trial means and its 95% interval (Student t) are reported
+process's sends (COMMSCHED_EMULATE_RATE), or with --links netns (root) over REAL shaped links: every process in its own
+network namespace on a bridge, each host's link shaped by tbf both ways (netns_trial.sh). The mean of the trial means and its 95% interval (Student t) are reported
 next to `commsched bench --mode sim` for the same cell and knobs, with the ratio sim / real.
 
 Warm-up: the first iterations are not steady. Iteration 0 asks the root server for the owner of every key, and the
@@ -31,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 # two-sided 95% Student t quantiles for 1..10 degrees of freedom
 T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
 
@@ -56,11 +59,15 @@ def run_trial(args, model, bw, workers, servers, policy):
 def run_trial_once(args, model, bw, workers, servers, policy):
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
-        cmd = [args.commsched, "launch", "-w", str(workers), "-s", str(servers), "--emulate-rate", bw, "--",
-               args.commsched, "synthetic-worker", "--model", model, "--policy", policy,
-               "--iterations", str(args.iterations), "--warmup", str(args.warmup),
-               "--partition", args.partition, "--credit", args.credit, "--small-tensor", args.small_tensor,
-               "--timeline-dir", "", "--result", result]
+        if args.links == "netns":
+            cmd = [os.path.join(HERE, "netns_trial.sh"), args.commsched, model, bw, str(workers), str(servers), policy,
+                   args.partition, args.credit, args.small_tensor, str(args.iterations), str(args.warmup), result]
+        else:
+            cmd = [args.commsched, "launch", "-w", str(workers), "-s", str(servers), "--emulate-rate", bw, "--",
+                   args.commsched, "synthetic-worker", "--model", model, "--policy", policy,
+                   "--iterations", str(args.iterations), "--warmup", str(args.warmup),
+                   "--partition", args.partition, "--credit", args.credit, "--small-tensor", args.small_tensor,
+                   "--timeline-dir", "", "--result", result]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
         if out.returncode != 0 or not os.path.exists(result):
             raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
@@ -74,15 +81,23 @@ def run_trial_once(args, model, bw, workers, servers, policy):
 def simulate(args, model, bw, workers, servers, policy, ps_workers):
     with tempfile.TemporaryDirectory() as tmp:
         part = parse_size(args.partition)
-        cmd = [args.sim, "bench", "--mode", "sim", "--models", model, "--bandwidths", bw, "--workers", str(workers),
+        rate = f"{parse_rate(bw) * args.link_efficiency / 1e6:.6g}mbit"  # the goodput the simulator is given
+        cmd = [args.sim, "bench", "--mode", "sim", "--models", model, "--bandwidths", rate, "--workers", str(workers),
                "--servers", str(servers), "--network", "ps", "--latency", args.latency, "--policies", policy,
                "--partitions", args.partition, "--credit-multipliers", str(parse_size(args.credit) / part),
-               "--small-tensor", args.small_tensor, "--iterations", "12", "--warmup", "4", "--emulated-links",
-               "--ps-workers", ps_workers, "--out", tmp]
+               "--small-tensor", args.small_tensor, "--iterations", "12", "--warmup", "4",
+               "--ps-workers", ps_workers, "--out", tmp] + (["--emulated-links"] if args.links == "emulated" else [])
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         with open(os.path.join(tmp, "results.csv")) as f:
             row = next(csv.DictReader(f))
         return float(row["iteration_ms"])
+
+
+def parse_rate(s):
+    m = re.fullmatch(r"([\d.]+)\s*([kmgt]?)(bit|bps|bit/s)?", s.strip().lower())
+    if not m:
+        sys.exit(f"run_cluster: cannot parse rate '{s}'")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
 
 
 def parse_size(s):
@@ -102,6 +117,10 @@ def main():
     ap.add_argument("--bandwidths", default="1gbit")
     ap.add_argument("--workers", default="2")
     ap.add_argument("--servers", type=int, default=0, help="0: as many as workers")
+    ap.add_argument("--links", choices=["emulated", "netns"], default="emulated",
+                    help="emulated: the transport's token bucket on loopback (COMMSCHED_EMULATE_RATE); netns (root): "
+                         "every process in its own network namespace on a bridge, its link shaped with tbf both ways "
+                         "(netns_trial.sh), predicted with the simulator's real-NIC model")
     ap.add_argument("--policies", default="wfbp,bytescheduler")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=6)
@@ -116,8 +135,14 @@ def main():
     ap.add_argument("--resimulate", metavar="CSV",
                     help="run no cluster: take the real cells of an earlier cluster.csv and simulate them again (after "
                          "a simulator change); --partition/--credit/--small-tensor/--latency must match that run")
+    ap.add_argument("--link-efficiency", type=float,
+                    help="payload share of the shaped rate given to the simulator (default: 1448/1514 for netns, "
+                         "TCP payload per 1514-byte Ethernet frame with timestamps, as tbf counts frames; 1 for "
+                         "emulated links, whose token bucket counts message bytes)")
     args = ap.parse_args()
     args.sim = args.sim or args.commsched
+    if args.link_efficiency is None:
+        args.link_efficiency = 1448 / 1514 if args.links == "netns" else 1.0
     os.makedirs(args.out, exist_ok=True)
 
     def row(model, bw, w, s, policy, mean, ci, trials):

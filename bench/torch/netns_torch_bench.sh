@@ -41,9 +41,7 @@ compgen -G "$BUILD/python/commsched/_C*.so" >/dev/null ||
 [[ $(id -u) == 0 ]] || { echo "netns_torch_bench: needs root (network namespaces)" >&2; exit 2; }
 [[ -n ${OUT_DIR:-} ]] && { mkdir -p "$OUT_DIR"; KEEP=1; } || { OUT_DIR=$(mktemp -d); KEEP=0; }
 
-TAG=$$
-SW="csts_sw_$TAG"
-SUB="10.215.$((TAG % 250))"
+source "$HERE/bench/netns_link.sh"
 HOSTS=()   # namespace of each host: servers first, then workers
 ADDRS=()
 PIDS=()
@@ -51,34 +49,14 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  for ns in "${HOSTS[@]}" "$SW"; do ip netns del "$ns" 2>/dev/null || true; done
-  for ((i = 0; i < SERVERS + WORKERS; ++i)); do ip link del "cst${TAG}h$i" 2>/dev/null || true; done
+  netns_star_down
   [[ $KEEP == 1 ]] || rm -rf "$OUT_DIR"
 }
 trap cleanup EXIT INT TERM
 
-ip netns add "$SW"
-ip -n "$SW" link set lo up
-ip -n "$SW" link add br0 type bridge
-ip -n "$SW" link set br0 up
-for ((i = 0; i < SERVERS + WORKERS; ++i)); do
-  ns="csts_${i}_$TAG" h="cst${TAG}h$i" p="cst${TAG}p$i" addr="$SUB.$((i + 1))"
-  HOSTS+=("$ns")
-  ADDRS+=("$addr")
-  ip netns add "$ns"
-  ip link add "$h" type veth peer name "$p"
-  ip link set "$h" netns "$ns"
-  ip link set "$p" netns "$SW"
-  ip -n "$ns" link set "$h" name eth0
-  ip -n "$ns" addr add "$addr/24" dev eth0
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set eth0 up
-  ip -n "$SW" link set "$p" master br0
-  ip -n "$SW" link set "$p" up
-  # The host's NIC: what it sends (host end) and what it receives (switch end), each at RATE.
-  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 256kb latency 20ms
-  ip netns exec "$SW" tc qdisc add dev "$p" root tbf rate "$RATE" burst 256kb latency 20ms
-done
+netns_star_up csts 215 $((SERVERS + WORKERS)) "$RATE"
+HOSTS=("${STAR_HOSTS[@]}")
+ADDRS=("${STAR_ADDRS[@]}")
 ROOT=${ADDRS[0]}
 
 echo "# links: ${#HOSTS[@]} namespaces (S=$SERVERS servers, W=$WORKERS workers) on a bridge, veth + tbf $RATE each way per host"
