@@ -26,7 +26,9 @@ namespace commsched {
 // an error naming the peer to stderr). Configuration errors throw InvalidArgument.
 // owns_process: the caller is a server process's main (`commsched server`). Then, once the server has failed, the
 // process is ended with exit status 1 if it has not exited 5 s later: a failed server must never linger (a survivor
-// of a lost peer once stayed up in the kill test, its shutdown stuck; not root-caused, and logged when it happens).
+// of a lost peer once stayed up in the kill test, its shutdown stuck; logged when it happens). One cause of a stuck
+// shutdown is known and fixed: zmq_ctx_term() waiting forever for a connection whose peer vanished while we closed
+// (see set_linger in zmq_transport.cc); this is the last line of defence for any other.
 int run_server(const ClusterEnv& env, const PsConfig& cfg, bool owns_process = false);
 
 namespace ps {

@@ -19,6 +19,8 @@ namespace commsched::ps {
 namespace {
 
 constexpr PeerId kRouterPeerBase = 1ull << 32;
+// How long a graceful close() may spend delivering last words (bye, peer_lost) to a live peer.
+constexpr int kGracefulLingerMs = 500;
 
 std::string zmq_err(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
 
@@ -142,7 +144,7 @@ class ZmqTransport final : public Transport {
     }
     for (auto& p : backlog_) zmq_msg_close(&p.payload);
     backlog_.clear();
-    const int linger = graceful ? 500 : 0;  // enough for last words (bye, peer_lost) to a live peer
+    const int linger = graceful ? kGracefulLingerMs : 0;
     auto close_sock = [&](void*& s) {
       if (!s) return;
       zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
@@ -180,6 +182,7 @@ class ZmqTransport final : public Transport {
   void* make_socket(int type) {
     void* s = zmq_socket(ctx_, type);
     if (!s) throw std::runtime_error(zmq_err("zmq_socket"));
+    set_linger(s);
     int zero = 0;
     zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);  // never drop or block: flow control is the scheduler's job
     zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
@@ -190,10 +193,23 @@ class ZmqTransport final : public Transport {
     return s;
   }
 
+  // A finite linger from the start, not only at close(): ZeroMQ copies a socket's options into its listener at bind
+  // and into every connection's session at accept/connect. When a peer disconnects, the listener ends that connection
+  // with the linger of ITS copy; with ZeroMQ's default (-1, infinite) a connection whose peer vanished while our close()
+  // was ending it, with a message of ours still queued for it (server 0's bye to a server leaving at the same moment),
+  // waits forever for a delivery that cannot happen, and zmq_ctx_term() in close() never returns. Setting ZMQ_LINGER
+  // just before zmq_close() does not reach those copies.
+  static void set_linger(void* s) {
+    const int linger = kGracefulLingerMs;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  }
+
   void* monitor(void* sock, int events) {
     const std::string addr = "inproc://mon-" + std::to_string(monitor_seq_++);
     if (zmq_socket_monitor(sock, addr.c_str(), events) != 0) throw std::runtime_error(zmq_err("zmq_socket_monitor"));
     void* pair = zmq_socket(ctx_, ZMQ_PAIR);
+    if (!pair) throw std::runtime_error(zmq_err("zmq_socket"));
+    set_linger(pair);
     if (zmq_connect(pair, addr.c_str()) != 0) throw std::runtime_error(zmq_err("monitor connect"));
     return pair;
   }
