@@ -15,27 +15,42 @@ namespace commsched::sim {
 // Simulated time, one event after another; ties run in the order they were scheduled, so runs are deterministic.
 class EventLoop {
  public:
-  void at(Nanos t, std::function<void()> f) { events_.push({t, next_seq_++, std::move(f)}); }
+  void at(Nanos t, std::function<void()> f) {
+    size_t slot;
+    if (free_.empty()) {
+      slot = fns_.size();
+      fns_.push_back(std::move(f));
+    } else {
+      slot = free_.back();
+      free_.pop_back();
+      fns_[slot] = std::move(f);
+    }
+    events_.push({t, next_seq_++, slot});
+  }
   // Runs every event, including those the events schedule; returns the time of the last.
   Nanos run() {
     while (!events_.empty()) {
-      Event e = std::move(const_cast<Event&>(events_.top()));
+      const Event e = events_.top();
       events_.pop();
       now_ = e.time;
-      e.fn();
+      std::function<void()> fn = std::move(fns_[e.slot]);
+      free_.push_back(e.slot);
+      fn();
     }
     return now_;
   }
   Nanos now() const { return now_; }
 
  private:
-  struct Event {
+  struct Event {  // small and trivially copyable: the heap moves these, the callbacks stay put in fns_
     Nanos time;
     uint64_t seq;
-    std::function<void()> fn;
+    size_t slot;
     bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
   };
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::vector<std::function<void()>> fns_;
+  std::vector<size_t> free_;
   uint64_t next_seq_ = 0;
   Nanos now_ = 0;
 };

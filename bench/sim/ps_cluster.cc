@@ -73,7 +73,7 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
       const size_t s = owner(part.priority, part.offset + at, n);
       const int round = w.rounds[{part.priority, part.offset + at}]++;
       const Nanos begin = transmit(w.up, servers_[s].in, p_.server_bps, n, now,
-                                   [this, s, slot = SlotKey{part.priority, part.offset + at, round}, n, worker, id] {
+                                   [this, s, slot = SlotKey{{part.priority, part.offset + at}, round}, n, worker, id] {
                                      on_push(s, slot, n, {worker, id});
                                    });
       if (first < 0) first = begin;

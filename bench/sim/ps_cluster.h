@@ -23,8 +23,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "bench/sim/fabric.h"
@@ -66,6 +66,12 @@ class PsClusterFabric final : public Fabric {
   Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) override;
 
  private:
+  using ChunkKey = std::pair<int32_t, uint64_t>;  // key, offset
+  struct ChunkHash {
+    size_t operator()(const ChunkKey& k) const {
+      return std::hash<uint64_t>()(k.second * 0x9E3779B97F4A7C15ull ^ uint32_t(k.first));
+    }
+  };
   struct ServerState {
     Sender out;
     Link in;            // link model only
@@ -74,14 +80,21 @@ class PsClusterFabric final : public Fabric {
   struct WorkerState {
     Sender up;
     Link down;                                           // link model only
-    std::map<std::pair<int32_t, uint64_t>, int> rounds;  // pushes so far per chunk
+    std::unordered_map<ChunkKey, int, ChunkHash> rounds;  // pushes so far per chunk
     std::vector<std::pair<uint32_t, uint32_t>> batches;  // per batch id: receipts and sums still to come
   };
   struct Waiter {
     int worker;
     size_t batch;
   };
-  using SlotKey = std::tuple<int32_t, uint64_t, int>;  // key, offset, round
+  struct SlotKey {
+    ChunkKey chunk;
+    int round;
+    bool operator==(const SlotKey&) const = default;
+  };
+  struct SlotHash {
+    size_t operator()(const SlotKey& k) const { return ChunkHash()(k.chunk) * 31 + size_t(k.round); }
+  };
 
   size_t owner(int32_t key, uint64_t offset, uint64_t bytes);
   void on_push(size_t server, SlotKey slot, uint64_t bytes, Waiter from);
@@ -97,8 +110,8 @@ class PsClusterFabric final : public Fabric {
   BatchSink* sink_ = nullptr;
   std::vector<WorkerState> workers_;
   std::vector<ServerState> servers_;
-  std::map<std::pair<int32_t, uint64_t>, size_t> owner_;
-  std::map<SlotKey, std::vector<Waiter>> slots_;
+  std::unordered_map<ChunkKey, size_t, ChunkHash> owner_;
+  std::unordered_map<SlotKey, std::vector<Waiter>, SlotHash> slots_;
 };
 
 }  // namespace commsched::sim
