@@ -166,8 +166,7 @@ void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t mi = 0; mi < spec.models.size(); ++mi)
     for (size_t bi = 0; bi < spec.bandwidths_bps.size(); ++bi)
-      for (int w : spec.workers) {
-        const size_t first = rows.size();
+      for (int w : spec.workers)
         for (PolicyKind p : spec.policies) {
           ClusterTrialSpec t{a.models[mi], a.bandwidths[bi], w, a.servers > 0 ? a.servers : w,
                              std::string(policy_name(p)), std::to_string(partition), std::to_string(credit),
@@ -196,12 +195,6 @@ void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
                     << " ms simulated" << std::endl;
           rows.push_back(std::move(r));
         }
-        double wfbp = 0;
-        for (size_t i = first; i < rows.size(); ++i)
-          if (rows[i].real.policy == "wfbp") wfbp = rows[i].real.iteration_s;
-        for (size_t i = first; i < rows.size() && wfbp > 0; ++i)
-          rows[i].real.speedup_vs_wfbp = wfbp / rows[i].real.iteration_s;
-      }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   namespace fs = std::filesystem;
@@ -209,6 +202,8 @@ void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
   fs::create_directories(dir);
   std::vector<sim::CellResult> real;
   for (const Row& r : rows) real.push_back(r.real);
+  for (size_t first = 0; first < real.size(); first += spec.policies.size())  // one cell: one row per policy
+    sim::set_speedups_vs_wfbp(std::span(real).subspan(first, spec.policies.size()));
   write_file(dir / "results.csv", [&](std::ostream& o) { sim::write_csv(o, real); });
   write_file(dir / "results.json", [&](std::ostream& o) { sim::write_json(o, real); });
   write_file(dir / "results.md", [&](std::ostream& o) {

@@ -27,8 +27,8 @@ class EventLoop {
     }
     events_.push({t, next_seq_++, slot});
   }
-  // Runs every event, including those the events schedule; returns the time of the last.
-  Nanos run() {
+  // Runs every event, including those the events schedule.
+  void run() {
     while (!events_.empty()) {
       const Event e = events_.top();
       events_.pop();
@@ -37,7 +37,6 @@ class EventLoop {
       free_.push_back(e.slot);
       fn();
     }
-    return now_;
   }
   Nanos now() const { return now_; }
 

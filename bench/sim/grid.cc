@@ -142,13 +142,17 @@ std::vector<CellResult> run_grid(const GridSpec& spec) {
       for (int w : spec.workers) {
         const size_t first = out.size();
         for (PolicyKind p : spec.policies) out.push_back(run_cell(spec, model, bw, w, p));
-        double wfbp = 0;
-        for (size_t i = first; i < out.size(); ++i)
-          if (out[i].policy == "wfbp") wfbp = out[i].iteration_s;
-        if (wfbp > 0)
-          for (size_t i = first; i < out.size(); ++i) out[i].speedup_vs_wfbp = wfbp / out[i].iteration_s;
+        set_speedups_vs_wfbp(std::span(out).subspan(first));
       }
   return out;
+}
+
+void set_speedups_vs_wfbp(std::span<CellResult> cell) {
+  double wfbp = 0;
+  for (const CellResult& c : cell)
+    if (c.policy == "wfbp") wfbp = c.iteration_s;
+  if (wfbp > 0)
+    for (CellResult& c : cell) c.speedup_vs_wfbp = wfbp / c.iteration_s;
 }
 
 std::vector<PolicyTimeline> run_timelines(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,8 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
                     PolicyKind policy);
 // Every cell, with speedups over WFBP filled in.
 std::vector<CellResult> run_grid(const GridSpec& spec);
+// Fills speedup_vs_wfbp in the results of one cell (one per policy); left 0 when WFBP is not among them.
+void set_speedups_vs_wfbp(std::span<CellResult> cell);
 
 // One iteration's spans per policy (the last measured iteration), for the timeline plot.
 struct PolicyTimeline {
