@@ -45,3 +45,6 @@ print(f"auto-tuner: {tuned['tuner_trials']} trials in {tuned['tuning_steps']} st
 for label, r in rows[1:]:
     print(f"speedup over wfbp (img/s), {label}: {r['images_per_s'] / base['images_per_s']:.2f}x")
 PY
+echo
+echo "== part 2: a model profile's tensors with emulated compute (scripts/profile_main.sh)"
+SKIP_BUILD=1 BUILD_DIR="$BUILD_DIR" ./scripts/profile_main.sh
