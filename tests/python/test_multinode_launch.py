@@ -70,3 +70,14 @@ def test_ctrl_c_on_node_1_tears_down_node_0():
     codes, outs = finish([node0, node1], 30)
     assert codes[0] != 0 and codes[1] == 130, "\n".join(outs)
     assert "interrupted" in outs[0], outs[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
+def test_two_launchers_on_two_namespace_hosts():
+    cmd = [str(HERE / "netns_two_nodes.sh"), commsched_bin(), "1", "1", "--", PYTHON,
+           str(HERE / "multinode_worker.py"), "ok"]
+    res = subprocess.run(cmd, env=child_env({}), capture_output=True, text=True, timeout=90)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log
+    assert "node0| rank 0 of 2 local 0/1 cross 0: sum 3.0" in log, log
+    assert "node1| rank 1 of 2 local 0/1 cross 1: sum 3.0" in log, log
