@@ -40,7 +40,7 @@ run_once() {
   PORT=$((PORT + 2))
   local result="$OUT_DIR/$config.$rep.json" log="$OUT_DIR/$config.$rep.log" store="$OUT_DIR/store.$config.$rep"
   for ((i = 0; i < HOSTS_N; ++i)); do
-    ip netns exec "${STAR_HOSTS[i]}" env PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 \
+    ip netns exec "${STAR_HOSTS[i]}" env PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 \
       timeout "$RUN_TIMEOUT" "$BIN" launch --nnodes "$HOSTS_N" --node-rank "$i" --root "$ROOT:$PORT" -w 1 \
       -s "$servers" --join-timeout 60 -- "$PYTHON" "$HERE/bench/torch/ddp_bench.py" --mode "$mode" --store "$store" \
       --result "$result" --layers "${LAYERS:-8}" --width "${WIDTH:-1024}" --batch "${BATCH:-32}" \
