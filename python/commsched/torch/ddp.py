@@ -18,9 +18,6 @@ import torch.distributed as dist
 
 from commsched.torch import ops, runtime
 
-_HOLDING_POLICIES = runtime._HOLDING_POLICIES
-
-
 class _Waiter:
     """Completes the hooks' Futures in submission order as their tasks finish."""
 
@@ -65,8 +62,11 @@ def commsched_hook(state, bucket):
     priority = _bucket_priority(state, bucket)
     state.priorities[bucket.index()] = priority
     op = ops._reduce_op(buf, name, ops.Average, priority=priority)
-    if bucket.is_last() and ctx.policy in _HOLDING_POLICIES:
-        ctx.backward_done()  # every bucket of this backward is queued: BSP / MG-WFBP may release them
+    if bucket.is_last():
+        # Every bucket of this backward is queued: the engine's iteration ends here (BSP and MG-WFBP release what
+        # they held, knob changes take effect), and the step time feeds the auto-tuner, as with DistributedOptimizer.
+        ctx.backward_done()
+        ctx.iteration_end()
     fut = torch.futures.Future()
     state.waiter.add(op, fut)
     return fut
@@ -87,5 +87,6 @@ def register(model, name_prefix="ddp"):
         raise ValueError(f"ddp.register: torch.distributed has {dist.get_world_size()} ranks but commsched has "
                          f"{runtime.size()}: start both from the same launcher (torchrun or commsched launch)")
     state = CommschedHookState(model.module, name_prefix)
+    runtime.context().set_model([p.numel() * p.element_size() for p in model.module.parameters()])
     model.register_comm_hook(state, commsched_hook)
     return state
