@@ -3,7 +3,6 @@ and checks each result against what Horovod documents (values computed locally f
 rank). Writes the names it exercised to <out>/called.<rank>.json; any failed check raises (non-zero exit)."""
 import argparse
 import json
-import os
 import pathlib
 
 import torch

@@ -39,3 +39,10 @@ def test_every_horovod_name_behaves_on_two_ranks(tmp_path, servers):
         unchecked = [n for n in HOROVOD_TORCH_028 if n not in called]
         assert not unchecked, f"rank {r} did not exercise {unchecked}\n{log}"
     assert ("on ps" if servers else "on gloo") in log
+
+
+@pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
+def test_a_process_set_runs_without_the_ranks_outside_it(servers):
+    rc, log = launch(3, [HERE / "process_set_worker.py"], servers=servers, timeout=90)
+    assert rc == 0, log
+    assert log.count("process sets ok") == 3, log

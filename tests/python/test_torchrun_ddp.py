@@ -20,9 +20,11 @@ def torchrun(script_args, nproc=2, timeout=120, master_port=None, extra=None):
     env = {k: v for k, v in child_env({}).items() if not k.startswith(("COMMSCHED_", "DMLC_"))}
     env["COMMSCHED_TIMEOUT"] = "10"  # a failure ends in seconds, not minutes
     env.update(extra or {})
-    # --tee 1 --redirects 2: Debian's torch 1.13 on Python 3.11 fails on its own default of 0 (enum flag lookup).
+    # --tee 1 --redirects 2: Debian's torch 1.13 on Python 3.11 fails on its own default of 0 (an enum flag
+    # lookup that finds no member for 0).
     cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
-           "--master_port", str(master_port or free_port()), "--tee", "1", "--redirects", "2"] + [str(a) for a in script_args]
+           "--master_port", str(master_port or free_port()), "--tee", "1", "--redirects", "2"]
+    cmd += [str(a) for a in script_args]
     return run_process(cmd, env, timeout)
 
 

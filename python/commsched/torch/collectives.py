@@ -64,7 +64,8 @@ def allgather_op(tensor, name, ps):
 
 def allgather_async(tensor, name=None, process_set=None):
     """Concatenation along dimension 0 of every member's `tensor` (other dimensions equal); returns a handle."""
-    return ops._register(allgather_op(tensor, ops._auto_name("allgather", name), ops._pset(process_set)))
+    return ops._register(allgather_op(tensor, ops._auto_name("allgather", name, process_set),
+                                     ops._pset(process_set)))
 
 
 class _AllgatherFn(torch.autograd.Function):
@@ -78,27 +79,27 @@ class _AllgatherFn(torch.autograd.Function):
         # Each rank's slice of the summed output gradients (Horovod averages them).
         ps = ops._pset(fctx.process_set)
         summed = ops.allreduce(grad, op=ops.Average, process_set=fctx.process_set)
-        rows = _exchange([fctx.rows], ops._auto_name("allgather.grad_rows", None), ps)[:, 0].tolist()
+        rows = _exchange([fctx.rows], ops._auto_name("allgather.grad_rows", None, ps), ps)[:, 0].tolist()
         me = ps.context().rank
         return summed.narrow(0, sum(rows[:me]), fctx.rows), None, None
 
 
 def allgather(tensor, name=None, process_set=None):
     if tensor.requires_grad and torch.is_grad_enabled():
-        return _AllgatherFn.apply(tensor, ops._auto_name("allgather", name), process_set)
+        return _AllgatherFn.apply(tensor, ops._auto_name("allgather", name, process_set), process_set)
     return ops.synchronize(allgather_async(tensor, name, process_set))
 
 
-def _group(kind, tensors, name, make):
+def _group(kind, tensors, name, make, process_set):
     """One handle over several operations; `make(tensor, name_i)` returns each _Op. Result: the list of results."""
-    base = ops._auto_name(kind, name)
+    base = ops._auto_name(kind, name, process_set)
     parts = [make(t, f"{base}.{i}") for i, t in enumerate(tensors)]
     return ops._register(ops._Op([h for p in parts for h in p.handles], lambda: [p.finish() for p in parts]))
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
     ps = ops._pset(process_set)
-    return _group("grouped_allgather", tensors, name, lambda t, n: allgather_op(t, n, ps))
+    return _group("grouped_allgather", tensors, name, lambda t, n: allgather_op(t, n, ps), ps)
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
@@ -109,7 +110,7 @@ def _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_fa
     op = ops._resolve_op(average, op, gather_ok=True)
     return _group("grouped_allreduce", tensors, name, lambda t, n: ops._reduce_op(
         t.detach() if inplace else t.detach().clone(), n, op, prescale_factor, postscale_factor,
-        process_set=process_set))
+        process_set=process_set), process_set)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -156,7 +157,8 @@ def _reducescatter_op(tensor, name, op, ps, prescale_factor, postscale_factor):
 def reducescatter_async(tensor, name=None, op=ops.Average, process_set=None, prescale_factor=1.0,
                         postscale_factor=1.0):
     """Sum (or average) over the process set, of which this rank keeps its block of rows; returns a handle."""
-    return ops._register(_reducescatter_op(tensor, ops._auto_name("reducescatter", name), op, ops._pset(process_set),
+    return ops._register(_reducescatter_op(tensor, ops._auto_name("reducescatter", name, process_set), op,
+                                           ops._pset(process_set),
                                            prescale_factor, postscale_factor))
 
 
@@ -171,7 +173,7 @@ def grouped_reducescatter_async(tensors, name=None, op=ops.Average, process_set=
                                 postscale_factor=1.0):
     ps = ops._pset(process_set)
     return _group("grouped_reducescatter", tensors, name,
-                  lambda t, n: _reducescatter_op(t, n, op, ps, prescale_factor, postscale_factor))
+                  lambda t, n: _reducescatter_op(t, n, op, ps, prescale_factor, postscale_factor), ps)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=ops.Average, process_set=None,
@@ -226,7 +228,8 @@ def _alltoall_op(tensor, splits, name, ps):
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """Scatters `tensor`'s rows (splits[j] rows to rank j; equal blocks by default) and gathers what every rank sent
     here. synchronize() returns (output, received_splits)."""
-    return ops._register(_alltoall_op(tensor, splits, ops._auto_name("alltoall", name), ops._pset(process_set)))
+    return ops._register(_alltoall_op(tensor, splits, ops._auto_name("alltoall", name, process_set),
+                                      ops._pset(process_set)))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
@@ -237,7 +240,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
 def barrier(process_set=None):
     """Returns once every member of the process set has called barrier()."""
-    ops._reduce_op(torch.zeros(1, dtype=torch.int32), ops._auto_name("barrier", None), ops.Sum,
+    ops._reduce_op(torch.zeros(1, dtype=torch.int32), ops._auto_name("barrier", None, process_set), ops.Sum,
                    process_set=process_set).wait()
 
 

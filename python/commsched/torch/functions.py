@@ -60,7 +60,7 @@ def broadcast_object(obj, root_rank=0, name=None):
 def allgather_object(obj, name=None, process_set=None):
     """Every member's `obj` (any picklable object), as a list in rank order."""
     from commsched.torch import collectives
-    name = ops._auto_name("allgather_object", name)
+    name = ops._auto_name("allgather_object", name, process_set)
     buf = io.BytesIO()
     torch.save(obj, buf)
     payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)

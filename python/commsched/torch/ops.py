@@ -1,5 +1,6 @@
 """Horovod-compatible collective operations: allreduce / push_pull / broadcast (+ _async and in-place variants),
 poll and synchronize. Async calls return an integer handle, as in Horovod."""
+import collections
 import itertools
 import threading
 
@@ -22,7 +23,9 @@ _GATHER_REDUCE = {Min: lambda s: torch.amin(s, dim=0), Max: lambda s: torch.amax
 
 _handles = {}
 _handle_ids = itertools.count(1)
-_noname_ids = itertools.count()
+# Unnamed operations are numbered per process set: ranks outside a set do not count its operations, so the global
+# set's names still agree across ranks after some ranks worked in a subset.
+_noname_ids = collections.defaultdict(itertools.count)
 _lock = threading.Lock()
 
 # Dtypes the backends carry. Others travel as bytes (broadcast, allgather: padded into int32 words) or, for sums,
@@ -53,8 +56,11 @@ def _register(op):
     return hid
 
 
-def _auto_name(kind, name):
-    return name if name is not None else f"{kind}.noname.{next(_noname_ids)}"
+def _auto_name(kind, name, process_set=None):
+    if name is not None:
+        return name
+    set_id = _pset(process_set).process_set_id
+    return f"{kind}.noname.{next(_noname_ids[set_id])}" + (f".set{set_id}" if set_id else "")
 
 
 def _resolve_op(average, op, gather_ok=False):
@@ -159,15 +165,15 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      process_set=None):
     """In-place sum (or average, min, max, product) of `tensor` over the process set; returns a handle."""
     op = _resolve_op(average, op, gather_ok=True)
-    return _reduce_async(tensor.detach(), _auto_name("allreduce", name), op, prescale_factor, postscale_factor,
-                         process_set=process_set)
+    return _reduce_async(tensor.detach(), _auto_name("allreduce", name, process_set), op, prescale_factor,
+                         postscale_factor, process_set=process_set)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=None):
     """Sum (or average, min, max, product) of `tensor` over the process set into a new tensor; returns a handle."""
     op = _resolve_op(average, op, gather_ok=True)
-    return _reduce_async(tensor.detach().clone(), _auto_name("allreduce", name), op, prescale_factor,
+    return _reduce_async(tensor.detach().clone(), _auto_name("allreduce", name, process_set), op, prescale_factor,
                          postscale_factor, process_set=process_set)
 
 
@@ -199,8 +205,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     op = _resolve_op(average, op, gather_ok=True)
     compressed, cctx = compression.compress(tensor)
     if compressed.requires_grad and torch.is_grad_enabled():
-        out = _AllreduceFn.apply(compressed, op, _auto_name("allreduce", name), prescale_factor, postscale_factor,
-                                 process_set)
+        out = _AllreduceFn.apply(compressed, op, _auto_name("allreduce", name, process_set), prescale_factor,
+                                 postscale_factor, process_set)
     else:
         out = synchronize(allreduce_async(compressed, None, name, op, prescale_factor, postscale_factor,
                                           process_set))
@@ -242,11 +248,13 @@ def _broadcast_op(output, root_rank, name, process_set=None):
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     """In place: every worker's `tensor` becomes root_rank's."""
-    return _register(_broadcast_op(tensor.detach(), root_rank, _auto_name("broadcast", name), process_set))
+    return _register(_broadcast_op(tensor.detach(), root_rank, _auto_name("broadcast", name, process_set),
+                                          process_set))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    return _register(_broadcast_op(tensor.detach().clone(), root_rank, _auto_name("broadcast", name), process_set))
+    return _register(_broadcast_op(tensor.detach().clone(), root_rank,
+                                          _auto_name("broadcast", name, process_set), process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
