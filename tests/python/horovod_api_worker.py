@@ -194,6 +194,7 @@ def main():
     check("Compression", hvd.Compression.none is not None)
     model(torch.full((1, 3), float(me))).sum().backward()
     opt.step()
+    opt.flush()  # cross-iteration mode (the default) applies the update before the next forward; now, here
     # Gradient of weight row: the input, averaged over ranks -> 0.5; weight 1 - 0.1 * 0.5.
     check("DistributedOptimizer", torch.allclose(model.weight, torch.full((2, 3), 0.95)), str(model.weight))
     hvd.broadcast_optimizer_state(opt, root_rank=0)
