@@ -8,7 +8,7 @@ namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
 constexpr uint64_t kLargestPartition = 4 * MiB;   // BytePS's and ByteScheduler's default, right for few workers
-constexpr uint64_t kSmallestPartition = 256 * KiB;  // below this, per-message costs of the real PS start to show
+constexpr uint64_t kSmallestPartition = 64 * KiB;  // below this, per-message costs of the real PS start to show
 
 uint64_t credit_for(uint64_t partition, int workers) { return partition * uint64_t(workers + 1); }
 

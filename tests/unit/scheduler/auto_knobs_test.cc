@@ -13,7 +13,8 @@ TEST(AutoKnobs, PartitionShrinksWithWorkersAndCreditCoversOnePartitionFromEach) 
     uint64_t partition;
   };
   for (const Case& c : {Case{2, 4 * MiB}, Case{3, 4 * MiB}, Case{4, 2 * MiB}, Case{8, 1 * MiB}, Case{16, 512 * KiB},
-                        Case{32, 256 * KiB}, Case{256, 256 * KiB}}) {
+                        Case{32, 256 * KiB}, Case{64, 128 * KiB}, Case{128, 64 * KiB},
+                        Case{1024, 64 * KiB}}) {
     const Knobs k = auto_knobs({c.workers, c.workers});
     EXPECT_EQ(k.partition_bytes, c.partition) << c.workers << " workers";
     EXPECT_EQ(k.credit_bytes, c.partition * uint64_t(c.workers + 1)) << c.workers << " workers";
