@@ -50,7 +50,10 @@ void OnlineTuner::on_iteration_end(uint64_t iteration, double seconds) {
   last_iteration_ = iteration;
   switch (state_) {
     case State::not_started: start(iteration); break;
-    case State::measuring: measure(iteration, seconds); break;
+    case State::measuring:
+      tuning_seconds_ += seconds;
+      measure(iteration, seconds);
+      break;
     case State::finished: watch(seconds); break;
   }
 }
@@ -95,6 +98,7 @@ void OnlineTuner::restart_tuning() {
   best_score_ = 0.0;
   reference_score_ = 0.0;
   drifted_periods_ = 0;
+  tuning_seconds_ = 0.0;
   reused_ = false;
   first_iteration_ = last_iteration_ + 1;
   state_ = State::measuring;
@@ -169,7 +173,9 @@ void OnlineTuner::end_trial() {
   if (leader_) {
     std::ostringstream s;
     s << "trial " << r.trial << " of " << options_.max_trials << ": " << describe(r.knobs) << " -> " << r.score
-      << " it/s; best single measurement so far " << best_score_ << " it/s (" << describe(*best_knobs_) << ")";
+      << " it/s; best single measurement so far " << best_score_ << " it/s (" << describe(*best_knobs_) << "); "
+      << "at most " << options_.max_trials - r.trial << " trials left, about "
+      << std::llround(tuning_seconds_ / r.trial * (options_.max_trials - r.trial)) << " s";
     log_(s.str());
   }
   const Decision agreed = agree_(next_decision());

@@ -95,6 +95,7 @@ class OnlineTuner {
   State state_ = State::not_started;
   double reference_score_ = 0;  // watching: what the kept configuration measured in its first period (0: not yet)
   int drifted_periods_ = 0;     // watching: consecutive periods beyond the drift threshold
+  double tuning_seconds_ = 0;   // time spent in trials so far (for the log's estimate of the time left)
   uint64_t first_iteration_ = 0;
   Knobs trial_knobs_;
   uint64_t trial_first_iteration_ = 0;

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <numeric>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -129,6 +130,16 @@ double ci95(const std::vector<double>& v) {
   return t95[std::min<size_t>(v.size() - 1, std::size(t95)) - 1] * std::sqrt(var / double(v.size()));
 }
 
+// "12 of 40 cells, 35 s so far, about 80 s left": the estimate assumes the remaining cells cost what the done ones did.
+std::string progress(size_t done, size_t total, std::chrono::steady_clock::time_point t0) {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double left = done ? elapsed / double(done) * double(total - done) : 0;
+  std::ostringstream s;
+  s << done << " of " << total << " cells, " << std::llround(elapsed) << " s so far, about " << std::llround(left)
+    << " s left";
+  return s.str();
+}
+
 // --mode cluster: every cell as a real local PS cluster (links emulated), --trials times, with the simulator's
 // prediction for the same cell and knobs (every worker simulated, emulated links) beside it. One knob setting: the
 // first --partitions, --credit-multipliers and --small-tensor value (1 MiB, 4x, 64 KiB if not given).
@@ -163,6 +174,7 @@ void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
     std::string bandwidth;
   };
   std::vector<Row> rows;
+  const size_t total_rows = spec.models.size() * spec.bandwidths_bps.size() * spec.workers.size() * spec.policies.size();
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t mi = 0; mi < spec.models.size(); ++mi)
     for (size_t bi = 0; bi < spec.bandwidths_bps.size(); ++bi)
@@ -192,7 +204,7 @@ void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
           r.ci95_s = ci95(r.trials_s);
           std::cout << "commsched bench: " << t.model << " " << t.bandwidth << " " << w << " workers " << t.policy
                     << ": " << r.real.iteration_s * 1e3 << " ms real, " << r.predicted.iteration_s * 1e3
-                    << " ms simulated" << std::endl;
+                    << " ms simulated (" << progress(rows.size() + 1, total_rows, t0) << ")" << std::endl;
           rows.push_back(std::move(r));
         }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -238,8 +250,11 @@ void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
 void run_bench(const BenchArgs& a, const ClusterTrial& cluster) {
   if (a.mode == "cluster") return run_cluster_bench(a, cluster);
   if (a.mode != "sim") throw InvalidArgument("--mode '" + a.mode + "' (allowed: sim, cluster)");
-  const sim::GridSpec spec = to_spec(a);
+  sim::GridSpec spec = to_spec(a);
   const auto t0 = std::chrono::steady_clock::now();
+  spec.on_cell = [&](size_t done, size_t total) {
+    if (total > 1) std::cerr << "commsched bench: " << progress(done, total, t0) << std::endl;
+  };
   const std::vector<sim::CellResult> cells = sim::run_grid(spec);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

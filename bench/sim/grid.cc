@@ -149,6 +149,8 @@ CellResult run_auto_cell(const GridSpec& spec, const ModelProfile& model, double
 
 std::vector<CellResult> run_grid(const GridSpec& spec) {
   std::vector<CellResult> out;
+  const size_t total = spec.models.size() * spec.bandwidths_bps.size() * spec.workers.size();
+  size_t done = 0;
   for (const ModelProfile& model : spec.models)
     for (double bw : spec.bandwidths_bps)
       for (int w : spec.workers) {
@@ -158,6 +160,7 @@ std::vector<CellResult> run_grid(const GridSpec& spec) {
           out.push_back(run_cell(spec, model, bw, w, p));
         }
         set_speedups_vs_wfbp(std::span(out).subspan(first));
+        if (spec.on_cell) spec.on_cell(++done, total);
       }
   return out;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -45,6 +46,9 @@ struct GridSpec {
   uint64_t tune_max_partition = 64ull << 20;
   EngineConfig base;            // fusion threshold and cycle, and defaults for everything else
   SimOptions sim;
+  // Called after each cell (model, bandwidth, workers: every policy of it) with the cells done and in all; for
+  // progress lines (a grid at 16 workers per worker takes minutes).
+  std::function<void(size_t done, size_t total)> on_cell;
 };
 
 // The policy label of the row that runs bytescheduler with the knobs the product picks by itself

@@ -27,6 +27,7 @@ def test_cluster_mode_measures_each_cell_beside_the_simulator(tmp_path):
            "--trial-warmup", "2", "--partitions", "256KiB", "--credit-multipliers", "4", "--out", str(out)]
     rc, text = run_process(cmd, child_env({}), timeout=240)
     assert rc == 0, text
+    assert "(1 of 2 cells, " in text and "(2 of 2 cells, " in text and "s left)" in text, text  # progress lines
     with open(out / "cluster.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["policy"] for r in rows] == ["wfbp", "bytescheduler"]
@@ -47,6 +48,17 @@ def test_cluster_mode_measures_each_cell_beside_the_simulator(tmp_path):
     assert float(cells["wfbp"]["speedup_vs_wfbp"]) == 1.0
     assert abs(float(cells["bytescheduler"]["iteration_ms"]) - float(rows[1]["cluster_ms"])) < 0.01
     assert "Measured on a local PS cluster" in (out / "results.md").read_text()
+
+
+def test_simulated_grid_prints_progress_with_time_left(tmp_path):
+    profile = tiny_profile(tmp_path / "tiny.json")
+    cmd = [commsched_bin(), "bench", "--models", str(profile), "--bandwidths", "1gbit,10gbit", "--workers", "2,4",
+           "--policies", "wfbp,bytescheduler", "--out", str(tmp_path / "out")]
+    rc, text = run_process(cmd, child_env({}), timeout=240)
+    assert rc == 0, text
+    for done in range(1, 5):
+        assert f"commsched bench: {done} of 4 cells, " in text, text
+    assert text.count("s left") == 4, text
 
 
 def test_cluster_mode_refuses_what_it_cannot_run(tmp_path):

@@ -123,6 +123,9 @@ TEST(OnlineTuner, WritesOneCsvRowPerTrialAndLogsProgress) {
   EXPECT_NE(quiet_log.front().find("trial 1 of " + std::to_string(o.max_trials)), std::string::npos)
       << quiet_log.front();
   EXPECT_NE(quiet_log.front().find("best single measurement so far"), std::string::npos);
+  EXPECT_NE(quiet_log.front().find("at most " + std::to_string(o.max_trials - 1) + " trials left, about "),
+            std::string::npos)
+      << quiet_log.front();
 }
 
 // Runs `iterations` more iterations; returns whether the tuner was re-tuning (not finished) at any of them.
