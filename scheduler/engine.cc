@@ -266,7 +266,6 @@ struct Engine::Impl {
     }
     const uint64_t id = next_batch_id++;
     flight->id = id;
-    flight->seq = id - 1;  // batch ids are dense from 1
     stat_partitions.fetch_add(batch.size(), std::memory_order_relaxed);
     stat_batches.fetch_add(1, std::memory_order_relaxed);
     stat_bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -285,15 +284,17 @@ struct Engine::Impl {
     stat_wire_bytes.fetch_add(wire, std::memory_order_relaxed);
     const uint64_t id = f->id;
     try {
+      // Unstaged views are not needed after start (nothing decodes them): the backend may have them.
+      std::vector<PartitionView> views = f->staged.empty() ? std::move(f->views) : f->views;
       if (reports_sent) {
-        backend->start_with_sent(f->views, [this, id](const Status&) {
+        backend->start_with_sent(std::move(views), [this, id](const Status&) {
           Event e;
           e.kind = Event::Kind::batch_sent;
           e.id = id;
           post(std::move(e));
         }, std::move(done));
       } else {
-        backend->start(f->views, std::move(done));
+        backend->start(std::move(views), std::move(done));
       }
     } catch (const std::exception& ex) {
       done(Status::Error("backend '" + std::string(backend->name()) + "' failed to start: " + ex.what()));

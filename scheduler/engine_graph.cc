@@ -28,13 +28,18 @@ EngineGraph::EngineGraph(Hooks hooks, std::vector<std::shared_ptr<Stage>> stages
                   [this](Kick, auto& ports) {
                     sched_ports_ = &ports;
                     hooks_.schedule();
+                    send_group();
                     sched_ports_ = nullptr;
                   }),
       sequencer_(graph_, [](Flight* const& f) { return static_cast<size_t>(f->seq); }),
       gateway_(graph_, serial,
-               [this](Flight* f, auto& /*gateway*/) {
-                 if (!f->status.ok()) return on_backend_done(f, f->status);  // a stage failed: skip the backend
-                 hooks_.start(f, [this, f](const Status& s) { on_backend_done(f, s); });
+               [this](Flight* head, auto& /*gateway*/) {
+                 for (Flight* f = head; f != nullptr;) {
+                   Flight* next = f->next;  // read first: once started, f may complete and be freed at any time
+                   if (!f->status.ok()) on_backend_done(f, f->status);  // a stage failed: skip the backend
+                   else hooks_.start(f, [this, f](const Status& s) { on_backend_done(f, s); });
+                   f = next;
+                 }
                }),
       completion_node_(graph_, unlimited, [this](Flight* f, auto& ports) {
         hooks_.completed(f);
@@ -140,8 +145,23 @@ void EngineGraph::on_backend_done(Flight* f, const Status& s) {
 }
 
 void EngineGraph::emit(Flight* f) {
-  if (f->staged.empty()) std::get<1>(*sched_ports_).try_put(f);
-  else std::get<0>(*sched_ports_).try_put(f);
+  if (f->staged.empty()) {
+    if (group_tail_) group_tail_->next = f;
+    else group_head_ = f;
+    group_tail_ = f;
+    return;
+  }
+  send_group();  // what was dispatched before this flight goes before it
+  f->seq = next_seq_++;
+  std::get<0>(*sched_ports_).try_put(f);
+}
+
+void EngineGraph::send_group() {
+  if (!group_head_) return;
+  Flight* head = group_head_;
+  group_head_ = group_tail_ = nullptr;
+  head->seq = next_seq_++;
+  std::get<1>(*sched_ports_).try_put(head);
 }
 
 void EngineGraph::partition(TaskState* t) {

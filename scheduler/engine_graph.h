@@ -45,7 +45,8 @@ struct TaskState;
 // A batch between dispatch and the scheduler's handling of its completion. Owned by the scheduler node's table.
 struct Flight {
   uint64_t id = 0;
-  uint64_t seq = 0;                  // dispatch order, dense from 0 (the sequencer's key)
+  uint64_t seq = 0;                  // message order, dense from 0 (the sequencer's key; set by EngineGraph)
+  Flight* next = nullptr;            // unstaged flights of one scheduler run travel as one message, in order
   std::vector<PartitionView> views;  // what the backend gets (rewritten by stages)
   // Per partition, when stages apply: the view each stage got (task == null: the stage did not apply) and its state.
   struct Staged {
@@ -77,7 +78,8 @@ class EngineGraph {
   void kick();
   // Scheduler body: called first in each drain round, so events posted from now on kick again.
   void begin_drain() { kick_pending_.store(false, std::memory_order_release); }
-  // Scheduler body: sends a dispatched flight on (through the stages if f->staged is not empty).
+  // Scheduler body: sends a dispatched flight on (through the stages if f->staged is not empty). Flights no stage
+  // applies to are grouped into one message per scheduler run (one gateway task for many small batches).
   void emit(Flight* f);
   // Any thread: queues a big task on the parallel partition node.
   void partition(TaskState* t);
@@ -92,6 +94,7 @@ class EngineGraph {
  private:
   using FlightNode = tbb::flow::multifunction_node<Flight*, std::tuple<Flight*>>;
   void build_stage_nodes();
+  void send_group();  // scheduler body: the pending unstaged flights, as one message
   void encode_with(size_t k, Flight* f);
   void decode_with(size_t k, Flight* f);
   void on_backend_done(Flight* f, const Status& s);
@@ -109,6 +112,8 @@ class EngineGraph {
   std::vector<std::unique_ptr<FlightNode>> encode_nodes_, decode_nodes_;
   tbb::flow::multifunction_node<Kick, std::tuple<Flight*, Flight*>>::output_ports_type* sched_ports_ = nullptr;
   std::atomic<bool> kick_pending_{false};
+  uint64_t next_seq_ = 0;                            // scheduler body only
+  Flight* group_head_ = nullptr, *group_tail_ = nullptr;  // scheduler body only
 
   std::mutex drive_mu_;
   std::condition_variable drive_cv_;
