@@ -292,9 +292,9 @@ struct Engine::Impl {
           e.kind = Event::Kind::batch_sent;
           e.id = id;
           post(std::move(e));
-        }, std::move(done));
+        }, done);  // copied (small): a backend that throws leaves us `done` to report it with
       } else {
-        backend->start(std::move(views), std::move(done));
+        backend->start(std::move(views), done);
       }
     } catch (const std::exception& ex) {
       done(Status::Error("backend '" + std::string(backend->name()) + "' failed to start: " + ex.what()));

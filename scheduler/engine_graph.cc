@@ -19,6 +19,7 @@ std::string stage_failure(const Stage& st, const char* what, const PartitionView
 EngineGraph::EngineGraph(Hooks hooks, std::vector<std::shared_ptr<Stage>> stages)
     : hooks_(std::move(hooks)),
       stages_(std::move(stages)),
+      graph_(*arena_graph_.graph),
       partition_node_(graph_, unlimited,
                       [this](TaskState* t, auto& ports) {
                         hooks_.partition(t);  // posts the arrival (never throws: partitioning is arithmetic)
@@ -127,7 +128,9 @@ void EngineGraph::decode_with(size_t k, Flight* f) {
   }
 }
 
-// The backend's done: exactly once per flight; a second call is reported and ignored rather than corrupting state.
+// The backend's done: exactly once per flight (the CommBackend contract). A second call that comes before the
+// scheduler handled the first (an inline double call, say) is reported and ignored; one after it is a backend bug the
+// engine cannot see, since the flight is gone by then.
 void EngineGraph::on_backend_done(Flight* f, const Status& s) {
   if (f->completed.exchange(true, std::memory_order_acq_rel)) {
     std::fprintf(stderr, "commsched engine: backend completed batch %llu twice; the second completion is ignored\n",

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -101,9 +102,21 @@ class EngineGraph {
   void request_drive(bool kick);
   void drive_loop();
 
+  // The graph lives in an arena of its own. A graph that makes its own implicit arena got no worker thread when an
+  // earlier engine of the same process had come and gone (oneTBB 2021): its stages then ran one at a time.
+  struct ArenaGraph {
+    tbb::task_arena arena;
+    std::unique_ptr<tbb::flow::graph> graph;
+    ArenaGraph() {
+      arena.initialize();
+      arena.execute([&] { graph = std::make_unique<tbb::flow::graph>(); });
+    }
+  };
+
   Hooks hooks_;
   std::vector<std::shared_ptr<Stage>> stages_;
-  tbb::flow::graph graph_;
+  ArenaGraph arena_graph_;
+  tbb::flow::graph& graph_;
   tbb::flow::multifunction_node<TaskState*, std::tuple<Kick>> partition_node_;
   tbb::flow::multifunction_node<Kick, std::tuple<Flight*, Flight*>> sched_node_;
   tbb::flow::sequencer_node<Flight*> sequencer_;
