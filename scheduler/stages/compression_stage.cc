@@ -19,12 +19,13 @@ struct Wire final : StageState {
 
 std::string CompressionStage::refusal(const TaskDesc& task, const CommBackend& backend) const {
   const Scheme s = task.compression.scheme;
-  if (compression::sums_on_wire(s)) return {};
+  // On one rank nothing is summed: the result is this rank's own message, decoded.
+  if (compression::sums_on_wire(s) || backend.size() == 1) return {};
   const std::string what = "compression '" + std::string(compression::scheme_name(s)) + "' ";
   if (task.op == Op::allreduce)
     return what + "cannot be used with allreduce on backend '" + std::string(backend.name()) +
            "': an all-reduce sums the bytes it is given, and only fp16 and bf16 sum on the wire";
-  if (backend.size() > 1 && !backend.reduces_encoded(s))
+  if (!backend.reduces_encoded(s))
     return what + "needs a reduction that decodes it, and backend '" + std::string(backend.name()) + "' (" +
            std::to_string(backend.size()) + " ranks) has none";
   return {};

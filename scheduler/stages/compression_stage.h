@@ -18,8 +18,8 @@ class CompressionStage final : public Stage {
   std::string_view name() const override { return "compression"; }
   size_t concurrency() const override { return concurrency_; }
   bool applies(const TaskDesc& task) const override { return task.compression.scheme != compression::Scheme::none; }
-  // Top-k and signSGD need a reduction that decodes them: refused for all-reduce, and for a multi-rank backend that
-  // cannot sum them.
+  // Top-k and signSGD need a reduction that decodes them: on more than one rank they are refused for all-reduce, and
+  // for a backend that cannot sum them.
   std::string refusal(const TaskDesc& task, const CommBackend& backend) const override;
   void encode(const PartitionView& in, PartitionView& out, std::unique_ptr<StageState>& state) override;
   void decode(const PartitionView& wire, const PartitionView& target, std::unique_ptr<StageState>& state) override;

@@ -49,7 +49,7 @@ def _resolve_op(average, op):
     return op
 
 
-def _start(output, name, op, priority=0, root=0, post=None):
+def _start(output, name, op, priority=0, root=0, post=None, compression=None):
     """Runs `op` over `output`'s memory (a contiguous copy when it is not contiguous), then `post(work)` in place;
     the handle's result is `output`."""
     work = output if output.is_contiguous() else output.contiguous()
@@ -61,13 +61,14 @@ def _start(output, name, op, priority=0, root=0, post=None):
             output.copy_(work)
         return output
 
-    handle = runtime.submit(work, name, op, priority=priority, root=root) if work.numel() else None
+    handle = runtime.submit(work, name, op, priority=priority, root=root, compression=compression) \
+        if work.numel() else None
     if handle is not None:
         runtime.release_outside_backward()
     return _register(_Pending(handle, name, work, output, finish))
 
 
-def _reduce_async(output, name, op, prescale_factor=1.0, postscale_factor=1.0, priority=0):
+def _reduce_async(output, name, op, prescale_factor=1.0, postscale_factor=1.0, priority=0, compression=None):
     """Sums `output` (in place) over every worker; Average divides by the number of workers afterwards."""
     if prescale_factor != 1.0:
         output.mul_(prescale_factor)
@@ -81,7 +82,7 @@ def _reduce_async(output, name, op, prescale_factor=1.0, postscale_factor=1.0, p
         else:  # integers: scale in float64, round down (as Horovod's integer average)
             work.copy_(torch.floor(work.double() * scale).to(work.dtype))
 
-    return _start(output, name, "reduce", priority=priority, post=post)
+    return _start(output, name, "reduce", priority=priority, post=post, compression=compression)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -109,8 +110,10 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """Horovod's allreduce: returns a new tensor (averaged by default). Gradients do not flow through it."""
+    del process_set
     compressed, cctx = compression.compress(tensor.detach())
-    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor, process_set))
+    out = synchronize(_reduce_async(compressed.clone(), _auto_name("allreduce", name), _resolve_op(average, op),
+                                    prescale_factor, postscale_factor, compression=compression.engine_spec))
     return compression.decompress(out, cctx)
 
 
@@ -132,8 +135,10 @@ def push_pull_inplace(tensor, average=True, name=None, version=0, priority=0):
 
 
 def push_pull(tensor, average=True, name=None, version=0, priority=0, compression=Compression.none):
+    del version
     compressed, cctx = compression.compress(tensor.detach())
-    out = synchronize(push_pull_async(compressed, average, name, version, priority))
+    out = synchronize(_reduce_async(compressed.clone(), _auto_name("push_pull", name), Average if average else Sum,
+                                    priority=priority, compression=compression.engine_spec))
     return compression.decompress(out, cctx)
 
 
