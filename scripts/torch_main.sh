@@ -22,7 +22,7 @@ run() {  # run <label> <train args...>
   "$BUILD_DIR/plugins/commsched" launch -w "$WORKERS" -s "$SERVERS" --emulate-rate "$RATE" -- \
     /usr/bin/python3 examples/pytorch_train.py --steps "$STEPS" --check --result "out/torch_$label.json" "$@"
 }
-run wfbp --policy wfbp "$@"
+run wfbp --policy wfbp --no-cross-iteration "$@"
 run bytescheduler --policy bytescheduler --cross-iteration "$@"
 export COMMSCHED_TUNER_TRIALS=${COMMSCHED_TUNER_TRIALS:-8} COMMSCHED_TUNER_MIN_TRIALS=${COMMSCHED_TUNER_MIN_TRIALS:-6}
 export COMMSCHED_TUNER_WARMUP=${COMMSCHED_TUNER_WARMUP:-1} COMMSCHED_TUNER_WINDOW=${COMMSCHED_TUNER_WINDOW:-2}
@@ -45,3 +45,6 @@ print(f"auto-tuner: {tuned['tuner_trials']} trials in {tuned['tuning_steps']} st
 for label, r in rows[1:]:
     print(f"speedup over wfbp (img/s), {label}: {r['images_per_s'] / base['images_per_s']:.2f}x")
 PY
+echo
+echo "== part 2: a model profile's tensors with emulated compute (scripts/profile_main.sh)"
+SKIP_BUILD=1 BUILD_DIR="$BUILD_DIR" ./scripts/profile_main.sh
