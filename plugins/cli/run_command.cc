@@ -53,7 +53,7 @@ std::string policy_of(const std::string& row) {
   return is_tuned(row) ? row.substr(0, row.size() - kTunedSuffix.size()) : row;
 }
 
-EngineConfig engine_config(const RunArgs& a, const std::string& row, int rank) {
+EngineConfig engine_config(const RunArgs& a, const std::string& row, int /*rank: the Timeline puts it in the file name*/) {
   EngineConfig c;
   c.policy = parse_policy("--policies", policy_of(row));
   c.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
@@ -62,7 +62,7 @@ EngineConfig engine_config(const RunArgs& a, const std::string& row, int rank) {
   c.compression = compression::parse_spec("--compression", a.compression);
   if (!a.timeline_dir.empty()) {
     std::filesystem::create_directories(a.timeline_dir);
-    c.timeline_path = a.timeline_dir + "/timeline_" + row + "_rank" + std::to_string(rank) + ".json";
+    c.timeline_path = a.timeline_dir + "/timeline_" + row + "_rank{rank}.json";
   }
   c.validate();
   return c;
