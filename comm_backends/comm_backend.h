@@ -47,6 +47,10 @@ class CommBackend {
   // Whether the backend can carry this operation on buffers of this device.
   virtual bool supports(Op op, Device device) const = 0;
 
+  // Whether the backend's reduction understands partitions encoded with `scheme` (a parameter server that decodes,
+  // sums and encodes the pull). Casts (fp16/bf16) need no such support: their sum is defined on the wire.
+  virtual bool reduces_encoded(compression::Scheme /*scheme*/) const { return false; }
+
   // Stops the backend: in-flight batches are completed with an error (or finished); after return, no `done`
   // callback runs any more. Idempotent.
   virtual void shutdown() = 0;

@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     ap.add_argument("--result", help="rank 0 writes the summary here (JSON)")
     ap.add_argument("--check", action="store_true", help="exit 1 unless the loss fell by a third")
+    ap.add_argument("--compression", default="none",
+                    help="gradient compression: none, fp16, bf16, topk:RATIO, signsgd (the engine's stage)")
     a = ap.parse_args()
     if a.steps <= a.warmup:
         ap.error(f"--steps ({a.steps}) must exceed --warmup ({a.warmup})")
@@ -77,8 +79,10 @@ def main():
     patterns = torch.randn(CLASSES, 3, 32, 32)
     model = SmallCNN(a.hidden)
     optimizer = torch.optim.SGD(model.parameters(), lr=a.lr * hvd.size(), momentum=0.9)
+    compression = hvd.Compression.topk(float(a.compression[5:])) if a.compression.startswith("topk:") else \
+        getattr(hvd.Compression, a.compression)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), model=model,
-                                         cross_iteration=a.cross_iteration)
+                                         cross_iteration=a.cross_iteration, compression=compression)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     generator = torch.Generator().manual_seed(1 + hvd.rank())
 
@@ -110,7 +114,7 @@ def main():
     mean_s, ci_s = mean_ci95(step_s[a.warmup:])
     tuner = ctx.tuner_state()
     summary = {
-        "policy": ctx.policy, "backend": ctx.backend, "cross_iteration": optimizer.cross_iteration,
+        "policy": ctx.policy, "backend": ctx.backend, "compression": a.compression, "cross_iteration": optimizer.cross_iteration,
         "workers": hvd.size(), "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup,
         "step_ms": mean_s * 1e3, "step_ms_ci95": ci_s * 1e3,
         "images_per_s": a.batch_size * hvd.size() / mean_s, "loss_first": first, "loss_last": last,

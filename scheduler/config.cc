@@ -206,16 +206,18 @@ void EngineConfig::set(std::string_view option, std::string_view value) {
   else if (o == "timeline_max_events") timeline_max_events = static_cast<uint64_t>(parse_int(var, value, 16, int64_t{1} << 40));
   else if (o == "mg_alpha") mg_alpha_s = parse_seconds(var, value);
   else if (o == "mg_bandwidth") mg_beta_s_per_byte = 8.0 / parse_rate_bps(var, value);
+  else if (o == "compression") compression = compression::parse_spec(var, value);
   else
     throw InvalidArgument("unknown engine option '" + std::string(option) +
                           "' (allowed: policy, partition_bytes, credit_bytes, fusion_bytes, fusion_cycle, "
-                          "small_tensor_bytes, credit_stall_guard, timeline, timeline_max_events, mg_alpha, mg_bandwidth)");
+                          "small_tensor_bytes, credit_stall_guard, timeline, timeline_max_events, mg_alpha, mg_bandwidth, "
+                          "compression)");
 }
 
 EngineConfig EngineConfig::from_env() {
   EngineConfig c;
   for (const char* o : {"policy", "partition_bytes", "credit_bytes", "fusion_bytes", "fusion_cycle", "small_tensor_bytes",
-                        "credit_stall_guard", "timeline", "timeline_max_events", "mg_alpha", "mg_bandwidth"}) {
+                        "credit_stall_guard", "timeline", "timeline_max_events", "mg_alpha", "mg_bandwidth", "compression"}) {
     std::string var = "COMMSCHED_" + std::string(o);
     std::transform(var.begin(), var.end(), var.begin(), [](unsigned char ch) { return std::toupper(ch); });
     if (auto v = env_value(var)) c.set(o, *v);

@@ -1,17 +1,19 @@
 #include "scheduler/engine.h"
 
 #include <oneapi/tbb/concurrent_queue.h>
-#include <oneapi/tbb/flow_graph.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
+#include "scheduler/engine_graph.h"
+#include "scheduler/engine_tasks.h"
+#include "scheduler/engine_timer.h"
+#include "scheduler/engine_trace.h"
+#include "scheduler/stages/compression_stage.h"
 #include "scheduler/timeline.h"
 
 namespace commsched {
@@ -19,16 +21,6 @@ namespace {
 
 // Tasks with more partitions than this are partitioned on the flow graph's parallel node instead of inline.
 constexpr uint32_t kInlinePartitionLimit = 64;
-
-struct TaskState {
-  TaskDesc desc;
-  TaskCallback callback;
-  std::vector<PartRef> parts;
-  uint32_t remaining = 0;
-  Status status;
-  Nanos submitted = 0;
-  Nanos first_dispatch = -1;
-};
 
 struct Event {
   enum class Kind : uint8_t { arrived, batch_sent, batch_done, backward_done, flush, tick, knobs, shutdown };
@@ -39,24 +31,58 @@ struct Event {
   uint64_t credit = 0;        // knobs
 };
 
+const char* event_name(Event::Kind k) {
+  switch (k) {
+    case Event::Kind::arrived: return "a task arrival";
+    case Event::Kind::batch_sent: return "a batch-sent notice";
+    case Event::Kind::batch_done: return "a batch completion";
+    case Event::Kind::backward_done: return "the end of backward";
+    case Event::Kind::flush: return "a flush";
+    case Event::Kind::tick: return "a wake-up";
+    case Event::Kind::knobs: return "a knob change";
+    case Event::Kind::shutdown: return "shutdown";
+  }
+  return "an event";
+}
+
 struct InflightBatch {
   Batch parts;
+  std::unique_ptr<Flight> flight;
   Nanos dispatched = 0;
   bool released = false;  // the policy has been told (on `sent`, for backends that report it)
 };
 
+// A policy that threw: its state is unknown, so the engine stops scheduling (see Impl::break_engine).
+struct PolicyFault : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::vector<std::shared_ptr<Stage>> engine_stages(std::vector<std::shared_ptr<Stage>> extra) {
+  std::vector<std::shared_ptr<Stage>> all{std::make_shared<CompressionStage>()};
+  for (auto& s : extra)
+    if (s) all.push_back(std::move(s));
+  return all;
+}
+
 }  // namespace
 
 struct Engine::Impl {
-  Impl(std::unique_ptr<Policy> p, std::shared_ptr<CommBackend> b, EngineConfig c)
+  Impl(std::unique_ptr<Policy> p, std::shared_ptr<CommBackend> b, EngineConfig c, std::vector<std::shared_ptr<Stage>> extra)
       : policy(std::move(p)),
         backend(std::move(b)),
         config(std::move(c)),
         splits(policy->splits_tasks()),
         reports_sent(backend->reports_sent()),
         t0(std::chrono::steady_clock::now()),
-        sched_node(graph, tbb::flow::serial, [this](tbb::flow::continue_msg) { run_scheduler(); return tbb::flow::continue_msg(); }),
-        partition_node(graph, tbb::flow::unlimited, [this](TaskState* t) { partition_and_post(t); return tbb::flow::continue_msg(); }) {
+        graph(EngineGraph::Hooks{[this](TaskState* t) { partition_and_post(t); }, [this] { run_scheduler(); },
+                                 [this](Flight* f, std::function<void(const Status&)> done) { start(f, std::move(done)); },
+                                 [this](Flight* f) { post_done(f->id, f->status); }},
+              engine_stages(std::move(extra))),
+        timer(t0, [this] {
+          Event e;
+          e.kind = Event::Kind::tick;
+          post(std::move(e));
+        }) {
     active_partition_bytes.store(config.knobs.partition_bytes);
     pending_knobs = config.knobs;
     if (backend->manages_credit()) {
@@ -65,8 +91,6 @@ struct Engine::Impl {
     }
     if (!config.timeline_path.empty())
       timeline = std::make_unique<Timeline>(config.timeline_path, backend->rank(), config.timeline_max_events);
-    timer_thread = std::thread([this] { timer_loop(); });
-    drive_thread = std::thread([this] { drive_loop(); });
   }
 
   Nanos now() const {
@@ -76,60 +100,49 @@ struct Engine::Impl {
   // ---------------------------------------------------------------- producer side (any thread)
   void post(Event&& e) {
     events.push(std::move(e));
-    if (!kick_pending.exchange(true, std::memory_order_acq_rel)) request_drive(/*kick=*/true);
+    graph.kick();
   }
 
-  // The graph's tasks must run even where oneTBB has no worker thread (one CPU, or a cgroup of one): the driver
-  // thread puts the kick into the scheduler node and then waits for the graph, which executes whatever is pending.
-  // With worker threads available, they usually run the tasks first and the driver merely waits.
-  void request_drive(bool kick) {
-    std::lock_guard lk(drive_mu);
-    if (kick) ++kicks_requested;
-    drive_requested = true;
-    drive_cv.notify_one();
-  }
-
-  void drive_loop() {
-    std::unique_lock lk(drive_mu);
-    while (true) {
-      drive_cv.wait(lk, [&] { return drive_requested || drive_stop; });
-      if (drive_stop) return;
-      const uint64_t kicks = kicks_requested;
-      kicks_requested = 0;
-      drive_requested = false;
-      lk.unlock();
-      for (uint64_t i = 0; i < kicks; ++i) sched_node.try_put(tbb::flow::continue_msg());
-      graph.wait_for_all();
-      lk.lock();
-    }
+  void post_done(uint64_t id, const Status& s) {
+    Event e;
+    e.kind = Event::Kind::batch_done;
+    e.id = id;
+    e.status = s;
+    events.push(std::move(e));
   }
 
   void partition_and_post(TaskState* t) {
-    const uint64_t pbytes = splits ? active_partition_bytes.load(std::memory_order_relaxed) : 0;
-    const std::vector<ByteRange> ranges = partition_ranges(t->desc.count, t->desc.dtype, pbytes);
-    t->parts.reserve(ranges.size());
-    for (uint32_t i = 0; i < ranges.size(); ++i)
-      t->parts.push_back(PartRef{t->desc.id, i, t->desc.priority, t->desc.id, ranges[i].offset, ranges[i].bytes});
+    try {
+      const uint64_t pbytes = splits ? active_partition_bytes.load(std::memory_order_relaxed) : 0;
+      const std::vector<ByteRange> ranges = partition_ranges(t->desc.count, t->desc.dtype, pbytes);
+      t->parts.reserve(ranges.size());
+      for (uint32_t i = 0; i < ranges.size(); ++i)
+        t->parts.push_back(PartRef{t->desc.id, i, t->desc.priority, t->desc.id, ranges[i].offset, ranges[i].bytes});
+    } catch (const std::exception& ex) {
+      t->parts.clear();
+      t->status = Status::Error("partitioning task '" + t->desc.name + "' failed: " + ex.what());
+    }
     t->desc.num_partitions = static_cast<uint32_t>(t->parts.size());
     t->remaining = t->desc.num_partitions;
     Event e;
     e.kind = Event::Kind::arrived;
     e.task = t;
-    post(std::move(e));
+    events.push(std::move(e));
   }
 
   // ---------------------------------------------------------------- scheduler node (serial)
   void run_scheduler() {
     do {
-      kick_pending.store(false, std::memory_order_release);
+      graph.begin_drain();
       Event e;
       while (events.try_pop(e)) handle(e);
-      if (!stopped) pump();
+      // Once shutdown began nothing new is dispatched: what the policy still holds is cancelled with the rest.
+      if (!stopped && fault.empty() && !closed.load(std::memory_order_acquire)) guarded("a poll", [&] { pump(); });
     } while (!events.empty());
   }
 
   void handle(Event& e) {
-    try {
+    guarded(event_name(e.kind), [&] {
       switch (e.kind) {
         case Event::Kind::arrived: on_arrived(e.task); break;
         case Event::Kind::batch_sent: on_batch_sent(e.id); break;
@@ -141,37 +154,65 @@ struct Engine::Impl {
           break;
         case Event::Kind::tick: break;  // pump() polls the policy
         case Event::Kind::knobs:
-          if (!stopped) apply_credit(e.credit);
+          if (!stopped && fault.empty()) apply_credit(e.credit);
           break;
         case Event::Kind::shutdown: fail_everything(); break;
       }
+    });
+  }
+
+  // Runs scheduler work; an exception from it (a policy's, or the engine's own) means the scheduling state can no
+  // longer be trusted: the engine stops scheduling and fails what is pending, naming the cause.
+  template <class F>
+  void guarded(const char* what, F&& f) {
+    try {
+      f();
+    } catch (const PolicyFault& ex) {
+      break_engine(ex.what());
     } catch (const std::exception& ex) {
-      std::fprintf(stderr, "commsched engine: internal error while handling an event: %s\n", ex.what());
+      break_engine(std::string("internal error in the engine's scheduler while handling ") + what + ": " + ex.what());
+    } catch (...) {
+      break_engine(std::string("internal error in the engine's scheduler while handling ") + what);
+    }
+  }
+
+  // Calls the policy; its exceptions become PolicyFault naming the policy and the call.
+  template <class F>
+  auto policy_call(const char* call, F&& f) {
+    try {
+      return f();
+    } catch (const std::exception& ex) {
+      throw PolicyFault("policy '" + std::string(policy->name()) + "' threw in " + call + ": " + ex.what());
+    } catch (...) {
+      throw PolicyFault("policy '" + std::string(policy->name()) + "' threw a non-standard exception in " + call);
     }
   }
 
   // The credit knob goes to the policy, or to the backend when it keeps the credit itself (then the policy has none).
   void apply_credit(uint64_t credit) {
     if (backend->manages_credit()) backend->set_credit_bytes(policy->uses_credit() ? credit : 0);
-    else policy->set_credit_bytes(credit);
+    else policy_call("set_credit_bytes", [&] { policy->set_credit_bytes(credit); });
   }
 
   void on_arrived(TaskState* t) {
     ++arrived_tasks;
     std::unique_ptr<TaskState> owned(t);
-    if (stopped) {
-      owned->status = Status::Error("engine shut down before task '" + t->desc.name + "' was scheduled", Status::Code::cancelled);
+    if (stopped || !fault.empty()) {
+      owned->status = stopped ? Status::Error("engine shut down before task '" + t->desc.name + "' was scheduled",
+                                              Status::Code::cancelled)
+                              : Status::Error("task '" + t->desc.name + "' not scheduled: " + fault);
       finish(std::move(owned));
       deliver_backward_marks();
       return;
     }
-    const Nanos at = now();
     if (t->remaining == 0) {
       finish(std::move(owned));
     } else {
+      for (const auto& st : graph.stages()) t->staged = t->staged || st->applies(t->desc);
+      const uint64_t id = t->desc.id;
+      live.emplace(id, std::move(owned));  // first: a policy that throws here still finds the task to fail
       TaskArrival arrival{t->desc.id, t->desc.priority, t->desc.id, t->desc.bytes(), t->parts};
-      policy->on_task_arrived(arrival, at);
-      live.emplace(t->desc.id, std::move(owned));
+      policy_call("on_task_arrived", [&] { policy->on_task_arrived(arrival, now()); });
     }
     deliver_backward_marks();
   }
@@ -182,65 +223,92 @@ struct Engine::Impl {
     while (!backward_marks.empty() && arrived_tasks >= backward_marks.front().tasks) {
       const bool flush = backward_marks.front().flush;
       backward_marks.pop_front();
-      if (stopped) continue;
-      if (flush) policy->on_flush(now());
-      else policy->on_backward_done(now());
+      if (stopped || !fault.empty()) continue;
+      if (flush) policy_call("on_flush", [&] { policy->on_flush(now()); });
+      else policy_call("on_backward_done", [&] { policy->on_backward_done(now()); });
     }
   }
 
   void pump() {
     const Nanos at = now();
     ready.clear();
-    policy->poll(at, ready);
+    policy_call("poll", [&] { policy->poll(at, ready); });
     for (Batch& b : ready) dispatch(std::move(b), at);
     ready.clear();
-    schedule_wakeup(policy->next_wakeup());
+    if (auto w = policy_call("next_wakeup", [&] { return policy->next_wakeup(); })) timer.wake_at(*w);
   }
 
   void dispatch(Batch&& batch, Nanos at) {
-    std::vector<PartitionView> views;
-    views.reserve(batch.size());
+    auto flight = std::make_unique<Flight>();
+    flight->views.reserve(batch.size());
     uint64_t bytes = 0;
+    bool staged = false;
+    for (const PartRef& p : batch)  // all checked before anything is counted as in flight
+      if (!live.count(p.task_id))
+        throw PolicyFault("policy '" + std::string(policy->name()) + "' dispatched a partition of unknown task " +
+                          std::to_string(p.task_id));
     for (const PartRef& p : batch) {
-      TaskState* t = live.at(p.task_id).get();
+      TaskState* t = live.find(p.task_id)->second.get();
       if (t->first_dispatch < 0) t->first_dispatch = at;
-      views.push_back(PartitionView{&t->desc, p.index, p.offset, p.bytes});
+      ++t->in_flight;
+      staged = staged || t->staged;
+      flight->views.push_back(PartitionView{&t->desc, p.index, p.offset, p.bytes});
       bytes += p.bytes;
     }
+    if (staged) {
+      const size_t n = graph.stages().size();
+      flight->staged.resize(batch.size());
+      for (size_t i = 0; i < batch.size(); ++i) {
+        flight->staged[i].task = flight->views[i].task;
+        flight->staged[i].inputs.resize(n);
+        flight->staged[i].states.resize(n);
+      }
+    }
     const uint64_t id = next_batch_id++;
+    flight->id = id;
     stat_partitions.fetch_add(batch.size(), std::memory_order_relaxed);
     stat_batches.fetch_add(1, std::memory_order_relaxed);
     stat_bytes.fetch_add(bytes, std::memory_order_relaxed);
-    batches.emplace(id, InflightBatch{std::move(batch), at});
-    auto notice = [this, id](Event::Kind kind) {
-      return [this, id, kind](const Status& s) {
-        Event e;
-        e.kind = kind;
-        e.id = id;
-        e.status = s;
-        post(std::move(e));
-      };
-    };
+    Flight* f = flight.get();
+    batches.emplace(id, InflightBatch{std::move(batch), std::move(flight), at});
+    graph.emit(f);
+  }
+
+  // Gateway body (any graph thread): hands the flight to the backend. A closing engine or a throwing backend
+  // completes it with an error instead.
+  void start(Flight* f, std::function<void(const Status&)> done) {
+    if (closed.load(std::memory_order_acquire))
+      return done(Status::Error("engine shut down before the batch was started", Status::Code::cancelled));
+    uint64_t wire = 0;
+    for (const PartitionView& v : f->views) wire += v.bytes;
+    stat_wire_bytes.fetch_add(wire, std::memory_order_relaxed);
+    const uint64_t id = f->id;
     try {
-      if (reports_sent)
-        backend->start_with_sent(std::move(views), notice(Event::Kind::batch_sent), notice(Event::Kind::batch_done));
-      else
-        backend->start(std::move(views), notice(Event::Kind::batch_done));
+      // Unstaged views are not needed after start (nothing decodes them): the backend may have them.
+      std::vector<PartitionView> views = f->staged.empty() ? std::move(f->views) : f->views;
+      if (reports_sent) {
+        backend->start_with_sent(std::move(views), [this, id](const Status&) {
+          Event e;
+          e.kind = Event::Kind::batch_sent;
+          e.id = id;
+          post(std::move(e));
+        }, done);  // copied (small): a backend that throws leaves us `done` to report it with
+      } else {
+        backend->start(std::move(views), done);
+      }
     } catch (const std::exception& ex) {
-      Event e;
-      e.kind = Event::Kind::batch_done;
-      e.id = id;
-      e.status = Status::Error(std::string("backend '") + std::string(backend->name()) + "' failed to start: " + ex.what());
-      post(std::move(e));
+      done(Status::Error("backend '" + std::string(backend->name()) + "' failed to start: " + ex.what()));
+    } catch (...) {
+      done(Status::Error("backend '" + std::string(backend->name()) + "' failed to start: a non-standard exception"));
     }
   }
 
   // The batch has left this worker: its bytes no longer count against the credit, although its result is pending.
   void on_batch_sent(uint64_t id) {
     auto it = batches.find(id);
-    if (it == batches.end() || it->second.released) return;
+    if (it == batches.end() || it->second.released || !fault.empty()) return;
     it->second.released = true;
-    policy->on_batch_done(it->second.parts, now());
+    policy_call("on_batch_done", [&] { policy->on_batch_done(it->second.parts, now()); });
   }
 
   void on_batch_done(uint64_t id, const Status& s) {
@@ -249,59 +317,68 @@ struct Engine::Impl {
     InflightBatch done = std::move(it->second);
     batches.erase(it);
     const Nanos at = now();
-    if (!done.released) policy->on_batch_done(done.parts, at);
-    if (timeline) record_batch(done, at, s);
+    if (timeline) {
+      const auto first = live.find(done.parts.front().task_id);
+      trace_batch(*timeline, next_span_id++, done.parts, first != live.end() ? &first->second->desc : nullptr,
+                  done.dispatched, at, s.ok());
+    }
     for (const PartRef& p : done.parts) {
       auto t = live.find(p.task_id);
       if (t == live.end()) continue;
       TaskState& st = *t->second;
+      --st.in_flight;
       if (!s.ok() && st.status.ok()) st.status = s;
-      if (--st.remaining == 0) {
-        std::unique_ptr<TaskState> owned = std::move(t->second);
-        live.erase(t);
-        finish(std::move(owned));
-      }
+      --st.remaining;
+      if (st.remaining == 0 || (!fault.empty() && st.in_flight == 0)) finish_live(t);
     }
+    // Last: the policy may throw, and the tasks above must be accounted for first.
+    if (!done.released && fault.empty()) policy_call("on_batch_done", [&] { policy->on_batch_done(done.parts, at); });
   }
 
-  void record_batch(const InflightBatch& b, Nanos at, const Status& s) {
-    const auto first = live.find(b.parts.front().task_id);
-    std::string name = first != live.end() ? first->second->desc.name : "?";
-    name += "[" + std::to_string(b.parts.front().index) + "]";
-    if (b.parts.size() > 1) name += "+" + std::to_string(b.parts.size() - 1);
-    uint64_t bytes = 0;
-    for (const PartRef& p : b.parts) bytes += p.bytes;
-    std::string args = "{\"bytes\":" + std::to_string(bytes) + ",\"partitions\":" + std::to_string(b.parts.size()) +
-                       ",\"ok\":" + (s.ok() ? "true" : "false") + "}";
-    timeline->span("partition", name, next_span_id++, b.dispatched, at, args);
+  void finish_live(std::unordered_map<uint64_t, std::unique_ptr<TaskState>>::iterator it) {
+    std::unique_ptr<TaskState> owned = std::move(it->second);
+    live.erase(it);
+    finish(std::move(owned));
   }
 
   void finish(std::unique_ptr<TaskState> t) {
     const Nanos at = now();
-    if (timeline) {
-      const Nanos start = t->first_dispatch >= 0 ? t->first_dispatch : at;
-      std::string args = "{\"bytes\":" + std::to_string(t->desc.bytes()) + ",\"priority\":" +
-                         std::to_string(t->desc.priority) + ",\"iteration\":" + std::to_string(t->desc.iteration) + "}";
-      timeline->span("queued", t->desc.name, next_span_id++, t->submitted, start, args);
-      timeline->span("communicating", t->desc.name, next_span_id++, start, at, args);
-    }
-    {
-      std::lock_guard lk(names_mu);
-      names_in_flight.erase(t->desc.name);
-    }
+    if (timeline) trace_task(*timeline, next_span_id, t->desc, t->submitted, t->first_dispatch, at);
+    registry.release(t->desc.name);
+    Status reported = t->status;
     if (!t->status.ok()) stat_failed.fetch_add(1, std::memory_order_relaxed);
     if (t->callback) {
       try {
         t->callback(t->status);
       } catch (const std::exception& ex) {
-        std::fprintf(stderr, "commsched engine: callback of task '%s' threw: %s\n", t->desc.name.c_str(), ex.what());
+        reported = callback_failure(t->desc.name, ex.what());
       } catch (...) {
-        std::fprintf(stderr, "commsched engine: callback of task '%s' threw a non-standard exception\n", t->desc.name.c_str());
+        reported = callback_failure(t->desc.name, "a non-standard exception");
       }
     }
     stat_completed.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard lk(wait_mu);
-    if (--outstanding == 0) wait_cv.notify_all();
+    waits.done(reported);
+  }
+
+  Status callback_failure(const std::string& task, const std::string& what) {
+    const std::string msg = "callback of task '" + task + "' threw: " + what;
+    std::fprintf(stderr, "commsched engine: %s\n", msg.c_str());
+    return Status::Error(msg);
+  }
+
+  // The policy (or the scheduler itself) failed: nothing more is dispatched. Tasks with nothing in flight fail now;
+  // the others when their batches come back (their views point into the tasks); later tasks fail on arrival.
+  void break_engine(const std::string& why) {
+    if (!fault.empty()) return;
+    fault = why;
+    std::fprintf(stderr, "commsched engine: %s; failing every pending and later task\n", why.c_str());
+    for (auto it = live.begin(); it != live.end();) {
+      TaskState& t = *it->second;
+      if (t.status.ok()) t.status = Status::Error("task '" + t.desc.name + "' failed: " + why);
+      auto next = std::next(it);
+      if (t.in_flight == 0) finish_live(it);
+      it = next;
+    }
   }
 
   void fail_everything() {
@@ -309,44 +386,12 @@ struct Engine::Impl {
     batches.clear();
     while (!live.empty()) {
       auto it = live.begin();
-      std::unique_ptr<TaskState> t = std::move(it->second);
-      live.erase(it);
-      if (t->status.ok())
-        t->status = Status::Error("engine shut down before task '" + t->desc.name + "' completed", Status::Code::cancelled);
-      finish(std::move(t));
+      TaskState& t = *it->second;
+      if (t.status.ok())
+        t.status = Status::Error("engine shut down before task '" + t.desc.name + "' completed", Status::Code::cancelled);
+      finish_live(it);
     }
     shutdown_done.store(true);
-  }
-
-  // ---------------------------------------------------------------- policy wake-ups (fusion cycles and the like)
-  void schedule_wakeup(std::optional<Nanos> at) {
-    if (!at) return;
-    std::lock_guard lk(timer_mu);
-    if (!wakeup_at || *at < *wakeup_at) {
-      wakeup_at = *at;
-      timer_cv.notify_one();
-    }
-  }
-
-  void timer_loop() {
-    std::unique_lock lk(timer_mu);
-    while (!timer_stop) {
-      if (!wakeup_at) {
-        timer_cv.wait(lk);
-        continue;
-      }
-      const auto deadline = t0 + std::chrono::nanoseconds(*wakeup_at);
-      if (timer_cv.wait_until(lk, deadline) == std::cv_status::timeout || std::chrono::steady_clock::now() >= deadline) {
-        if (wakeup_at && std::chrono::steady_clock::now() >= t0 + std::chrono::nanoseconds(*wakeup_at)) {
-          wakeup_at.reset();
-          lk.unlock();
-          Event e;
-          e.kind = Event::Kind::tick;
-          post(std::move(e));
-          lk.lock();
-        }
-      }
-    }
   }
 
   // ---------------------------------------------------------------- state
@@ -357,12 +402,7 @@ struct Engine::Impl {
   const bool reports_sent;  // the backend tells when a batch has left (credit is released then, not at completion)
   const std::chrono::steady_clock::time_point t0;
   std::unique_ptr<Timeline> timeline;
-
-  tbb::flow::graph graph;
-  tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg> sched_node;
-  tbb::flow::function_node<TaskState*, tbb::flow::continue_msg> partition_node;
-  tbb::concurrent_queue<Event> events;
-  std::atomic<bool> kick_pending{false};
+  tbb::concurrent_queue<Event> events;  // before the graph: its threads post events from the start
 
   // Scheduler-node state: touched only by run_scheduler().
   std::unordered_map<uint64_t, std::unique_ptr<TaskState>> live;
@@ -377,47 +417,34 @@ struct Engine::Impl {
   uint64_t next_batch_id = 1;
   uint64_t next_span_id = 1;
   bool stopped = false;
+  std::string fault;  // why the engine stopped scheduling (empty: it did not)
 
   // Submit-side state.
-  std::mutex names_mu;
-  std::unordered_set<std::string> names_in_flight;
-  std::unordered_map<std::string, uint64_t> rounds;
-  uint64_t next_task_id = 0;  // under names_mu: ids are dense and in submission order
+  TaskRegistry registry;
+  WaitGroup waits;
   std::atomic<uint64_t> iteration{0};
   std::atomic<uint64_t> active_partition_bytes{0};
   mutable std::mutex knobs_mu;
   Knobs pending_knobs;
+  std::mutex marks_mu;  // orders task ids and backward/flush marks
   std::atomic<bool> closed{false};
   std::atomic<bool> shutdown_done{false};
   std::mutex shutdown_mu;
   bool shut_down = false;  // under shutdown_mu
 
-  std::mutex wait_mu;
-  std::condition_variable wait_cv;
-  uint64_t outstanding = 0;
-
-  std::mutex drive_mu;
-  std::condition_variable drive_cv;
-  uint64_t kicks_requested = 0;
-  bool drive_requested = false;
-  bool drive_stop = false;
-  std::thread drive_thread;
-
-  std::mutex timer_mu;
-  std::condition_variable timer_cv;
-  std::optional<Nanos> wakeup_at;
-  bool timer_stop = false;
-  std::thread timer_thread;
-
   std::atomic<uint64_t> stat_submitted{0}, stat_completed{0}, stat_failed{0}, stat_partitions{0}, stat_batches{0},
-      stat_bytes{0};
+      stat_bytes{0}, stat_wire_bytes{0};
+
+  EngineGraph graph;  // last but one: destroyed (driver stopped, graph drained) before the state above
+  WakeupTimer timer;  // last: its thread posts events
 };
 
-Engine::Engine(std::unique_ptr<Policy> policy, std::shared_ptr<CommBackend> backend, EngineConfig config) {
+Engine::Engine(std::unique_ptr<Policy> policy, std::shared_ptr<CommBackend> backend, EngineConfig config,
+               std::vector<std::shared_ptr<Stage>> extra_stages) {
   if (!policy) throw InvalidArgument("Engine: policy must not be null");
   if (!backend) throw InvalidArgument("Engine: backend must not be null");
   config.validate();
-  impl_ = std::make_unique<Impl>(std::move(policy), std::move(backend), std::move(config));
+  impl_ = std::make_unique<Impl>(std::move(policy), std::move(backend), std::move(config), std::move(extra_stages));
 }
 
 Engine::~Engine() {
@@ -428,36 +455,47 @@ Engine::~Engine() {
   }
 }
 
+namespace {
+void check_backend_carries(const Task& task, const CommBackend& backend) {
+  if (!backend.supports(task.op, task.buffer.device))
+    throw InvalidArgument("task '" + task.name + "': backend '" + std::string(backend.name()) + "' cannot carry " +
+                          std::string(op_name(task.op)) + " on " + (task.buffer.device == Device::cpu ? "CPU" : "CUDA") +
+                          " buffers");
+  if (task.op == Op::broadcast && task.root >= backend.size())
+    throw InvalidArgument("task '" + task.name + "': broadcast root " + std::to_string(task.root) + " is not a rank (size " +
+                          std::to_string(backend.size()) + ")");
+}
+
+// Broadcasts carry parameters and integers do not compress: both always travel as they are.
+compression::Spec resolve_compression(const Task& task, const compression::Spec& dflt) {
+  if (task.op == Op::broadcast || !compression::compressible(task.dtype)) return {};
+  return task.compression.value_or(dflt);
+}
+}  // namespace
+
 uint64_t Engine::submit(Task task) {
   Impl& m = *impl_;
   if (m.closed.load()) throw InvalidArgument("task '" + task.name + "' submitted after the engine was shut down");
   validate_task(task);
-  if (!m.backend->supports(task.op, task.buffer.device))
-    throw InvalidArgument("task '" + task.name + "': backend '" + std::string(m.backend->name()) + "' cannot carry " +
-                          std::string(op_name(task.op)) + " on " + (task.buffer.device == Device::cpu ? "CPU" : "CUDA") +
-                          " buffers");
-  if (task.op == Op::broadcast && task.root >= m.backend->size())
-    throw InvalidArgument("task '" + task.name + "': broadcast root " + std::to_string(task.root) + " is not a rank (size " +
-                          std::to_string(m.backend->size()) + ")");
+  check_backend_carries(task, *m.backend);
   auto t = std::make_unique<TaskState>();
-  {
-    std::lock_guard lk(m.names_mu);
-    if (m.names_in_flight.count(task.name))
-      throw InvalidArgument("task '" + task.name + "' submitted while a task with the same name is still in flight");
-    m.names_in_flight.insert(task.name);
-    t->desc.round = m.rounds[task.name]++;
-    t->desc.id = m.next_task_id++;
-    std::lock_guard wk(m.wait_mu);
-    ++m.outstanding;
-  }
   t->desc.key = task_key(task.name);
-  t->desc.name = std::move(task.name);
+  t->desc.name = task.name;
   t->desc.priority = task.priority;
   t->desc.op = task.op;
   t->desc.dtype = task.dtype;
   t->desc.count = task.count;
   t->desc.buffer = task.buffer;
   t->desc.root = task.root;
+  t->desc.compression = resolve_compression(task, m.config.compression);
+  for (const auto& st : m.graph.stages())
+    if (st->applies(t->desc))
+      if (std::string why = st->refusal(t->desc, *m.backend); !why.empty()) throw InvalidArgument("task '" + task.name + "': " + why);
+  {
+    std::lock_guard lk(m.marks_mu);
+    std::tie(t->desc.id, t->desc.round) = m.registry.admit(t->desc.name);
+    m.waits.add();
+  }
   t->desc.iteration = m.iteration.load(std::memory_order_relaxed);
   t->callback = std::move(task.on_done);
   t->submitted = m.now();
@@ -466,9 +504,9 @@ uint64_t Engine::submit(Task task) {
   const uint64_t pbytes = m.splits ? m.active_partition_bytes.load(std::memory_order_relaxed) : 0;
   if (partition_count(t->desc.count, t->desc.dtype, pbytes) <= kInlinePartitionLimit) {
     m.partition_and_post(t.release());
+    m.graph.kick();
   } else {
-    m.partition_node.try_put(t.release());
-    m.request_drive(/*kick=*/false);
+    m.graph.partition(t.release());
   }
   return id;
 }
@@ -479,8 +517,8 @@ void Engine::backward_done() {
   uint64_t submitted;
   Knobs k;
   {
-    std::lock_guard lk(m.names_mu);
-    submitted = m.next_task_id;
+    std::lock_guard lk(m.marks_mu);
+    submitted = m.registry.submitted();
     std::lock_guard kl(m.knobs_mu);
     k = m.pending_knobs;
     m.iteration.fetch_add(1);
@@ -494,12 +532,7 @@ void Engine::backward_done() {
   kn.kind = Event::Kind::knobs;
   kn.credit = k.credit_bytes;
   m.post(std::move(kn));
-  if (m.timeline) {
-    m.timeline->instant("backward_done", m.now(),
-                        "{\"iteration\":" + std::to_string(m.iteration.load()) + ",\"partition_bytes\":" +
-                            std::to_string(k.partition_bytes) + ",\"credit_bytes\":" + std::to_string(k.credit_bytes) + "}");
-    m.timeline->flush();
-  }
+  if (m.timeline) trace_backward_done(*m.timeline, m.now(), m.iteration.load(), k);
 }
 
 void Engine::flush() {
@@ -508,21 +541,15 @@ void Engine::flush() {
   Event mark;
   mark.kind = Event::Kind::flush;
   {
-    std::lock_guard lk(m.names_mu);
-    mark.id = m.next_task_id;
+    std::lock_guard lk(m.marks_mu);
+    mark.id = m.registry.submitted();
   }
   m.post(std::move(mark));
 }
 
-void Engine::wait_all() {
-  std::unique_lock lk(impl_->wait_mu);
-  impl_->wait_cv.wait(lk, [&] { return impl_->outstanding == 0; });
-}
+Status Engine::wait_all() { return impl_->waits.wait(); }
 
-bool Engine::wait_all_for(std::chrono::nanoseconds timeout) {
-  std::unique_lock lk(impl_->wait_mu);
-  return impl_->wait_cv.wait_for(lk, timeout, [&] { return impl_->outstanding == 0; });
-}
+bool Engine::wait_all_for(std::chrono::nanoseconds timeout) { return impl_->waits.wait_for(timeout); }
 
 void Engine::shutdown() {
   Impl& m = *impl_;
@@ -530,29 +557,20 @@ void Engine::shutdown() {
   if (m.shut_down) return;
   m.shut_down = true;
   m.closed.store(true);
-  m.graph.wait_for_all();  // every task handed to the partition node has arrived
-  m.backend->shutdown();   // after this no completion callback runs any more
+  m.graph.wait_idle();    // every task handed to the partition node has arrived; stages have run
+  m.backend->shutdown();  // after this no completion callback runs any more
+  m.graph.wait_idle();    // completions the backend delivered have passed the decode chain
   Event e;
   e.kind = Event::Kind::shutdown;
   m.post(std::move(e));
   // The driver thread delivers the kick; help run the graph until the scheduler has failed what was pending.
   while (!m.shutdown_done.load()) {
-    m.graph.wait_for_all();
+    m.graph.wait_idle();
     std::this_thread::yield();
   }
-  {
-    std::lock_guard tl(m.timer_mu);
-    m.timer_stop = true;
-    m.timer_cv.notify_all();
-  }
-  if (m.timer_thread.joinable()) m.timer_thread.join();
-  {
-    std::lock_guard dl(m.drive_mu);
-    m.drive_stop = true;
-    m.drive_cv.notify_all();
-  }
-  if (m.drive_thread.joinable()) m.drive_thread.join();
-  m.graph.wait_for_all();
+  m.timer.stop();
+  m.graph.stop_driver();
+  m.graph.wait_idle();
   if (m.timeline) m.timeline->flush();
 }
 
@@ -575,6 +593,7 @@ EngineStats Engine::stats() const {
   s.partitions_dispatched = m.stat_partitions.load();
   s.batches_dispatched = m.stat_batches.load();
   s.bytes_dispatched = m.stat_bytes.load();
+  s.wire_bytes = m.stat_wire_bytes.load();
   s.iteration = m.iteration.load();
   return s;
 }

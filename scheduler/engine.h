@@ -1,14 +1,12 @@
-// Engine: the scheduling core. Framework threads submit tasks and wait; a oneTBB flow graph partitions them (in
-// parallel for big tasks), one serial node owns the Policy and dispatches batches to a CommBackend, and completions
-// from backend threads flow back into that same serial node.
+// Engine: the scheduling core. Framework threads submit tasks and wait; a oneTBB flow graph (scheduler/engine_graph.h)
+// partitions them (in parallel for big tasks), one serial node owns the Policy and dispatches batches through a chain
+// of stage nodes (compression, ...) to the CommBackend's async gateway, and completions come back along edges into
+// the serial node. The pieces: engine_tasks (task table), engine_graph (nodes and edges), engine_timer (policy
+// wake-ups), engine_trace (timeline records).
 //
-//   submit(Task) ──► [partition: function_node, unlimited] ──► event queue ──► [scheduler: function_node, serial]
-//                                                                  ▲                 │ Policy::poll → start()
-//       backend threads: done(status) ─────────────────────────────┘                 ▼
-//                                                                              CommBackend
-//
-// Events reach the serial node through a concurrent queue plus a "kick" message, so a burst of completions costs one
-// node execution rather than one flow-graph message each. That keeps the engine under a microsecond per partition.
+// An exception anywhere inside (policy, backend, stage, callback) never leaves a task unfinished: a stage's or the
+// backend's fails its batch; a policy's stops scheduling for good and fails every pending and later task with a
+// message naming the policy and the event; a callback's is reported by wait_all().
 #pragma once
 
 #include <chrono>
@@ -18,6 +16,7 @@
 #include "comm_backends/comm_backend.h"
 #include "scheduler/config.h"
 #include "scheduler/policy.h"
+#include "scheduler/stage.h"
 #include "scheduler/task.h"
 
 namespace commsched {
@@ -32,13 +31,17 @@ struct EngineStats {
   uint64_t batches_dispatched = 0;
   uint64_t bytes_dispatched = 0;
   uint64_t iteration = 0;
+  uint64_t wire_bytes = 0;  // bytes handed to the backend after the stages (compressed), for dispatched batches
 };
 
 class Engine final : public KnobControl {
  public:
   // The engine shares ownership of the backend and shuts it down in shutdown(). `config.knobs` gives the initial
-  // partition size and credit; `config.timeline_path` (if set) receives a Chrome trace for this rank.
-  Engine(std::unique_ptr<Policy> policy, std::shared_ptr<CommBackend> backend, EngineConfig config = {});
+  // partition size and credit; `config.timeline_path` (if set) receives a Chrome trace for this rank;
+  // `config.compression` is the default compression of reduce tasks. `extra_stages` run after the compression stage
+  // (encode in this order, decode in reverse).
+  Engine(std::unique_ptr<Policy> policy, std::shared_ptr<CommBackend> backend, EngineConfig config = {},
+         std::vector<std::shared_ptr<Stage>> extra_stages = {});
   ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -57,8 +60,9 @@ class Engine final : public KnobControl {
   // plan from them. Unlike backward_done(), the iteration does not advance and pending knob changes wait.
   void flush();
 
-  // Blocks until every submitted task has completed (successfully or not).
-  void wait_all();
+  // Blocks until every submitted task has completed (successfully or not). Returns the first failure since the
+  // previous wait_all (a task's error, or a callback that threw), ok if there was none.
+  Status wait_all();
   // As wait_all, but gives up after `timeout`; returns whether everything completed.
   bool wait_all_for(std::chrono::nanoseconds timeout);
 

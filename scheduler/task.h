@@ -3,9 +3,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "compression/codec.h"
 #include "scheduler/types.h"
 
 namespace commsched {
@@ -23,6 +25,9 @@ struct Task {
   Buffer buffer;                 // in/out: the result (sum, broadcast value) is written back in place
   int root = 0;                  // broadcast source rank
   TaskCallback on_done;          // may be empty
+  // Gradient compression for this task; unset: the engine's configured default. Broadcasts and integer tensors
+  // are never compressed.
+  std::optional<compression::Spec> compression;
 
   uint64_t bytes() const { return count * dtype_size(dtype); }
 };
@@ -45,6 +50,7 @@ struct TaskDesc {
   uint64_t iteration = 0;        // engine iteration (advanced by Engine::backward_done)
   uint64_t round = 0;            // how many tasks with this name were submitted before this one
   uint32_t num_partitions = 0;
+  compression::Spec compression;  // resolved at submit: none for broadcasts and integer tensors
 
   uint64_t bytes() const { return count * dtype_size(dtype); }
 };
@@ -55,8 +61,10 @@ struct PartitionView {
   uint32_t index = 0;            // index among the task's partitions
   uint64_t offset = 0;           // bytes from the start of the task's buffer; a multiple of the element size
   uint64_t bytes = 0;            // a multiple of the element size
+  // Set by a stage (an encoder): the partition's bytes live in the stage's buffer, not in the task's buffer.
+  std::byte* payload = nullptr;
 
-  std::byte* data() const { return static_cast<std::byte*>(task->buffer.data) + offset; }
+  std::byte* data() const { return payload ? payload : static_cast<std::byte*>(task->buffer.data) + offset; }
   uint64_t elements() const { return bytes / dtype_size(task->dtype); }
   uint64_t first_element() const { return offset / dtype_size(task->dtype); }
 };

@@ -39,8 +39,9 @@ PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers) {
 
 std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers) {
   if (spec.network == NetworkKind::allreduce)
-    return std::make_unique<RingAllreduceNetwork>(RingParams{workers, bandwidth_bps, spec.ring_alpha_s});
-  return std::make_unique<PsNetwork>(ps_params(spec, bandwidth_bps, workers));
+    return with_compression(std::make_unique<RingAllreduceNetwork>(RingParams{workers, bandwidth_bps, spec.ring_alpha_s}),
+                            spec.compression);
+  return with_compression(std::make_unique<PsNetwork>(ps_params(spec, bandwidth_bps, workers)), spec.compression);
 }
 
 namespace {

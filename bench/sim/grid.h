@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sim/compression_model.h"
 #include "bench/sim/network.h"
 #include "bench/sim/profile.h"
 #include "bench/sim/simulator.h"
@@ -33,6 +34,7 @@ struct GridSpec {
   // grows with W); bigger ones one representative of symmetric workers (simulate(), PsNetwork).
   int ps_each_worker_max = 16;
   double ring_alpha_s = 5e-6;   // all-reduce per-step latency
+  CompressionModel compression;  // compressed bytes and stage time (compression_model.h); scheme none: off
   // ByteScheduler knob grid: partition sizes, credit as a multiple k of the partition (k = 0: one batch in flight at a
   // time, which latency-bound collectives need), small-tensor fusion bounds (0: off).
   std::vector<uint64_t> partitions = {256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20};

@@ -209,7 +209,8 @@ void PsBackend::dispatch(Queued& q) {
     const uint64_t es = dtype_size(p.task->dtype);
     const uint64_t chunk = cfg_.chunk_bytes == 0 ? p.bytes : std::max<uint64_t>(es, cfg_.chunk_bytes / es * es);
     for (uint64_t at = 0; at < p.bytes; at += chunk)
-      pieces.push_back(PartitionView{p.task, p.index, p.offset + at, std::min(chunk, p.bytes - at)});
+      pieces.push_back(PartitionView{p.task, p.index, p.offset + at, std::min(chunk, p.bytes - at),
+                                     p.payload ? p.payload + at : nullptr});  // a stage's buffer, chunked alike
   }
   const size_t acks = q.sent ? pieces.size() : 0;
   auto state = std::make_shared<BatchState>(BatchState{std::move(done), std::move(q.sent), pieces.size(), acks, Status::Ok()});

@@ -40,6 +40,7 @@ struct RunArgs {
   std::string partition = "1MiB";
   std::string credit = "4MiB";
   std::string small_tensor = "64KiB";
+  std::string compression = "none";  // gradient compression of every reduce task (COMMSCHED_COMPRESSION's values)
   std::string timeline_dir = "out";
   bool tune = false;        // also run bytescheduler with the online auto-tuner
   std::string result_file;  // synthetic-worker only
@@ -58,6 +59,7 @@ EngineConfig engine_config(const RunArgs& a, const std::string& row, int /*rank:
   c.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
   c.knobs.credit_bytes = parse_bytes("--credit", a.credit, true);
   c.small_tensor_bytes = a.small_tensor == "0" ? 0 : parse_bytes("--small-tensor", a.small_tensor, true);
+  c.compression = compression::parse_spec("--compression", a.compression);
   if (!a.timeline_dir.empty()) {
     std::filesystem::create_directories(a.timeline_dir);
     c.timeline_path = a.timeline_dir + "/timeline_" + row + "_rank{rank}.json";
@@ -161,7 +163,8 @@ nlohmann::json run_ps(const RunArgs& a, const std::string& policy) {
   lo.command = {self_exe(), "synthetic-worker", "--model", a.model, "--policy", policy,
                 "--iterations", std::to_string(a.iterations), "--warmup", std::to_string(a.warmup),
                 "--compute-scale", std::to_string(a.compute_scale), "--partition", a.partition,
-                "--credit", a.credit, "--small-tensor", a.small_tensor, "--timeline-dir", a.timeline_dir,
+                "--credit", a.credit, "--small-tensor", a.small_tensor, "--compression", a.compression,
+                "--timeline-dir", a.timeline_dir,
                 "--result", result};
   // Each cluster is supervised from a fresh child process: the launcher blocks signals and reaps children, which is
   // simplest to keep from leaking into a second launch in the same process.
@@ -267,6 +270,8 @@ void add_common(CLI::App* s, RunArgs& a) {
   s->add_option("--partition", a.partition, "bytescheduler partition size")->capture_default_str();
   s->add_option("--credit", a.credit, "bytescheduler credit (bytes in flight; 'unlimited' for none)")->capture_default_str();
   s->add_option("--small-tensor", a.small_tensor, "bytescheduler fuses queued tensors up to this size (0: off)")->capture_default_str();
+  s->add_option("--compression", a.compression, "gradient compression: none, fp16, bf16, topk:RATIO, signsgd")
+      ->capture_default_str();
   s->add_option("--timeline-dir", a.timeline_dir, "folder for Chrome traces (empty: none)")->capture_default_str();
   s->add_flag("--tune", a.tune, "also run bytescheduler with the online auto-tuner (COMMSCHED_TUNER_* apply)");
 }

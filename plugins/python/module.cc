@@ -82,7 +82,7 @@ Device parse_device(const std::string& d) {
 
 std::shared_ptr<Handle> submit(Context& ctx, std::string name, int32_t priority, const std::string& op,
                                const std::string& dtype, uintptr_t data, uint64_t count, const std::string& device,
-                               int device_index, int root) {
+                               int device_index, int root, const std::optional<std::string>& compression) {
   auto handle = std::make_shared<Handle>();
   Task t;
   t.name = std::move(name);
@@ -92,6 +92,7 @@ std::shared_ptr<Handle> submit(Context& ctx, std::string name, int32_t priority,
   t.count = count;
   t.buffer = Buffer{reinterpret_cast<void*>(data), parse_device(device), device_index};
   t.root = root;
+  if (compression) t.compression = compression::parse_spec("compression", *compression);
   t.on_done = [handle](const Status& s) { handle->complete(s); };  // scheduler thread: C++ only
   Engine& engine = ctx.engine();
   py::gil_scoped_release release;  // submit may take the engine's locks; never hold the GIL there
@@ -165,8 +166,10 @@ PYBIND11_MODULE(_C, m) {
       .def("set_knobs", [](Context& c, uint64_t partition, uint64_t credit) { c.engine().set_knobs({partition, credit}); })
       .def("submit", &submit, py::arg("name"), py::arg("priority"), py::arg("op"), py::arg("dtype"), py::arg("data"),
            py::arg("count"), py::arg("device") = "cpu", py::arg("device_index") = 0, py::arg("root") = 0,
+           py::arg("compression") = py::none(),
            "queues one task over `count` elements at address `data`; op is push_pull, allreduce, broadcast or "
-           "'reduce' (the backend's own reduction); returns a Handle")
+           "'reduce' (the backend's own reduction); compression: 'fp16', 'bf16', 'topk:R', 'signsgd', 'none' or "
+           "None (the engine's default); returns a Handle")
       .def("backward_done", [](Context& c) { c.engine().backward_done(); }, py::call_guard<py::gil_scoped_release>())
       .def("flush", [](Context& c) { c.engine().flush(); }, py::call_guard<py::gil_scoped_release>(),
            "releases tasks that are not part of a backward (BSP and MG-WFBP would otherwise hold them until "

@@ -108,7 +108,7 @@ def _wire(output, op):
                      f"{', '.join(str(d) for d in _SUM_WIDEN)})")
 
 
-def _launch(output, name, op, ctx, priority=0, root=0, post=None):
+def _launch(output, name, op, ctx, priority=0, root=0, post=None, compression=None):
     """Starts `op` ('reduce' or 'broadcast') over `output`'s memory on `ctx`; `post(wire_tensor)` runs in place
     afterwards. The _Op's result is `output`."""
     work, back = _wire(output, op)
@@ -122,12 +122,13 @@ def _launch(output, name, op, ctx, priority=0, root=0, post=None):
 
     if not work.numel():
         return _Op([], finish)
-    handle = runtime.submit(work, name, op, priority=priority, root=root, ctx=ctx)
+    handle = runtime.submit(work, name, op, priority=priority, root=root, ctx=ctx, compression=compression)
     runtime.release_outside_backward(ctx)
     return _Op([(handle, name)], finish)
 
 
-def _reduce_op(output, name, op, prescale_factor=1.0, postscale_factor=1.0, priority=0, process_set=None):
+def _reduce_op(output, name, op, prescale_factor=1.0, postscale_factor=1.0, priority=0, process_set=None,
+               compression=None):
     """Reduces `output` in place over the process set's workers: Sum/Average through the backend's sum (Average
     divides by the set's size afterwards), Min/Max/Product by gathering."""
     ps = _pset(process_set)
@@ -154,11 +155,13 @@ def _reduce_op(output, name, op, prescale_factor=1.0, postscale_factor=1.0, prio
         else:  # integers: scale in float64, round down (as Horovod's integer average)
             work.copy_(torch.floor(work.double() * scale).to(work.dtype))
 
-    return _launch(output, name, "reduce", ctx, priority=priority, post=post)
+    return _launch(output, name, "reduce", ctx, priority=priority, post=post, compression=compression)
 
 
-def _reduce_async(output, name, op, prescale_factor=1.0, postscale_factor=1.0, priority=0, process_set=None):
-    return _register(_reduce_op(output, name, op, prescale_factor, postscale_factor, priority, process_set))
+def _reduce_async(output, name, op, prescale_factor=1.0, postscale_factor=1.0, priority=0, process_set=None,
+                  compression=None):
+    return _register(_reduce_op(output, name, op, prescale_factor, postscale_factor, priority, process_set,
+                                compression))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -208,8 +211,9 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         out = _AllreduceFn.apply(compressed, op, _auto_name("allreduce", name, process_set), prescale_factor,
                                  postscale_factor, process_set)
     else:
-        out = synchronize(allreduce_async(compressed, None, name, op, prescale_factor, postscale_factor,
-                                          process_set))
+        out = synchronize(_reduce_async(compressed.detach().clone(), _auto_name("allreduce", name, process_set), op,
+                                        prescale_factor, postscale_factor, process_set=process_set,
+                                        compression=compression.engine_spec))
     return compression.decompress(out, cctx)
 
 
@@ -231,8 +235,10 @@ def push_pull_inplace(tensor, average=True, name=None, version=0, priority=0):
 
 
 def push_pull(tensor, average=True, name=None, version=0, priority=0, compression=Compression.none):
+    del version
     compressed, cctx = compression.compress(tensor.detach())
-    out = synchronize(push_pull_async(compressed, average, name, version, priority))
+    out = synchronize(_reduce_async(compressed.clone(), _auto_name("push_pull", name), Average if average else Sum,
+                                    priority=priority, compression=compression.engine_spec))
     return compression.decompress(out, cctx)
 
 

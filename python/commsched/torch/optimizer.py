@@ -236,7 +236,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             grad.mul_(1.0 / self._predivide)
         compressed, cctx = self._compression.compress(grad)
         work = compressed if compressed.is_contiguous() else compressed.contiguous()
-        handle = runtime.submit(work, name, "reduce", priority=self._priority[p]) if work.numel() else None
+        handle = runtime.submit(work, name, "reduce", priority=self._priority[p],
+                                compression=getattr(self._compression, "engine_spec", None)) if work.numel() else None
         self._inflight[p] = _GradTask(handle, name, work, cctx, grad)
 
     def _submit_missing(self):

@@ -126,9 +126,10 @@ def dtype_name(tensor, name):
                          f"{', '.join(str(d) for d in _DTYPES)})") from None
 
 
-def submit(tensor, name, op, priority=0, root=0, ctx=None):
+def submit(tensor, name, op, priority=0, root=0, ctx=None, compression=None):
     """Queues one task over a contiguous tensor's memory (no copy). `op`: 'reduce' (the backend's sum), 'broadcast'.
-    ctx: the Context to use (a process set's); default: the global one.
+    ctx: the Context to use (a process set's); default: the global one. `compression`: the engine's scheme for this
+    task ('fp16', 'bf16', 'topk:0.01', 'signsgd', 'none'); None: the run's default (COMMSCHED_COMPRESSION).
 
     The caller keeps `tensor` alive until the returned handle has completed.
     """
@@ -146,7 +147,7 @@ def submit(tensor, name, op, priority=0, root=0, ctx=None):
         raise ValueError(f"tensor '{name}' is on {tensor.device}; commsched carries CPU and CUDA tensors")
     _names_by_key.setdefault(_C.task_key(name), name)
     return ctx.submit(name, int(priority), op, dtype, tensor.data_ptr(), tensor.numel(), device, device_index,
-                      int(root))
+                      int(root), compression)
 
 
 # Policies that hold tasks until the end of backward (Engine::backward_done). Tasks of the eager API

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <future>
 #include <numeric>
 #include <thread>
@@ -227,12 +229,53 @@ class HeldBackend : public CommBackend {
   size_t completed_ = 0;
 };
 
+// Forwards to a policy and signals each time the scheduler has finished a run (it asks next_wakeup() after the
+// run's dispatches): a test waits for the scheduler's decision instead of sleeping.
+class SignallingPolicy final : public Policy {
+ public:
+  explicit SignallingPolicy(std::unique_ptr<Policy> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  bool splits_tasks() const override { return inner_->splits_tasks(); }
+  void on_task_arrived(const TaskArrival& t, Nanos now) override { inner_->on_task_arrived(t, now); }
+  void on_batch_done(const Batch& b, Nanos now) override { inner_->on_batch_done(b, now); }
+  void on_backward_done(Nanos now) override { inner_->on_backward_done(now); }
+  void on_flush(Nanos now) override { inner_->on_flush(now); }
+  void set_credit_bytes(uint64_t c) override { inner_->set_credit_bytes(c); }
+  bool uses_credit() const override { return inner_->uses_credit(); }
+  void poll(Nanos now, std::vector<Batch>& out) override { inner_->poll(now, out); }
+  size_t queued_partitions() const override { return inner_->queued_partitions(); }
+  uint64_t bytes_in_flight() const override { return inner_->bytes_in_flight(); }
+  std::optional<Nanos> next_wakeup() const override {
+    {
+      std::lock_guard lk(mu_);
+      last_queued_ = inner_->queued_partitions();
+      ++runs_;
+    }
+    cv_.notify_all();
+    return inner_->next_wakeup();
+  }
+  // Waits (bounded) for a finished scheduler run that left `queued` partitions held back.
+  bool wait_for_run_with_queued(size_t queued) const {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return runs_ > 0 && last_queued_ == queued; });
+  }
+
+ private:
+  std::unique_ptr<Policy> inner_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable size_t last_queued_ = 0;
+  mutable uint64_t runs_ = 0;
+};
+
 // Credit is released when a batch is sent: with a credit of one partition, all eight partitions go out although none
 // has completed. Without sent notices the credit holds them back until completions arrive.
 TEST(Engine, CreditIsReleasedWhenTheBackendReportsABatchSent) {
   for (bool notices : {true, false}) {
     auto backend = std::make_shared<HeldBackend>(notices);
-    Engine engine(std::make_unique<PriorityCreditPolicy>(1024, 0, /*stall_guard=*/false), backend, config_with(1024, 1024));
+    auto policy = std::make_unique<SignallingPolicy>(std::make_unique<PriorityCreditPolicy>(1024, 0, /*stall_guard=*/false));
+    const SignallingPolicy& observed = *policy;
+    Engine engine(std::move(policy), backend, config_with(1024, 1024));
     std::vector<float> buf(8 * 256);
     std::atomic<int> ok{0};
     engine.submit(make_task("t", 0, buf, [&](const Status& s) { ok += s.ok(); }));
@@ -241,8 +284,12 @@ TEST(Engine, CreditIsReleasedWhenTheBackendReportsABatchSent) {
       while (backend->started() < 8 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
       EXPECT_EQ(backend->started(), 8u) << "every partition goes out before any completes";
     } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      EXPECT_EQ(backend->started(), 1u) << "without sent notices the credit waits for completions";
+      // The scheduler's decision, not a pause: a finished run holding seven partitions back, one dispatched.
+      ASSERT_TRUE(observed.wait_for_run_with_queued(7));
+      EXPECT_EQ(engine.stats().batches_dispatched, 1u) << "without sent notices the credit waits for completions";
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (backend->started() < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      EXPECT_EQ(backend->started(), 1u);
     }
     while (!engine.wait_all_for(std::chrono::milliseconds(1))) backend->complete_all();
     EXPECT_EQ(ok.load(), 1);
@@ -294,7 +341,7 @@ TEST_P(EveryPolicy, FinishesIterationsInRealTime) {
     for (size_t k = 0; k < bufs.size(); ++k) {
       const size_t i = bufs.size() - 1 - k;
       engine.submit(make_task("g" + std::to_string(i), static_cast<int>(i), bufs[i], [&](const Status& s) { ok += s.ok(); }));
-      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      std::this_thread::sleep_for(std::chrono::microseconds(300));  // pacing (backward's compute), not synchronisation
     }
     engine.backward_done();
     ASSERT_TRUE(engine.wait_all_for(std::chrono::seconds(20))) << policy_name(GetParam()) << " hung in iteration " << it;
@@ -332,15 +379,19 @@ TEST(Engine, KnobsChangeAtIterationBoundary) {
 // and ends no iteration.
 TEST(Engine, FlushReleasesHeldTasksWithoutEndingTheIteration) {
   auto backend = std::make_shared<RecordingBackend>();
-  Engine engine(std::make_unique<BspPolicy>(), backend, config_with(1024, 0));
+  auto policy = std::make_unique<SignallingPolicy>(std::make_unique<BspPolicy>());
+  const SignallingPolicy& observed = *policy;
+  Engine engine(std::move(policy), backend, config_with(1024, 0));
   std::vector<float> buf(256);
   engine.submit(make_task("broadcast", 0, buf));
-  EXPECT_FALSE(engine.wait_all_for(std::chrono::milliseconds(100))) << "BSP sent before the end of backward";
+  ASSERT_TRUE(observed.wait_for_run_with_queued(1));  // the scheduler has seen it, and holds it
+  EXPECT_EQ(engine.stats().batches_dispatched, 0u) << "BSP sent before the end of backward";
   engine.flush();
   EXPECT_TRUE(engine.wait_all_for(std::chrono::seconds(10)));
   EXPECT_EQ(engine.iteration(), 0u);
   engine.submit(make_task("grad", 0, buf));  // a gradient still waits for its backward
-  EXPECT_FALSE(engine.wait_all_for(std::chrono::milliseconds(100)));
+  ASSERT_TRUE(observed.wait_for_run_with_queued(1));
+  EXPECT_EQ(engine.stats().batches_dispatched, 1u) << "only the flushed broadcast went";
   engine.backward_done();
   EXPECT_TRUE(engine.wait_all_for(std::chrono::seconds(10)));
   EXPECT_EQ(engine.iteration(), 1u);
