@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/messaging.h"
 #include "comm_backends/ps/net_util.h"
 
@@ -57,7 +58,8 @@ void Server::setup() {
     peers_[root_] = Peer{PeerRole::server, 0, Clock::time_point{}, false};  // heard: unset until it speaks
     send_text(*transport_, root_, header(MsgType::hello), endpoint_);
   }
-  log("listening on " + endpoint_ + "; " + env_.describe() + (cfg_.deterministic ? "; deterministic sums" : "") +
+  log("listening on " + endpoint_ + "; " + env_.describe() + (authenticated_ ? "; authenticated (CURVE)" : "") +
+      (cfg_.deterministic ? "; deterministic sums" : "") +
       (cfg_.emulate_rate_bps > 0 ? "; EMULATED link rate " + std::to_string(cfg_.emulate_rate_bps / 1e9) + " Gbit/s"
                                  : ""));
 }
@@ -94,6 +96,7 @@ int Server::run() {
 
 void Server::handle(Incoming& in) {
   if (in.kind == Incoming::Kind::dropped) {
+    if (in.peer != 0 && in.peer == root_) return lose(in.detail, in.peer);  // the root refused our handshake
     log(in.detail);
     return;
   }
@@ -297,7 +300,9 @@ int run_server(const ClusterEnv& env, const PsConfig& cfg, bool owns_process) {
   opts.emulate_rate_bps = cfg.emulate_rate_bps;
   opts.max_message_bytes = cfg.max_message_bytes + 4096;
   opts.io_threads = cfg.io_threads;
+  opts.auth_secret = ClusterAuth::from_env().secret_for(ps::bind_host(env));
   ps::Server server(env, cfg, ps::make_zmq_transport(opts));
+  server.set_authenticated(!opts.auth_secret.empty());
   if (owns_process)
     server.on_failure([rank = env.rank] {
       std::thread([rank] {

@@ -39,6 +39,8 @@ class Server {
   int run();
   // Called once, on the server's thread, when the server fails (after the error is logged).
   void on_failure(std::function<void()> hook) { failure_hook_ = std::move(hook); }
+  // For the log: whether the transport authenticates peers (TransportOptions::auth_secret).
+  void set_authenticated(bool on) { authenticated_ = on; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -86,6 +88,7 @@ class Server {
   std::vector<PeerId> worker_peer_;            // by rank
   bool rendezvous_done_ = false;
   bool failed_ = false;
+  bool authenticated_ = false;
   std::string failure_;
   std::function<void()> failure_hook_;
   Clock::time_point next_tick_;

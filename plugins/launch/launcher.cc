@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "plugins/launch/run_keys.h"
 #include "scheduler/types.h"
 
 namespace commsched {
@@ -51,6 +52,7 @@ class Cluster {
     for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&mask, s);
     sigprocmask(SIG_BLOCK, &mask, &old_mask_);  // handled synchronously with sigtimedwait below
     port_ = free_loopback_port();
+    auth_env_ = run_auth_env();  // one fresh secret per run: no process outside it can join
     for (int s = 0; s < o_.servers; ++s) spawn("server", s);
     for (int w = 0; w < o_.workers; ++w) spawn("worker", w);
     say("started " + std::to_string(o_.servers) + " server(s) and " + std::to_string(o_.workers) +
@@ -74,6 +76,7 @@ class Cluster {
         {"COMMSCHED_LOCAL_SIZE", std::to_string(worker ? o_.workers : 1)}};
     if (!o_.emulate_rate.empty()) env["COMMSCHED_EMULATE_RATE"] = o_.emulate_rate;
     if (o_.deterministic) env["COMMSCHED_PS_DETERMINISTIC"] = "1";
+    env.insert(auth_env_.begin(), auth_env_.end());
     const pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("commsched launch: fork failed: " + std::string(std::strerror(errno)));
     if (pid == 0) {
@@ -159,6 +162,7 @@ class Cluster {
   LaunchOptions o_;
   sigset_t old_mask_{};
   int port_ = 0;
+  std::map<std::string, std::string> auth_env_;
   pid_t pgid_ = 0;
   std::vector<Child> children_;
 };

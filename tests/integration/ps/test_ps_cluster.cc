@@ -6,10 +6,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <array>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/protocol.h"
 #include "tests/integration/ps/local_cluster.h"
 
@@ -199,4 +201,47 @@ TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
   EXPECT_NE(log.find("bad magic"), std::string::npos) << log;
   EXPECT_NE(log.find("header frame is 5 bytes"), std::string::npos) << log;
   EXPECT_NE(log.find("still serving"), std::string::npos) << log;
+}
+
+// With a shared secret, processes that do not have it cannot take a rank: a plain ZeroMQ peer and a CURVE peer with
+// its own key pair (knowing the server's public key) both say a well-formed hello as worker 1, as soon as server 0
+// listens. Both are refused during the handshake and logged with their reason; the real workers get every rank and
+// finish with exact sums.
+TEST(PsCluster, PeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
+  const std::string secret = "integration-test-secret-0123456789";
+  LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact"},
+                 {{"COMMSCHED_SECRET", secret}});
+  c.start();
+  for (int i = 0; i < 1000 && c.read_log("server 0").find("listening") == std::string::npos; ++i)
+    std::this_thread::sleep_for(5ms);
+  std::array<std::byte, commsched::ps::kHeaderBytes> hello;
+  commsched::ps::encode_header(
+      commsched::ps::make_header(commsched::ps::MsgType::hello, commsched::ps::PeerRole::worker, 1), hello);
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(c.root_port());
+  void* ctx = zmq_ctx_new();
+  void* plain = zmq_socket(ctx, ZMQ_DEALER);
+  zmq_connect(plain, ep.c_str());
+  zmq_send(plain, hello.data(), hello.size(), ZMQ_DONTWAIT);
+  void* stranger = zmq_socket(ctx, ZMQ_DEALER);
+  char server_pub[41], server_sec[41], pub[41], sec[41];
+  const auto sk = commsched::ClusterAuth::derive(secret, "commsched zmq curve v1");
+  zmq_z85_encode(server_sec, sk.data(), sk.size());
+  zmq_curve_public(server_pub, server_sec);
+  zmq_curve_keypair(pub, sec);
+  zmq_setsockopt(stranger, ZMQ_CURVE_SERVERKEY, server_pub, 40);
+  zmq_setsockopt(stranger, ZMQ_CURVE_PUBLICKEY, pub, 40);
+  zmq_setsockopt(stranger, ZMQ_CURVE_SECRETKEY, sec, 40);
+  zmq_connect(stranger, ep.c_str());
+  zmq_send(stranger, hello.data(), hello.size(), ZMQ_DONTWAIT);
+  ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
+  expect_all_ok(c);
+  const std::string log = c.read_log("server 0");
+  // The plain peer: a mechanism mismatch, or (when ZeroMQ notices it later in the greeting) a failed CURVE handshake.
+  EXPECT_TRUE(log.find("does not authenticate") != std::string::npos ||
+              log.find("no or a wrong shared secret") != std::string::npos) << log;
+  EXPECT_NE(log.find("CURVE key is not this run's"), std::string::npos) << log;        // the stranger
+  EXPECT_EQ(log.find("already connected"), std::string::npos) << log;                  // no rank was taken
+  int zero = 0;
+  for (void* s : {plain, stranger}) zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero), zmq_close(s);
+  zmq_ctx_term(ctx);
 }
