@@ -117,7 +117,7 @@ TEST_P(PsKill, SurvivorsFailNamingThePeer) {
   c.start();
   for (int w = 0; w < 4; ++w)
     ASSERT_TRUE(wait_for_file(c.dir() + "/ready" + std::to_string(w), 30s)) << all_logs(c);
-  std::this_thread::sleep_for(300ms);
+  // Every worker has finished an iteration and loops on: the kill lands mid-run.
   const auto killed_at = std::chrono::steady_clock::now();
   c.kill9(victim);
   ASSERT_TRUE(c.wait_all(15s)) << "processes still running 15 s after the kill\n" << all_logs(c);
@@ -174,7 +174,7 @@ TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
       const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\xff\xff\xff garbage garbage";
       [[maybe_unused]] auto n = ::write(fd, junk, sizeof junk);
-      std::this_thread::sleep_for(100ms);
+      ::shutdown(fd, SHUT_WR);  // the junk, then end of stream: nothing here needs to wait for the server
     }
     ::close(fd);
   }
@@ -188,7 +188,13 @@ TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
   void* s2 = zmq_socket(ctx, ZMQ_DEALER);
   zmq_connect(s2, ep.c_str());
   zmq_send(s2, "short", 5, 0);
-  std::this_thread::sleep_for(200ms);
+  // Delivery, not a pause: each peer waits for the server's error reply, which proves its message arrived.
+  for (void* sock : {s, s2}) {
+    int wait_ms = 10000;
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &wait_ms, sizeof wait_ms);
+    char reply[commsched::ps::kHeaderBytes];
+    EXPECT_GE(zmq_recv(sock, reply, sizeof reply, 0), 0) << "the server did not answer a malformed message";
+  }
   int zero = 0;
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
   zmq_setsockopt(s2, ZMQ_LINGER, &zero, sizeof zero);
