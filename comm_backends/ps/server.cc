@@ -29,7 +29,9 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       slots_(static_cast<uint32_t>(env.num_workers), cfg.deterministic, summer_, pool_),
       sharder_(std::max(1, env.num_servers)),
       server_endpoints_(static_cast<size_t>(env.num_servers)),
-      worker_peer_(static_cast<size_t>(env.num_workers), 0) {}
+      worker_peer_(static_cast<size_t>(env.num_workers), 0),
+      lag_(env.num_workers),
+      lag_warned_(static_cast<size_t>(env.num_workers)) {}
 
 void Server::log(const std::string& line) const {
   std::ostringstream os;
@@ -150,7 +152,10 @@ void Server::on_message(PeerId id, const Header& h, std::unique_ptr<Payload> pay
       break;
     case MsgType::push_pull:
     case MsgType::bcast:
-      if (p->role == PeerRole::worker) return on_data(id, h, std::move(payload));
+      if (p->role == PeerRole::worker) {
+        lag_.pushed(p->rank, h.iteration, p->heard);
+        return on_data(id, h, std::move(payload));
+      }
       break;
     default: break;
   }
@@ -252,6 +257,21 @@ void Server::tick() {
       return lose(name_of(id) + " lost: no message for " + std::to_string(env_.timeout_s) + " s", id);
     }
     send_msg(*transport_, id, header(MsgType::ping));  // also probes: an unroutable peer is reported as gone
+  }
+  warn_laggards(now);
+}
+
+void Server::warn_laggards(Clock::time_point now) {
+  for (const LagTracker::Lag& l : lag_.laggards(now, kLagWarningS)) {
+    auto& warned = lag_warned_[l.worker];
+    if (warned != Clock::time_point{} && now - warned < kLagRepeat) continue;
+    warned = now;
+    std::ostringstream os;
+    os.precision(2);
+    os << std::fixed << "warning: " << name_of(worker_peer_[l.worker]) << " is slow but alive: "
+       << (l.lead - l.iteration) << " iteration(s) behind (at " << l.iteration << ", others at " << l.lead
+       << "); the others reached iteration " << l.iteration + 1 << " " << l.seconds << " s ago and wait for it";
+    log(os.str());
   }
 }
 

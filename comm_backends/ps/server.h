@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/ps/lag_tracker.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/sharder.h"
 #include "comm_backends/ps/slot_table.h"
@@ -93,6 +94,12 @@ class Server {
   std::function<void()> failure_hook_;
   Clock::time_point next_tick_;
   std::vector<Outcome> outcomes_;
+  // Slow-but-live workers: named in a warning once they hold the others back kLagWarningS or more (every kLagRepeat).
+  static constexpr double kLagWarningS = 1.0;
+  static constexpr std::chrono::seconds kLagRepeat{5};
+  void warn_laggards(Clock::time_point now);
+  LagTracker lag_;
+  std::vector<Clock::time_point> lag_warned_;  // by worker rank
 };
 
 }  // namespace ps

@@ -251,3 +251,20 @@ TEST(PsCluster, PeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   for (void* s : {plain, stranger}) zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero), zmq_close(s);
   zmq_ctx_term(ctx);
 }
+
+// A slow but live worker (1.5 s of extra compute per iteration) is named in a warning, with how far behind it is;
+// the run still completes with exact sums, and nobody else is blamed.
+TEST(PsCluster, ASlowButLiveWorkerIsNamedWithItsLag) {
+  LocalCluster c(kExe, 3, 1,
+                 {"--tensors", "4", "--iterations", "3", "--max-bytes", "4096", "--mode", "exact", "--slow-rank", "1",
+                  "--slow-ms", "1500"});
+  c.start();
+  ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
+  expect_all_ok(c);
+  const std::string log = c.read_log("server 0");
+  EXPECT_NE(log.find("warning: worker 1 "), std::string::npos) << log;
+  EXPECT_NE(log.find("is slow but alive"), std::string::npos) << log;
+  EXPECT_NE(log.find(" s ago and wait for it"), std::string::npos) << log;
+  EXPECT_EQ(log.find("warning: worker 0 "), std::string::npos) << log;
+  EXPECT_EQ(log.find("warning: worker 2 "), std::string::npos) << log;
+}
