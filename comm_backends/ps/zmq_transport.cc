@@ -22,6 +22,7 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/token_bucket.h"
+#include "comm_backends/ps/tsan_handoff.h"
 #include "comm_backends/ps/transport.h"
 
 namespace commsched::ps {
@@ -80,7 +81,9 @@ class ZmqPayload final : public Payload {
   zmq_msg_t msg_;
 };
 
+// ZeroMQ calls release_payload on its I/O thread, after a hand-off through its own pipe that TSan cannot see.
 void release_payload(void* /*data*/, void* hint) {
+  taken_over(hint);
   auto* fn = static_cast<std::function<void()>*>(hint);
   if (*fn) (*fn)();
   delete fn;
@@ -94,6 +97,7 @@ void init_out_msg(zmq_msg_t* msg, OutPayload& p) {
     return;
   }
   auto* hint = new std::function<void()>(std::move(p.release));
+  handed_over(hint);
   if (zmq_msg_init_data(msg, const_cast<std::byte*>(p.data), p.size, release_payload, hint) != 0) {
     release_payload(nullptr, hint);
     throw std::runtime_error(zmq_err("zmq_msg_init_data"));
