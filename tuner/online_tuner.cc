@@ -123,7 +123,7 @@ void OnlineTuner::end_trial() {
   if (leader_) {
     std::ostringstream s;
     s << "trial " << r.trial << " of " << options_.max_trials << ": " << describe(r.knobs) << " -> " << r.score
-      << " it/s; best so far " << best_score_ << " it/s (" << describe(*best_knobs_) << ")";
+      << " it/s; best single measurement so far " << best_score_ << " it/s (" << describe(*best_knobs_) << ")";
     log_(s.str());
   }
   const Decision agreed = agree_(next_decision());
@@ -148,9 +148,19 @@ Decision OnlineTuner::next_decision() {
     }
     reason = "expected improvement below " + std::to_string(options_.stop_relative_ei) + " of the best";
   }
-  // Keep the trial with the best posterior mean: a single lucky measurement should not win.
+  // Keep the trial with the best posterior mean: a single lucky measurement should not win. Say so when that is not
+  // the trial measured fastest, so the log does not read as keeping something other than the best.
   const size_t best = optimizer_.best_index_by_model().value_or(0);
-  if (leader_) log_("stopping after " + std::to_string(done) + " trials (" + reason + ")");
+  if (leader_) {
+    std::string why = "stopping after " + std::to_string(done) + " trials (" + reason + ")";
+    const Knobs& kept = trials_[best].knobs;
+    if (best_knobs_ && (kept.partition_bytes != best_knobs_->partition_bytes ||
+                        kept.credit_bytes != best_knobs_->credit_bytes))
+      why += "; keeping the best by the model of all trials (" + describe(kept) + ", measured " +
+             std::to_string(trials_[best].score) + " it/s) rather than the single fastest measurement (" +
+             describe(*best_knobs_) + ", " + std::to_string(best_score_) + " it/s), which the model reads as noise";
+    log_(why);
+  }
   return {trials_[best].knobs, true};
 }
 

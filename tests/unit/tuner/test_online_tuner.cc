@@ -117,7 +117,7 @@ TEST(OnlineTuner, WritesOneCsvRowPerTrialAndLogsProgress) {
   ASSERT_FALSE(quiet_log.empty());
   EXPECT_NE(quiet_log.front().find("trial 1 of " + std::to_string(o.max_trials)), std::string::npos)
       << quiet_log.front();
-  EXPECT_NE(quiet_log.front().find("best so far"), std::string::npos);
+  EXPECT_NE(quiet_log.front().find("best single measurement so far"), std::string::npos);
 }
 
 TEST(OnlineTuner, FirstTrialMeasuresTheStartingConfigurationAndDropsWarmup) {
