@@ -25,7 +25,7 @@ run() {
   echo "== $kind: ctest"
   (cd "$dir" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$SUPP" \
+     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$SUPP" COMMSCHED_TEST_TIME_SCALE=4 \
      ctest --output-on-failure --timeout 900 "$@") || status=1
 }
 case $WHICH in
