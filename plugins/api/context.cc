@@ -126,7 +126,7 @@ void Context::iteration_end() {
     const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
     tuner_ = std::make_unique<LiveTuner>(*engine_, key, *tuner_options_);
   }
-  if (!tuner_->finished()) tuner_->on_step(stats_.last_step_s);
+  tuner_->on_step(stats_.last_step_s);  // after tuning too: the tuner watches for drift (COMMSCHED_TUNER_DRIFT)
 }
 
 void Context::shutdown() {
