@@ -210,6 +210,9 @@ int run_engine_worker(const Options& o) {
     to.window_iterations = 1;
     to.windows_per_trial = 1;
     to.reuse_best = false;
+    // One tuning pass: re-tuning on drift would restart it whenever a loaded machine's throughput moves by 25%
+    // within these few iterations, and finished() would stay false.
+    to.drift_threshold = 0;
     live = std::make_unique<LiveTuner>(engine, tuner::TuningKey{7, env.num_workers, env.num_servers, "ps"}, to);
   }
   auto ts = make_tensors(o, rank, false);
