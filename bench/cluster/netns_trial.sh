@@ -21,7 +21,8 @@ cleanup() {
 trap cleanup EXIT INT TERM
 netns_star_up cstr 216 $((SERVERS + WORKERS)) "$RATE"
 ROOT=${STAR_ADDRS[0]}
-ENVS=(COMMSCHED_NUM_WORKERS="$WORKERS" COMMSCHED_NUM_SERVERS="$SERVERS" COMMSCHED_ROOT_ADDR="$ROOT"
+ENVS=(COMMSCHED_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"  # beyond loopback: authenticate
+      COMMSCHED_NUM_WORKERS="$WORKERS" COMMSCHED_NUM_SERVERS="$SERVERS" COMMSCHED_ROOT_ADDR="$ROOT"
       COMMSCHED_ROOT_PORT=29650 COMMSCHED_BACKEND=ps)
 for ((s = 0; s < SERVERS; ++s)); do
   ip netns exec "${STAR_HOSTS[s]}" env "${ENVS[@]}" COMMSCHED_ROLE=server COMMSCHED_RANK="$s" \

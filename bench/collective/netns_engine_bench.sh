@@ -49,7 +49,8 @@ run_once() {
   local out="$OUT/$profile.$policy.$PORT"
   local args=(--rank-process --profile "$HERE/bench/profiles/$profile.json" --policy "$policy" --out "$out"
               --iters "$ITERS" --warmup "$WARMUP" --partition "$PARTITION" --credit "$CREDIT")
-  local envs=(COMMSCHED_NUM_WORKERS=2 COMMSCHED_ROOT_ADDR="$A" COMMSCHED_ROOT_PORT="$PORT")
+  local envs=(COMMSCHED_NUM_WORKERS=2 COMMSCHED_ROOT_ADDR="$A" COMMSCHED_ROOT_PORT="$PORT"
+              COMMSCHED_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')")  # beyond loopback: authenticate
   ip netns exec "$NB" env "${envs[@]}" COMMSCHED_RANK=1 COMMSCHED_BIND="$B" "$BIN" "${args[@]}" &
   local peer=$!
   PIDS+=("$peer")

@@ -41,6 +41,7 @@ ip netns exec "$NB" "$BIN" raw-server --bind "$B" --port 5301 &
 PIDS+=($!)
 RAW=$(ip netns exec "$NA" "$BIN" raw-client --root "$B" --port 5301 --mib-per-size "$MIB")
 
+export COMMSCHED_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"  # beyond loopback: authenticate
 ip netns exec "$NB" env COMMSCHED_TIMEOUT=30 "$BIN" ps-server --bind "$B" --port 5302 2>/dev/null &
 PIDS+=($!)
 PS=$(ip netns exec "$NA" env COMMSCHED_TIMEOUT=30 "$BIN" ps-worker --root "$B" --port 5302 --mib-per-size "$MIB" 2>/dev/null)

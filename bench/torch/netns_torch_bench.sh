@@ -80,7 +80,8 @@ run_once() {
   xi=(--no-cross-iteration); [[ $config == *+xi ]] && xi=(--cross-iteration)
   PORT=$((PORT + 1))
   local result="$OUT_DIR/$config.$rep.json" log="$OUT_DIR/$config.$rep.log"
-  local envs=(COMMSCHED_NUM_WORKERS="$WORKERS" COMMSCHED_NUM_SERVERS="$SERVERS" COMMSCHED_ROOT_ADDR="$ROOT"
+  local envs=(COMMSCHED_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"  # beyond loopback: authenticate
+              COMMSCHED_NUM_WORKERS="$WORKERS" COMMSCHED_NUM_SERVERS="$SERVERS" COMMSCHED_ROOT_ADDR="$ROOT"
               COMMSCHED_ROOT_PORT="$PORT" COMMSCHED_BACKEND=ps PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
               OMP_NUM_THREADS="$THREADS")
   for ((s = 0; s < SERVERS; ++s)); do

@@ -1,13 +1,18 @@
 #include "comm_backends/collective/kv_store.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/wire.h"
 
@@ -18,14 +23,59 @@ enum class StoreOp : uint8_t { set = 1, get = 2 };
 
 std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
+constexpr size_t kNonceBytes = 32;
+constexpr const char* kClientTag = "commsched store client v1";
+constexpr const char* kServerTag = "commsched store server v1";
+
+std::string random_nonce() {
+  std::string n(kNonceBytes, '\0');
+  randombytes_buf(n.data(), n.size());
+  return n;
+}
+
+// HMAC-SHA256 over tag || first || second with the store's key: each side signs both nonces, its own tag first, so
+// a proof can be neither replayed (fresh nonces) nor reflected back (the tags differ).
+std::string proof(const std::string& secret, const char* tag, const std::string& first, const std::string& second) {
+  const auto key = ClusterAuth::derive(secret, "commsched store hmac v1");
+  crypto_auth_hmacsha256_state st;
+  crypto_auth_hmacsha256_init(&st, key.data(), key.size());
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(tag), std::strlen(tag));
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(first.data()), first.size());
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(second.data()), second.size());
+  std::string mac(crypto_auth_hmacsha256_BYTES, '\0');
+  crypto_auth_hmacsha256_final(&st, reinterpret_cast<unsigned char*>(mac.data()));
+  return mac;
+}
+
+void set_receive_timeout(int fd, double s) {
+  timeval tv{static_cast<time_t>(s), static_cast<suseconds_t>((s - static_cast<double>(static_cast<time_t>(s))) * 1e6)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+bool same(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && sodium_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string peer_address(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
 }  // namespace
 
 struct TcpStoreServer::Client {
   Fd fd;
   FrameAssembler in;
+  std::string nonce;   // our challenge to this client
+  bool admitted = false;
 };
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port) {
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, std::string secret) : secret_(std::move(secret)) {
+  if (!secret_.empty() && sodium_init() < 0) throw std::runtime_error("rendezvous store: libsodium failed to initialise");
   listener_ = listen_tcp(host, port);
   port_ = bound_port(listener_.get());
   set_nonblocking(listener_.get(), true);
@@ -67,6 +117,18 @@ void TcpStoreServer::accept_clients(std::vector<std::unique_ptr<Client>>& client
     tune_control_socket(fd.get(), 10.0);
     auto c = std::make_unique<Client>();
     c->fd = std::move(fd);
+    c->admitted = secret_.empty();
+    if (!c->admitted) {
+      c->nonce = random_nonce();
+      ByteWriter w;
+      w.put<uint8_t>(0);  // a client that does not authenticate reads this as "key not found", never as a value
+      w.put_string(c->nonce);
+      try {
+        send_all(c->fd.get(), w.take_frame(), "rendezvous store challenge");
+      } catch (const std::exception&) {
+        continue;  // gone already
+      }
+    }
     clients.push_back(std::move(c));
   }
 }
@@ -79,10 +141,37 @@ bool TcpStoreServer::serve(Client& c) {
   c.in.append(buf, static_cast<size_t>(n));
   try {
     std::string frame;
-    while (c.in.next(frame, "rendezvous store client")) send_all(c.fd.get(), handle(frame), "rendezvous store reply");
+    while (c.in.next(frame, "rendezvous store client")) {
+      if (!c.admitted) {
+        if (!admit(c, frame)) return false;
+        continue;
+      }
+      send_all(c.fd.get(), handle(frame), "rendezvous store reply");
+    }
   } catch (const std::exception&) {
+    if (!c.admitted) admit(c, {});  // logs the refusal
     return false;  // a malformed or vanished client only loses its own connection
   }
+  return true;
+}
+
+bool TcpStoreServer::admit(Client& c, const std::string& frame) {
+  std::string client_nonce, mac;
+  try {
+    ByteReader r(frame, "rendezvous store authentication");
+    client_nonce = r.get_string();
+    mac = r.get_string();
+  } catch (const std::exception&) {
+  }
+  if (client_nonce.size() != kNonceBytes || !same(mac, proof(secret_, kClientTag, c.nonce, client_nonce))) {
+    std::fprintf(stderr, "[commsched rendezvous] refused client %s: it did not prove the shared secret (no or wrong "
+                         "COMMSCHED_SECRET / COMMSCHED_KEY_FILE)\n", peer_address(c.fd.get()).c_str());
+    return false;
+  }
+  c.admitted = true;
+  ByteWriter w;
+  w.put_string(proof(secret_, kServerTag, client_nonce, c.nonce));
+  send_all(c.fd.get(), w.take_frame(), "rendezvous store authentication reply");
   return true;
 }
 
@@ -104,20 +193,61 @@ std::string TcpStoreServer::handle(const std::string& request) {
   return w.take_frame();
 }
 
-TcpStoreClient::TcpStoreClient(const std::string& host, int port, std::chrono::milliseconds connect_timeout)
+TcpStoreClient::TcpStoreClient(const std::string& host, int port, std::chrono::milliseconds connect_timeout,
+                               const std::string& secret)
     : where_("rendezvous store at " + host + ":" + std::to_string(port)) {
   fd_ = connect_tcp(host, port, std::chrono::steady_clock::now() + connect_timeout);
   tune_control_socket(fd_.get(), 30.0);
+  if (!secret.empty()) {
+    // A store that does not authenticate never sends the challenge: do not wait for it forever.
+    set_receive_timeout(fd_.get(), std::min(10.0, std::chrono::duration<double>(connect_timeout).count()));
+    authenticate(secret);
+    set_receive_timeout(fd_.get(), 0);
+  }
 }
 
-std::string TcpStoreClient::round_trip(const std::string& frame) {
-  std::lock_guard lock(mu_);
-  send_all(fd_.get(), frame, where_);
+void TcpStoreClient::authenticate(const std::string& secret) {
+  if (sodium_init() < 0) throw std::runtime_error(where_ + ": libsodium failed to initialise");
+  std::string server_nonce;
+  try {
+    const std::string challenge = recv_frame();
+    ByteReader r(challenge, where_);
+    r.get<uint8_t>();
+    server_nonce = r.get_string();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(where_ + " sent no authentication challenge (" + e.what() +
+                             "); does every process use the same COMMSCHED_SECRET / COMMSCHED_AUTH?");
+  }
+  if (server_nonce.size() != kNonceBytes) throw std::runtime_error(where_ + ": malformed authentication challenge");
+  const std::string mine = random_nonce();
+  ByteWriter w;
+  w.put_string(mine);
+  w.put_string(proof(secret, kClientTag, server_nonce, mine));
+  send_all(fd_.get(), w.take_frame(), where_);
+  std::string mac;
+  try {
+    const std::string reply = recv_frame();
+    ByteReader r(reply, where_);
+    mac = r.get_string();
+  } catch (const std::exception&) {
+    throw std::runtime_error(where_ + " refused us: the shared secret differs (COMMSCHED_SECRET / COMMSCHED_KEY_FILE)");
+  }
+  if (!same(mac, proof(secret, kServerTag, mine, server_nonce)))
+    throw std::runtime_error(where_ + " did not prove the shared secret: not this run's rendezvous store");
+}
+
+std::string TcpStoreClient::recv_frame() {
   const std::string len_bytes = recv_exact(fd_.get(), sizeof(uint32_t), where_);
   uint32_t len;
   std::memcpy(&len, len_bytes.data(), sizeof len);
   if (len > kMaxFrameBytes) throw std::runtime_error(where_ + ": oversized reply");
   return recv_exact(fd_.get(), len, where_);
+}
+
+std::string TcpStoreClient::round_trip(const std::string& frame) {
+  std::lock_guard lock(mu_);
+  send_all(fd_.get(), frame, where_);
+  return recv_frame();
 }
 
 void TcpStoreClient::set(const std::string& key, const std::string& value) {
@@ -157,9 +287,11 @@ std::string TcpStoreClient::get(const std::string& key, std::chrono::millisecond
 }
 
 Rendezvous::Rendezvous(const ClusterEnv& env, std::string scope) : scope_(std::move(scope)) {
-  if (env.rank == 0) server_ = std::make_unique<TcpStoreServer>(env.root_addr, env.root_port);
+  const std::string secret = ClusterAuth::from_env().secret_for(env.root_addr);  // the store binds the root address
+  if (env.rank == 0) server_ = std::make_unique<TcpStoreServer>(env.root_addr, env.root_port, secret);
   // Workers may start well before rank 0; give them several timeouts to find it.
-  client_ = std::make_unique<TcpStoreClient>(env.root_addr, env.root_port, to_ms(std::max(30.0, 3 * env.timeout_s)));
+  client_ = std::make_unique<TcpStoreClient>(env.root_addr, env.root_port, to_ms(std::max(30.0, 3 * env.timeout_s)),
+                                             secret);
 }
 
 }  // namespace commsched::collective

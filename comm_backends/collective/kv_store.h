@@ -1,6 +1,10 @@
 // Rendezvous key-value store for collective backends. Rank 0 serves it at COMMSCHED_ROOT_ADDR:COMMSCHED_ROOT_PORT
 // (the ClusterEnv contract shared with the parameter server); every rank, rank 0 included, is a client. Gloo's
 // connectFullMesh, NCCL's unique id and the negotiator's endpoint all meet here.
+//
+// Authentication (a non-empty shared secret, comm_backends/cluster_auth.h): before any request, server and client
+// prove to each other that they know the secret (HMAC-SHA256 over fresh nonces of both sides, with a key derived from
+// the secret); a client that cannot is logged and disconnected before it can read or write a single key.
 #pragma once
 
 #include <atomic>
@@ -33,7 +37,7 @@ class KvStore {
 // Serves the store from a background thread. Binds at construction (throws naming the address when it cannot).
 class TcpStoreServer {
  public:
-  TcpStoreServer(const std::string& host, int port);
+  TcpStoreServer(const std::string& host, int port, std::string secret = {});
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -45,11 +49,14 @@ class TcpStoreServer {
   void accept_clients(std::vector<std::unique_ptr<Client>>& clients);
   // Returns false when the client must be dropped (closed or malformed).
   bool serve(Client& c);
+  // The client's answer to our challenge; false (logged) when it does not prove the secret.
+  bool admit(Client& c, const std::string& frame);
   std::string handle(const std::string& request);
 
   Fd listener_;
   Fd wake_[2];
   int port_ = 0;
+  std::string secret_;
   std::map<std::string, std::string> data_;  // only touched by the server thread
   std::thread thread_;
 };
@@ -57,7 +64,8 @@ class TcpStoreServer {
 class TcpStoreClient : public KvStore {
  public:
   // Connects, retrying until `connect_timeout` (rank 0's server may start a little later).
-  TcpStoreClient(const std::string& host, int port, std::chrono::milliseconds connect_timeout);
+  TcpStoreClient(const std::string& host, int port, std::chrono::milliseconds connect_timeout,
+                 const std::string& secret = {});
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   bool contains(const std::string& key) override;
@@ -66,6 +74,8 @@ class TcpStoreClient : public KvStore {
   // One request/response; false result means "not found".
   bool lookup(const std::string& key, std::string* value);
   std::string round_trip(const std::string& frame);
+  std::string recv_frame();
+  void authenticate(const std::string& secret);
 
   std::mutex mu_;
   Fd fd_;

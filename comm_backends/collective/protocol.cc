@@ -34,12 +34,17 @@ PartitionDesc get_desc(ByteReader& r) {
   return d;
 }
 
-// Bounds a count read from the wire by the bytes that could possibly hold it.
-uint32_t get_count(ByteReader& r, const char* what) {
+// Bounds a count read from the wire by the bytes left in the frame (each item takes at least `min_item_bytes`), so a
+// few hostile bytes cannot make us allocate millions of items before the reads fail (found by tests/fuzz).
+uint32_t get_count(ByteReader& r, const char* what, size_t min_item_bytes) {
   const uint32_t n = r.get<uint32_t>();
-  if (n > kMaxFrameBytes / 8) throw std::runtime_error(std::string("negotiation message: absurd ") + what + " count " + std::to_string(n));
+  if (n > r.remaining() / min_item_bytes)
+    throw std::runtime_error(std::string("negotiation message: ") + what + " count " + std::to_string(n) +
+                             " does not fit in the " + std::to_string(r.remaining()) + " bytes left");
   return n;
 }
+
+constexpr size_t kDescBytes = 4 * 8 + 1 + 1 + 4;
 
 }  // namespace
 
@@ -85,7 +90,7 @@ std::string encode_ready(const std::vector<ReadyReport>& reports) {
 }
 
 std::vector<ReadyReport> decode_ready(ByteReader& r) {
-  std::vector<ReadyReport> out(get_count(r, "report"));
+  std::vector<ReadyReport> out(get_count(r, "report", 1 + 8 + 4 + 4));
   for (auto& rep : out) {
     const bool cached = r.get<uint8_t>() != 0;
     rep.round = r.get<uint64_t>();
@@ -121,14 +126,14 @@ std::string encode_order(const OrderMsg& m) {
 
 OrderMsg decode_order(ByteReader& r) {
   OrderMsg m;
-  m.defines.resize(get_count(r, "cache define"));
+  m.defines.resize(get_count(r, "cache define", 4 + kDescBytes));
   for (auto& d : m.defines) {
     d.cache_id = r.get<uint32_t>();
     d.desc = get_desc(r);
   }
-  m.groups.resize(get_count(r, "group"));
+  m.groups.resize(get_count(r, "group", 4));
   for (auto& g : m.groups) {
-    g.resize(get_count(r, "group member"));
+    g.resize(get_count(r, "group member", 4 + 8));
     for (auto& e : g) {
       e.cache_id = r.get<uint32_t>();
       e.round = r.get<uint64_t>();

@@ -49,6 +49,7 @@ class ByteReader {
   }
   std::string get_string();
   bool done() const { return pos_ == bytes_.size(); }
+  size_t remaining() const { return bytes_.size() - pos_; }
 
  private:
   void need(size_t n) const;

@@ -56,7 +56,12 @@ std::string route_source(const std::string& host, int port) {
 
 }  // namespace
 
-std::string bind_host(const ClusterEnv& env) { return env.bind.empty() ? std::string("*") : env.bind; }
+// Never every interface by default: the one that faces the root (loopback for a one-host run), so a port is not
+// reachable from networks the run does not use. COMMSCHED_BIND='*' asks for every interface explicitly.
+std::string bind_host(const ClusterEnv& env) {
+  if (!env.bind.empty()) return env.bind;
+  return route_source(env.root_addr, env.root_port);
+}
 
 std::string advertised_host(const ClusterEnv& env) {
   if (env.bind.empty()) return route_source(env.root_addr, env.root_port);

@@ -7,7 +7,8 @@
 
 namespace commsched::ps {
 
-// Host part to bind data sockets to: COMMSCHED_BIND (address or interface name, ZeroMQ accepts both) or "*".
+// Host part to bind data sockets to: COMMSCHED_BIND (address or interface name, ZeroMQ accepts both; '*' for every
+// interface) or else the local address of the route towards the root (127.0.0.1 when the root is on loopback).
 std::string bind_host(const ClusterEnv& env);
 // Address other processes use to reach us: COMMSCHED_BIND's address (an interface name is resolved to its IPv4
 // address) or else the local address of the route towards the root. Throws std::runtime_error naming the culprit.

@@ -4,7 +4,9 @@
 #include <sstream>
 #include <utility>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/messaging.h"
+#include "comm_backends/ps/net_util.h"
 
 namespace commsched {
 namespace {
@@ -31,6 +33,8 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cf
   opts.emulate_rate_bps = cfg_.emulate_rate_bps;
   opts.max_message_bytes = cfg_.max_message_bytes + 4096;
   opts.io_threads = cfg_.io_threads;
+  // Workers bind nothing, but authenticate exactly when the servers of this run do (the same rule on the same env).
+  opts.auth_secret = ClusterAuth::from_env().secret_for(bind_host(env_));
   transport_ = make_zmq_transport(opts);
   const auto n = static_cast<size_t>(env_.num_servers);
   server_peer_.assign(n, 0);
@@ -129,7 +133,8 @@ void PsBackend::io_main() {
 
 void PsBackend::handle(Incoming& in) {
   const int s = server_of(in.peer);
-  if (s < 0 || in.kind == Incoming::Kind::dropped) return;
+  if (s < 0) return;
+  if (in.kind == Incoming::Kind::dropped) return server_lost(s, in.detail);  // it refused our handshake
   if (in.kind == Incoming::Kind::disconnected) {
     if (!server_bye_[static_cast<size_t>(s)]) server_lost(s, "connection closed");
     return;

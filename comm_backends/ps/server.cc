@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/messaging.h"
 #include "comm_backends/ps/net_util.h"
 
@@ -28,7 +29,9 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       slots_(static_cast<uint32_t>(env.num_workers), cfg.deterministic, summer_, pool_),
       sharder_(std::max(1, env.num_servers)),
       server_endpoints_(static_cast<size_t>(env.num_servers)),
-      worker_peer_(static_cast<size_t>(env.num_workers), 0) {}
+      worker_peer_(static_cast<size_t>(env.num_workers), 0),
+      lag_(env.num_workers),
+      lag_warned_(static_cast<size_t>(env.num_workers)) {}
 
 void Server::log(const std::string& line) const {
   std::ostringstream os;
@@ -57,7 +60,8 @@ void Server::setup() {
     peers_[root_] = Peer{PeerRole::server, 0, Clock::time_point{}, false};  // heard: unset until it speaks
     send_text(*transport_, root_, header(MsgType::hello), endpoint_);
   }
-  log("listening on " + endpoint_ + "; " + env_.describe() + (cfg_.deterministic ? "; deterministic sums" : "") +
+  log("listening on " + endpoint_ + "; " + env_.describe() + (authenticated_ ? "; authenticated (CURVE)" : "") +
+      (cfg_.deterministic ? "; deterministic sums" : "") +
       (cfg_.emulate_rate_bps > 0 ? "; EMULATED link rate " + std::to_string(cfg_.emulate_rate_bps / 1e9) + " Gbit/s"
                                  : ""));
 }
@@ -94,6 +98,7 @@ int Server::run() {
 
 void Server::handle(Incoming& in) {
   if (in.kind == Incoming::Kind::dropped) {
+    if (in.peer != 0 && in.peer == root_) return lose(in.detail, in.peer);  // the root refused our handshake
     log(in.detail);
     return;
   }
@@ -147,7 +152,10 @@ void Server::on_message(PeerId id, const Header& h, std::unique_ptr<Payload> pay
       break;
     case MsgType::push_pull:
     case MsgType::bcast:
-      if (p->role == PeerRole::worker) return on_data(id, h, std::move(payload));
+      if (p->role == PeerRole::worker) {
+        lag_.pushed(p->rank, h.iteration, p->heard);
+        return on_data(id, h, std::move(payload));
+      }
       break;
     default: break;
   }
@@ -250,6 +258,21 @@ void Server::tick() {
     }
     send_msg(*transport_, id, header(MsgType::ping));  // also probes: an unroutable peer is reported as gone
   }
+  warn_laggards(now);
+}
+
+void Server::warn_laggards(Clock::time_point now) {
+  for (const LagTracker::Lag& l : lag_.laggards(now, kLagWarningS)) {
+    auto& warned = lag_warned_[l.worker];
+    if (warned != Clock::time_point{} && now - warned < kLagRepeat) continue;
+    warned = now;
+    std::ostringstream os;
+    os.precision(2);
+    os << std::fixed << "warning: " << name_of(worker_peer_[l.worker]) << " is slow but alive: "
+       << (l.lead - l.iteration) << " iteration(s) behind (at " << l.iteration << ", others at " << l.lead
+       << "); the others reached iteration " << l.iteration + 1 << " " << l.seconds << " s ago and wait for it";
+    log(os.str());
+  }
 }
 
 void Server::check_closed() {
@@ -297,7 +320,9 @@ int run_server(const ClusterEnv& env, const PsConfig& cfg, bool owns_process) {
   opts.emulate_rate_bps = cfg.emulate_rate_bps;
   opts.max_message_bytes = cfg.max_message_bytes + 4096;
   opts.io_threads = cfg.io_threads;
+  opts.auth_secret = ClusterAuth::from_env().secret_for(ps::bind_host(env));
   ps::Server server(env, cfg, ps::make_zmq_transport(opts));
+  server.set_authenticated(!opts.auth_secret.empty());
   if (owns_process)
     server.on_failure([rank = env.rank] {
       std::thread([rank] {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/ps/lag_tracker.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/sharder.h"
 #include "comm_backends/ps/slot_table.h"
@@ -39,6 +40,8 @@ class Server {
   int run();
   // Called once, on the server's thread, when the server fails (after the error is logged).
   void on_failure(std::function<void()> hook) { failure_hook_ = std::move(hook); }
+  // For the log: whether the transport authenticates peers (TransportOptions::auth_secret).
+  void set_authenticated(bool on) { authenticated_ = on; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -86,10 +89,17 @@ class Server {
   std::vector<PeerId> worker_peer_;            // by rank
   bool rendezvous_done_ = false;
   bool failed_ = false;
+  bool authenticated_ = false;
   std::string failure_;
   std::function<void()> failure_hook_;
   Clock::time_point next_tick_;
   std::vector<Outcome> outcomes_;
+  // Slow-but-live workers: named in a warning once they hold the others back kLagWarningS or more (every kLagRepeat).
+  static constexpr double kLagWarningS = 1.0;
+  static constexpr std::chrono::seconds kLagRepeat{5};
+  void warn_laggards(Clock::time_point now);
+  LagTracker lag_;
+  std::vector<Clock::time_point> lag_warned_;  // by worker rank
 };
 
 }  // namespace ps

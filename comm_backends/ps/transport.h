@@ -72,6 +72,9 @@ struct TransportOptions {
   double emulate_rate_bps = 0;      // >0: EMULATION of a link of this rate (token bucket on our sends); 0: off
   uint64_t max_message_bytes = 0;   // >0: connections sending bigger messages are dropped
   int io_threads = 1;
+  // Non-empty: every connection is authenticated and encrypted with keys derived from this shared secret (ZeroMQ
+  // CURVE); a peer without it is refused during the handshake, reported as `dropped`, and never delivers a message.
+  std::string auth_secret;
 };
 
 std::unique_ptr<Transport> make_zmq_transport(const TransportOptions& opts);

@@ -2,17 +2,27 @@
 // DEALER per outgoing connection, each DEALER watched by a socket monitor so a closed connection is reported at once.
 // A ROUTER cannot see which peer disconnected, so it runs with ROUTER_MANDATORY: sending to a vanished peer fails with
 // EHOSTUNREACH, which we report as `disconnected` (the server pings every peer each heartbeat tick).
+//
+// Authentication (TransportOptions::auth_secret): every process derives the same CURVE key pair from the shared secret.
+// The ROUTER is a CURVE server with that secret key, every DEALER a CURVE client that expects that server key and
+// presents the same pair. A peer without the secret cannot complete the handshake (it does not know the server key,
+// or cannot prove the client key), and our ZAP handler also refuses any client key but ours. A refused connection
+// never delivers a message, so it cannot say hello or take a rank; it is reported as `dropped` with the reason.
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <stdexcept>
 #include <unordered_map>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/token_bucket.h"
+#include "comm_backends/ps/tsan_handoff.h"
 #include "comm_backends/ps/transport.h"
 
 namespace commsched::ps {
@@ -23,6 +33,37 @@ constexpr PeerId kRouterPeerBase = 1ull << 32;
 constexpr int kGracefulLingerMs = 500;
 
 std::string zmq_err(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
+
+// ZeroMQ's authentication hook: the handshake of every CURVE connection to a bound socket waits for our verdict here.
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr int kHandshakeFailed =
+    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+
+// The run's CURVE key pair, Z85 text as ZeroMQ's socket options want it.
+struct CurveKeys {
+  char public_z85[41] = {};
+  char secret_z85[41] = {};
+  std::array<uint8_t, 32> public_raw{};
+
+  explicit CurveKeys(const std::string& secret) {
+    auto sk = ClusterAuth::derive(secret, "commsched zmq curve v1");
+    if (!zmq_z85_encode(secret_z85, sk.data(), sk.size()) || zmq_curve_public(public_z85, secret_z85) != 0)
+      throw std::runtime_error(zmq_err("cannot derive the CURVE key pair"));
+    zmq_z85_decode(public_raw.data(), public_z85);
+  }
+};
+
+// What a failed handshake most likely means, for the log line of the refused connection.
+std::string handshake_reason(uint16_t event, int32_t value, bool curve) {
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return "authentication refused (no or wrong shared secret)";
+  char code[32];
+  std::snprintf(code, sizeof code, " (ZeroMQ protocol error 0x%x)", static_cast<unsigned>(value));
+  if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+    return std::string(curve ? "the peer does not authenticate" : "the server requires authentication") +
+           ": no shared secret on one side (COMMSCHED_SECRET / COMMSCHED_KEY_FILE)" + code;
+  if (curve) return std::string("CURVE handshake failed: the peer has no or a wrong shared secret") + code;
+  return std::string("ZMTP handshake failed (foreign or malformed bytes)") + code;
+}
 
 class ZmqPayload final : public Payload {
  public:
@@ -40,7 +81,9 @@ class ZmqPayload final : public Payload {
   zmq_msg_t msg_;
 };
 
+// ZeroMQ calls release_payload on its I/O thread, after a hand-off through its own pipe that TSan cannot see.
 void release_payload(void* /*data*/, void* hint) {
+  taken_over(hint);
   auto* fn = static_cast<std::function<void()>*>(hint);
   if (*fn) (*fn)();
   delete fn;
@@ -54,6 +97,7 @@ void init_out_msg(zmq_msg_t* msg, OutPayload& p) {
     return;
   }
   auto* hint = new std::function<void()>(std::move(p.release));
+  handed_over(hint);
   if (zmq_msg_init_data(msg, const_cast<std::byte*>(p.data), p.size, release_payload, hint) != 0) {
     release_payload(nullptr, hint);
     throw std::runtime_error(zmq_err("zmq_msg_init_data"));
@@ -71,6 +115,10 @@ class ZmqTransport final : public Transport {
  public:
   explicit ZmqTransport(const TransportOptions& o)
       : opts_(o), bucket_(o.emulate_rate_bps, 256.0 * 1024) {
+    if (!o.auth_secret.empty()) {
+      if (!zmq_has("curve")) throw std::runtime_error("authentication needs a libzmq built with CURVE (libsodium)");
+      keys_ = std::make_unique<CurveKeys>(o.auth_secret);
+    }
     ctx_ = zmq_ctx_new();
     if (!ctx_) throw std::runtime_error(zmq_err("zmq_ctx_new"));
     zmq_ctx_set(ctx_, ZMQ_IO_THREADS, std::max(1, o.io_threads));
@@ -84,12 +132,18 @@ class ZmqTransport final : public Transport {
 
   std::string bind(const std::string& host, int port) override {
     if (router_) throw std::runtime_error("transport already bound");
+    if (keys_) start_zap();
     router_ = make_socket(ZMQ_ROUTER);
     int one = 1;
     zmq_setsockopt(router_, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    if (keys_) {
+      zmq_setsockopt(router_, ZMQ_CURVE_SERVER, &one, sizeof one);
+      zmq_setsockopt(router_, ZMQ_CURVE_SECRETKEY, keys_->secret_z85, 40);
+      zmq_setsockopt(router_, ZMQ_ZAP_DOMAIN, "commsched", 9);
+    }
     const std::string ep = "tcp://" + host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
     if (zmq_bind(router_, ep.c_str()) != 0) throw std::runtime_error(zmq_err("cannot bind " + ep));
-    router_mon_ = monitor(router_, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+    router_mon_ = monitor(router_, kHandshakeFailed);
     char buf[256];
     size_t len = sizeof buf;
     zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, buf, &len);
@@ -100,7 +154,12 @@ class ZmqTransport final : public Transport {
     Conn c;
     c.sock = make_socket(ZMQ_DEALER);
     c.endpoint = endpoint;
-    c.mon = monitor(c.sock, ZMQ_EVENT_DISCONNECTED);
+    if (keys_) {
+      zmq_setsockopt(c.sock, ZMQ_CURVE_SERVERKEY, keys_->public_z85, 40);
+      zmq_setsockopt(c.sock, ZMQ_CURVE_PUBLICKEY, keys_->public_z85, 40);
+      zmq_setsockopt(c.sock, ZMQ_CURVE_SECRETKEY, keys_->secret_z85, 40);
+    }
+    c.mon = monitor(c.sock, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | kHandshakeFailed);
     if (zmq_connect(c.sock, endpoint.c_str()) != 0) throw std::runtime_error(zmq_err("cannot connect to " + endpoint));
     conns_.push_back(c);
     return conns_.size();
@@ -159,6 +218,7 @@ class ZmqTransport final : public Transport {
     if (router_) zmq_socket_monitor(router_, nullptr, 0);
     close_sock(router_mon_);
     close_sock(router_);
+    close_sock(zap_);
     events_.clear();
     zmq_ctx_term(ctx_);  // returns once every socket is gone and every zero-copy message released
     ctx_ = nullptr;
@@ -177,7 +237,53 @@ class ZmqTransport final : public Transport {
     void* sock = nullptr;
     void* mon = nullptr;
     std::string endpoint;
+    bool authenticated = false;  // a handshake succeeded at least once
   };
+
+  void start_zap() {
+    zap_ = zmq_socket(ctx_, ZMQ_REP);
+    if (!zap_) throw std::runtime_error(zmq_err("zmq_socket"));
+    set_linger(zap_);
+    if (zmq_bind(zap_, kZapEndpoint) != 0) throw std::runtime_error(zmq_err("cannot bind the ZAP handler"));
+  }
+
+  // Answers pending ZAP requests (RFC 27): accept exactly our own client key, refuse and report anything else.
+  void serve_zap() {
+    for (;;) {
+      std::vector<std::string> req;
+      bool more = true;
+      while (more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        if (zmq_msg_recv(&part, zap_, req.empty() ? ZMQ_DONTWAIT : 0) < 0) {
+          zmq_msg_close(&part);
+          return;
+        }
+        req.emplace_back(static_cast<char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
+        more = zmq_msg_more(&part);
+        zmq_msg_close(&part);
+      }
+      // version, request id, domain, address, identity, mechanism, credentials...
+      const bool ok = req.size() >= 7 && req[5] == "CURVE" && req[6].size() == keys_->public_raw.size() &&
+                      std::memcmp(req[6].data(), keys_->public_raw.data(), req[6].size()) == 0;
+      const std::string id = req.size() > 1 ? req[1] : "";
+      const std::string code = ok ? "200" : "400";
+      const std::string text = ok ? "OK" : "client key is not this run's";
+      zmq_send(zap_, "1.0", 3, ZMQ_SNDMORE);
+      zmq_send(zap_, id.data(), id.size(), ZMQ_SNDMORE);
+      zmq_send(zap_, code.data(), code.size(), ZMQ_SNDMORE);
+      zmq_send(zap_, text.data(), text.size(), ZMQ_SNDMORE);
+      zmq_send(zap_, "", 0, ZMQ_SNDMORE);
+      zmq_send(zap_, "", 0, 0);
+      if (!ok) {
+        Incoming e;
+        e.kind = Incoming::Kind::dropped;
+        e.detail = "connection from " + (req.size() > 3 ? req[3] : std::string("?")) +
+                   " refused: its CURVE key is not this run's (no or wrong shared secret)";
+        events_.push_back(std::move(e));
+      }
+    }
+  }
 
   void* make_socket(int type) {
     void* s = zmq_socket(ctx_, type);
@@ -259,6 +365,16 @@ class ZmqTransport final : public Transport {
     if (!p.has_payload) zmq_msg_close(&p.payload);
   }
 
+  // An outgoing connection the other side would not authenticate: reported once, as `dropped` from that peer.
+  void report_refused(PeerId conn, const std::string& why) {
+    if (!gone_.insert_or_assign(conn, true).second) return;
+    Incoming e;
+    e.kind = Incoming::Kind::dropped;
+    e.peer = conn;
+    e.detail = "connection to " + describe(conn) + " refused: " + why;
+    events_.push_back(std::move(e));
+  }
+
   void report_gone(PeerId peer) {
     if (!gone_.insert_or_assign(peer, true).second) return;  // already reported
     Incoming e;
@@ -273,6 +389,7 @@ class ZmqTransport final : public Transport {
     std::vector<zmq_pollitem_t> items;
     if (router_) items.push_back({router_, 0, ZMQ_POLLIN, 0});
     if (router_mon_) items.push_back({router_mon_, 0, ZMQ_POLLIN, 0});
+    if (zap_) items.push_back({zap_, 0, ZMQ_POLLIN, 0});
     for (auto& c : conns_) {
       items.push_back({c.sock, 0, ZMQ_POLLIN, 0});
       items.push_back({c.mon, 0, ZMQ_POLLIN, 0});
@@ -299,6 +416,7 @@ class ZmqTransport final : public Transport {
         return m;
       }
     }
+    if (zap_) serve_zap();
     if (router_mon_) drain_monitor(router_mon_, 0);
     for (size_t i = 0; i < conns_.size(); ++i) drain_monitor(conns_[i].mon, i + 1);
     return std::nullopt;
@@ -313,18 +431,29 @@ class ZmqTransport final : public Transport {
         return;
       }
       uint16_t event = 0;
-      if (zmq_msg_size(&ev) >= 2) std::memcpy(&event, zmq_msg_data(&ev), 2);
+      int32_t value = 0;
+      if (zmq_msg_size(&ev) >= 6) {
+        std::memcpy(&event, zmq_msg_data(&ev), 2);
+        std::memcpy(&value, static_cast<char*>(zmq_msg_data(&ev)) + 2, 4);
+      }
       zmq_msg_init(&addr);
       zmq_msg_recv(&addr, mon, 0);
       std::string where(static_cast<char*>(zmq_msg_data(&addr)), zmq_msg_size(&addr));
       zmq_msg_close(&ev);
       zmq_msg_close(&addr);
-      if (conn != 0 && event == ZMQ_EVENT_DISCONNECTED) {
+      if (conn != 0 && event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        conns_[conn - 1].authenticated = true;
+      } else if (conn != 0 && event == ZMQ_EVENT_DISCONNECTED && (conns_[conn - 1].authenticated || !keys_)) {
         report_gone(conn);
-      } else if (conn == 0) {
+      } else if (conn != 0) {
+        // Our connection never got through: with CURVE the server closes a handshake it cannot decrypt.
+        report_refused(conn, event == ZMQ_EVENT_DISCONNECTED
+                                 ? "closed during the CURVE handshake (wrong shared secret?)"
+                                 : handshake_reason(event, value, keys_ != nullptr));
+      } else {
         Incoming e;
         e.kind = Incoming::Kind::dropped;
-        e.detail = "connection on " + where + " dropped: ZMTP handshake failed (foreign or malformed bytes)";
+        e.detail = "connection on " + where + " dropped: " + handshake_reason(event, value, keys_ != nullptr);
         events_.push_back(std::move(e));
       }
     }
@@ -382,6 +511,8 @@ class ZmqTransport final : public Transport {
   void* ctx_ = nullptr;
   void* router_ = nullptr;
   void* router_mon_ = nullptr;
+  void* zap_ = nullptr;
+  std::unique_ptr<CurveKeys> keys_;
   std::vector<Conn> conns_;
   std::unordered_map<std::string, PeerId> router_peer_of_;
   std::unordered_map<PeerId, std::string> router_ids_;

@@ -31,7 +31,10 @@ struct SyntheticResult {
   uint64_t bytes_per_iteration = 0;
   double compute_s = 0;             // emulated compute per iteration
   int tuning_iterations = 0;        // iterations spent in the tuning phase
-  bool data_ok = true;              // every reduced tensor held the expected sum
+  bool data_ok = true;              // every checked element held the exact sum (see tensors_fully_checked)
+  // Tensor reductions whose EVERY element was checked (warm-up and trailing iterations); in measured iterations only
+  // the first element of each tensor is.
+  uint64_t tensors_fully_checked = 0;
   std::string error;                // first task error, if any
 };
 

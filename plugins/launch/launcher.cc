@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "plugins/launch/node_link.h"
+#include "plugins/launch/run_keys.h"
 #include "scheduler/types.h"
 
 namespace commsched {
@@ -61,6 +62,10 @@ class Cluster {
       link_ = NodeLink::join(o_.nnodes, o_.node_rank, host, port, env_, o_.join_timeout_s);
     } else {
       port_ = free_loopback_port();
+      // One fresh secret per run: no process outside it can join. A multi-node run shares its secret through
+      // COMMSCHED_SECRET / COMMSCHED_KEY_FILE on every node; it is never sent over the (unencrypted) node link.
+      const std::map<std::string, std::string> auth = run_auth_env();
+      env_.insert(auth.begin(), auth.end());
     }
     for (int s = 0; s < o_.servers; ++s) spawn("server", s);
     for (int w = 0; w < o_.workers; ++w) spawn("worker", w);

@@ -110,6 +110,10 @@ int LocalCluster::alive() {
 }
 
 bool LocalCluster::wait_all(std::chrono::milliseconds timeout) {
+  // Sanitizer builds (scripts/sanitize.sh) run several times slower: COMMSCHED_TEST_TIME_SCALE stretches how long a
+  // whole run may take. Detection limits (a lost peer within 10 s) are not stretched.
+  if (const char* k = std::getenv("COMMSCHED_TEST_TIME_SCALE"); k && std::atof(k) > 1)
+    timeout = std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(timeout.count()) * std::atof(k)));
   const auto end = std::chrono::steady_clock::now() + timeout;
   while (alive() > 0) {
     if (std::chrono::steady_clock::now() > end) return false;

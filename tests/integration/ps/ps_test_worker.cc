@@ -2,7 +2,7 @@
 // worker that drives PsBackend directly (no engine): it submits batches with start() and waits on `done`.
 //
 //   ps_test_worker [--tensors N] [--iterations I] [--max-bytes B] [--seed S] [--mode exact|random|loop|mismatch]
-//                  [--out FILE] [--ready FILE] [--tag ANY]
+//                  [--out FILE] [--ready FILE] [--tag ANY] [--slow-rank R --slow-ms M]
 // exact:    integer-valued data of every dtype; checks every sum exactly; broadcast from rank 0 first.
 // random:   random f32/f16/bf16/f64 data; writes an FNV hash of all results to --out (determinism test).
 // loop:     like exact but iterates until something fails (kill tests); touches --ready after the first iteration.
@@ -24,6 +24,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm_backends/cluster_env.h"
@@ -46,6 +47,8 @@ struct Options {
   uint64_t seed = 1;
   std::string mode = "exact";
   std::string out, ready;
+  int slow_rank = -1;  // this worker computes --slow-ms longer before each iteration (a slow but live worker)
+  int slow_ms = 0;
 };
 
 struct Tensor {
@@ -207,7 +210,9 @@ int run_engine_worker(const Options& o) {
     to.window_iterations = 1;
     to.windows_per_trial = 1;
     to.reuse_best = false;
-    to.drift_threshold = 0;  // iterations of milliseconds vary by more than any threshold; drift: test_online_tuner.cc
+    // One tuning pass: re-tuning on drift would restart it whenever a loaded machine's throughput moves by 25%
+    // within these few iterations, and finished() would stay false.
+    to.drift_threshold = 0;
     live = std::make_unique<LiveTuner>(engine, tuner::TuningKey{7, env.num_workers, env.num_servers, "ps"}, to);
   }
   auto ts = make_tensors(o, rank, false);
@@ -263,6 +268,7 @@ int run_worker(const Options& o) {
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
   uint64_t hash = 1469598103934665603ull;
   for (int it = 0; o.mode == "loop" || it < o.iterations; ++it) {
+    if (rank == o.slow_rank) std::this_thread::sleep_for(std::chrono::milliseconds(o.slow_ms));  // "compute"
     if (o.mode == "random") {
       for (auto& t : ts) {
         t.desc.round = t.desc.iteration = static_cast<uint64_t>(it);
@@ -299,6 +305,8 @@ int main(int argc, char** argv) {
     else if (k == "--mode") o.mode = v;
     else if (k == "--out") o.out = v;
     else if (k == "--ready") o.ready = v;
+    else if (k == "--slow-rank") o.slow_rank = std::stoi(v);
+    else if (k == "--slow-ms") o.slow_ms = std::stoi(v);
     else if (k == "--tag") continue;  // lets tests find their processes by command line
     else { std::cerr << "unknown option " << k << std::endl; return 4; }
   }

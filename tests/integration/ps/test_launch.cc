@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <dirent.h>
+#include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -18,30 +20,58 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Processes whose command line contains `marker` (our children carry a unique one).
+// Every process of a launch (launcher, servers, workers and anything they start) inherits this variable from the
+// launcher's environment, so /proc/<pid>/environ finds all of them, even after an exec replaced the command line.
+constexpr const char* kMarkerVar = "COMMSCHED_TEST_LAUNCH_MARKER";
+
+// Processes whose environment carries `marker`.
 int count_processes_with(const std::string& marker) {
+  const std::string needle = std::string(kMarkerVar) + "=" + marker;
   int n = 0;
   DIR* d = opendir("/proc");
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
+    std::ifstream f(std::string("/proc/") + e->d_name + "/environ");
     std::stringstream ss;
     ss << f.rdbuf();
-    if (ss.str().find(marker) != std::string::npos) ++n;
+    const std::string env = ss.str();
+    for (size_t at = env.find(needle); at != std::string::npos; at = env.find(needle, at + 1))
+      if ((at == 0 || env[at - 1] == '\0') && (at + needle.size() == env.size() || env[at + needle.size()] == '\0')) {
+        ++n;
+        break;
+      }
   }
   closedir(d);
   return n;
 }
 
+// Polls until `pred` holds or `timeout` passes; returns whether it held.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
 std::string unique_marker() { return "marker" + std::to_string(getpid()) + "x" + std::to_string(std::random_device{}()); }
 
-// Spawns the launcher in its own process group; the guard kills that group if the test fails early.
+std::string temp_dir() {
+  char tmpl[] = "/tmp/commsched-launch-test-XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+// Spawns the launcher in its own process group with the marker in its environment; the guard kills that group if
+// the test fails early.
 struct Launch {
   pid_t pid = -1;
-  explicit Launch(std::vector<std::string> args) {
+  Launch(std::vector<std::string> args, const std::string& marker) {
     pid = fork();
     if (pid == 0) {
       setpgid(0, 0);
+      setenv(kMarkerVar, marker.c_str(), 1);
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -51,16 +81,15 @@ struct Launch {
     setpgid(pid, pid);
   }
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < end) {
+    std::optional<int> rc;
+    eventually([&] {
       int st = 0;
-      if (waitpid(pid, &st, WNOHANG) == pid) {
-        pid = -1;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return std::nullopt;
+      if (waitpid(pid, &st, WNOHANG) != pid) return false;
+      pid = -1;
+      rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      return true;
+    }, timeout);
+    return rc;
   }
   ~Launch() {
     if (pid > 0) {
@@ -75,34 +104,78 @@ struct Launch {
 TEST(PsLaunch, RunsACommandAsWorkersWithServers) {
   const std::string m = unique_marker();
   Launch l({PS_LAUNCHER, "launch", "-w", "3", "-s", "2", "--", PS_TEST_WORKER, "--tensors", "20", "--iterations",
-            "2", "--max-bytes", "100000", "--seed", "5", "--out", "/dev/null", "--ready", "/dev/null", "--mode", "exact",
-            "--tag", m});
+            "2", "--max-bytes", "100000", "--seed", "5", "--out", "/dev/null", "--ready", "/dev/null", "--mode", "exact"},
+           m);
   auto rc = l.wait_exit(60s);
   ASSERT_TRUE(rc.has_value());
   EXPECT_EQ(*rc, 0);
   EXPECT_EQ(count_processes_with(m), 0);
 }
 
+// Every process of a launch gets the run's secret, and it is fresh for each run.
+TEST(PsLaunch, EveryRunHasItsOwnSecretSharedByAllItsProcesses) {
+  std::string secrets[2];
+  for (auto& secret : secrets) {
+    const std::string dir = temp_dir();
+    Launch l({PS_LAUNCHER, "launch", "-w", "3", "-s", "0", "--", "/bin/sh", "-c",
+              "printf %s \"$COMMSCHED_SECRET\" > " + dir + "/secret$COMMSCHED_RANK"},
+             unique_marker());
+    auto rc = l.wait_exit(30s);
+    ASSERT_TRUE(rc.has_value());
+    ASSERT_EQ(*rc, 0);
+    for (int w = 0; w < 3; ++w) {
+      std::ifstream f(dir + "/secret" + std::to_string(w));
+      std::string s;
+      std::getline(f, s);
+      EXPECT_GE(s.size(), 32u) << "worker " << w;
+      if (w == 0) secret = s;
+      EXPECT_EQ(s, secret) << "worker " << w;
+      std::remove((dir + "/secret" + std::to_string(w)).c_str());
+    }
+    rmdir(dir.c_str());
+  }
+  EXPECT_NE(secrets[0], secrets[1]);
+}
+
 TEST(PsLaunch, AFailingWorkerTearsDownTheCluster) {
   const std::string m = unique_marker();
-  // Worker 1 exits 5 after half a second; the servers and the other workers (sleeping) must be torn down.
+  const std::string dir = temp_dir();
+  // Worker 1 exits 5 when the test says go (once every process is seen running); the servers and the other workers
+  // (sleeping) must be torn down.
   Launch l({PS_LAUNCHER, "launch", "-w", "3", "-s", "2", "--", "/bin/sh", "-c",
-            "if [ \"$COMMSCHED_RANK\" = 1 ]; then sleep 0.5; exit 5; fi; exec sleep 60", m});
+            "if [ \"$COMMSCHED_RANK\" = 1 ]; then while [ ! -e " + dir + "/go ]; do sleep 0.01; done; exit 5; fi; "
+            "exec sleep 60"},
+           m);
+  ASSERT_TRUE(eventually([&] { return count_processes_with(m) >= 6; }, 20s))
+      << "expected the launcher, 2 servers and 3 workers; saw " << count_processes_with(m);
+  std::ofstream(dir + "/go") << "go\n";
   auto rc = l.wait_exit(20s);
   ASSERT_TRUE(rc.has_value()) << "launcher did not exit";
   EXPECT_EQ(*rc, 5);
-  std::this_thread::sleep_for(100ms);
-  EXPECT_EQ(count_processes_with(m), 0);
+  EXPECT_TRUE(eventually([&] { return count_processes_with(m) == 0; }, 5s))
+      << count_processes_with(m) << " process(es) left behind";
+  std::remove((dir + "/go").c_str());
+  rmdir(dir.c_str());
 }
 
+// Ctrl-C once every process runs: the launcher exits 130 and nothing of the run is left. (It counts the processes
+// before the interrupt too, so a marker that found nothing could not pass the test.)
 TEST(PsLaunch, InterruptStopsEverything) {
   const std::string m = unique_marker();
-  Launch l({PS_LAUNCHER, "launch", "-w", "2", "-s", "1", "--", "/bin/sh", "-c", "exec sleep 60", m});
-  std::this_thread::sleep_for(500ms);
+  const std::string dir = temp_dir();
+  Launch l({PS_LAUNCHER, "launch", "-w", "2", "-s", "1", "--", "/bin/sh", "-c",
+            "touch " + dir + "/ready$COMMSCHED_RANK; exec sleep 60"},
+           m);
+  ASSERT_TRUE(eventually([&] { return std::ifstream(dir + "/ready0").good() && std::ifstream(dir + "/ready1").good(); },
+                         20s));
+  ASSERT_TRUE(eventually([&] { return count_processes_with(m) == 4; }, 10s))
+      << "expected the launcher, 1 server and 2 workers; saw " << count_processes_with(m);
   ::kill(l.pid, SIGINT);
   auto rc = l.wait_exit(20s);
   ASSERT_TRUE(rc.has_value());
   EXPECT_EQ(*rc, 130);
-  std::this_thread::sleep_for(100ms);
+  // The launcher reaps its children before exiting: nothing may be left at all.
   EXPECT_EQ(count_processes_with(m), 0);
+  for (int w = 0; w < 2; ++w) std::remove((dir + "/ready" + std::to_string(w)).c_str());
+  rmdir(dir.c_str());
 }

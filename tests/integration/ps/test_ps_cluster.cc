@@ -6,10 +6,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <array>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/protocol.h"
 #include "tests/integration/ps/local_cluster.h"
 
@@ -115,7 +117,7 @@ TEST_P(PsKill, SurvivorsFailNamingThePeer) {
   c.start();
   for (int w = 0; w < 4; ++w)
     ASSERT_TRUE(wait_for_file(c.dir() + "/ready" + std::to_string(w), 30s)) << all_logs(c);
-  std::this_thread::sleep_for(300ms);
+  // Every worker has finished an iteration and loops on: the kill lands mid-run.
   const auto killed_at = std::chrono::steady_clock::now();
   c.kill9(victim);
   ASSERT_TRUE(c.wait_all(15s)) << "processes still running 15 s after the kill\n" << all_logs(c);
@@ -172,7 +174,7 @@ TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
       const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\xff\xff\xff garbage garbage";
       [[maybe_unused]] auto n = ::write(fd, junk, sizeof junk);
-      std::this_thread::sleep_for(100ms);
+      ::shutdown(fd, SHUT_WR);  // the junk, then end of stream: nothing here needs to wait for the server
     }
     ::close(fd);
   }
@@ -186,7 +188,13 @@ TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
   void* s2 = zmq_socket(ctx, ZMQ_DEALER);
   zmq_connect(s2, ep.c_str());
   zmq_send(s2, "short", 5, 0);
-  std::this_thread::sleep_for(200ms);
+  // Delivery, not a pause: each peer waits for the server's error reply, which proves its message arrived.
+  for (void* sock : {s, s2}) {
+    int wait_ms = 10000;
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &wait_ms, sizeof wait_ms);
+    char reply[commsched::ps::kHeaderBytes];
+    EXPECT_GE(zmq_recv(sock, reply, sizeof reply, 0), 0) << "the server did not answer a malformed message";
+  }
   int zero = 0;
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
   zmq_setsockopt(s2, ZMQ_LINGER, &zero, sizeof zero);
@@ -199,4 +207,64 @@ TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
   EXPECT_NE(log.find("bad magic"), std::string::npos) << log;
   EXPECT_NE(log.find("header frame is 5 bytes"), std::string::npos) << log;
   EXPECT_NE(log.find("still serving"), std::string::npos) << log;
+}
+
+// With a shared secret, processes that do not have it cannot take a rank: a plain ZeroMQ peer and a CURVE peer with
+// its own key pair (knowing the server's public key) both say a well-formed hello as worker 1, as soon as server 0
+// listens. Both are refused during the handshake and logged with their reason; the real workers get every rank and
+// finish with exact sums.
+TEST(PsCluster, PeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
+  const std::string secret = "integration-test-secret-0123456789";
+  LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact"},
+                 {{"COMMSCHED_SECRET", secret}});
+  c.start();
+  for (int i = 0; i < 1000 && c.read_log("server 0").find("listening") == std::string::npos; ++i)
+    std::this_thread::sleep_for(5ms);
+  std::array<std::byte, commsched::ps::kHeaderBytes> hello;
+  commsched::ps::encode_header(
+      commsched::ps::make_header(commsched::ps::MsgType::hello, commsched::ps::PeerRole::worker, 1), hello);
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(c.root_port());
+  void* ctx = zmq_ctx_new();
+  void* plain = zmq_socket(ctx, ZMQ_DEALER);
+  zmq_connect(plain, ep.c_str());
+  zmq_send(plain, hello.data(), hello.size(), ZMQ_DONTWAIT);
+  void* stranger = zmq_socket(ctx, ZMQ_DEALER);
+  char server_pub[41], server_sec[41], pub[41], sec[41];
+  const auto sk = commsched::ClusterAuth::derive(secret, "commsched zmq curve v1");
+  zmq_z85_encode(server_sec, sk.data(), sk.size());
+  zmq_curve_public(server_pub, server_sec);
+  zmq_curve_keypair(pub, sec);
+  zmq_setsockopt(stranger, ZMQ_CURVE_SERVERKEY, server_pub, 40);
+  zmq_setsockopt(stranger, ZMQ_CURVE_PUBLICKEY, pub, 40);
+  zmq_setsockopt(stranger, ZMQ_CURVE_SECRETKEY, sec, 40);
+  zmq_connect(stranger, ep.c_str());
+  zmq_send(stranger, hello.data(), hello.size(), ZMQ_DONTWAIT);
+  ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
+  expect_all_ok(c);
+  const std::string log = c.read_log("server 0");
+  // The plain peer: a mechanism mismatch, or (when ZeroMQ notices it later in the greeting) a failed CURVE handshake.
+  EXPECT_TRUE(log.find("does not authenticate") != std::string::npos ||
+              log.find("no or a wrong shared secret") != std::string::npos) << log;
+  EXPECT_NE(log.find("CURVE key is not this run's"), std::string::npos) << log;        // the stranger
+  EXPECT_EQ(log.find("already connected"), std::string::npos) << log;                  // no rank was taken
+  int zero = 0;
+  for (void* s : {plain, stranger}) zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero), zmq_close(s);
+  zmq_ctx_term(ctx);
+}
+
+// A slow but live worker (1.5 s of extra compute per iteration) is named in a warning, with how far behind it is;
+// the run still completes with exact sums, and nobody else is blamed.
+TEST(PsCluster, ASlowButLiveWorkerIsNamedWithItsLag) {
+  LocalCluster c(kExe, 3, 1,
+                 {"--tensors", "4", "--iterations", "3", "--max-bytes", "4096", "--mode", "exact", "--slow-rank", "1",
+                  "--slow-ms", "1500"});
+  c.start();
+  ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
+  expect_all_ok(c);
+  const std::string log = c.read_log("server 0");
+  EXPECT_NE(log.find("warning: worker 1 "), std::string::npos) << log;
+  EXPECT_NE(log.find("is slow but alive"), std::string::npos) << log;
+  EXPECT_NE(log.find(" s ago and wait for it"), std::string::npos) << log;
+  EXPECT_EQ(log.find("warning: worker 0 "), std::string::npos) << log;
+  EXPECT_EQ(log.find("warning: worker 2 "), std::string::npos) << log;
 }

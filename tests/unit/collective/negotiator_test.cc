@@ -200,13 +200,24 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   g.rank(1).set_credit_bytes(1);    // ignored: rank 0 decides
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
-  std::this_thread::sleep_for(200ms);  // room for a wrong second order to arrive
-  EXPECT_EQ(g.log(0).settled, 1u) << "the credit let a second partition through before anything completed";
-  g.rank(0).completed(64);
+  // Readiness signal instead of a pause: a probe the ranks disagree on fails at once, credit or not, and its error
+  // reaches each rank after every order the coordinator published before it. Once it has arrived, a wrong second
+  // partition let through by the credit would have arrived too.
+  g.rank(0).submit({sub(9, 64, 3)});
+  g.rank(1).submit({sub(9, 128, 3)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(2, 10s));
-  g.rank(0).set_credit_bytes(0);  // no limit: the last one goes without another completion
+  {
+    std::lock_guard lock(g.log(0).mu);
+    ASSERT_EQ(g.log(0).failures.size(), 1u);
+    EXPECT_EQ(g.log(0).failures.front().first, 9u);
+    EXPECT_EQ(g.log(0).groups.size(), 1u) << "the credit let a second partition through before anything completed";
+  }
+  g.rank(0).completed(64);
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
+  g.rank(0).set_credit_bytes(0);  // no limit: the last one goes without another completion
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(4, 10s));
   EXPECT_EQ(g.log(1).groups, g.log(0).groups);
+  EXPECT_EQ(g.log(0).groups.size(), 3u);
 }
 
 TEST(Negotiator, RoundTripLatencyOnLoopback) {

@@ -1,0 +1,95 @@
+#include "comm_backends/cluster_auth.h"
+
+#include <sodium.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+#include "scheduler/config.h"
+#include "scheduler/types.h"
+
+namespace commsched {
+namespace {
+
+void need_sodium() {
+  if (sodium_init() < 0) throw std::runtime_error("libsodium failed to initialise");
+}
+
+std::string read_key_file(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    throw InvalidArgument("COMMSCHED_KEY_FILE='" + path + "' cannot be read (no such file?)");
+  // Like ssh with private keys: a secret others can read is no secret.
+  if ((st.st_mode & 077) != 0)
+    throw InvalidArgument("COMMSCHED_KEY_FILE='" + path + "' is readable by group or others; chmod 600 it");
+  std::ifstream f(path);
+  std::string line;
+  if (!f || !std::getline(f, line)) throw InvalidArgument("COMMSCHED_KEY_FILE='" + path + "' is empty or unreadable");
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+}  // namespace
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "lo" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+ClusterAuth ClusterAuth::from_env() {
+  ClusterAuth a;
+  if (auto m = env_value("COMMSCHED_AUTH")) {
+    if (*m == "auto") a.mode = Mode::automatic;
+    else if (*m == "on" || *m == "1") a.mode = Mode::on;
+    else if (*m == "off" || *m == "0") a.mode = Mode::off;
+    else throw InvalidArgument("COMMSCHED_AUTH='" + *m + "' is invalid (expected auto, on or off)");
+  }
+  std::string var = "COMMSCHED_SECRET";
+  if (auto s = env_value("COMMSCHED_SECRET")) a.secret = *s;
+  else if (auto f = env_value("COMMSCHED_KEY_FILE")) a.secret = read_key_file(*f), var = "COMMSCHED_KEY_FILE";
+  if (!a.secret.empty() && a.secret.size() < kMinSecretChars)
+    throw InvalidArgument(var + ": the shared secret has " + std::to_string(a.secret.size()) +
+                          " characters; at least " + std::to_string(kMinSecretChars) + " are required");
+  return a;
+}
+
+std::string ClusterAuth::secret_for(const std::string& bind_host) const {
+  if (mode == Mode::off) {
+    if (!is_loopback_host(bind_host))
+      std::fprintf(stderr, "[commsched] warning: COMMSCHED_AUTH=off while binding %s: any host that reaches this "
+                           "port can join the cluster\n", bind_host.c_str());
+    return {};
+  }
+  if (!secret.empty()) return secret;
+  if (mode == Mode::on)
+    throw InvalidArgument("COMMSCHED_AUTH=on but no shared secret: set COMMSCHED_SECRET or COMMSCHED_KEY_FILE");
+  if (!is_loopback_host(bind_host))
+    throw InvalidArgument("binding '" + bind_host + "' beyond loopback requires a shared secret so that strangers "
+                          "cannot join: set COMMSCHED_SECRET or COMMSCHED_KEY_FILE on every process (or "
+                          "COMMSCHED_AUTH=off to run unauthenticated on a trusted network)");
+  return {};
+}
+
+std::array<uint8_t, 32> ClusterAuth::derive(std::string_view secret, std::string_view purpose) {
+  need_sodium();
+  std::array<uint8_t, 32> master{}, out{};
+  crypto_generichash(master.data(), master.size(), reinterpret_cast<const unsigned char*>(secret.data()),
+                     secret.size(), nullptr, 0);
+  crypto_generichash(out.data(), out.size(), reinterpret_cast<const unsigned char*>(purpose.data()), purpose.size(),
+                     master.data(), master.size());
+  sodium_memzero(master.data(), master.size());
+  return out;
+}
+
+std::string ClusterAuth::generate_secret() {
+  need_sodium();
+  std::array<uint8_t, 32> raw{};
+  randombytes_buf(raw.data(), raw.size());
+  char hex[2 * 32 + 1];
+  sodium_bin2hex(hex, sizeof hex, raw.data(), raw.size());
+  sodium_memzero(raw.data(), raw.size());
+  return hex;
+}
+
+}  // namespace commsched

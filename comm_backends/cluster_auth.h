@@ -1,0 +1,43 @@
+// Who may join a cluster: one shared secret per run, from which every transport derives its own keys (ZeroMQ CURVE
+// keys for the parameter server, an HMAC key for the collective rendezvous store).
+//
+//   COMMSCHED_AUTH       auto | on | off   auto (default): authenticate when a secret is configured, and REQUIRE one
+//                                          when this process binds beyond loopback; on: always require a secret;
+//                                          off: never authenticate (a warning when binding beyond loopback)
+//   COMMSCHED_SECRET     the shared secret itself (at least 16 characters); `commsched launch` sets a fresh one
+//   COMMSCHED_KEY_FILE   a file holding the shared secret (first line); must not be readable by group or others
+//
+// COMMSCHED_SECRET wins over COMMSCHED_KEY_FILE. Every process of a run must see the same secret.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace commsched {
+
+inline constexpr size_t kMinSecretChars = 16;
+
+struct ClusterAuth {
+  enum class Mode { automatic, on, off };
+  Mode mode = Mode::automatic;
+  std::string secret;  // empty: none configured
+
+  // Reads COMMSCHED_AUTH, COMMSCHED_SECRET, COMMSCHED_KEY_FILE. Throws InvalidArgument naming the variable (bad mode,
+  // short secret, unreadable or group/world-readable key file).
+  static ClusterAuth from_env();
+  // The secret this process must authenticate with when its sockets bind `bind_host` ("" : authentication off).
+  // Throws InvalidArgument when the mode requires a secret and none is configured, naming the switch.
+  std::string secret_for(const std::string& bind_host) const;
+  // 32 bytes derived from the secret for one use ("zmq-curve", "store-hmac"): keyed BLAKE2b, so one key reveals
+  // nothing about the secret or the other keys.
+  static std::array<uint8_t, 32> derive(std::string_view secret, std::string_view purpose);
+  // A fresh random secret (32 random bytes, hex) for one run.
+  static std::string generate_secret();
+};
+
+// Whether a bind host stays on this machine: 127.x.x.x, ::1, "localhost" or the loopback interface "lo".
+bool is_loopback_host(const std::string& host);
+
+}  // namespace commsched

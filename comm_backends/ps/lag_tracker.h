@@ -1,0 +1,35 @@
+// Which worker holds the others back, and by how much: the question users of synchronous training ask most. Each
+// server sees every worker's pushes with their iteration; a worker is behind when the others have pushed for an
+// iteration it has not reached, and its lag is how long ago the first of them did. (With synchronous sums the others
+// cannot get far ahead; they wait, so the lag is mostly time, not iterations.) Pure: the caller passes the clock.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace commsched::ps {
+
+class LagTracker {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Lag {
+    uint32_t worker = 0;
+    uint64_t iteration = 0;  // the last iteration it pushed for
+    uint64_t lead = 0;       // the furthest iteration any worker pushed for
+    double seconds = 0;      // since the first worker pushed for iteration+1
+  };
+
+  explicit LagTracker(int workers) : iteration_(static_cast<size_t>(workers)) {}
+  void pushed(uint32_t worker, uint64_t iteration, Clock::time_point now);
+  // Workers (that pushed at least once) lagging at least `min_seconds`, most behind first.
+  std::vector<Lag> laggards(Clock::time_point now, double min_seconds) const;
+
+ private:
+  std::vector<std::optional<uint64_t>> iteration_;  // by worker rank
+  std::map<uint64_t, Clock::time_point> first_;     // when some worker first pushed for each recent iteration
+};
+
+}  // namespace commsched::ps

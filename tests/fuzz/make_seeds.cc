@@ -1,0 +1,78 @@
+// Writes the seed corpora (tests/fuzz/corpus/<target>/) from real encoders, so the fuzzers start from valid messages.
+// Run by scripts/fuzz.sh --seeds; its output is committed.
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "comm_backends/collective/protocol.h"
+#include "comm_backends/ps/protocol.h"
+
+namespace fs = std::filesystem;
+using namespace commsched;
+
+namespace {
+
+void write(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  fs::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary) << bytes;
+}
+
+std::string ps_seed(const ps::Header& h, std::optional<uint64_t> payload) {
+  std::string s(9, '\0');
+  s[0] = payload ? 1 : 0;
+  const uint64_t n = payload.value_or(0);
+  std::memcpy(s.data() + 1, &n, 8);
+  std::array<std::byte, ps::kHeaderBytes> buf;
+  ps::encode_header(h, buf);
+  s.append(reinterpret_cast<const char*>(buf.data()), buf.size());
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const fs::path out = argc > 1 ? argv[1] : "tests/fuzz/corpus";
+  using ps::MsgType;
+  int i = 0;
+  for (MsgType t : {MsgType::hello, MsgType::peers, MsgType::assign_req, MsgType::assign_rep, MsgType::push_pull,
+                    MsgType::sum, MsgType::bcast, MsgType::bcast_data, MsgType::ping, MsgType::error,
+                    MsgType::peer_lost, MsgType::bye, MsgType::received}) {
+    ps::Header h = ps::make_header(t, ps::PeerRole::worker, 3);
+    h.key = 42;
+    h.dtype = DType::f16;
+    h.offset = 1024;
+    h.length = 4096;
+    h.tensor_bytes = 8192;
+    h.round = 7;
+    h.request_id = 99;
+    h.flags = t == MsgType::push_pull ? ps::kFlagAckReceipt : 0;
+    const bool data = ps::carries_data(t);
+    write(out / "ps_header", "type" + std::to_string(i++), ps_seed(h, data ? std::optional<uint64_t>(4096) : std::nullopt));
+  }
+
+  using namespace collective;
+  PartitionDesc d{7, 0, 4000, 8000, DType::f32, Op::allreduce, 0};
+  ReadyReport full{kNoCacheId, d, "layer1.weight", 3, 5};
+  ReadyReport cached{12, {}, "", 4, 1};
+  std::string stream = encode_hello(1, 4) + encode_ready({full, cached}) +
+                       encode_order(OrderMsg{{CacheDefine{12, d}}, {{OrderEntry{12, 3}}, {OrderEntry{13, 4}}}}) +
+                       encode_error(ErrorMsg{7, 0, 3, Status::Code::error, "sizes disagree"}) +
+                       encode_peer_lost(2, "rank 2 lost") + encode_simple(collective::MsgType::heartbeat) +
+                       encode_simple(collective::MsgType::bye);
+  write(out / "collective_wire", "stream_chunk1", std::string(1, '\0') + stream);
+  write(out / "collective_wire", "stream_chunk7", std::string(1, '\6') + stream);
+  write(out / "collective_wire", "ready", std::string(1, '\x3f') + encode_ready({full}));
+  write(out / "collective_wire", "order", std::string(1, '\x10') + encode_order(OrderMsg{{}, {{OrderEntry{1, 2}}}}));
+
+  // config: selector byte (parser in the low 3 bits, option index above), then the text.
+  const std::vector<std::pair<int, std::string>> cfg = {
+      {0, "4MiB"}, {0, "1.5MB"}, {1, "unlimited"}, {2, "10Gbit"}, {10, "inf"}, {3, "1.5ms"}, {3, "250ns"},
+      {4, "-17"}, {5, "true"}, {5, "0"}, {6, "1"}, {6 + 8, "1gbit"}, {6 + 32, "250ms"}, {6 + 64, "64KiB"},
+      {7, "bytescheduler"}, {7 + 8, "4MiB"}, {7 + 32, "5ms"}, {7 + 72, "25Gbit"}};
+  i = 0;
+  for (auto& [sel, text] : cfg) write(out / "config", "c" + std::to_string(i++), std::string(1, static_cast<char>(sel)) + text);
+  return 0;
+}
