@@ -31,7 +31,7 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cf
   opts.emulate_rate_bps = cfg_.emulate_rate_bps;
   opts.max_message_bytes = cfg_.max_message_bytes + 4096;
   opts.io_threads = cfg_.io_threads;
-  transport_ = make_zmq_transport(opts);
+  transport_ = make_transport(cfg_.transport, opts);
   const auto n = static_cast<size_t>(env_.num_servers);
   server_peer_.assign(n, 0);
   heard_.assign(n, Clock::time_point{});

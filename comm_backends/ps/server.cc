@@ -297,7 +297,7 @@ int run_server(const ClusterEnv& env, const PsConfig& cfg, bool owns_process) {
   opts.emulate_rate_bps = cfg.emulate_rate_bps;
   opts.max_message_bytes = cfg.max_message_bytes + 4096;
   opts.io_threads = cfg.io_threads;
-  ps::Server server(env, cfg, ps::make_zmq_transport(opts));
+  ps::Server server(env, cfg, ps::make_transport(cfg.transport, opts));
   if (owns_process)
     server.on_failure([rank = env.rank] {
       std::thread([rank] {

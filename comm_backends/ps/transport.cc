@@ -1,0 +1,28 @@
+// Transport selection: the one place that maps COMMSCHED_PS_TRANSPORT's value to an implementation.
+#include <stdexcept>
+
+#include "comm_backends/ps/transport.h"
+
+namespace commsched::ps {
+
+bool ucx_built_in() {
+#ifdef COMMSCHED_HAVE_UCX
+  return true;
+#else
+  return false;
+#endif
+}
+
+#ifndef COMMSCHED_HAVE_UCX
+std::unique_ptr<Transport> make_ucx_transport(const TransportOptions&) {
+  throw std::runtime_error("COMMSCHED_PS_TRANSPORT=ucx: this build has no UCX (install libucx-dev and rebuild)");
+}
+#endif
+
+std::unique_ptr<Transport> make_transport(const std::string& kind, const TransportOptions& opts) {
+  if (kind == "zmq") return make_zmq_transport(opts);
+  if (kind == "ucx") return make_ucx_transport(opts);
+  throw std::runtime_error("unknown PS transport '" + kind + "' (allowed: zmq, ucx)");
+}
+
+}  // namespace commsched::ps
