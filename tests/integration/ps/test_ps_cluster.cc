@@ -1,4 +1,6 @@
-// Multi-process tests of the parameter server: real server and worker processes on loopback.
+// Multi-process tests of the parameter server: real server and worker processes on loopback, over every transport:
+// ZeroMQ, UCX shared memory (UCX_TLS=sm,self) and UCX TCP (UCX_TLS=tcp). The UCX cases skip, saying so, in a build
+// without UCX.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -7,10 +9,14 @@
 #include <zmq.h>
 
 #include <fstream>
+#include <map>
+#include <span>
+#include <tuple>
 #include <iostream>
 #include <thread>
 
 #include "comm_backends/ps/protocol.h"
+#include "comm_backends/ps/transport.h"
 #include "tests/integration/ps/local_cluster.h"
 
 using namespace std::chrono_literals;
@@ -19,6 +25,39 @@ using commsched::testing::LocalCluster;
 namespace {
 
 const std::string kExe = PS_TEST_WORKER;
+
+using Env = std::map<std::string, std::string>;
+
+struct TransportCase {
+  std::string name;
+  Env env;
+};
+
+const TransportCase kTransports[] = {
+    {"zmq", {{"COMMSCHED_PS_TRANSPORT", "zmq"}}},
+    {"ucx_shm", {{"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", "sm,self"}}},
+    {"ucx_tcp", {{"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", "tcp"}}},
+};
+
+void PrintTo(const TransportCase& t, std::ostream* os) { *os << t.name; }
+
+bool is_ucx(const TransportCase& t) { return t.env.at("COMMSCHED_PS_TRANSPORT") == "ucx"; }
+
+Env with(const TransportCase& t, Env extra = {}) {
+  extra.insert(t.env.begin(), t.env.end());
+  return extra;
+}
+
+#define SKIP_IF_UNAVAILABLE(t) \
+  if (is_ucx(t) && !commsched::ps::ucx_built_in()) GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)"
+
+class PsCluster : public ::testing::TestWithParam<TransportCase> {
+ protected:
+  void SetUp() override { SKIP_IF_UNAVAILABLE(GetParam()); }
+  Env env(Env extra = {}) const { return with(GetParam(), std::move(extra)); }
+};
+
+std::string transport_name(const ::testing::TestParamInfo<TransportCase>& info) { return info.param.name; }
 
 std::string all_logs(LocalCluster& c) {
   std::string s;
@@ -47,21 +86,64 @@ bool wait_for_file(const std::string& path, std::chrono::milliseconds timeout) {
   return false;
 }
 
+void send_bad_headers_zmq(int port) {
+  void* ctx = zmq_ctx_new();
+  void* s = zmq_socket(ctx, ZMQ_DEALER);
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(port);
+  zmq_connect(s, ep.c_str());
+  const char bad_magic[commsched::ps::kHeaderBytes] = "this is not a commsched header";
+  zmq_send(s, bad_magic, sizeof bad_magic, 0);
+  void* s2 = zmq_socket(ctx, ZMQ_DEALER);
+  zmq_connect(s2, ep.c_str());
+  zmq_send(s2, "short", 5, 0);
+  std::this_thread::sleep_for(200ms);
+  int zero = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+  zmq_setsockopt(s2, ZMQ_LINGER, &zero, sizeof zero);
+  zmq_close(s);
+  zmq_close(s2);
+  zmq_ctx_term(ctx);
+}
+
+// The same through UCX (UCX_TLS of the test's own environment: set by the case below for the servers only, so
+// this process uses UCX's default choice, which reaches them too).
+void send_bad_headers_ucx(int port) {
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(port);
+  auto t = commsched::ps::make_ucx_transport({});
+  const char bad_magic[commsched::ps::kHeaderBytes] = "this is not a commsched header";
+  t->send(t->connect(ep), std::as_bytes(std::span(bad_magic)));
+  t->send(t->connect(ep), std::as_bytes(std::span("short", 5)));
+  const auto end = std::chrono::steady_clock::now() + 300ms;
+  while (std::chrono::steady_clock::now() < end) (void)t->receive(10ms);
+  t->close(true);
+}
+
 }  // namespace
 
 // 4 workers x 2 servers, 200 tensors from 1 byte to 8 MiB of every dtype, integer-valued data: exact sums, with
 // partition boundaries changing every iteration, after a broadcast of initial parameters from rank 0.
-TEST(PsCluster, ExactSumsEveryDtype) {
-  LocalCluster c(kExe, 4, 2, {"--tensors", "200", "--iterations", "10", "--max-bytes", "8388608", "--mode", "exact"});
+TEST_P(PsCluster, ExactSumsEveryDtype) {
+  LocalCluster c(kExe, 4, 2, {"--tensors", "200", "--iterations", "10", "--max-bytes", "8388608", "--mode", "exact"}, env());
   c.start();
   ASSERT_TRUE(c.wait_all(100s)) << all_logs(c);
   expect_all_ok(c);
+  // The case ran on the transports it names (UCX logs its choice of lanes).
+  const std::string log = c.read_log("worker 0");
+  if (GetParam().name == "ucx_shm") {
+    EXPECT_NE(log.find("over UCX transports: "), std::string::npos) << log;
+    EXPECT_NE(log.find("memory"), std::string::npos) << log;
+    EXPECT_EQ(log.find("tcp/"), std::string::npos) << log;
+  } else if (GetParam().name == "ucx_tcp") {
+    EXPECT_NE(log.find("over UCX transports: tcp/"), std::string::npos) << log;
+  } else {
+    EXPECT_EQ(log.find("UCX"), std::string::npos) << log;
+  }
 }
 
 // Per-worker credit of one partition, every worker ranking the tensors differently: without credit released on
 // receipt, each worker's credit would hold partitions the others have not sent, and the cluster would wait forever.
-TEST(PsCluster, EngineWithTinyCreditAndConflictingPrioritiesCompletes) {
-  LocalCluster c(kExe, 4, 2, {"--tensors", "40", "--iterations", "3", "--max-bytes", "1048576", "--mode", "engine"});
+TEST_P(PsCluster, EngineWithTinyCreditAndConflictingPrioritiesCompletes) {
+  LocalCluster c(kExe, 4, 2, {"--tensors", "40", "--iterations", "3", "--max-bytes", "1048576", "--mode", "engine"}, env());
   c.start();
   ASSERT_TRUE(c.wait_all(60s)) << "deadlock: the cluster did not finish\n" << all_logs(c);
   expect_all_ok(c);
@@ -69,8 +151,8 @@ TEST(PsCluster, EngineWithTinyCreditAndConflictingPrioritiesCompletes) {
 
 // The online tuner switches partition size and credit live over the PS (rank 0 decides; the decision is broadcast
 // through the PS itself): every sum stays exact, and every worker ends with the same knobs.
-TEST(PsCluster, LiveTuningKeepsSumsExactAndWorkersAgree) {
-  LocalCluster c(kExe, 3, 2, {"--tensors", "30", "--iterations", "8", "--max-bytes", "2097152", "--mode", "tune"});
+TEST_P(PsCluster, LiveTuningKeepsSumsExactAndWorkersAgree) {
+  LocalCluster c(kExe, 3, 2, {"--tensors", "30", "--iterations", "8", "--max-bytes", "2097152", "--mode", "tune"}, env());
   c.start();
   ASSERT_TRUE(c.wait_all(90s)) << all_logs(c);
   expect_all_ok(c);
@@ -88,13 +170,13 @@ TEST(PsCluster, LiveTuningKeepsSumsExactAndWorkersAgree) {
 }
 
 // Deterministic mode: the same random float data gives bitwise identical sums in two separate runs.
-TEST(PsCluster, DeterministicModeIsBitwiseReproducible) {
+TEST_P(PsCluster, DeterministicModeIsBitwiseReproducible) {
   std::string hashes[2];
   for (int run = 0; run < 2; ++run) {
     LocalCluster c(kExe, 4, 2,
                    {"--tensors", "40", "--iterations", "2", "--max-bytes", "2000000", "--mode", "random", "--out",
                     "{dir}/out{rank}"},
-                   {{"COMMSCHED_PS_DETERMINISTIC", "1"}});
+                   env({{"COMMSCHED_PS_DETERMINISTIC", "1"}}));
     c.start();
     ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
     expect_all_ok(c);
@@ -105,20 +187,29 @@ TEST(PsCluster, DeterministicModeIsBitwiseReproducible) {
   EXPECT_EQ(hashes[0], hashes[1]);
 }
 
-class PsKill : public ::testing::TestWithParam<std::string> {};
+class PsKill : public ::testing::TestWithParam<std::tuple<TransportCase, std::string, int>> {
+ protected:
+  void SetUp() override { SKIP_IF_UNAVAILABLE(std::get<0>(GetParam())); }
+};
 
-// kill -9 of one process: every survivor exits non-zero within 10 s, naming the lost peer; nothing is left behind.
+// kill -9 (a crash) or SIGSTOP (a hung peer: connections open and silent) of one process: every survivor exits
+// non-zero within 10 s, naming the lost peer; nothing is left behind.
 TEST_P(PsKill, SurvivorsFailNamingThePeer) {
-  const std::string victim = GetParam();
+  const auto& [transport, victim, sig] = GetParam();
   LocalCluster c(kExe, 4, 2,
-                 {"--tensors", "30", "--max-bytes", "300000", "--mode", "loop", "--ready", "{dir}/ready{rank}"});
+                 {"--tensors", "30", "--max-bytes", "300000", "--mode", "loop", "--ready", "{dir}/ready{rank}"},
+                 with(transport, sig == SIGSTOP ? Env{{"COMMSCHED_TIMEOUT", "3"}} : Env{}));
   c.start();
   for (int w = 0; w < 4; ++w)
     ASSERT_TRUE(wait_for_file(c.dir() + "/ready" + std::to_string(w), 30s)) << all_logs(c);
   std::this_thread::sleep_for(300ms);
   const auto killed_at = std::chrono::steady_clock::now();
-  c.kill9(victim);
-  ASSERT_TRUE(c.wait_all(15s)) << "processes still running 15 s after the kill\n" << all_logs(c);
+  ::kill(c.proc(victim).pid, sig);
+  // A hung victim never exits by itself: wait for the survivors, then end it.
+  const int victims_left = sig == SIGSTOP ? 1 : 0;
+  while (c.alive() > victims_left && std::chrono::steady_clock::now() - killed_at < 15s) std::this_thread::sleep_for(20ms);
+  if (sig == SIGSTOP) c.kill9(victim);
+  ASSERT_TRUE(c.wait_all(5s)) << "processes still running 15 s after the kill\n" << all_logs(c);
   std::chrono::steady_clock::duration slowest{};
   for (auto& p : c.procs()) {
     if (p.name == victim) continue;
@@ -132,16 +223,20 @@ TEST_P(PsKill, SurvivorsFailNamingThePeer) {
   std::cout << "every survivor of the kill of " << victim << " exited within "
             << std::chrono::duration<double>(slowest).count() << " s\n";
 }
-INSTANTIATE_TEST_SUITE_P(Victims, PsKill, ::testing::Values("worker 2", "server 1", "server 0"),
+INSTANTIATE_TEST_SUITE_P(Victims, PsKill,
+                         ::testing::Combine(::testing::ValuesIn(kTransports),
+                                            ::testing::Values("worker 2", "server 1", "server 0"),
+                                            ::testing::Values(SIGKILL, SIGSTOP)),
                          [](const auto& info) {
-                           std::string n = info.param;
+                           std::string n = std::get<1>(info.param);
                            n[n.find(' ')] = '_';
-                           return n;
+                           return std::get<0>(info.param).name + "_" + n +
+                                  (std::get<2>(info.param) == SIGSTOP ? "_hung" : "_killed");
                          });
 
 // The same key with different sizes on different workers: every worker fails with an error naming key and sizes.
-TEST(PsCluster, MismatchedSizesNameKeyAndSizes) {
-  LocalCluster c(kExe, 2, 1, {"--tensors", "3", "--iterations", "1", "--max-bytes", "4096", "--mode", "mismatch"});
+TEST_P(PsCluster, MismatchedSizesNameKeyAndSizes) {
+  LocalCluster c(kExe, 2, 1, {"--tensors", "3", "--iterations", "1", "--max-bytes", "4096", "--mode", "mismatch"}, env());
   c.start();
   ASSERT_TRUE(c.wait_all(30s)) << all_logs(c);
   for (const char* w : {"worker 0", "worker 1"}) {
@@ -156,9 +251,9 @@ TEST(PsCluster, MismatchedSizesNameKeyAndSizes) {
 
 // Foreign bytes on a server port (raw TCP garbage, and ZeroMQ peers sending bad headers) are dropped and logged;
 // the server keeps serving the real workers, whose sums stay exact.
-TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
+TEST_P(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
   LocalCluster c(kExe, 2, 1,
-                 {"--tensors", "20", "--iterations", "400", "--max-bytes", "200000", "--mode", "exact"});
+                 {"--tensors", "20", "--iterations", "400", "--max-bytes", "200000", "--mode", "exact"}, env());
   c.start();
   for (int i = 0; i < 500 && c.read_log("server 0").find("listening") == std::string::npos; ++i)
     std::this_thread::sleep_for(10ms);
@@ -176,23 +271,12 @@ TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
     }
     ::close(fd);
   }
-  // 2. A ZeroMQ peer with a bad magic, a truncated header, and an oversized declared payload.
-  void* ctx = zmq_ctx_new();
-  void* s = zmq_socket(ctx, ZMQ_DEALER);
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(c.root_port());
-  zmq_connect(s, ep.c_str());
-  const char bad_magic[commsched::ps::kHeaderBytes] = "this is not a commsched header";
-  zmq_send(s, bad_magic, sizeof bad_magic, 0);
-  void* s2 = zmq_socket(ctx, ZMQ_DEALER);
-  zmq_connect(s2, ep.c_str());
-  zmq_send(s2, "short", 5, 0);
-  std::this_thread::sleep_for(200ms);
-  int zero = 0;
-  zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-  zmq_setsockopt(s2, ZMQ_LINGER, &zero, sizeof zero);
-  zmq_close(s);
-  zmq_close(s2);
-  zmq_ctx_term(ctx);
+  // 2. A peer of the same transport with a bad magic, and one with a truncated header.
+  if (is_ucx(GetParam())) {
+    send_bad_headers_ucx(c.root_port());
+  } else {
+    send_bad_headers_zmq(c.root_port());
+  }
   ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
   expect_all_ok(c);
   const std::string log = c.read_log("server 0");
@@ -200,3 +284,5 @@ TEST(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
   EXPECT_NE(log.find("header frame is 5 bytes"), std::string::npos) << log;
   EXPECT_NE(log.find("still serving"), std::string::npos) << log;
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, PsCluster, ::testing::ValuesIn(kTransports), transport_name);
