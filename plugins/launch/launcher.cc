@@ -9,11 +9,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <stdexcept>
 
+#include "comm_backends/ps/transport.h"
 #include "scheduler/types.h"
 
 namespace commsched {
@@ -41,6 +43,24 @@ int free_loopback_port() {
 
 void say(const std::string& line) { std::fprintf(stderr, "[commsched launch] %s\n", line.c_str()); }
 
+// Every process is on this host: UCX shared memory when UCX is built in, unless the caller chose a transport
+// (COMMSCHED_PS_TRANSPORT) or UCX's transports (UCX_TLS) already. ZeroMQ otherwise.
+std::map<std::string, std::string> transport_env() {
+  if (!ps::ucx_built_in() || std::getenv("COMMSCHED_PS_TRANSPORT")) return {};
+  std::map<std::string, std::string> env = {{"COMMSCHED_PS_TRANSPORT", "ucx"}};
+  if (!std::getenv("UCX_TLS")) env["UCX_TLS"] = "sm,self";
+  return env;
+}
+
+std::string transport_note() {
+  const char* t = std::getenv("COMMSCHED_PS_TRANSPORT");
+  const auto env = transport_env();
+  const std::string kind = t ? t : (env.empty() ? "zmq" : "ucx");
+  const char* tls = std::getenv("UCX_TLS");
+  if (kind != "ucx") return "PS transport " + kind;
+  return "PS transport ucx (UCX_TLS=" + (tls ? std::string(tls) : env.count("UCX_TLS") ? env.at("UCX_TLS") : "") + ")";
+}
+
 class Cluster {
  public:
   explicit Cluster(const LaunchOptions& o) : o_(o) {}
@@ -54,7 +74,7 @@ class Cluster {
     for (int s = 0; s < o_.servers; ++s) spawn("server", s);
     for (int w = 0; w < o_.workers; ++w) spawn("worker", w);
     say("started " + std::to_string(o_.servers) + " server(s) and " + std::to_string(o_.workers) +
-        " worker(s) on 127.0.0.1:" + std::to_string(port_));
+        " worker(s) on 127.0.0.1:" + std::to_string(port_) + "; " + transport_note());
     const int rc = supervise(mask);
     sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
     return rc;
@@ -72,6 +92,7 @@ class Cluster {
         {"COMMSCHED_ROOT_ADDR", "127.0.0.1"}, {"COMMSCHED_ROOT_PORT", std::to_string(port_)},
         {"COMMSCHED_BIND", "127.0.0.1"}, {"COMMSCHED_LOCAL_RANK", std::to_string(worker ? rank : 0)},
         {"COMMSCHED_LOCAL_SIZE", std::to_string(worker ? o_.workers : 1)}};
+    env.merge(transport_env());
     if (!o_.emulate_rate.empty()) env["COMMSCHED_EMULATE_RATE"] = o_.emulate_rate;
     if (o_.deterministic) env["COMMSCHED_PS_DETERMINISTIC"] = "1";
     const pid_t pid = fork();

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "comm_backends/ps/transport.h"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -81,6 +83,27 @@ TEST(PsLaunch, RunsACommandAsWorkersWithServers) {
   ASSERT_TRUE(rc.has_value());
   EXPECT_EQ(*rc, 0);
   EXPECT_EQ(count_processes_with(m), 0);
+}
+
+// On one host the cluster runs over UCX shared memory when UCX is built in (ZeroMQ otherwise), and the sums stay exact.
+TEST(PsLaunch, OneHostUsesUcxSharedMemoryWhenBuiltIn) {
+  if (std::getenv("COMMSCHED_PS_TRANSPORT") || std::getenv("UCX_TLS"))
+    GTEST_SKIP() << "COMMSCHED_PS_TRANSPORT or UCX_TLS is set in this environment: launch keeps the caller's choice";
+  const std::string m = unique_marker();
+  const std::string file = "/tmp/" + m + ".transport";
+  const std::string cmd = std::string("echo \"$COMMSCHED_PS_TRANSPORT $UCX_TLS\" > ") + file + "$COMMSCHED_RANK; exec " +
+                          PS_TEST_WORKER + " --tensors 10 --iterations 2 --max-bytes 100000 --mode exact --tag " + m;
+  Launch l({PS_LAUNCHER, "launch", "-w", "2", "-s", "1", "--", "/bin/sh", "-c", cmd});
+  auto rc = l.wait_exit(60s);
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 0);
+  for (int w = 0; w < 2; ++w) {
+    std::ifstream f(file + std::to_string(w));
+    std::string line;
+    std::getline(f, line);
+    EXPECT_EQ(line, commsched::ps::ucx_built_in() ? "ucx sm,self" : " ") << "worker " << w;
+    std::remove((file + std::to_string(w)).c_str());
+  }
 }
 
 TEST(PsLaunch, AFailingWorkerTearsDownTheCluster) {
