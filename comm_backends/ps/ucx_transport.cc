@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -273,6 +274,16 @@ class UcxTransport final : public Transport {
       long wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
       if (!backlog_.empty()) wait = std::min<long>(wait, static_cast<long>(bucket_.wait_s(now) * 1000) + 1);
       if (redial_pending_) wait = std::min<long>(wait, kRedialDelay.count());
+      // Sends UCX could not start yet (a full shared-memory FIFO) advance only when we progress, and no event says
+      // when there is room: while any are outstanding, look again every millisecond.
+      if (!in_flight_.empty()) wait = std::min<long>(wait, 1);
+      // Traffic comes in bursts and every rendezvous takes a round trip: keep polling for 100 us after the last
+      // progress instead of paying a sleep and a wake-up per message (64 KiB messages over shared memory: ~0.2 GB/s
+      // sleeping at once, ~2 GB/s with the spin, on a loaded 2-core machine). An idle transport sleeps.
+      if (now - last_progress_ < spin_) {
+        sched_yield();
+        continue;
+      }
       const ucs_status_t armed = ucp_worker_arm(worker_);
       if (armed == UCS_ERR_BUSY) continue;  // more to progress first
       if (sleep(armed == UCS_OK ? wait : std::min<long>(wait, 1))) return std::nullopt;  // woken
@@ -688,6 +699,7 @@ class UcxTransport final : public Transport {
       const bool fetched = !fetch_.empty();
       fetch_rendezvous();
       if (n == 0 && !fetched) break;
+      last_progress_ = Clock::now();
     }
   }
 
@@ -756,6 +768,8 @@ class UcxTransport final : public Transport {
   std::shared_ptr<BufferPool> pool_ = BufferPool::create();
   std::string last_lanes_;
   bool redial_pending_ = false;
+  Clock::time_point last_progress_{};
+  static constexpr std::chrono::microseconds spin_{100};
 };
 
 }  // namespace
