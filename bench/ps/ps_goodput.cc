@@ -3,7 +3,8 @@
 //   ps_goodput local [--mib-per-size N] [--reps R]  server thread + worker + raw TCP, all on loopback (median of R)
 //   ps_goodput transports [--mib-per-size N] [--reps R]
 //                                                   the same for zmq, UCX shared memory (UCX_TLS=sm,self) and UCX TCP
-//                                                   (UCX_TLS=tcp) side by side, beside raw TCP echo and a memcpy loop
+//                                                   (UCX_TLS=tcp) side by side, beside raw TCP echo and a memcpy loop;
+//                                                   --ucx-tls LIST adds a column for UCX over LIST (e.g. rc,ud:aux)
 //   ps_goodput ps-server --bind ADDR --port P        one PS server (1 worker) on ADDR:P      (for netns_bench.sh)
 //   ps_goodput ps-worker --root ADDR --port P        PS goodput against that server
 //   ps_goodput raw-server --bind ADDR --port P       raw TCP echo/discard server
@@ -260,7 +261,7 @@ std::unique_ptr<LocalPs> start_local_ps(const std::string& name, const std::stri
   return ps;
 }
 
-int compare_transports(uint64_t mib, int reps) {
+int compare_transports(uint64_t mib, int reps, const std::string& extra_tls) {
   const int base = 20000 + static_cast<int>(getpid() % 20000);
   std::thread raw([&] { raw_server(listen_on("127.0.0.1", base + 9)); });
   raw.detach();
@@ -269,14 +270,15 @@ int compare_transports(uint64_t mib, int reps) {
   if (ps::ucx_built_in()) {
     clusters.push_back(start_local_ps("ucx shm", "ucx", "sm,self", base + 1));
     clusters.push_back(start_local_ps("ucx tcp", "ucx", "tcp", base + 2));
+    if (!extra_tls.empty()) clusters.push_back(start_local_ps("ucx " + extra_tls, "ucx", extra_tls.c_str(), base + 3));
   } else {
     std::fprintf(stderr, "ps_goodput: this build has no UCX; only zmq is measured\n");
   }
   std::printf("| partition |");
   for (auto& c : clusters) std::printf(" %s MB/s |", c->name.c_str());
-  std::printf(" raw echo MB/s | memcpy MB/s |%s\n", clusters.size() == 3 ? " shm/zmq | shm/memcpy | tcp/zmq |" : "");
+  std::printf(" raw echo MB/s | memcpy MB/s |%s\n", clusters.size() >= 3 ? " shm/zmq | shm/memcpy | tcp/zmq |" : "");
   std::printf("|---|");
-  for (size_t i = 0; i < clusters.size() + 2 + (clusters.size() == 3 ? 3 : 0); ++i) std::printf("---|");
+  for (size_t i = 0; i < clusters.size() + 2 + (clusters.size() >= 3 ? 3 : 0); ++i) std::printf("---|");
   std::printf("\n");
   for (uint64_t s : kSizes) {
     // Interleaved repetitions, median of each: a shared machine gives no side a quiet spell of its own.
@@ -293,7 +295,7 @@ int compare_transports(uint64_t mib, int reps) {
     for (double v : m) std::printf(" %.1f |", v / 1e6);
     const double mc = median(copy);
     std::printf(" %.1f | %.1f |", median(echo) / 1e6, mc / 1e6);
-    if (m.size() == 3) std::printf(" %.2f | %.2f | %.2f |", m[1] / m[0], m[1] / mc, m[2] / m[0]);
+    if (m.size() >= 3) std::printf(" %.2f | %.2f | %.2f |", m[1] / m[0], m[1] / mc, m[2] / m[0]);
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -355,7 +357,7 @@ int main(int argc, char** argv) {
                     raw_oneway(opt["--root"], port, s, mib) / 1e6);
       return 0;
     }
-    if (mode == "transports") return compare_transports(mib, reps);
+    if (mode == "transports") return compare_transports(mib, reps, opt.count("--ucx-tls") ? opt["--ucx-tls"] : "");
     if (mode == "local") {
       const int ps_port = 20000 + static_cast<int>(getpid() % 20000), raw_port = ps_port + 1;
       std::thread server([&] { run_server(env_for(Role::server, "127.0.0.1", ps_port), PsConfig::from_env()); });

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <span>
@@ -33,10 +34,15 @@ struct TransportCase {
   Env env;
 };
 
+// ucx_env: UCX with the transports in COMMSCHED_TEST_UCX_TLS (scripts/rdma_checks.sh sets rc or ud there when an
+// RDMA device exists); skipped, saying so, when unset.
+const char* const kEnvTls = std::getenv("COMMSCHED_TEST_UCX_TLS");
+
 const TransportCase kTransports[] = {
     {"zmq", {{"COMMSCHED_PS_TRANSPORT", "zmq"}}},
     {"ucx_shm", {{"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", "sm,self"}}},
     {"ucx_tcp", {{"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", "tcp"}}},
+    {"ucx_env", {{"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", kEnvTls ? kEnvTls : ""}}},
 };
 
 void PrintTo(const TransportCase& t, std::ostream* os) { *os << t.name; }
@@ -48,8 +54,10 @@ Env with(const TransportCase& t, Env extra = {}) {
   return extra;
 }
 
-#define SKIP_IF_UNAVAILABLE(t) \
-  if (is_ucx(t) && !commsched::ps::ucx_built_in()) GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)"
+#define SKIP_IF_UNAVAILABLE(t)                                                                                \
+  if (is_ucx(t) && !commsched::ps::ucx_built_in()) GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)"; \
+  if ((t).name == "ucx_env" && !kEnvTls)                                                                        \
+  GTEST_SKIP() << "COMMSCHED_TEST_UCX_TLS is not set (scripts/rdma_checks.sh sets it when an RDMA device exists)"
 
 class PsCluster : public ::testing::TestWithParam<TransportCase> {
  protected:
@@ -135,6 +143,8 @@ TEST_P(PsCluster, ExactSumsEveryDtype) {
     EXPECT_EQ(log.find("tcp/"), std::string::npos) << log;
   } else if (GetParam().name == "ucx_tcp") {
     EXPECT_NE(log.find("over UCX transports: tcp/"), std::string::npos) << log;
+  } else if (GetParam().name == "ucx_env") {
+    EXPECT_NE(log.find("over UCX transports: "), std::string::npos) << log;
   } else {
     EXPECT_EQ(log.find("UCX"), std::string::npos) << log;
   }
