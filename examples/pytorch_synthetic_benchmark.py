@@ -29,7 +29,8 @@ def main():
     ap.add_argument("--num-batches-per-iter", type=int, default=3)
     ap.add_argument("--num-iters", type=int, default=5)
     ap.add_argument("--policy", help="wfbp, bytescheduler, bsp, fusion, mgwfbp (default: COMMSCHED_POLICY)")
-    ap.add_argument("--cross-iteration", action="store_true", help="apply updates in the next forward (overlap)")
+    ap.add_argument("--cross-iteration", action=argparse.BooleanOptionalAction, default=None,
+                    help="apply updates in the next forward (overlap); the library default (on) unless given")
     ap.add_argument("--fp16-allreduce", action="store_true", help="fp16 compression on the wire")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     ap.add_argument("--result", help="rank 0 writes the measurements and the configuration here as JSON")

@@ -55,7 +55,8 @@ def mean_ci95(values):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", help="wfbp, bytescheduler, bsp, fusion, mgwfbp (default: COMMSCHED_POLICY)")
-    ap.add_argument("--cross-iteration", action="store_true", help="apply updates in the next forward (overlap)")
+    ap.add_argument("--cross-iteration", action=argparse.BooleanOptionalAction, default=None,
+                    help="apply updates in the next forward (overlap); the library default (on) unless given")
     ap.add_argument("--tune", action="store_true",
                     help="auto-tune partition size and credit first (COMMSCHED_TUNER_* apply); then run --steps more")
     ap.add_argument("--steps", type=int, default=40)

@@ -22,7 +22,7 @@ run() {  # run <label> <train args...>
   "$BUILD_DIR/plugins/commsched" launch -w "$WORKERS" -s "$SERVERS" --emulate-rate "$RATE" -- \
     /usr/bin/python3 examples/pytorch_train.py --steps "$STEPS" --check --result "out/torch_$label.json" "$@"
 }
-run wfbp --policy wfbp "$@"
+run wfbp --policy wfbp --no-cross-iteration "$@"
 run bytescheduler --policy bytescheduler --cross-iteration "$@"
 export COMMSCHED_TUNER_TRIALS=${COMMSCHED_TUNER_TRIALS:-8} COMMSCHED_TUNER_MIN_TRIALS=${COMMSCHED_TUNER_MIN_TRIALS:-6}
 export COMMSCHED_TUNER_WARMUP=${COMMSCHED_TUNER_WARMUP:-1} COMMSCHED_TUNER_WINDOW=${COMMSCHED_TUNER_WINDOW:-2}

@@ -77,7 +77,7 @@ RUNS="$OUT_DIR/runs.txt"
 # run_once CONFIG REP: one fresh cluster; appends "CONFIG REP total_img_s" (or "CONFIG REP FAILED") to $RUNS.
 run_once() {
   local config=$1 rep=$2 policy=${1%+xi} xi=() servers=() workers=() rc=0 src=0
-  [[ $config == *+xi ]] && xi=(--cross-iteration)
+  xi=(--no-cross-iteration); [[ $config == *+xi ]] && xi=(--cross-iteration)
   PORT=$((PORT + 1))
   local result="$OUT_DIR/$config.$rep.json" log="$OUT_DIR/$config.$rep.log"
   local envs=(COMMSCHED_NUM_WORKERS="$WORKERS" COMMSCHED_NUM_SERVERS="$SERVERS" COMMSCHED_ROOT_ADDR="$ROOT"

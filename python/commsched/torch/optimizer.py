@@ -6,15 +6,27 @@ the order learned from forward pre-hooks during the first iteration (when `model
 first backward's order (when it is not). At the end of every backward the engine is told (engine.backward_done()),
 so BSP and knob changes work; every optimizer step ends with Context.iteration_end() (the auto-tuner's clock).
 
-Cross-iteration mode (cross_iteration=True or COMMSCHED_CROSS_ITERATION=1; needs model=): step() returns at once. A
-forward pre-hook on each module waits only for that module's parameters and runs the wrapped optimizer's own step()
-on just those parameters (their param groups narrowed to them), so the next forward starts while later layers still
-communicate. This is exact for optimizers whose update is per parameter (SGD, momentum, Adam, AdamW, RMSprop,
-Adagrad, ...). LBFGS, a closure, or an explicit synchronize() before step() (global-norm clipping) fall back to
-waiting in step(). After the last step, call optimizer.flush() (state_dict() does) before reading the parameters.
+Cross-iteration mode (the default; cross_iteration=False or COMMSCHED_CROSS_ITERATION=0 turns it off): step()
+returns at once. Before a module's forward, its parameters' gradients are awaited and the wrapped optimizer's own
+step() runs on just those parameters (their param groups narrowed to them, with the hyperparameters they had when
+step() was called, so a learning-rate scheduler stepping in between changes nothing), so the next forward starts while
+later layers still communicate. This is exact for optimizers whose update is per parameter (SGD, momentum, Adam,
+AdamW, RMSprop, Adagrad, ...).
+
+Which modules own which parameters: with model= given, forward pre-hooks on its modules; without it (a Horovod script
+that passes only named_parameters), process-wide module hooks (torch.nn.modules.module.register_module_forward_pre_hook)
+learn it from the forwards themselves. Overlap starts once one full forward has been seen, and only if every
+parameter is a direct parameter of a module that ran in it (else a parameter could be read outside any module's
+forward, stale: the optimizer then waits in step(), with a warning that names the parameter; pass model= to cover
+it). The outermost module call that holds any of our parameters plays the model's role: at its end every update
+still pending (of modules that did not run) is applied, and its state_dict() applies them first. LBFGS, a closure, or
+an explicit synchronize() before step() (global-norm clipping) fall back to waiting in step(). After the last step,
+call optimizer.flush() (state_dict() does) before reading the parameters other than through a forward or
+model.state_dict().
 """
 import contextlib
 import warnings
+import weakref
 
 import torch
 
@@ -22,6 +34,16 @@ from commsched.torch import ops, runtime
 from commsched.torch.compression import Compression
 
 CROSS_ITERATION_VAR = "COMMSCHED_CROSS_ITERATION"
+
+
+def _direct_parameters(module):
+    """The parameters a module's forward reads as its own: its direct parameters and those of parameter containers
+    among its children (ParameterList, ParameterDict), which are never called and so run no hooks of their own."""
+    params = list(module.parameters(recurse=False))
+    for child in module.children():
+        if isinstance(child, (torch.nn.ParameterList, torch.nn.ParameterDict)):
+            params.extend(child.parameters())
+    return params
 
 
 class _GradTask:
@@ -66,17 +88,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         runtime.context().set_model([p.numel() * p.element_size() for p in self._params])
         self._model = model
         if cross_iteration is None:
-            cross_iteration = runtime.env_flag(CROSS_ITERATION_VAR)
-        if cross_iteration and model is None:
-            warnings.warn("commsched: cross-iteration mode needs DistributedOptimizer(..., model=model); "
-                          "falling back to waiting in step()")
-            cross_iteration = False
+            cross_iteration = runtime.env_flag(CROSS_ITERATION_VAR, default=True)
         if cross_iteration and isinstance(self, torch.optim.LBFGS):
             warnings.warn("commsched: LBFGS needs every gradient at once; cross-iteration mode is off for it")
             cross_iteration = False
         self._cross_iteration = bool(cross_iteration)
+        self._hyperparameters = None    # cross-iteration: each group's settings when step() deferred the updates
+        self._orphans = []              # our parameters no module owns (applied when the outermost forward begins)
+        self._coverage = None           # without model=: what the forwards showed (_ForwardCoverage)
         if model is not None:
             self._register_module_hooks(model)
+            self._register_state_dict_flush(model)
+        elif self._cross_iteration:
+            self._coverage = _ForwardCoverage(self)
+            self._keep.extend(self._coverage.handles)
 
     # ---- set-up ----
     def _parameter_names(self, named_parameters):
@@ -112,12 +137,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         owned = set()
         model.register_forward_pre_hook(self._root_pre_forward)
         for module in model.modules():
-            params = [p for p in module.parameters(recurse=False) if p in mine]
+            params = [p for p in _direct_parameters(module) if p in mine]
             if params:
                 owned.update(params)
                 self._keep.append(module.register_forward_pre_hook(self._make_module_pre_hook(params)))
         model.register_forward_hook(self._root_post_forward)
         self._orphans = [p for p in self._params if p not in owned]
+
+    def _register_state_dict_flush(self, module):
+        # model.state_dict() shares the parameters' storage, so updates applied in place after it is built still
+        # show in it: a checkpoint taken between step() and the next forward holds the updated parameters.
+        self._keep.append(module._register_state_dict_hook(lambda *unused: self.flush()))
 
     # ---- hooks ----
     def _root_pre_forward(self, module, inputs):
@@ -128,11 +158,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._pending_update:  # modules that did not run this time
             self._apply_pending(list(self._pending_update))
 
+    def _note_forward(self, params):
+        seen = set(self._forward_order)
+        self._forward_order.extend(p for p in params if p not in seen)
+
     def _make_module_pre_hook(self, params):
         def hook(module, inputs):
             if not self._order_final:
-                seen = set(self._forward_order)
-                self._forward_order.extend(p for p in params if p not in seen)
+                self._note_forward(params)
             if self._pending_update:
                 self._apply_pending([p for p in params if p in self._pending_update])
         return hook
@@ -164,7 +197,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._forward_order:
             self._set_priorities(self._forward_order)
             self._order_final = True
-        elif self._model is None:
+        else:  # no module hooks saw this forward (plain functional code): learn from the backward
             self._backward_order.append(p)
 
     def _set_priorities(self, ordered):
@@ -253,10 +286,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def step(self, closure=None):
         ctx = runtime.context()
-        if self._cross_iteration and closure is None and not self._synchronized and self._should_synchronize:
+        if self._overlap_ready() and closure is None and not self._synchronized and self._should_synchronize:
             self._end_of_step_submissions()
             self._pending_update.update(self._inflight)
             self._inflight = {}
+            self._hyperparameters = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
             self._next_step(ctx)
             return None
         if closure is not None:
@@ -316,10 +350,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         p.grad.zero_()
         return None
 
+    def _overlap_ready(self):
+        """Cross-iteration mode is on and (without model=) a forward has shown it exact."""
+        if not self._cross_iteration:
+            return False
+        if self._coverage is None or self._coverage.decided:
+            return self._cross_iteration
+        ok, uncovered = self._coverage.decide()
+        if not ok:
+            self._cross_iteration = False
+            if uncovered is not None:
+                warnings.warn(f"commsched: parameter '{self._names[uncovered]}' is not a parameter of any module that "
+                              "ran in the forward, so it may be read outside a module's forward before its update "
+                              "lands; waiting in step() (pass DistributedOptimizer(..., model=model) to overlap)")
+        return self._cross_iteration
+
     @property
     def cross_iteration(self):
         """Whether step() returns at once and updates are applied by forward pre-hooks."""
-        return self._cross_iteration
+        return self._cross_iteration and (self._coverage is None or self._coverage.decided)
 
     @property
     def pending_updates(self):
@@ -355,11 +404,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Runs the wrapped optimizer's own step() on `params` only: each group narrowed to its members in `params`
         (same hyperparameters, same per-parameter state), so its math is untouched."""
         groups = self.param_groups
+        settings = self._hyperparameters or [{} for _ in groups]
         narrowed = []
-        for g in groups:
+        for g, at_step in zip(groups, settings):
             members = [p for p in g["params"] if p in params]
             if members:
                 ng = dict(g)
+                ng.update(at_step)  # as they were when step() deferred these updates (a scheduler may have moved lr)
                 ng["params"] = members
                 narrowed.append(ng)
         self.param_groups = narrowed
@@ -368,6 +419,89 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 super(self.__class__, self).step()
         finally:
             self.param_groups = groups
+
+
+class _ForwardCoverage:
+    """Without model=: learns from the forwards themselves which module owns which of the optimizer's parameters,
+    through process-wide module hooks, and plays the model's root hooks at the outermost module call that holds any
+    of them. Decides at the first step() whether overlap is exact: one whole forward seen since the optimizer was
+    made, and every parameter that got a gradient a direct parameter of a module that ran in it (a parameter read by
+    another module's forward, e.g. F.linear(x, self.fc.weight) without calling self.fc, would be read stale).
+    Holds the optimizer weakly: the hooks remove themselves once it is gone."""
+
+    def __init__(self, opt):
+        from torch.nn.modules import module as torch_module
+        self._opt_ref = weakref.ref(opt)
+        self._mine = set(opt._params)
+        self._owned = weakref.WeakKeyDictionary()    # module -> its direct parameters that are ours
+        self._is_root = weakref.WeakKeyDictionary()  # outermost module -> whether it holds any of ours
+        self._covered = set()
+        self._depth = 0
+        self._whole_forward_seen = False
+        self.decided = False
+        self.handles = [torch_module.register_module_forward_pre_hook(self._pre),
+                        torch_module.register_module_forward_hook(self._post)]
+
+    def decide(self):
+        """(exact, first parameter not covered or None); from then on the hooks only apply updates."""
+        opt = self._opt_ref()
+        self.decided = True
+        self._mine.clear()  # no longer needed: _owned already maps the modules seen; new ones hold nothing pending
+        if not self._whole_forward_seen:
+            return False, None
+        uncovered = [p for p in opt._params if p.grad is not None and p not in self._covered]
+        return not uncovered, (uncovered[0] if uncovered else None)
+
+    def _alive(self):
+        opt = self._opt_ref()
+        if opt is None:
+            for h in self.handles:
+                h.remove()
+        return opt
+
+    def _params_of(self, module):
+        params = self._owned.get(module)
+        if params is None:
+            params = [p for p in _direct_parameters(module) if p in self._mine]
+            self._owned[module] = params
+        return params
+
+    def _holds_ours(self, opt, module):
+        held = self._is_root.get(module)
+        if held is None:
+            held = any(p in self._mine for p in module.parameters())
+            self._is_root[module] = held
+            if held:
+                opt._register_state_dict_flush(module)
+        return held
+
+    def _pre(self, module, inputs):
+        opt = self._alive()
+        if opt is None:
+            return
+        outermost = self._depth == 0
+        self._depth += 1
+        params = self._params_of(module)
+        if not self.decided:
+            self._covered.update(params)
+            if outermost:
+                self._holds_ours(opt, module)
+            if not opt._order_final:
+                opt._note_forward(params)
+        elif opt._pending_update:
+            if outermost and self._holds_ours(opt, module):
+                opt._root_pre_forward(module, inputs)
+            opt._apply_pending([p for p in params if p in opt._pending_update])
+
+    def _post(self, module, inputs, output):
+        opt = self._alive()
+        if opt is None:
+            return
+        self._depth -= 1
+        if self._depth == 0 and self._is_root.get(module):
+            self._whole_forward_seen = self._whole_forward_seen or not self.decided
+            if opt._pending_update:
+                opt._root_post_forward(module, inputs, output)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
