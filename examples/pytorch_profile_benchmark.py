@@ -52,20 +52,29 @@ def main():
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          cross_iteration=a.cross_iteration)
     x = torch.full((4,), 1.0 + hvd.rank())
-    times = []
-    for step in range(a.warmup + a.steps):
-        start = time.perf_counter()
+    ctx = hvd.context()
+
+    def step():
         optimizer.zero_grad()
         model(x).sum().backward()
         optimizer.step()
-        if step >= a.warmup:
+
+    tuning_steps = 0
+    while a.tune and not ctx.tuner_state()["finished"]:  # time only what follows tuning
+        step()
+        tuning_steps += 1
+    times = []
+    for i in range(a.warmup + a.steps):
+        start = time.perf_counter()
+        step()
+        if i >= a.warmup:
             times.append(time.perf_counter() - start)
     optimizer.flush()
-    ctx = hvd.context()
     ms = [t * 1e3 for t in times]
     result = {"profile": model.profile_name, "policy": ctx.policy, "cross_iteration": bool(optimizer.cross_iteration),
               "workers": hvd.size(), "gradient_mib": model.gradient_bytes / 2**20, "compute_ms": model.compute_s * 1e3,
-              "step_ms": sum(ms) / len(ms), "step_ms_ci95": ci95(ms), "steps": a.steps, "tuned": bool(a.tune)}
+              "step_ms": sum(ms) / len(ms), "step_ms_ci95": ci95(ms), "steps": a.steps, "tuned": bool(a.tune),
+              "tuning_steps": tuning_steps, "knobs": list(ctx.knobs())}
     if hvd.rank() == 0:
         print(f"{result['profile']}: {result['policy']}{' + cross-iteration' if result['cross_iteration'] else ''}, "
               f"{hvd.size()} workers: {result['step_ms']:.1f} +- {result['step_ms_ci95']:.1f} ms/step "

@@ -191,8 +191,13 @@ void EngineConfig::set(std::string_view option, std::string_view value) {
     return u;
   }();
   if (o == "policy") policy = parse_policy(var, value);
-  else if (o == "partition_bytes") knobs.partition_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
-  else if (o == "credit_bytes") knobs.credit_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
+  else if (o == "partition_bytes") {
+    knobs.partition_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
+    partition_set = true;
+  } else if (o == "credit_bytes") {
+    knobs.credit_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
+    credit_set = true;
+  }
   else if (o == "fusion_bytes") fusion_bytes = parse_bytes(var, value);
   else if (o == "fusion_cycle") fusion_cycle_s = parse_seconds(var, value);
   else if (o == "small_tensor_bytes") small_tensor_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);

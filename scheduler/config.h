@@ -47,6 +47,10 @@ struct EngineConfig {
   uint64_t timeline_max_events = 1'000'000;         // COMMSCHED_TIMELINE_MAX_EVENTS
   double mg_alpha_s = 50e-6;                        // COMMSCHED_MG_ALPHA: per-message latency for MG-WFBP
   double mg_beta_s_per_byte = 8.0 / 10e9;           // COMMSCHED_MG_BANDWIDTH (rate) -> seconds per byte
+  // Whether partition_bytes / credit_bytes were given (option or environment); the composition root replaces the
+  // others by the automatic knobs for the cluster's shape (scheduler/auto_knobs.h).
+  bool partition_set = false;
+  bool credit_set = false;
 
   // Applies one option by name ("policy", "partition_bytes", ...); throws InvalidArgument naming it.
   void set(std::string_view option, std::string_view value);

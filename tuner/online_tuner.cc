@@ -51,8 +51,51 @@ void OnlineTuner::on_iteration_end(uint64_t iteration, double seconds) {
   switch (state_) {
     case State::not_started: start(iteration); break;
     case State::measuring: measure(iteration, seconds); break;
-    case State::finished: break;
+    case State::finished: watch(seconds); break;
   }
+}
+
+// After tuning: the same windows as a trial, with one agreement at the end of each period (see the header).
+void OnlineTuner::watch(double seconds) {
+  if (!(options_.drift_threshold > 0)) return;
+  ++trial_iterations_;
+  if (trial_iterations_ <= options_.warmup_iterations) return;
+  window_seconds_ += seconds;
+  if (++window_count_ < options_.window_iterations) return;
+  window_throughputs_.push_back(static_cast<double>(window_count_) / window_seconds_);
+  window_seconds_ = 0.0;
+  window_count_ = 0;
+  if (static_cast<int>(window_throughputs_.size()) == options_.windows_per_trial) end_watch();
+}
+
+void OnlineTuner::end_watch() {
+  const double score = median(window_throughputs_);
+  window_throughputs_.clear();
+  trial_iterations_ = 0;
+  const Knobs kept = control_.knobs();
+  if (reference_score_ <= 0) reference_score_ = score;
+  const double moved = std::abs(score / reference_score_ - 1.0);
+  const bool retune = moved > options_.drift_threshold;
+  if (agree_(Decision{kept, !retune}).final) return;
+  if (leader_) {
+    std::ostringstream s;
+    s << "throughput moved " << 100 * moved << "% (from " << reference_score_ << " to " << score
+      << " it/s, threshold " << 100 * options_.drift_threshold << "%): tuning again from " << describe(kept);
+    log_(s.str());
+  }
+  restart_tuning();
+}
+
+void OnlineTuner::restart_tuning() {
+  optimizer_ = BayesOpt(optimizer_options(options_));
+  trials_.clear();
+  best_knobs_.reset();
+  best_score_ = 0.0;
+  reference_score_ = 0.0;
+  reused_ = false;
+  first_iteration_ = last_iteration_ + 1;
+  state_ = State::measuring;
+  begin_trial(control_.knobs());
 }
 
 void OnlineTuner::start(uint64_t iteration) {
@@ -123,7 +166,7 @@ void OnlineTuner::end_trial() {
   if (leader_) {
     std::ostringstream s;
     s << "trial " << r.trial << " of " << options_.max_trials << ": " << describe(r.knobs) << " -> " << r.score
-      << " it/s; best so far " << best_score_ << " it/s (" << describe(*best_knobs_) << ")";
+      << " it/s; best single measurement so far " << best_score_ << " it/s (" << describe(*best_knobs_) << ")";
     log_(s.str());
   }
   const Decision agreed = agree_(next_decision());
@@ -148,15 +191,30 @@ Decision OnlineTuner::next_decision() {
     }
     reason = "expected improvement below " + std::to_string(options_.stop_relative_ei) + " of the best";
   }
-  // Keep the trial with the best posterior mean: a single lucky measurement should not win.
+  // Keep the trial with the best posterior mean: a single lucky measurement should not win. Say so when that is not
+  // the trial measured fastest, so the log does not read as keeping something other than the best.
   const size_t best = optimizer_.best_index_by_model().value_or(0);
-  if (leader_) log_("stopping after " + std::to_string(done) + " trials (" + reason + ")");
+  if (leader_) {
+    std::string why = "stopping after " + std::to_string(done) + " trials (" + reason + ")";
+    const Knobs& kept = trials_[best].knobs;
+    if (best_knobs_ && (kept.partition_bytes != best_knobs_->partition_bytes ||
+                        kept.credit_bytes != best_knobs_->credit_bytes))
+      why += "; keeping the best by the model of all trials (" + describe(kept) + ", measured " +
+             std::to_string(trials_[best].score) + " it/s) rather than the single fastest measurement (" +
+             describe(*best_knobs_) + ", " + std::to_string(best_score_) + " it/s), which the model reads as noise";
+    log_(why);
+  }
   return {trials_[best].knobs, true};
 }
 
 void OnlineTuner::finish(const Knobs& knobs) {
   state_ = State::finished;
   best_knobs_ = knobs;
+  reference_score_ = 0.0;  // the first watch period after the switch measures the kept configuration
+  trial_iterations_ = 0;
+  window_seconds_ = 0.0;
+  window_count_ = 0;
+  window_throughputs_.clear();
   if (reused_) return;
   iterations_to_finish_ = last_iteration_ - first_iteration_ + 1;
   for (const auto& t : trials_) {

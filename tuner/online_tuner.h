@@ -16,6 +16,12 @@
 // score (after min_trials); the tuner then switches to the best configuration (by posterior mean, robust to noise)
 // and keeps it. The best is saved to a JSON store keyed by model signature and cluster shape; a later run with the
 // same key reuses it without tuning.
+//
+// Watching (drift_threshold > 0). After the final decision the tuner goes on measuring, one trial's length at a time
+// (warm-up, then windows). The first such period is the kept configuration's reference. At the end of every period
+// every rank calls agree() once more (the iteration counts match on every rank, so the calls do); rank 0 proposes
+// final = false when its median throughput moved by more than drift_threshold from the reference, and then every
+// rank starts tuning again from the current knobs with a fresh optimizer (finished() is false until it ends).
 #pragma once
 
 #include <cstdint>
@@ -63,6 +69,9 @@ class OnlineTuner {
 
  private:
   enum class State { not_started, measuring, finished };
+  void watch(double seconds);
+  void end_watch();
+  void restart_tuning();
 
   void start(uint64_t iteration);
   void measure(uint64_t iteration, double seconds);
@@ -83,6 +92,7 @@ class OnlineTuner {
   TrialLog csv_;
 
   State state_ = State::not_started;
+  double reference_score_ = 0;  // watching: what the kept configuration measured in its first period (0: not yet)
   uint64_t first_iteration_ = 0;
   Knobs trial_knobs_;
   uint64_t trial_first_iteration_ = 0;

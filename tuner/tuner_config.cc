@@ -10,8 +10,8 @@
 namespace commsched::tuner {
 namespace {
 
-constexpr std::array<std::string_view, 15> kOptions = {
-    "trials", "min_trials", "ei_stop", "warmup", "window", "windows", "initial", "seed", "csv", "store", "reuse",
+constexpr std::array<std::string_view, 16> kOptions = {
+    "trials", "min_trials", "ei_stop", "warmup", "window", "windows", "initial", "seed", "csv", "store", "reuse", "drift",
     "min_partition", "max_partition", "max_credit_multiple", "unlimited_credit"};
 
 std::string var_name(std::string_view option) {
@@ -49,6 +49,8 @@ void TunerOptions::set(std::string_view option, std::string_view value) {
     store_path = std::string(value);
   } else if (option == "reuse") {
     reuse_best = parse_bool(var_name(option), value);
+  } else if (option == "drift") {
+    drift_threshold = parse_double(var_name(option), value, 0.0, 10.0);
   } else if (!space.set(option, value)) {
     std::string allowed;
     for (auto o : kOptions) allowed += (allowed.empty() ? "" : ", ") + std::string(o);

@@ -64,6 +64,16 @@ class BatchSink {
   virtual void batch_done(int worker, size_t id, Nanos now) = 0;
 };
 
+// How busy each kind of link was over a run: the mean busy fraction over the links of that kind, and the least and
+// most busy one (a server whose downlink sits idle while another's is saturated shows as min << max).
+struct LinkBusy {
+  double mean = 0, min = 0, max = 0;
+};
+struct LinkUse {
+  bool have = false;  // false: the fabric does not model links one by one
+  LinkBusy worker_up, server_in, server_out, worker_down;
+};
+
 class Fabric {
  public:
   virtual ~Fabric() = default;
@@ -74,6 +84,8 @@ class Fabric {
   // Worker `worker` dispatches its batch `id` at `now`; returns when its first byte starts moving (for the timeline).
   // The fabric calls sink.batch_sent and then sink.batch_done for it, each exactly once, from events on the loop.
   virtual Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) = 0;
+  // Busy fractions of the links over [0, until] (the simulated run); empty where not modelled.
+  virtual LinkUse link_use(Nanos /*until*/) const { return {}; }
 };
 
 }  // namespace commsched::sim

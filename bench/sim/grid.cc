@@ -6,6 +6,7 @@
 #include <map>
 
 #include "bench/sim/sim_policy.h"
+#include "scheduler/auto_knobs.h"
 #include "tuner/bayes_opt.h"
 
 namespace commsched::sim {
@@ -115,7 +116,7 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
     const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cand.config, false);
     if (r.iteration_s < best.iteration_s)
       best = {model.name, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r.iteration_s, 0, r.compute_s,
-              r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(spec.sim.iterations)};
+              r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(spec.sim.iterations), r.links};
     return r.iteration_s;
   };
   if (policy == PolicyKind::bytescheduler && spec.tune_trials > 0) {
@@ -135,13 +136,27 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
   return best;
 }
 
+CellResult run_auto_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers) {
+  auto net = make_network(spec, bandwidth_bps, workers);
+  EngineConfig c = spec.base;
+  c.policy = PolicyKind::bytescheduler;
+  if (spec.network == NetworkKind::ps) apply_auto_knobs(c, {workers, ps_params(spec, bandwidth_bps, workers).servers});
+  const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, c, false);
+  return {model.name, bandwidth_bps, workers, std::string(kAutoKnobsRow), describe_knobs(c, false) + " (automatic)", c,
+          r.iteration_s, 0, r.compute_s, r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s,
+          r.batches / uint64_t(spec.sim.iterations), r.links};
+}
+
 std::vector<CellResult> run_grid(const GridSpec& spec) {
   std::vector<CellResult> out;
   for (const ModelProfile& model : spec.models)
     for (double bw : spec.bandwidths_bps)
       for (int w : spec.workers) {
         const size_t first = out.size();
-        for (PolicyKind p : spec.policies) out.push_back(run_cell(spec, model, bw, w, p));
+        for (PolicyKind p : spec.policies) {
+          if (p == PolicyKind::bytescheduler) out.push_back(run_auto_cell(spec, model, bw, w));
+          out.push_back(run_cell(spec, model, bw, w, p));
+        }
         set_speedups_vs_wfbp(std::span(out).subspan(first));
       }
   return out;

@@ -47,6 +47,10 @@ struct GridSpec {
   SimOptions sim;
 };
 
+// The policy label of the row that runs bytescheduler with the knobs the product picks by itself
+// (scheduler/auto_knobs.h), beside the best of the grid or of the tuner ("bytescheduler").
+inline constexpr std::string_view kAutoKnobsRow = "bytescheduler-auto";
+
 struct CellResult {
   std::string model;
   double bandwidth_bps = 0;
@@ -61,12 +65,16 @@ struct CellResult {
   double lower_bound_s = 0;       // max(compute, comm)
   double dependency_bound_s = 0;  // see dependency_bound_s() in simulator.h
   uint64_t batches_per_iteration = 0;
+  LinkUse links;                  // how busy the links were (every PS worker simulated only)
 };
 
 // The knob grid searched by default. All-reduce at scale pays 2(W-1) latencies per collective, so its grid reaches
 // bigger partitions and fusion bounds (as ByteScheduler itself tunes larger partitions for all-reduce); so does the
 // tuner's partition range.
 void use_default_knob_grid(GridSpec& spec);
+
+// The bytescheduler row at the automatic knobs for this cell's shape.
+CellResult run_auto_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers);
 
 std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers);
 PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers);

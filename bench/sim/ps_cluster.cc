@@ -21,6 +21,7 @@ Nanos Sender::start_of(Nanos ready) const {
 
 Nanos Sender::send(Nanos ready, uint64_t bytes) {
   const Nanos start = start_of(ready);
+  busy_ += duration(bytes);
   if (paced_) {
     tokens_ = std::min(burst_, tokens_ + double(start - free_at_) * 1e-9 * Bps_);
     tokens_ = std::max(tokens_, 0.0) - double(bytes);  // the rounding up above may leave a hair of debt
@@ -88,7 +89,7 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
   return first < 0 ? now : first;
 }
 
-Nanos PsClusterFabric::transmit(Sender& from, Link& into, double into_bps, uint64_t bytes, Nanos now,
+Nanos PsClusterFabric::transmit(Sender& from, Downlink& into, double into_bps, uint64_t bytes, Nanos now,
                                 std::function<void()> arrived) {
   const Nanos start = from.send(now, bytes);
   if (from.paced()) {  // leaves whole; nothing limits the receiver
@@ -103,6 +104,34 @@ Nanos PsClusterFabric::transmit(Sender& from, Link& into, double into_bps, uint6
     loop_->at(end + latency_, std::move(arrived));
   });
   return start;
+}
+
+namespace {
+
+template <class Links, class Busy>
+LinkBusy busy_fractions(const Links& links, Busy busy, Nanos until) {
+  LinkBusy b{0, 1, 0};
+  if (links.empty() || until <= 0) return {};
+  for (const auto& l : links) {
+    const double f = std::min(1.0, double(busy(l)) / double(until));
+    b.mean += f / double(links.size());
+    b.min = std::min(b.min, f);
+    b.max = std::max(b.max, f);
+  }
+  return b;
+}
+
+}  // namespace
+
+LinkUse PsClusterFabric::link_use(Nanos until) const {
+  LinkUse u;
+  u.have = true;
+  u.worker_up = busy_fractions(workers_, [](const WorkerState& w) { return w.up.busy(); }, until);
+  u.server_out = busy_fractions(servers_, [](const ServerState& s) { return s.out.busy(); }, until);
+  if (!p_.server_ingress_limited) return u;  // emulated links: nothing limits receiving
+  u.worker_down = busy_fractions(workers_, [](const WorkerState& w) { return w.down.busy(); }, until);
+  u.server_in = busy_fractions(servers_, [](const ServerState& s) { return s.in.busy(); }, until);
+  return u;
 }
 
 void PsClusterFabric::on_push(size_t s, SlotKey slot, uint64_t bytes, Waiter from) {

@@ -42,12 +42,15 @@ class Sender {
   // When a message queued at `ready` would start to leave (nothing is queued).
   Nanos start_of(Nanos ready) const;
   Nanos duration(uint64_t bytes) const;
+  // Time spent moving bytes so far (link model: bytes / rate per message; paced: the same, at the bucket's rate).
+  Nanos busy() const { return busy_; }
   // Link model only: the link is busy until `until` (a message that also waited for its receiver).
   void occupy_until(Nanos until) { free_at_ = std::max(free_at_, until); }
   bool paced() const { return paced_; }
   void reset() {
     free_at_ = 0;
     tokens_ = 0;
+    busy_ = 0;
   }
 
  private:
@@ -56,6 +59,21 @@ class Sender {
   bool paced_;
   Nanos free_at_ = 0;  // paced: when the last message left (FIFO); link: when the link frees up
   double tokens_ = 0;  // paced: the bucket's tokens (bytes) at free_at_, negative when in debt
+  Nanos busy_ = 0;
+};
+
+// A receiver's downlink (link model): FIFO among the senders into it, with its busy time counted.
+class Downlink {
+ public:
+  Nanos reserve(Nanos ready, Nanos duration) {
+    busy_ += duration;
+    return link_.reserve(ready, duration);
+  }
+  Nanos busy() const { return busy_; }
+
+ private:
+  Link link_;
+  Nanos busy_ = 0;
 };
 
 class PsClusterFabric final : public Fabric {
@@ -64,6 +82,7 @@ class PsClusterFabric final : public Fabric {
   int simulated_workers() const override { return p_.workers; }
   void start(EventLoop& loop, BatchSink& sink) override;
   Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) override;
+  LinkUse link_use(Nanos until) const override;
 
  private:
   using ChunkKey = std::pair<int32_t, uint64_t>;  // key, offset
@@ -74,12 +93,12 @@ class PsClusterFabric final : public Fabric {
   };
   struct ServerState {
     Sender out;
-    Link in;            // link model only
+    Downlink in;        // link model only
     uint64_t load = 0;  // bytes assigned (the Sharder's measure)
   };
   struct WorkerState {
     Sender up;
-    Link down;                                           // link model only
+    Downlink down;                                       // link model only
     std::unordered_map<ChunkKey, int, ChunkHash> rounds;  // pushes so far per chunk
     std::vector<std::pair<uint32_t, uint32_t>> batches;  // per batch id: receipts and sums still to come
   };
@@ -100,7 +119,7 @@ class PsClusterFabric final : public Fabric {
   void on_push(size_t server, SlotKey slot, uint64_t bytes, Waiter from);
   // Queues `bytes` on `from` now (into `into`, the receiver's downlink, at into_bps); `arrived` runs when the last
   // byte is in. Returns when the message starts to leave.
-  Nanos transmit(Sender& from, Link& into, double into_bps, uint64_t bytes, Nanos now, std::function<void()> arrived);
+  Nanos transmit(Sender& from, Downlink& into, double into_bps, uint64_t bytes, Nanos now, std::function<void()> arrived);
   void on_receipt(Waiter w);
   void on_sum(Waiter w);
 

@@ -261,6 +261,7 @@ SimResult Run::go(const NetworkModel& bounds) {
   result.dependency_bound_s = dependency_bound_s(model_, bounds);
   result.batches = workers_.front().batches();
   result.spans = std::move(spans_);
+  result.links = fabric_.link_use(loop_.now());  // the whole run: warm-up and the final drain included
   return result;
 }
 

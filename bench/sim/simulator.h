@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sim/fabric.h"
 #include "bench/sim/network.h"
 #include "bench/sim/profile.h"
 #include "scheduler/policy.h"
@@ -51,6 +52,7 @@ struct SimResult {
   double dependency_bound_s = 0;      // tighter: also counts gradients needed early but produced late (see below)
   uint64_t batches = 0;               // messages over the whole run
   std::vector<Span> spans;            // when SimOptions::record_timeline
+  LinkUse links;                      // busy fractions per kind of link (every PS worker simulated only)
 };
 
 // A lower bound that also respects the iteration's dependencies: the gradients of layers 0..i are all produced no

@@ -1,11 +1,14 @@
 #include "plugins/api/context.h"
 
+#include <iostream>
+
 #include <stdexcept>
 
 #include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/ps_config.h"
 #include "plugins/api/live_tuner.h"
+#include "scheduler/auto_knobs.h"
 #include "scheduler/policy_factory.h"
 #ifdef COMMSCHED_HAVE_GLOO
 #include "comm_backends/gloo/gloo_backend.h"
@@ -86,6 +89,10 @@ Context::Context(const ContextOptions& options) : env_(ClusterEnv::from_env()), 
   config_.validate();
   backend_kind_ = choose_backend(env_, options);
   reduce_op_ = backend_kind_ == BackendKind::ps ? Op::push_pull : Op::allreduce;
+  if (backend_kind_ == BackendKind::ps) {
+    const std::string why = apply_auto_knobs(config_, {env_.num_workers, env_.num_servers});
+    if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << '\n';
+  }
   std::shared_ptr<CommBackend> backend = make_backend(backend_kind_, env_);
   rank_ = backend->rank();
   size_ = backend->size();
@@ -119,7 +126,7 @@ void Context::iteration_end() {
     const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
     tuner_ = std::make_unique<LiveTuner>(*engine_, key, *tuner_options_);
   }
-  if (!tuner_->finished()) tuner_->on_step(stats_.last_step_s);
+  tuner_->on_step(stats_.last_step_s);  // after tuning too: the tuner watches for drift (COMMSCHED_TUNER_DRIFT)
 }
 
 void Context::shutdown() {

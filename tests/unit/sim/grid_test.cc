@@ -24,7 +24,9 @@ GridSpec small_spec() {
 TEST(Grid, ReportsEveryCellWithSpeedupsOverWfbp) {
   const GridSpec spec = small_spec();
   const auto cells = run_grid(spec);
-  ASSERT_EQ(cells.size(), 2 * spec.policies.size());
+  // Every policy, plus the scheduler at its automatic knobs, in both cells.
+  ASSERT_EQ(cells.size(), 2 * (spec.policies.size() + 1));
+  EXPECT_EQ(std::count_if(cells.begin(), cells.end(), [](const CellResult& c) { return c.policy == kAutoKnobsRow; }), 2);
   for (const CellResult& c : cells) {
     EXPECT_GT(c.iteration_s, 0);
     EXPECT_GE(c.iteration_s, c.lower_bound_s * (1 - 1e-9)) << c.policy;
@@ -34,7 +36,28 @@ TEST(Grid, ReportsEveryCellWithSpeedupsOverWfbp) {
     if (c.policy == "bytescheduler") {
       EXPECT_NE(c.knobs.find("partition"), std::string::npos);
     }
+    if (c.policy == kAutoKnobsRow) {  // 8 workers x 8 servers: 1 MiB partitions, credit 9 of them
+      EXPECT_EQ(c.config.knobs.partition_bytes, 1u << 20);
+      EXPECT_EQ(c.config.knobs.credit_bytes, 9u << 20);
+      EXPECT_NE(c.knobs.find("(automatic)"), std::string::npos) << c.knobs;
+    }
   }
+}
+
+TEST(Grid, TargetCheckJudgesTheSchedulerAtItsAutomaticKnobs) {
+  std::vector<CellResult> cell(3);
+  cell[0].policy = std::string(kAutoKnobsRow);
+  cell[0].iteration_s = 1.2;
+  cell[0].lower_bound_s = cell[0].dependency_bound_s = 1.0;
+  cell[1].policy = "bytescheduler";  // the best of the grid: faster, but not what a user gets by default
+  cell[1].iteration_s = 1.0;
+  cell[2].policy = "wfbp";
+  cell[2].iteration_s = 1.5;
+  const TargetCheck t = check_targets(cell);
+  ASSERT_TRUE(t.have);
+  EXPECT_EQ(t.best_baseline, "wfbp");  // the grid's bytescheduler row is no baseline
+  EXPECT_DOUBLE_EQ(t.vs_best_baseline, 1.5 / 1.2);
+  EXPECT_DOUBLE_EQ(t.vs_lower_bound, 1.2);
 }
 
 TEST(Grid, BytescheduluerIsTheBestOfItsKnobGrid) {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,9 @@ class FakeEngine : public KnobControl {
   void set_knobs(const Knobs& k) override { pending_ = k; }
 
   // Runs one iteration and returns its duration.
+  // Every iteration takes this many times longer from now on (the network slowed down mid-run).
+  void slow_down(double factor) { slowdown_ = factor; }
+
   double run_iteration() {
     bool switched = false;
     if (pending_) {
@@ -42,10 +46,11 @@ class FakeEngine : public KnobControl {
       active_ = *pending_;
       pending_.reset();
     }
-    return ideal_seconds(active_) * (switched ? 1.8 : 1.0) * std::exp(noise_(rng_));
+    return slowdown_ * ideal_seconds(active_) * (switched ? 1.8 : 1.0) * std::exp(noise_(rng_));
   }
 
  private:
+  double slowdown_ = 1.0;
   Knobs active_{4 * MiB, 16 * MiB};
   std::optional<Knobs> pending_;
   std::mt19937_64 rng_;
@@ -117,7 +122,61 @@ TEST(OnlineTuner, WritesOneCsvRowPerTrialAndLogsProgress) {
   ASSERT_FALSE(quiet_log.empty());
   EXPECT_NE(quiet_log.front().find("trial 1 of " + std::to_string(o.max_trials)), std::string::npos)
       << quiet_log.front();
-  EXPECT_NE(quiet_log.front().find("best so far"), std::string::npos);
+  EXPECT_NE(quiet_log.front().find("best single measurement so far"), std::string::npos);
+}
+
+// Runs `iterations` more iterations; returns whether the tuner was re-tuning (not finished) at any of them.
+bool retuned_within(OnlineTuner& tuner, FakeEngine& engine, uint64_t& it, int iterations) {
+  bool retuned = false;
+  for (int i = 0; i < iterations; ++i, ++it) {
+    tuner.on_iteration_end(it, engine.run_iteration());
+    retuned = retuned || !tuner.finished();
+  }
+  return retuned;
+}
+
+TEST(OnlineTuner, TunesAgainWhenThroughputDriftsAndOnlyThen) {
+  FakeEngine engine(6);
+  TunerOptions o = test_options("drift");
+  o.drift_threshold = 0.25;
+  quiet_log.clear();
+  OnlineTuner tuner(engine, TuningKey{6, 2, 1, "fake"}, o, {}, collect());
+  uint64_t it = static_cast<uint64_t>(drive(tuner, engine));
+  ASSERT_TRUE(tuner.finished());
+  // Steady throughput (2% noise): watching for several periods never re-tunes.
+  EXPECT_FALSE(retuned_within(tuner, engine, it, 6 * o.iterations_per_trial()));
+  // The network halves its speed: within two periods the tuner starts again, says why, and finishes again.
+  engine.slow_down(2.0);
+  EXPECT_TRUE(retuned_within(tuner, engine, it, 2 * o.iterations_per_trial() + 1));
+  const bool said = std::any_of(quiet_log.begin(), quiet_log.end(),
+                                [](const std::string& l) { return l.find("tuning again from") != std::string::npos; });
+  EXPECT_TRUE(said);
+  for (int i = 0; i < 1000 && !tuner.finished(); ++i, ++it) tuner.on_iteration_end(it, engine.run_iteration());
+  EXPECT_TRUE(tuner.finished());
+}
+
+TEST(OnlineTuner, DriftDecisionIsRankZerosAndDriftZeroNeverWatches) {
+  for (double threshold : {0.25, 0.0}) {
+    FakeEngine engine(7);
+    TunerOptions o = test_options("drift_follow" + std::to_string(threshold));
+    o.drift_threshold = threshold;
+    int agreements = 0;
+    bool after_finish = false;
+    // This rank is not rank 0: rank 0 (the agree function) always answers "keep", whatever this rank measured.
+    AgreeFn rank0_keeps = [&](const Decision& d) {
+      ++agreements;
+      return after_finish ? Decision{d.knobs, true} : d;
+    };
+    OnlineTuner tuner(engine, TuningKey{7, 2, 1, "fake"}, o, rank0_keeps, collect(), /*is_leader=*/false);
+    uint64_t it = static_cast<uint64_t>(drive(tuner, engine));
+    ASSERT_TRUE(tuner.finished());
+    after_finish = true;
+    const int before = agreements;
+    engine.slow_down(3.0);
+    EXPECT_FALSE(retuned_within(tuner, engine, it, 4 * o.iterations_per_trial()));
+    // One agreement per watch period, or none when watching is off.
+    EXPECT_EQ(agreements - before, threshold > 0 ? 4 : 0) << threshold;
+  }
 }
 
 TEST(OnlineTuner, FirstTrialMeasuresTheStartingConfigurationAndDropsWarmup) {
