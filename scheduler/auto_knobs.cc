@@ -7,7 +7,7 @@ namespace commsched {
 namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
-constexpr uint64_t kLargestPartition = 4 * MiB;   // BytePS's and ByteScheduler's default, right for few workers
+constexpr uint64_t kPartition = 256 * KiB;          // up to 16 workers
 constexpr uint64_t kSmallestPartition = 64 * KiB;  // below this, per-message costs of the real PS start to show
 
 uint64_t credit_for(uint64_t partition, int workers) { return partition * uint64_t(workers + 1); }
@@ -16,9 +16,9 @@ uint64_t credit_for(uint64_t partition, int workers) { return partition * uint64
 
 Knobs auto_knobs(const ClusterShape& shape) {
   if (shape.servers <= 0 || shape.workers <= 1) return Knobs{};
-  // 4 MiB at 2 workers, halved for every doubling of W: 8 MiB / bit_floor(W).
-  const uint64_t scaled = 2 * kLargestPartition / std::bit_floor(uint64_t(shape.workers));
-  const uint64_t partition = std::clamp(scaled, kSmallestPartition, kLargestPartition);
+  // 256 KiB up to 16 workers, then halved for every doubling of W, down to 64 KiB.
+  const uint64_t w = std::bit_floor(uint64_t(shape.workers));
+  const uint64_t partition = std::max(kSmallestPartition, w <= 16 ? kPartition : kPartition * 16 / w);
   return Knobs{partition, credit_for(partition, shape.workers)};
 }
 

@@ -7,10 +7,13 @@
 // therefore stalls with its own uplink idle, and only credit/partition servers are busy at a time (in the simulator,
 // 4 MiB partitions and 16 MiB credit keep the links of 16 workers 58% busy; bench/RESULTS.md). So:
 //   - credit covers one partition from every worker plus the next: (W + 1) partitions;
-//   - the partition shrinks as W grows (4 MiB at 2 workers, halving per doubling, down to 64 KiB), so that the
-//     incast latency W * partition / rate, which every tensor pays at least once, stays about constant (8 MiB at the
-//     link rate) and the bytes of a model still spread evenly over many servers (with a 256 KiB floor, ResNet-50 at
-//     256 workers simulated 2.0x the dependency bound; with 64 KiB, 1.3x).
+//   - partitions are small, 256 KiB up to 16 workers and halving per doubling beyond (64 KiB from 64 workers on),
+//     so that the incast latency W * partition / rate, which every tensor pays at least once, stays small and a
+//     model's bytes spread evenly over many servers. In the simulator's grid (5 profiles x 1-100 Gbit/s, every
+//     worker simulated up to 16 workers) 256 KiB was never worse than 1 MiB or 4 MiB at 2-16 workers and up to 1.16x
+//     better; at 64 workers 64 KiB reached the dependency bound within 10% in 20 of 20 cells, 128 KiB in 18, and
+//     with a 256 KiB floor ResNet-50 at 256 workers was 2.0x the bound (1.3x at 64 KiB). The simulator does not
+//     charge per-message CPU, which the floor guards against (bench/RESULTS.md, issue 12).
 // All-reduce backends (no servers) keep the fixed defaults: their cost is the collective's, not an incast.
 #pragma once
 

@@ -75,7 +75,9 @@ void OnlineTuner::end_watch() {
   const Knobs kept = control_.knobs();
   if (reference_score_ <= 0) reference_score_ = score;
   const double moved = std::abs(score / reference_score_ - 1.0);
-  const bool retune = moved > options_.drift_threshold;
+  // Two periods in a row beyond the threshold: one slow period (a checkpoint, a straggling step) is no drift.
+  drifted_periods_ = moved > options_.drift_threshold ? drifted_periods_ + 1 : 0;
+  const bool retune = drifted_periods_ >= 2;
   if (agree_(Decision{kept, !retune}).final) return;
   if (leader_) {
     std::ostringstream s;
@@ -92,6 +94,7 @@ void OnlineTuner::restart_tuning() {
   best_knobs_.reset();
   best_score_ = 0.0;
   reference_score_ = 0.0;
+  drifted_periods_ = 0;
   reused_ = false;
   first_iteration_ = last_iteration_ + 1;
   state_ = State::measuring;
@@ -211,6 +214,7 @@ void OnlineTuner::finish(const Knobs& knobs) {
   state_ = State::finished;
   best_knobs_ = knobs;
   reference_score_ = 0.0;  // the first watch period after the switch measures the kept configuration
+  drifted_periods_ = 0;
   trial_iterations_ = 0;
   window_seconds_ = 0.0;
   window_count_ = 0;

@@ -20,7 +20,8 @@
 // Watching (drift_threshold > 0). After the final decision the tuner goes on measuring, one trial's length at a time
 // (warm-up, then windows). The first such period is the kept configuration's reference. At the end of every period
 // every rank calls agree() once more (the iteration counts match on every rank, so the calls do); rank 0 proposes
-// final = false when its median throughput moved by more than drift_threshold from the reference, and then every
+// final = false when its median throughput moved by more than drift_threshold from the reference in two periods in
+// a row (one slow period is no drift), and then every
 // rank starts tuning again from the current knobs with a fresh optimizer (finished() is false until it ends).
 #pragma once
 
@@ -93,6 +94,7 @@ class OnlineTuner {
 
   State state_ = State::not_started;
   double reference_score_ = 0;  // watching: what the kept configuration measured in its first period (0: not yet)
+  int drifted_periods_ = 0;     // watching: consecutive periods beyond the drift threshold
   uint64_t first_iteration_ = 0;
   Knobs trial_knobs_;
   uint64_t trial_first_iteration_ = 0;

@@ -23,8 +23,8 @@ struct TunerOptions {
   std::string store_path;         // COMMSCHED_TUNER_STORE: JSON file of best configurations (empty: off)
   bool reuse_best = true;         // COMMSCHED_TUNER_REUSE: skip tuning when the store has this model and cluster
   // COMMSCHED_TUNER_DRIFT: after tuning, throughput is still measured (one trial's windows at a time); when it moves
-  // by more than this fraction from what the kept configuration measured first, tuning starts again (the network or
-  // the load changed mid-run). 0: never re-tune.
+  // by more than this fraction from what the kept configuration measured first, in two periods in a row, tuning
+  // starts again (the network or the load changed mid-run). 0: never re-tune.
   double drift_threshold = 0.25;
   SearchSpaceBounds space;        // COMMSCHED_TUNER_MIN_PARTITION, _MAX_PARTITION, _MAX_CREDIT_MULTIPLE, _UNLIMITED_CREDIT
 

@@ -12,9 +12,8 @@ TEST(AutoKnobs, PartitionShrinksWithWorkersAndCreditCoversOnePartitionFromEach) 
     int workers;
     uint64_t partition;
   };
-  for (const Case& c : {Case{2, 4 * MiB}, Case{3, 4 * MiB}, Case{4, 2 * MiB}, Case{8, 1 * MiB}, Case{16, 512 * KiB},
-                        Case{32, 256 * KiB}, Case{64, 128 * KiB}, Case{128, 64 * KiB},
-                        Case{1024, 64 * KiB}}) {
+  for (const Case& c : {Case{2, 256 * KiB}, Case{3, 256 * KiB}, Case{16, 256 * KiB}, Case{31, 256 * KiB},
+                        Case{32, 128 * KiB}, Case{64, 64 * KiB}, Case{1024, 64 * KiB}}) {
     const Knobs k = auto_knobs({c.workers, c.workers});
     EXPECT_EQ(k.partition_bytes, c.partition) << c.workers << " workers";
     EXPECT_EQ(k.credit_bytes, c.partition * uint64_t(c.workers + 1)) << c.workers << " workers";
@@ -45,8 +44,8 @@ TEST(AutoKnobs, ExplicitKnobsAreKeptAndAnExplicitPartitionGetsItsCredit) {
 
   EngineConfig none;
   apply_auto_knobs(none, {16, 4});
-  EXPECT_EQ(none.knobs.partition_bytes, 512 * KiB);
-  EXPECT_EQ(none.knobs.credit_bytes, 17 * 512 * KiB);
+  EXPECT_EQ(none.knobs.partition_bytes, 256 * KiB);
+  EXPECT_EQ(none.knobs.credit_bytes, 17 * 256 * KiB);
 }
 
 }  // namespace

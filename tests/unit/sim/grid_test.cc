@@ -36,9 +36,9 @@ TEST(Grid, ReportsEveryCellWithSpeedupsOverWfbp) {
     if (c.policy == "bytescheduler") {
       EXPECT_NE(c.knobs.find("partition"), std::string::npos);
     }
-    if (c.policy == kAutoKnobsRow) {  // 8 workers x 8 servers: 1 MiB partitions, credit 9 of them
-      EXPECT_EQ(c.config.knobs.partition_bytes, 1u << 20);
-      EXPECT_EQ(c.config.knobs.credit_bytes, 9u << 20);
+    if (c.policy == kAutoKnobsRow) {  // 8 workers x 8 servers: 256 KiB partitions, credit 9 of them
+      EXPECT_EQ(c.config.knobs.partition_bytes, 256u << 10);
+      EXPECT_EQ(c.config.knobs.credit_bytes, 9u * (256u << 10));
       EXPECT_NE(c.knobs.find("(automatic)"), std::string::npos) << c.knobs;
     }
   }

@@ -145,9 +145,10 @@ TEST(OnlineTuner, TunesAgainWhenThroughputDriftsAndOnlyThen) {
   ASSERT_TRUE(tuner.finished());
   // Steady throughput (2% noise): watching for several periods never re-tunes.
   EXPECT_FALSE(retuned_within(tuner, engine, it, 6 * o.iterations_per_trial()));
-  // The network halves its speed: within two periods the tuner starts again, says why, and finishes again.
+  // The network halves its speed: within three periods (two beyond the threshold in a row, the first perhaps only
+  // partly slowed) the tuner starts again, says why, and finishes again.
   engine.slow_down(2.0);
-  EXPECT_TRUE(retuned_within(tuner, engine, it, 2 * o.iterations_per_trial() + 1));
+  EXPECT_TRUE(retuned_within(tuner, engine, it, 3 * o.iterations_per_trial() + 1));
   const bool said = std::any_of(quiet_log.begin(), quiet_log.end(),
                                 [](const std::string& l) { return l.find("tuning again from") != std::string::npos; });
   EXPECT_TRUE(said);
