@@ -13,7 +13,12 @@
 //   COMMSCHED_TIMEOUT       seconds without word from a peer before it is declared dead (default 8: with heartbeat
 //                           and polling granularity a hung peer is then caught within 10 s, as the issue requires)
 //
-// COMMSCHED_* wins over DMLC_*; a bad value raises InvalidArgument naming the variable, the value and what is allowed.
+// torchrun's contract is accepted too, after the two above: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR and MASTER_PORT (our rendezvous then listens on MASTER_PORT + 1: torchrun's agent store, or rank 0 of
+// torch.distributed's env:// init, holds MASTER_PORT itself). A worker under torchrun therefore needs no COMMSCHED_*
+// variable: WORLD_SIZE workers, no servers, Gloo all-reduce.
+//
+// COMMSCHED_* wins over DMLC_*, DMLC_* over torchrun's; a bad value raises InvalidArgument naming the variable, the value and what is allowed.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
+#include <set>
 #include <stdexcept>
 
 namespace commsched {
@@ -31,32 +33,118 @@ void append_us(std::string& out, Nanos ns) {
   out += buf;
 }
 
+// Every live Timeline of the process, for start_timeline / stop_timeline (the plugin does not reach into engines).
+std::mutex& registry_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::set<Timeline*>& registry() {
+  static std::set<Timeline*> all;
+  return all;
+}
+
 }  // namespace
 
-Timeline::Timeline(const std::string& path, int rank, uint64_t max_events)
-    : path_(path), rank_(rank), max_events_(max_events) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw std::runtime_error("timeline: cannot open '" + path + "': " + std::strerror(errno));
-  std::string head = "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(rank_) +
-                     ",\"args\":{\"name\":\"commsched rank " + std::to_string(rank_) + "\"}}";
+Timeline::Timeline(const std::string& path, int rank, uint64_t max_events) : rank_(rank), max_events_(max_events) {
+  zero_unix_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
+  if (path != kDeferred) open_locked(path);  // not shared yet: no lock needed
+  std::lock_guard lk(registry_mu());
+  registry().insert(this);
+}
+
+Timeline::~Timeline() {
+  {
+    std::lock_guard lk(registry_mu());
+    registry().erase(this);
+  }
+  try {
+    std::lock_guard lk(mu_);
+    close_locked();
+  } catch (...) {
+    // Destructors must not throw; the file stays valid JSON from the previous flush.
+  }
+}
+
+std::string Timeline::rank_path(const std::string& path, int rank) {
+  const std::string r = std::to_string(rank);
+  std::string out = path;
+  bool replaced = false;
+  for (size_t at = out.find("{rank}"); at != std::string::npos; at = out.find("{rank}", at + r.size())) {
+    out.replace(at, 6, r);
+    replaced = true;
+  }
+  if (replaced) return out;
+  const size_t slash = out.rfind('/');
+  const size_t dot = out.rfind('.');
+  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  return has_ext ? out.substr(0, dot) + ".rank" + r + out.substr(dot) : out + ".rank" + r;
+}
+
+void Timeline::open_locked(const std::string& path) {
+  const std::string file = rank_path(path, rank_);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("timeline: cannot open '" + file + "': " + std::strerror(errno));
+  fd_ = fd;
+  path_ = file;
+  events_ = buffered_ = dropped_ = 0;
+  buffer_.clear();
+  const std::string pid = std::to_string(rank_);
+  std::string head = "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid +
+                     ",\"args\":{\"name\":\"commsched rank " + pid + "\"}},\n{\"name\":\"clock_sync\",\"ph\":\"M\",\"pid\":" +
+                     pid + ",\"args\":{\"rank\":" + pid + ",\"zero\":\"rendezvous\",\"zero_unix_ns\":" +
+                     std::to_string(zero_unix_ns_) + "}}";
   first_ = false;
   end_offset_ = static_cast<int64_t>(head.size());
   write_all_at(fd_, head + "\n]\n", 0, path_);
 }
 
-Timeline::~Timeline() {
+void Timeline::close_locked() {
+  if (fd_ < 0) return;
+  if (dropped_ > 0) {
+    buffer_ += ",\n{\"name\":\"timeline_truncated\",\"ph\":\"M\",\"pid\":" + std::to_string(rank_) +
+               ",\"args\":{\"dropped_events\":" + std::to_string(dropped_) + ",\"max_events\":" +
+               std::to_string(max_events_) + "}}";
+  }
   try {
-    std::lock_guard lk(mu_);
-    if (dropped_ > 0) {
-      buffer_ += ",\n{\"name\":\"timeline_truncated\",\"ph\":\"M\",\"pid\":" + std::to_string(rank_) +
-                 ",\"args\":{\"dropped_events\":" + std::to_string(dropped_) + ",\"max_events\":" +
-                 std::to_string(max_events_) + "}}";
-    }
     flush_locked();
   } catch (...) {
-    // Destructors must not throw; the file stays valid JSON from the previous flush.
+    ::close(fd_);
+    fd_ = -1;
+    path_.clear();
+    throw;
   }
-  if (fd_ >= 0) ::close(fd_);
+  ::close(fd_);
+  fd_ = -1;
+  path_.clear();
+}
+
+std::string Timeline::path() const {
+  std::lock_guard lk(mu_);
+  return path_;
+}
+
+void Timeline::restart(const std::string& path) {
+  std::lock_guard lk(mu_);
+  close_locked();
+  open_locked(path);
+}
+
+void Timeline::stop() {
+  std::lock_guard lk(mu_);
+  close_locked();
+}
+
+size_t Timeline::restart_all(const std::string& path) {
+  std::lock_guard lk(registry_mu());
+  for (Timeline* t : registry()) t->restart(path);
+  return registry().size();
+}
+
+size_t Timeline::stop_all() {
+  std::lock_guard lk(registry_mu());
+  for (Timeline* t : registry()) t->stop();
+  return registry().size();
 }
 
 void Timeline::append_escaped(std::string& out, std::string_view s) {
@@ -79,6 +167,7 @@ void Timeline::append_escaped(std::string& out, std::string_view s) {
 }
 
 bool Timeline::admit(uint64_t n) {
+  if (fd_ < 0) return false;  // stopped (or deferred): nothing to write to, nothing to count
   if (events_ + n > max_events_) {
     dropped_ += n;
     return false;

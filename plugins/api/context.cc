@@ -81,7 +81,9 @@ BackendKind parse_backend_kind(std::string_view var, std::string_view value) {
   throw InvalidArgument(std::string(var) + "='" + std::string(value) + "': expected one of ps, gloo, loopback, nccl");
 }
 
-Context::Context(const ContextOptions& options) : env_(ClusterEnv::from_env()), config_(EngineConfig::from_env()) {
+Context::Context(const ContextOptions& options)
+    : env_(options.cluster ? *options.cluster : ClusterEnv::from_env()), config_(EngineConfig::from_env()) {
+  env_.validate();
   if (env_.role != Role::worker)
     throw InvalidArgument("COMMSCHED_ROLE=server: this process is a parameter server; run `commsched server` there "
                           "(commsched launch does), not a training script");

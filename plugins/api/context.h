@@ -40,6 +40,9 @@ struct ContextOptions {
   std::string backend;
   // Auto-tuning override; unset: COMMSCHED_TUNE.
   std::optional<bool> tune;
+  // The cluster this Context joins; unset: ClusterEnv::from_env(). The Python plugin's process sets give each set
+  // its own Context over a sub-cluster of the workers (its own rendezvous port, ranks renumbered within the set).
+  std::optional<ClusterEnv> cluster;
 };
 
 // Wall time of the optimizer steps seen so far (what the auto-tuner will consume).

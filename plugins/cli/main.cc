@@ -3,6 +3,7 @@
 //   commsched launch   a local parameter-server cluster around any command
 //   commsched server   one parameter server (roles from the environment contract)
 //   commsched bench    the comparison grid: simulated, or run as real local clusters (--mode cluster)
+//   commsched trace-merge  the per-rank trace files of one run as one Perfetto trace
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "bench/sim/bench_cli.h"
 #include "plugins/cli/run_command.h"
+#include "plugins/cli/trace_merge.h"
 #include "plugins/launch/launch_cli.h"
 
 int main(int argc, char** argv) {
@@ -20,6 +22,7 @@ int main(int argc, char** argv) {
   commsched::add_launch_subcommand(app);
   commsched::add_server_subcommand(app);
   commsched::add_bench_subcommand(app, commsched::run_cluster_trial);
+  commsched::add_trace_merge_subcommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -52,7 +52,7 @@ std::string policy_of(const std::string& row) {
   return is_tuned(row) ? row.substr(0, row.size() - kTunedSuffix.size()) : row;
 }
 
-EngineConfig engine_config(const RunArgs& a, const std::string& row, int rank) {
+EngineConfig engine_config(const RunArgs& a, const std::string& row, int /*rank: the Timeline puts it in the file name*/) {
   EngineConfig c;
   c.policy = parse_policy("--policies", policy_of(row));
   c.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
@@ -60,7 +60,7 @@ EngineConfig engine_config(const RunArgs& a, const std::string& row, int rank) {
   c.small_tensor_bytes = a.small_tensor == "0" ? 0 : parse_bytes("--small-tensor", a.small_tensor, true);
   if (!a.timeline_dir.empty()) {
     std::filesystem::create_directories(a.timeline_dir);
-    c.timeline_path = a.timeline_dir + "/timeline_" + row + "_rank" + std::to_string(rank) + ".json";
+    c.timeline_path = a.timeline_dir + "/timeline_" + row + "_rank{rank}.json";
   }
   c.validate();
   return c;

@@ -13,7 +13,8 @@ namespace commsched {
 
 void add_launch_subcommand(CLI::App& app) {
   auto opts = std::make_shared<LaunchOptions>();
-  CLI::App* sub = app.add_subcommand("launch", "run a command as W workers with S parameter servers on this host");
+  CLI::App* sub = app.add_subcommand("launch", "run a command as W workers with S parameter servers per node "
+                                               "(this host, or --nnodes hosts each running launch)");
   sub->add_option("-w,--workers", opts->workers, "number of worker processes")->check(CLI::PositiveNumber);
   sub->add_option("-s,--servers", opts->servers,
                   "number of parameter-server processes (0: workers only, for all-reduce backends such as gloo)")
@@ -21,6 +22,14 @@ void add_launch_subcommand(CLI::App& app) {
   sub->add_option("--emulate-rate", opts->emulate_rate,
                   "EMULATED link rate per process (token bucket on sends), e.g. 1gbit; not a real link");
   sub->add_flag("--deterministic", opts->deterministic, "servers sum in rank order (bitwise reproducible)");
+  sub->add_option("--nnodes", opts->nnodes, "number of nodes, each running its own `commsched launch` (default 1)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--node-rank", opts->node_rank, "this node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--root", opts->root, "node 0's HOST:PORT where the launchers meet (the cluster's rendezvous is "
+                                        "PORT+1); required with --nnodes > 1");
+  sub->add_option("--bind", opts->bind, "address or interface this node's processes bind (default: 127.0.0.1 on "
+                                        "one node, else the address that reaches the root)");
+  sub->add_option("--join-timeout", opts->join_timeout_s, "seconds to wait for every node's launcher (default 120)");
   sub->add_option("command", opts->command, "worker command, after --")->required()->expected(-1);
   sub->callback([opts] {
     int rc = 2;

@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
 #include "comm_backends/ps/transport.h"
+#include "plugins/launch/node_link.h"
 #include "scheduler/types.h"
 
 namespace commsched {
@@ -43,8 +45,8 @@ int free_loopback_port() {
 
 void say(const std::string& line) { std::fprintf(stderr, "[commsched launch] %s\n", line.c_str()); }
 
-// Every process is on this host: UCX shared memory when UCX is built in, unless the caller chose a transport
-// (COMMSCHED_PS_TRANSPORT) or UCX's transports (UCX_TLS) already. ZeroMQ otherwise.
+// A one-host cluster: UCX shared memory when UCX is built in, unless the caller chose a transport
+// (COMMSCHED_PS_TRANSPORT) or UCX's transports (UCX_TLS) already. ZeroMQ otherwise, and across nodes.
 std::map<std::string, std::string> transport_env() {
   if (!ps::ucx_built_in() || std::getenv("COMMSCHED_PS_TRANSPORT")) return {};
   std::map<std::string, std::string> env = {{"COMMSCHED_PS_TRANSPORT", "ucx"}};
@@ -52,9 +54,9 @@ std::map<std::string, std::string> transport_env() {
   return env;
 }
 
-std::string transport_note() {
+std::string transport_note(bool one_host) {
   const char* t = std::getenv("COMMSCHED_PS_TRANSPORT");
-  const auto env = transport_env();
+  const auto env = one_host ? transport_env() : std::map<std::string, std::string>{};
   const std::string kind = t ? t : (env.empty() ? "zmq" : "ucx");
   const char* tls = std::getenv("UCX_TLS");
   if (kind != "ucx") return "PS transport " + kind;
@@ -70,31 +72,55 @@ class Cluster {
     sigemptyset(&mask);
     for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&mask, s);
     sigprocmask(SIG_BLOCK, &mask, &old_mask_);  // handled synchronously with sigtimedwait below
-    port_ = free_loopback_port();
+    env_ = o_.extra_env;
+    if (o_.nnodes > 1) {
+      auto [host, port] = parse_host_port(o_.root);
+      root_host_ = host;
+      port_ = port + 1;
+      say("node " + std::to_string(o_.node_rank) + " of " + std::to_string(o_.nnodes) + ": joining at " + o_.root);
+      link_ = NodeLink::join(o_.nnodes, o_.node_rank, host, port, env_, o_.join_timeout_s);
+    } else {
+      port_ = free_loopback_port();
+    }
     for (int s = 0; s < o_.servers; ++s) spawn("server", s);
     for (int w = 0; w < o_.workers; ++w) spawn("worker", w);
-    say("started " + std::to_string(o_.servers) + " server(s) and " + std::to_string(o_.workers) +
-        " worker(s) on 127.0.0.1:" + std::to_string(port_) + "; " + transport_note());
+    say("started " + std::to_string(o_.servers) + " server(s) and " + std::to_string(o_.workers) + " worker(s)" +
+        (link_ ? " on node " + std::to_string(o_.node_rank) : std::string()) + ", rendezvous " + root_host_ + ":" +
+        std::to_string(port_) + "; " + transport_note(o_.nnodes <= 1));
     const int rc = supervise(mask);
     sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
     return rc;
   }
 
  private:
+  // The environment contract of this node's `local`-th worker or server.
+  std::map<std::string, std::string> child_env(bool worker, int local) const {
+    const int per_node = worker ? o_.workers : o_.servers;
+    std::map<std::string, std::string> env = env_;
+    const std::map<std::string, std::string> contract = {
+        {"COMMSCHED_ROLE", worker ? "worker" : "server"},
+        {"COMMSCHED_RANK", std::to_string(o_.node_rank * per_node + local)},
+        {"COMMSCHED_NUM_WORKERS", std::to_string(o_.nnodes * o_.workers)},
+        {"COMMSCHED_NUM_SERVERS", std::to_string(o_.nnodes * o_.servers)},
+        {"COMMSCHED_ROOT_ADDR", root_host_}, {"COMMSCHED_ROOT_PORT", std::to_string(port_)},
+        {"COMMSCHED_LOCAL_RANK", std::to_string(worker ? local : 0)},
+        {"COMMSCHED_LOCAL_SIZE", std::to_string(worker ? o_.workers : 1)}};
+    for (const auto& [k, v] : contract) env[k] = v;
+    const std::string bind = !o_.bind.empty() ? o_.bind : (link_ ? std::string() : std::string("127.0.0.1"));
+    if (!bind.empty()) env["COMMSCHED_BIND"] = bind;
+    if (o_.nnodes <= 1) env.merge(transport_env());
+    if (!o_.emulate_rate.empty()) env["COMMSCHED_EMULATE_RATE"] = o_.emulate_rate;
+    if (o_.deterministic) env["COMMSCHED_PS_DETERMINISTIC"] = "1";
+    return env;
+  }
+
   void spawn(const std::string& role, int rank) {
     const bool worker = role == "worker";
     std::vector<std::string> argv = worker ? o_.command : o_.server_args;
     const std::string exe = worker ? o_.command.front() : (o_.server_exe.empty() ? "/proc/self/exe" : o_.server_exe);
     if (!worker) argv.insert(argv.begin(), exe);
-    std::map<std::string, std::string> env = {
-        {"COMMSCHED_ROLE", role}, {"COMMSCHED_RANK", std::to_string(rank)},
-        {"COMMSCHED_NUM_WORKERS", std::to_string(o_.workers)}, {"COMMSCHED_NUM_SERVERS", std::to_string(o_.servers)},
-        {"COMMSCHED_ROOT_ADDR", "127.0.0.1"}, {"COMMSCHED_ROOT_PORT", std::to_string(port_)},
-        {"COMMSCHED_BIND", "127.0.0.1"}, {"COMMSCHED_LOCAL_RANK", std::to_string(worker ? rank : 0)},
-        {"COMMSCHED_LOCAL_SIZE", std::to_string(worker ? o_.workers : 1)}};
-    env.merge(transport_env());
-    if (!o_.emulate_rate.empty()) env["COMMSCHED_EMULATE_RATE"] = o_.emulate_rate;
-    if (o_.deterministic) env["COMMSCHED_PS_DETERMINISTIC"] = "1";
+    const std::map<std::string, std::string> env = child_env(worker, rank);
+    rank = std::stoi(env.at("COMMSCHED_RANK"));
     const pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("commsched launch: fork failed: " + std::string(std::strerror(errno)));
     if (pid == 0) {
@@ -132,25 +158,54 @@ class Cluster {
     return true;
   }
 
+  std::string here() const { return link_ ? " on node " + std::to_string(o_.node_rank) : std::string(); }
+
   int supervise(const sigset_t& mask) {
     using Clock = std::chrono::steady_clock;
     std::optional<Clock::time_point> servers_deadline;
+    bool all_workers_done = !link_;  // one node: its workers are all the workers
+    bool sent_workers_done = false, sent_done = false;
     for (;;) {
-      timespec tick{0, 100'000'000};
+      timespec tick{0, link_ ? 20'000'000 : 100'000'000};
       const int sig = sigtimedwait(&mask, nullptr, &tick);
       if (sig == SIGINT || sig == SIGTERM) {
         say(std::string(sig == SIGINT ? "interrupted" : "terminated") + "; stopping the cluster");
+        if (link_) link_->abort(sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated");
         teardown(sig);
         return 130;
       }
+      while (link_) {
+        auto ev = link_->poll(0);
+        if (!ev) break;
+        if (ev->kind == LinkEvent::Kind::abort) {
+          say(ev->message + "; tearing down node " + std::to_string(o_.node_rank));
+          teardown(SIGTERM);
+          return 1;
+        }
+        if (ev->kind == LinkEvent::Kind::all_workers_done) all_workers_done = true;
+        if (ev->kind == LinkEvent::Kind::all_done) return 0;  // node 0: every node finished
+      }
       if (auto bad = reap()) {
-        say(bad->first + " exited with status " + std::to_string(bad->second) + "; tearing down the cluster");
+        say(bad->first + here() + " exited with status " + std::to_string(bad->second) + "; tearing down the cluster");
+        if (link_) link_->abort(bad->first + " exited with status " + std::to_string(bad->second));
         teardown(SIGTERM);
         return bad->second;
       }
-      if (all_exited(false)) return 0;
+      if (link_ && all_exited(true) && !sent_workers_done) {
+        sent_workers_done = true;
+        link_->workers_done();
+      }
+      if (all_exited(false)) {
+        if (!link_) return 0;
+        if (!sent_done) {
+          sent_done = true;
+          link_->done();
+        }
+        if (o_.node_rank != 0) return 0;
+        continue;  // node 0 serves the other launchers until every node has finished
+      }
       // Workers done: servers leave on their own once every worker said goodbye; do not wait forever.
-      if (all_exited(true)) {
+      if (all_exited(true) && all_workers_done) {
         if (!servers_deadline)
           servers_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_s));
         if (Clock::now() > *servers_deadline) {
@@ -178,6 +233,9 @@ class Cluster {
   }
 
   LaunchOptions o_;
+  std::map<std::string, std::string> env_;  // extra_env (on nodes other than 0: node 0's, as received)
+  std::unique_ptr<NodeLink> link_;
+  std::string root_host_ = "127.0.0.1";
   sigset_t old_mask_{};
   int port_ = 0;
   pid_t pgid_ = 0;
@@ -190,6 +248,13 @@ int launch_local_cluster(const LaunchOptions& opts) {
   if (opts.workers < 1) throw InvalidArgument("launch: --workers must be at least 1, got " + std::to_string(opts.workers));
   if (opts.servers < 0) throw InvalidArgument("launch: --servers must be at least 0, got " + std::to_string(opts.servers));
   if (opts.command.empty()) throw InvalidArgument("launch: no worker command given (use: launch -w 4 -s 2 -- cmd ...)");
+  if (opts.nnodes < 1) throw InvalidArgument("launch: --nnodes must be at least 1, got " + std::to_string(opts.nnodes));
+  if (opts.node_rank < 0 || opts.node_rank >= opts.nnodes)
+    throw InvalidArgument("launch: --node-rank " + std::to_string(opts.node_rank) + " is not in [0, " +
+                          std::to_string(opts.nnodes) + ")");
+  if (opts.nnodes > 1 && opts.root.empty())
+    throw InvalidArgument("launch: --nnodes " + std::to_string(opts.nnodes) + " needs --root HOST:PORT (node 0's "
+                          "address and a free port, the same on every node)");
   return Cluster(opts).run();
 }
 

@@ -1,8 +1,12 @@
-// A local parameter-server cluster around any command: S servers (this executable's `server` subcommand) and W
-// workers (the given command), all on loopback with the COMMSCHED_* environment contract set. Ctrl-C (or SIGTERM) is
-// forwarded; when any process exits non-zero, the whole cluster is torn down and launch returns non-zero.
+// A parameter-server cluster around any command: S servers (this executable's `server` subcommand) and W workers
+// (the given command) per node, with the COMMSCHED_* environment contract set. One node: everything on loopback.
+// Several nodes (nnodes > 1): every node runs its own launcher with its node rank; they meet at node 0's launcher
+// (root HOST:PORT, see node_link.h), the cluster's rendezvous is HOST:PORT+1, and node i's workers get global ranks
+// i*W .. i*W+W-1 (servers likewise). Ctrl-C (or SIGTERM) is forwarded; when any process on any node exits non-zero,
+// or a node's launcher disappears, every node tears its processes down and launch returns non-zero.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +21,15 @@ struct LaunchOptions {
   std::string server_exe;            // empty: /proc/self/exe
   std::vector<std::string> server_args = {"server"};
   double grace_s = 5;                // SIGTERM -> SIGKILL delay when tearing down
+  // Multi-node (no ssh): nnodes launchers, this one is node_rank; root is node 0's HOST:PORT.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string root;
+  std::string bind;                  // COMMSCHED_BIND for this node's processes; empty: 127.0.0.1 on one node, else auto
+  double join_timeout_s = 120;       // how long the launchers wait for each other
+  // Set in every child on every node (node 0's entries are sent to the others when the run starts): the place for
+  // per-run settings that all nodes must share.
+  std::map<std::string, std::string> extra_env;
 };
 
 // Runs the cluster to completion. Returns 0 when every process exited 0, else the first failing process's exit code

@@ -18,6 +18,7 @@
 #include "plugins/api/context.h"
 #include "plugins/api/live_tuner.h"
 #include "scheduler/task.h"
+#include "scheduler/timeline.h"
 #include "tuner/python/bind_tuner.h"
 
 namespace py = pybind11;
@@ -98,6 +99,25 @@ std::shared_ptr<Handle> submit(Context& ctx, std::string name, int32_t priority,
   return handle;
 }
 
+// A sub-cluster for a process set: this environment's cluster with the fields in `d` replaced (rank, num_workers,
+// root_addr, root_port, local_rank, local_size); never any servers.
+ClusterEnv cluster_from_dict(const std::map<std::string, py::object>& d) {
+  ClusterEnv e = ClusterEnv::from_env();
+  e.num_servers = 0;
+  for (const auto& [k, v] : d) {
+    if (k == "rank") e.rank = v.cast<int>();
+    else if (k == "num_workers") e.num_workers = v.cast<int>();
+    else if (k == "root_addr") e.root_addr = v.cast<std::string>();
+    else if (k == "root_port") e.root_port = v.cast<int>();
+    else if (k == "local_rank") e.local_rank = v.cast<int>();
+    else if (k == "local_size") e.local_size = v.cast<int>();
+    else throw InvalidArgument("cluster field '" + k + "' is unknown (rank, num_workers, root_addr, root_port, "
+                               "local_rank, local_size)");
+  }
+  e.validate();
+  return e;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -118,17 +138,23 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("total_step_s", &StepStats::total_step_s);
 
   py::class_<Context>(m, "Context")
-      .def(py::init([](std::map<std::string, std::string> engine, std::string backend, std::optional<bool> tune) {
-             ContextOptions o{std::move(engine), std::move(backend), tune};
+      .def(py::init([](std::map<std::string, std::string> engine, std::string backend, std::optional<bool> tune,
+                       std::optional<std::map<std::string, py::object>> cluster) {
+             ContextOptions o{std::move(engine), std::move(backend), tune, std::nullopt};
+             if (cluster) o.cluster = cluster_from_dict(*cluster);
+             py::gil_scoped_release release;  // the rendezvous blocks
              return std::make_unique<Context>(o);
            }),
            py::arg("engine") = std::map<std::string, std::string>{}, py::arg("backend") = std::string(),
-           py::arg("tune") = std::nullopt,
-           py::call_guard<py::gil_scoped_release>(), "connects the backend (blocks for the rendezvous)")
+           py::arg("tune") = std::nullopt, py::arg("cluster") = std::nullopt,
+           "connects the backend (blocks for the rendezvous); `cluster` overrides fields of the environment's cluster "
+           "(a process set's sub-cluster)")
       .def_property_readonly("rank", &Context::rank)
       .def_property_readonly("size", &Context::size)
       .def_property_readonly("local_rank", &Context::local_rank)
       .def_property_readonly("local_size", &Context::local_size)
+      .def_property_readonly("root_addr", [](const Context& c) { return c.cluster().root_addr; })
+      .def_property_readonly("num_servers", [](const Context& c) { return c.cluster().num_servers; })
       .def_property_readonly("backend", [](const Context& c) { return std::string(backend_kind_name(c.backend_kind())); })
       .def_property_readonly("policy", [](Context& c) { return std::string(c.engine().policy_name()); })
       .def_property_readonly("reduce_op", [](const Context& c) { return std::string(op_name(c.reduce_op())); })
@@ -166,6 +192,31 @@ PYBIND11_MODULE(_C, m) {
              return c.engine().wait_all_for(std::chrono::nanoseconds(static_cast<int64_t>(timeout_s * 1e9)));
            }, py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &Context::shutdown, py::call_guard<py::gil_scoped_release>());
+
+  py::dict build;  // what this build carries (the Horovod-style *_built() queries answer from it)
+#ifdef COMMSCHED_HAVE_GLOO
+  build["gloo"] = true;
+#else
+  build["gloo"] = false;
+#endif
+#ifdef COMMSCHED_HAVE_CUDA
+  build["cuda"] = true;
+  build["nccl"] = true;
+#else
+  build["cuda"] = false;
+  build["nccl"] = false;
+#endif
+  build["ps"] = true;
+  m.attr("build") = build;
+
+  // Horovod's start_timeline / stop_timeline act on the trace of every engine of this process (the plugin runs one;
+  // process sets' engines have none). An engine built with timeline=TIMELINE_DEFERRED records nothing until started.
+  m.attr("TIMELINE_DEFERRED") = Timeline::kDeferred;
+  m.def("start_timeline", [](const std::string& path) { return Timeline::restart_all(path); }, py::arg("path"),
+        "writes every engine's trace to `path` from now on (rank in the file name); returns how many engines");
+  m.def("stop_timeline", [] { return Timeline::stop_all(); }, "finishes every engine's trace file");
+  m.def("timeline_path", [](int rank, const std::string& path) { return Timeline::rank_path(path, rank); },
+        py::arg("rank"), py::arg("path"), "the file a rank's trace goes to");
 
   m.def("task_key", [](const std::string& name) { return task_key(name); },
         "the 64-bit wire key of a task name (the parameter server names tensors by it)");

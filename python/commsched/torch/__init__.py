@@ -8,22 +8,83 @@
 
 Policy, partition size, credit and backend come from the environment (COMMSCHED_POLICY, COMMSCHED_PARTITION_BYTES,
 COMMSCHED_CREDIT_BYTES, COMMSCHED_BACKEND, ...) or from init(policy=..., partition_bytes=...), so one script runs
-the baseline and the scheduler. Run several workers with `commsched launch -w 4 -s 1 -- python3 train.py`.
+the baseline and the scheduler. Run several workers with `commsched launch -w 4 -s 1 -- python3 train.py`, or with
+`torchrun --nproc_per_node 4 train.py` (Gloo all-reduce, no servers). DistributedDataParallel users:
+commsched.torch.ddp.register(model).
 """
+from commsched import _C
+from commsched.torch import elastic
+from commsched.torch.collectives import (alltoall, alltoall_async, allgather, allgather_async, barrier,
+                                         grouped_allgather, grouped_allgather_async, grouped_allreduce,
+                                         grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+                                         grouped_reducescatter, grouped_reducescatter_async, join, reducescatter,
+                                         reducescatter_async, sparse_allreduce_async)
 from commsched.torch.compression import Compression
-from commsched.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from commsched.torch.ops import (Adasum, Average, Sum, allreduce, allreduce_, allreduce_async, allreduce_async_,
-                                 broadcast, broadcast_, broadcast_async, broadcast_async_, poll, push_pull,
-                                 push_pull_async, push_pull_async_inplace, push_pull_inplace, synchronize)
+from commsched.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                                       broadcast_parameters)
+from commsched.torch.ops import (Adasum, Average, Max, Min, Product, Sum, allreduce, allreduce_, allreduce_async,
+                                 allreduce_async_, broadcast, broadcast_, broadcast_async, broadcast_async_, poll,
+                                 push_pull, push_pull_async, push_pull_async_inplace, push_pull_inplace, synchronize)
 from commsched.torch.optimizer import DistributedOptimizer
-from commsched.torch.runtime import (NotInitializedError, context, init, is_initialized, local_rank, local_size, rank,
-                                     shutdown, size)
+from commsched.torch.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from commsched.torch.runtime import (HorovodInternalError, NotInitializedError, context, cross_rank, cross_size, init,
+                                     is_homogeneous, is_initialized, local_rank, local_size, rank, shutdown, size)
+from commsched.torch.sync_batch_norm import SyncBatchNorm
 
 
-def mpi_threads_supported():
-    """Horovod compatibility: commsched does not use MPI."""
+def start_timeline(file_path, mark_cycles=False):
+    """Writes this rank's trace to file_path with the rank in the name ('t.json' -> 't.rank0.json'; '{rank}' is
+    replaced where present) from now on; `commsched trace-merge` joins the ranks' files. mark_cycles is ignored
+    (iteration boundaries are always marked)."""
+    del mark_cycles
+    context()
+    if _C.start_timeline(str(file_path)) == 0:
+        raise RuntimeError("start_timeline: this engine has no timeline (it was built with timeline='')")
+
+
+def stop_timeline():
+    """Finishes the trace file (valid JSON); later events are not recorded until start_timeline()."""
+    context()
+    _C.stop_timeline()
+
+
+# Build and runtime queries, answered truthfully: commsched has no MPI, DDL, oneCCL or ROCm; Gloo, CUDA and NCCL as
+# this build carries them; *_enabled: what this process's backend uses.
+def mpi_built():
     return False
 
 
 def mpi_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    return False
+
+
+def gloo_built():
+    return bool(_C.build["gloo"])
+
+
+def gloo_enabled():
+    return is_initialized() and context().backend == "gloo"
+
+
+def nccl_built():
+    return bool(_C.build["nccl"])
+
+
+def cuda_built():
+    return bool(_C.build["cuda"])
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
     return False

@@ -57,6 +57,26 @@ def broadcast_object(obj, root_rank=0, name=None):
         raise RuntimeError(f"broadcast_object '{name}': could not decode root {root_rank}'s object: {e}") from e
 
 
+def allgather_object(obj, name=None, process_set=None):
+    """Every member's `obj` (any picklable object), as a list in rank order."""
+    from commsched.torch import collectives
+    name = ops._auto_name("allgather_object", name, process_set)
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+    sizes = collectives.allgather(torch.tensor([payload.numel()], dtype=torch.int64), f"{name}.sizes", process_set)
+    data = collectives.allgather(payload, f"{name}.data", process_set)
+    out, offset = [], 0
+    for r, n in enumerate(sizes.tolist()):
+        raw = bytes(data[offset:offset + n].numpy())
+        offset += n
+        try:
+            out.append(torch.load(io.BytesIO(raw)))
+        except (pickle.UnpicklingError, EOFError, RuntimeError) as e:
+            raise RuntimeError(f"allgather_object '{name}': could not decode rank {r}'s object: {e}") from e
+    return out
+
+
 def broadcast_optimizer_state(optimizer, root_rank):
     """Makes every worker's optimizer state (hyperparameters and per-parameter buffers) equal to root_rank's.
 

@@ -1,5 +1,6 @@
 """Horovod-compatible collective operations: allreduce / push_pull / broadcast (+ _async and in-place variants),
 poll and synchronize. Async calls return an integer handle, as in Horovod."""
+import collections
 import itertools
 import threading
 
@@ -8,70 +9,142 @@ import torch
 from commsched.torch import runtime
 from commsched.torch.compression import Compression
 
-# Reduction operations (Horovod names).
+# Reduction operations (Horovod names). Sum and Average go through the backend's sum; Min, Max and Product are
+# not sums, so they gather every rank's tensor (allgather) and reduce locally in rank order: the same result on
+# every rank, at size() times the data of a sum.
 Average = "average"
 Sum = "sum"
 Adasum = "adasum"
+Min = "min"
+Max = "max"
+Product = "product"
+_GATHER_REDUCE = {Min: lambda s: torch.amin(s, dim=0), Max: lambda s: torch.amax(s, dim=0),
+                  Product: lambda s: torch.prod(s, dim=0)}
 
 _handles = {}
 _handle_ids = itertools.count(1)
-_noname_ids = itertools.count()
+# Unnamed operations are numbered per process set: ranks outside a set do not count its operations, so the global
+# set's names still agree across ranks after some ranks worked in a subset.
+_noname_ids = collections.defaultdict(itertools.count)
 _lock = threading.Lock()
 
-
-class _Pending:
-    """One async operation: the C++ handle, the tensors it writes, and how to produce the output afterwards."""
-
-    def __init__(self, handle, name, work, output, finish):
-        self.handle, self.name, self.work, self.output, self.finish = handle, name, work, output, finish
+# Dtypes the backends carry. Others travel as bytes (broadcast, allgather: padded into int32 words) or, for sums,
+# widened to int64 (small integers and bool) and narrowed back.
+_SUM_WIDEN = (torch.uint8, torch.int8, torch.int16, torch.bool)
 
 
-def _register(pending):
+class _Op:
+    """One operation in flight: C++ handles (with the task names, for error messages) and `finish`, which runs once
+    every handle has completed and returns the operation's result."""
+
+    def __init__(self, handles, finish):
+        self.handles, self.finish = handles, finish
+
+    def done(self):
+        return all(h.poll() for h, _ in self.handles)
+
+    def wait(self):
+        for h, name in self.handles:
+            runtime.wait(h, name)
+        return self.finish()
+
+
+def _register(op):
     with _lock:
         hid = next(_handle_ids)
-        _handles[hid] = pending
+        _handles[hid] = op
     return hid
 
 
-def _auto_name(kind, name):
-    return name if name is not None else f"{kind}.noname.{next(_noname_ids)}"
+def _auto_name(kind, name, process_set=None):
+    if name is not None:
+        return name
+    set_id = _pset(process_set).process_set_id
+    return f"{kind}.noname.{next(_noname_ids[set_id])}" + (f".set{set_id}" if set_id else "")
 
 
-def _resolve_op(average, op):
+def _resolve_op(average, op, gather_ok=False):
+    """Horovod's op/average arguments -> one op name. gather_ok: Min, Max and Product are allowed (eager
+    collectives; the optimizer's gradient reduction is a sum)."""
     if op is None:
         op = Average if average is None or average else Sum
     elif average is not None:
         raise ValueError("give either op= or average=, not both")
     if op == Adasum:
-        raise ValueError("op=Adasum is not supported by commsched (use Average or Sum)")
-    if op not in (Average, Sum):
-        raise ValueError(f"op={op!r}: expected commsched.torch.Average or commsched.torch.Sum")
+        raise ValueError("op=Adasum is not supported by commsched: use op=Average (or Sum); the scheduler's "
+                         "priority and credit keep the averaged all-reduce overlapped with backward")
+    if op in _GATHER_REDUCE and not gather_ok:
+        raise ValueError(f"op={op!r} is not supported here: use commsched.torch.Average or Sum")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError(f"op={op!r}: expected commsched.torch.Average, Sum, Min, Max or Product")
     return op
 
 
-def _start(output, name, op, priority=0, root=0, post=None):
-    """Runs `op` over `output`'s memory (a contiguous copy when it is not contiguous), then `post(work)` in place;
-    the handle's result is `output`."""
+def _pset(process_set):
+    from commsched.torch import process_sets
+    return process_sets.resolve(process_set)
+
+
+def _wire(output, op):
+    """The tensor the backend moves for `output` (contiguous, a carried dtype) and how to copy the result back."""
     work = output if output.is_contiguous() else output.contiguous()
+    if work.dtype in runtime._DTYPES:
+        return work, (None if work is output else (lambda: output.copy_(work)))
+    if op == "reduce" and work.dtype in _SUM_WIDEN:
+        wide = work.to(torch.int64)
+        return wide, lambda: output.copy_(wide.to(output.dtype) if output.dtype != torch.bool else wide != 0)
+    if op == "broadcast" and not work.is_cuda:
+        raw = work.reshape(-1).view(torch.uint8)
+        words = torch.zeros((raw.numel() + 3) // 4, dtype=torch.int32)
+        words.view(torch.uint8)[:raw.numel()] = raw
+
+        def back():
+            raw.copy_(words.view(torch.uint8)[:raw.numel()])
+            if work is not output:
+                output.copy_(work)
+        return words, back
+    raise ValueError(f"dtype {output.dtype} is not supported for this operation (supported: "
+                     f"{', '.join(str(d) for d in runtime._DTYPES)}, and for sums and broadcasts also "
+                     f"{', '.join(str(d) for d in _SUM_WIDEN)})")
+
+
+def _launch(output, name, op, ctx, priority=0, root=0, post=None):
+    """Starts `op` ('reduce' or 'broadcast') over `output`'s memory on `ctx`; `post(wire_tensor)` runs in place
+    afterwards. The _Op's result is `output`."""
+    work, back = _wire(output, op)
 
     def finish():
         if post is not None:
             post(work)
-        if work is not output:
-            output.copy_(work)
+        if back is not None:
+            back()
         return output
 
-    handle = runtime.submit(work, name, op, priority=priority, root=root) if work.numel() else None
-    if handle is not None:
-        runtime.release_outside_backward()
-    return _register(_Pending(handle, name, work, output, finish))
+    if not work.numel():
+        return _Op([], finish)
+    handle = runtime.submit(work, name, op, priority=priority, root=root, ctx=ctx)
+    runtime.release_outside_backward(ctx)
+    return _Op([(handle, name)], finish)
 
 
-def _reduce_async(output, name, op, prescale_factor=1.0, postscale_factor=1.0, priority=0):
-    """Sums `output` (in place) over every worker; Average divides by the number of workers afterwards."""
+def _reduce_op(output, name, op, prescale_factor=1.0, postscale_factor=1.0, priority=0, process_set=None):
+    """Reduces `output` in place over the process set's workers: Sum/Average through the backend's sum (Average
+    divides by the set's size afterwards), Min/Max/Product by gathering."""
+    ps = _pset(process_set)
+    ctx = ps.context()
     if prescale_factor != 1.0:
         output.mul_(prescale_factor)
-    scale = postscale_factor / runtime.size() if op == Average else postscale_factor
+    if op in _GATHER_REDUCE:
+        from commsched.torch import collectives
+        gathered = collectives.allgather_op(output.unsqueeze(0), name, ps)
+
+        def finish():
+            output.copy_(_GATHER_REDUCE[op](gathered.finish()))
+            if postscale_factor != 1.0:
+                output.mul_(postscale_factor)
+            return output
+        return _Op(gathered.handles, finish)
+    scale = postscale_factor / ctx.size if op == Average else postscale_factor
 
     def post(work):
         if scale == 1.0:
@@ -81,24 +154,27 @@ def _reduce_async(output, name, op, prescale_factor=1.0, postscale_factor=1.0, p
         else:  # integers: scale in float64, round down (as Horovod's integer average)
             work.copy_(torch.floor(work.double() * scale).to(work.dtype))
 
-    return _start(output, name, "reduce", priority=priority, post=post)
+    return _launch(output, name, "reduce", ctx, priority=priority, post=post)
+
+
+def _reduce_async(output, name, op, prescale_factor=1.0, postscale_factor=1.0, priority=0, process_set=None):
+    return _register(_reduce_op(output, name, op, prescale_factor, postscale_factor, priority, process_set))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
-    """In-place sum (or average) of `tensor` over every worker; returns a handle for synchronize()."""
-    del process_set
-    op = _resolve_op(average, op)
-    return _reduce_async(tensor.detach(), _auto_name("allreduce", name), op, prescale_factor, postscale_factor)
+    """In-place sum (or average, min, max, product) of `tensor` over the process set; returns a handle."""
+    op = _resolve_op(average, op, gather_ok=True)
+    return _reduce_async(tensor.detach(), _auto_name("allreduce", name, process_set), op, prescale_factor,
+                         postscale_factor, process_set=process_set)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=None):
-    """Sum (or average) of `tensor` over every worker into a new tensor; returns a handle for synchronize()."""
-    del process_set
-    op = _resolve_op(average, op)
-    return _reduce_async(tensor.detach().clone(), _auto_name("allreduce", name), op, prescale_factor,
-                         postscale_factor)
+    """Sum (or average, min, max, product) of `tensor` over the process set into a new tensor; returns a handle."""
+    op = _resolve_op(average, op, gather_ok=True)
+    return _reduce_async(tensor.detach().clone(), _auto_name("allreduce", name, process_set), op, prescale_factor,
+                         postscale_factor, process_set=process_set)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -106,11 +182,34 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
+class _AllreduceFn(torch.autograd.Function):
+    """allreduce with a gradient: the gradient of a sum over ranks is the same reduction of the output gradients."""
+
+    @staticmethod
+    def forward(fctx, tensor, op, name, prescale_factor, postscale_factor, process_set):
+        fctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor, process_set))
+
+    @staticmethod
+    def backward(fctx, grad):
+        op, pre, post, ps = fctx.args
+        if op not in (Average, Sum):
+            raise RuntimeError(f"allreduce: no gradient for op={op!r} (only Sum and Average)")
+        out = synchronize(allreduce_async(grad, None, None, op, pre, post, ps))
+        return out, None, None, None, None, None
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
-    """Horovod's allreduce: returns a new tensor (averaged by default). Gradients do not flow through it."""
-    compressed, cctx = compression.compress(tensor.detach())
-    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor, process_set))
+    """Horovod's allreduce: returns a new tensor (averaged by default); differentiable for Sum and Average."""
+    op = _resolve_op(average, op, gather_ok=True)
+    compressed, cctx = compression.compress(tensor)
+    if compressed.requires_grad and torch.is_grad_enabled():
+        out = _AllreduceFn.apply(compressed, op, _auto_name("allreduce", name, process_set), prescale_factor,
+                                 postscale_factor, process_set)
+    else:
+        out = synchronize(allreduce_async(compressed, None, name, op, prescale_factor, postscale_factor,
+                                          process_set))
     return compression.decompress(out, cctx)
 
 
@@ -137,21 +236,25 @@ def push_pull(tensor, average=True, name=None, version=0, priority=0, compressio
     return compression.decompress(out, cctx)
 
 
-def _broadcast_async(output, root_rank, name):
-    if not 0 <= root_rank < runtime.size():
-        raise ValueError(f"broadcast '{name}': root_rank={root_rank} is not a rank (size {runtime.size()})")
-    return _start(output, name, "broadcast", root=root_rank)
+def _broadcast_op(output, root_rank, name, process_set=None):
+    """Every member's `output` becomes root_rank's; root_rank is a global rank and must be in the process set."""
+    ps = _pset(process_set)
+    ctx = ps.context()
+    members = ps.ranks
+    if root_rank not in members:
+        raise ValueError(f"broadcast '{name}': root_rank={root_rank} is not a rank of the process set {members}")
+    return _launch(output, name, "broadcast", ctx, root=members.index(root_rank))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     """In place: every worker's `tensor` becomes root_rank's."""
-    del process_set
-    return _broadcast_async(tensor.detach(), root_rank, _auto_name("broadcast", name))
+    return _register(_broadcast_op(tensor.detach(), root_rank, _auto_name("broadcast", name, process_set),
+                                          process_set))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    del process_set
-    return _broadcast_async(tensor.detach().clone(), root_rank, _auto_name("broadcast", name))
+    return _register(_broadcast_op(tensor.detach().clone(), root_rank,
+                                          _auto_name("broadcast", name, process_set), process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
@@ -172,17 +275,16 @@ def _pending(handle):
 
 def poll(handle):
     """True when the operation behind `handle` has finished (synchronize() will not block)."""
-    p = _pending(handle)
-    return p.handle is None or p.handle.poll()
+    return _pending(handle).done()
 
 
 def synchronize(handle):
-    """Waits for the operation behind `handle` and returns its output tensor; raises RuntimeError if it failed."""
+    """Waits for the operation behind `handle` and returns its output (a tensor, or what the operation returns:
+    a list for grouped operations, (output, received_splits) for alltoall with splits); raises HorovodInternalError
+    if it failed."""
     p = _pending(handle)
     try:
-        if p.handle is not None:
-            runtime.wait(p.handle, p.name)
-        return p.finish()
+        return p.wait()
     finally:
         with _lock:
             _handles.pop(handle, None)

@@ -27,11 +27,21 @@ class NotInitializedError(ValueError):
     """An API call before commsched.torch.init() (or after shutdown())."""
 
 
-def init(policy=None, backend=None, comm=None, tune=None, **engine_options):
+class HorovodInternalError(RuntimeError):
+    """A collective failed inside commsched (a peer died or hung, the backend refused a tensor, ...); Horovod's name,
+    so `except hvd.HorovodInternalError` in existing scripts catches it. The message names the tensor and the cause."""
+
+
+_shutdown_hooks = []
+
+
+def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **engine_options):
     """Connects this process to the cluster described by the environment (see README, Configuration).
 
     policy / backend / engine_options (partition_bytes="1MiB", credit_bytes="unlimited", ...) override the
-    COMMSCHED_* variables; tune=True turns the online auto-tuner on (default: COMMSCHED_TUNE). `comm` is accepted for Horovod compatibility and ignored. Calling init() twice is harmless.
+    COMMSCHED_* variables; tune=True turns the online auto-tuner on (default: COMMSCHED_TUNE). `comm` is accepted for
+    Horovod compatibility and ignored. process_sets: Horovod's static process sets (a list of ProcessSet), set up
+    here on every rank. Calling init() twice is harmless.
     """
     global _ctx
     del comm
@@ -41,13 +51,20 @@ def init(policy=None, backend=None, comm=None, tune=None, **engine_options):
         options = {k: str(v) for k, v in engine_options.items()}
         if policy is not None:
             options["policy"] = str(policy)
+        if "timeline" not in options and not os.environ.get("COMMSCHED_TIMELINE"):
+            # No trace file until start_timeline() (Horovod's API starts one at any time).
+            options["timeline"] = _C.TIMELINE_DEFERRED
         _ctx = _C.Context(engine=options, backend=backend or "", tune=tune)
     atexit.register(shutdown)
+    from commsched.torch import process_sets as _ps  # the sets need the global context
+    _ps.setup(process_sets)
 
 
 def shutdown():
     """Stops the engine and the backend; tasks still pending fail with 'cancelled'. Idempotent."""
     global _ctx
+    for hook in list(_shutdown_hooks):
+        hook()
     with _lock:
         ctx, _ctx = _ctx, None
     if ctx is not None:
@@ -83,6 +100,24 @@ def local_size():
     return context().local_size
 
 
+# Workers get consecutive ranks host by host (commsched launch, torchrun), local_size per host: the host index is
+# Horovod's cross_rank and the number of hosts its cross_size.
+def cross_size():
+    ctx = context()
+    return max(1, ctx.size // max(1, ctx.local_size))
+
+
+def cross_rank():
+    ctx = context()
+    return ctx.rank // max(1, ctx.local_size)
+
+
+def is_homogeneous():
+    """Whether every host runs the same number of workers (true when size is a multiple of local_size)."""
+    ctx = context()
+    return ctx.size % max(1, ctx.local_size) == 0
+
+
 def dtype_name(tensor, name):
     try:
         return _DTYPES[tensor.dtype]
@@ -91,12 +126,13 @@ def dtype_name(tensor, name):
                          f"{', '.join(str(d) for d in _DTYPES)})") from None
 
 
-def submit(tensor, name, op, priority=0, root=0):
+def submit(tensor, name, op, priority=0, root=0, ctx=None):
     """Queues one task over a contiguous tensor's memory (no copy). `op`: 'reduce' (the backend's sum), 'broadcast'.
+    ctx: the Context to use (a process set's); default: the global one.
 
     The caller keeps `tensor` alive until the returned handle has completed.
     """
-    ctx = context()
+    ctx = ctx or context()
     if not tensor.is_contiguous():
         raise ValueError(f"tensor '{name}' is not contiguous")
     dtype = dtype_name(tensor, name)
@@ -120,8 +156,8 @@ def submit(tensor, name, op, priority=0, root=0):
 _HOLDING_POLICIES = ("bsp", "mgwfbp")
 
 
-def release_outside_backward():
-    ctx = context()
+def release_outside_backward(ctx=None):
+    ctx = ctx or context()
     if ctx.policy in _HOLDING_POLICIES:
         ctx.flush()
 
@@ -143,7 +179,8 @@ def wait(handle, name):
         pass
     err = handle.error
     if err is not None:
-        raise RuntimeError(f"commsched: communication of '{name}' failed ({handle.code}): {describe_error(err)}")
+        raise HorovodInternalError(f"commsched: communication of '{name}' failed ({handle.code}): "
+                                   f"{describe_error(err)}")
 
 
 def env_flag(var, default=False):

@@ -43,7 +43,7 @@ TEST(Timeline, EngineTraceParsesAndHasSpans) {
     engine.wait_all();
     engine.backward_done();
   }
-  const auto j = load(path);
+  const auto j = load(Timeline::rank_path(path, 0));
   ASSERT_TRUE(j.is_array());
   int queued = 0, comm = 0, parts = 0;
   for (const auto& e : j) {
@@ -55,7 +55,7 @@ TEST(Timeline, EngineTraceParsesAndHasSpans) {
   EXPECT_EQ(queued, 2);
   EXPECT_EQ(comm, 2);
   EXPECT_EQ(parts, 4 + 1);
-  std::filesystem::remove(path);
+  std::filesystem::remove(Timeline::rank_path(path, 0));
 }
 
 TEST(Timeline, ValidJsonAfterCrashMidRun) {
@@ -69,10 +69,10 @@ TEST(Timeline, ValidJsonAfterCrashMidRun) {
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
-  const auto j = load(path);
+  const auto j = load(Timeline::rank_path(path, 3));
   ASSERT_TRUE(j.is_array());
   EXPECT_GE(j.size(), 1000u) << "flushed batches survive the crash";
-  std::filesystem::remove(path);
+  std::filesystem::remove(Timeline::rank_path(path, 3));
 }
 
 TEST(Timeline, BoundedInSizeAndSaysSo) {
@@ -82,10 +82,10 @@ TEST(Timeline, BoundedInSizeAndSaysSo) {
     for (int i = 0; i < 1000; ++i) tl.span("partition", "p", i, i, i + 1);
     EXPECT_EQ(tl.dropped(), 2 * 1000u - 100u);
   }
-  const auto j = load(path);
-  EXPECT_LE(j.size(), 100u + 2u);
+  const auto j = load(Timeline::rank_path(path, 0));
+  EXPECT_LE(j.size(), 100u + 3u);
   EXPECT_EQ(j.back()["name"], "timeline_truncated");
-  std::filesystem::remove(path);
+  std::filesystem::remove(Timeline::rank_path(path, 0));
 }
 
 TEST(Timeline, UnwritablePathNamesIt) {
@@ -93,8 +93,42 @@ TEST(Timeline, UnwritablePathNamesIt) {
     Timeline tl("/nonexistent-dir/trace.json", 0, 10);
     FAIL();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/trace.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/trace.rank0.json"), std::string::npos);
   }
+}
+
+TEST(Timeline, RankGoesIntoTheFileName) {
+  EXPECT_EQ(Timeline::rank_path("/tmp/trace.json", 3), "/tmp/trace.rank3.json");
+  EXPECT_EQ(Timeline::rank_path("/tmp/trace", 0), "/tmp/trace.rank0");
+  EXPECT_EQ(Timeline::rank_path("/tmp/a.b/trace", 1), "/tmp/a.b/trace.rank1");
+  EXPECT_EQ(Timeline::rank_path("/tmp/t-{rank}/r{rank}.json", 2), "/tmp/t-2/r2.json");
+}
+
+TEST(Timeline, StopAndRestartWriteTwoValidFiles) {
+  const std::string first = temp_path("restart_a"), second = temp_path("restart_b");
+  {
+    Timeline tl(Timeline::kDeferred, 1, 1000);
+    EXPECT_EQ(tl.path(), "");
+    tl.instant("before_start", 1);  // no file yet: discarded
+    tl.restart(first);
+    EXPECT_EQ(tl.path(), Timeline::rank_path(first, 1));
+    tl.instant("in_first", 2);
+    tl.stop();
+    tl.instant("while_stopped", 3);
+    EXPECT_EQ(Timeline::restart_all(second), 1u);  // this is the only live timeline
+    tl.instant("in_second", 4);
+  }
+  const auto a = load(Timeline::rank_path(first, 1)), b = load(Timeline::rank_path(second, 1));
+  auto names = [](const nlohmann::json& j) {
+    std::vector<std::string> n;
+    for (const auto& e : j) n.push_back(e["name"]);
+    return n;
+  };
+  EXPECT_EQ(names(a), (std::vector<std::string>{"process_name", "clock_sync", "in_first"}));
+  EXPECT_EQ(names(b), (std::vector<std::string>{"process_name", "clock_sync", "in_second"}));
+  EXPECT_EQ(a[1]["args"]["rank"], 1);
+  std::filesystem::remove(Timeline::rank_path(first, 1));
+  std::filesystem::remove(Timeline::rank_path(second, 1));
 }
 
 }  // namespace

@@ -1,0 +1,283 @@
+#include "plugins/launch/node_link.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "scheduler/config.h"
+#include "scheduler/types.h"
+
+namespace commsched {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadline_after(double s) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+int ms_left(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
+
+std::string address(const std::string& host, int port) { return host + ":" + std::to_string(port); }
+
+// Reads one line from fd into `inbox` within the deadline; returns false at EOF or timeout.
+bool read_line(int fd, std::string& inbox, std::string& line, Clock::time_point deadline) {
+  for (;;) {
+    if (auto nl = inbox.find('\n'); nl != std::string::npos) {
+      line = inbox.substr(0, nl);
+      inbox.erase(0, nl + 1);
+      return true;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, ms_left(deadline)) <= 0) return false;
+    char buf[4096];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return false;
+    inbox.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void write_all(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + done, s.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the peer is gone: poll() reports it as lost
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string encode_env(const std::map<std::string, std::string>& env) {
+  std::string out;
+  for (const auto& [k, v] : env) {
+    if (k.find_first_of("=\t\n") != std::string::npos || v.find_first_of("\t\n") != std::string::npos)
+      throw InvalidArgument("launch: environment entry '" + k + "' cannot be sent to the other nodes (tab/newline)");
+    out += (out.empty() ? "" : "\t") + k + "=" + v;
+  }
+  return out;
+}
+
+void decode_env(const std::string& s, std::map<std::string, std::string>& env) {
+  std::istringstream in(s);
+  std::string kv;
+  while (std::getline(in, kv, '\t'))
+    if (auto eq = kv.find('='); eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+}
+
+int connect_once(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return -1;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+  ::freeaddrinfo(res);
+  if (!ok) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+int listen_on(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 64) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("launch: node 0 cannot listen on port " + std::to_string(port) + ": " + why);
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::pair<std::string, int> parse_host_port(const std::string& s) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw InvalidArgument("--root '" + s + "': expected HOST:PORT (node 0's address and a free port)");
+  const int port = static_cast<int>(parse_int("--root", s.substr(colon + 1), 1, 65534));
+  return {s.substr(0, colon), port};
+}
+
+std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::string& host, int port,
+                                         std::map<std::string, std::string>& env, double timeout_s) {
+  std::unique_ptr<NodeLink> link(new NodeLink(nnodes, node_rank));
+  const auto deadline = deadline_after(timeout_s);
+  if (node_rank == 0) {
+    link->listen_fd_ = listen_on(port);
+    std::vector<bool> joined(static_cast<size_t>(nnodes), false);
+    joined[0] = true;
+    while (static_cast<int>(link->peers_.size()) < nnodes - 1) {
+      pollfd p{link->listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, ms_left(deadline)) <= 0) {
+        std::string missing;
+        for (int i = 1; i < nnodes; ++i)
+          if (!joined[static_cast<size_t>(i)]) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+        throw std::runtime_error("launch: node(s) " + missing + " did not join at " + address(host, port) +
+                                 " within " + std::to_string(static_cast<int>(timeout_s)) + " s");
+      }
+      Peer peer;
+      peer.fd = ::accept4(link->listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (peer.fd < 0) continue;
+      std::string line;
+      int node = -1;
+      if (read_line(peer.fd, peer.inbox, line, deadline) && line.rfind("HELLO ", 0) == 0)
+        node = static_cast<int>(parse_int("HELLO", line.substr(6), 0, 1 << 20));
+      if (node < 1 || node >= nnodes || joined[static_cast<size_t>(node)]) {
+        write_all(peer.fd, "ABORT 0 node 0 refused '" + line + "' (node rank out of range or already joined)\n");
+        ::close(peer.fd);
+        throw std::runtime_error("launch: a launcher at " + address(host, port) + " said '" + line +
+                                 "': node rank out of range [1, " + std::to_string(nnodes) + ") or already joined");
+      }
+      joined[static_cast<size_t>(node)] = true;
+      peer.node = node;
+      link->peers_.push_back(std::move(peer));
+    }
+    link->broadcast("GO " + encode_env(env));
+    return link;
+  }
+  Peer root;
+  root.node = 0;
+  while ((root.fd = connect_once(host, port)) < 0) {
+    if (ms_left(deadline) == 0)
+      throw std::runtime_error("launch: node " + std::to_string(node_rank) + " could not reach node 0 at " +
+                               address(host, port) + " within " + std::to_string(static_cast<int>(timeout_s)) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  write_all(root.fd, "HELLO " + std::to_string(node_rank) + "\n");
+  std::string line;
+  if (!read_line(root.fd, root.inbox, line, deadline) || line.rfind("GO", 0) != 0) {
+    ::close(root.fd);
+    throw std::runtime_error("launch: node 0 at " + address(host, port) + " did not start the run" +
+                             (line.empty() ? std::string(" (no answer)") : ": " + line));
+  }
+  decode_env(line.size() > 3 ? line.substr(3) : std::string(), env);
+  link->peers_.push_back(std::move(root));
+  return link;
+}
+
+NodeLink::~NodeLink() {
+  for (auto& p : peers_)
+    if (p.fd >= 0) ::close(p.fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+void NodeLink::send(Peer& p, const std::string& line) {
+  if (p.fd >= 0) write_all(p.fd, line + "\n");
+}
+
+void NodeLink::broadcast(const std::string& line, int except_node) {
+  for (auto& p : peers_)
+    if (p.node != except_node) send(p, line);
+}
+
+void NodeLink::workers_done() {
+  my_workers_done_ = true;
+  if (node_rank_ != 0) broadcast("WDONE " + std::to_string(node_rank_));
+}
+
+void NodeLink::done() {
+  my_done_ = true;
+  if (node_rank_ != 0) broadcast("DONE " + std::to_string(node_rank_));
+}
+
+void NodeLink::abort(const std::string& why) { broadcast("ABORT " + std::to_string(node_rank_) + " " + why); }
+
+std::optional<LinkEvent> NodeLink::handle_line(Peer& from, const std::string& line) {
+  std::istringstream in(line);
+  std::string verb;
+  in >> verb;
+  if (verb == "ABORT") {
+    if (node_rank_ == 0) broadcast(line, from.node);  // relay to every other node
+    std::string rest = line.size() > 6 ? line.substr(6) : "";
+    const auto sp = rest.find(' ');
+    return LinkEvent{LinkEvent::Kind::abort, "node " + rest.substr(0, sp) + ": " +
+                                                 (sp == std::string::npos ? "aborted" : rest.substr(sp + 1))};
+  }
+  if (verb == "WDONE") from.workers_done = true;
+  else if (verb == "DONE") from.done = from.workers_done = true;
+  else if (verb == "WALLDONE") return LinkEvent{LinkEvent::Kind::all_workers_done, ""};
+  return std::nullopt;
+}
+
+std::optional<LinkEvent> NodeLink::root_progress() {
+  if (node_rank_ != 0) return std::nullopt;
+  bool workers = my_workers_done_, all = my_done_;
+  for (const auto& p : peers_) {
+    workers = workers && p.workers_done;
+    all = all && p.done;
+  }
+  if (workers && !walldone_sent_) {
+    walldone_sent_ = true;
+    broadcast("WALLDONE");
+    return LinkEvent{LinkEvent::Kind::all_workers_done, ""};
+  }
+  if (all && !all_done_reported_) {
+    all_done_reported_ = true;
+    return LinkEvent{LinkEvent::Kind::all_done, ""};
+  }
+  return std::nullopt;
+}
+
+std::optional<LinkEvent> NodeLink::drain(Peer& p) {
+  for (auto nl = p.inbox.find('\n'); nl != std::string::npos; nl = p.inbox.find('\n')) {
+    const std::string line = p.inbox.substr(0, nl);
+    p.inbox.erase(0, nl + 1);
+    if (auto e = handle_line(p, line)) return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<LinkEvent> NodeLink::poll(int timeout_ms) {
+  for (auto& p : peers_)  // lines left over from an earlier read that returned an event
+    if (auto e = drain(p)) return e;
+  if (auto e = root_progress()) return e;
+  std::vector<pollfd> fds;
+  for (const auto& p : peers_)
+    if (p.fd >= 0) fds.push_back({p.fd, POLLIN, 0});
+  if (fds.empty()) return std::nullopt;
+  if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return std::nullopt;
+  for (auto& p : peers_) {
+    if (p.fd < 0) continue;
+    pollfd q{p.fd, POLLIN, 0};
+    if (::poll(&q, 1, 0) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(p.fd, buf, sizeof buf);
+    if (n <= 0) {
+      ::close(p.fd);
+      p.fd = -1;
+      if (p.done || (node_rank_ != 0 && my_done_)) continue;
+      if (node_rank_ == 0) broadcast("ABORT " + std::to_string(p.node) + " its launcher is gone", p.node);
+      return LinkEvent{LinkEvent::Kind::abort, "node " + std::to_string(p.node) +
+                                                   "'s launcher is gone (connection closed before it finished)"};
+    }
+    p.inbox.append(buf, static_cast<size_t>(n));
+    if (auto e = drain(p)) return e;
+  }
+  return root_progress();
+}
+
+}  // namespace commsched

@@ -1,0 +1,73 @@
+// The control channel between the launchers of a multi-node `commsched launch` (no ssh: every node runs its own
+// launcher). Node 0's launcher listens at --root HOST:PORT; every other launcher connects there. Lines of text:
+//
+//   node -> root   HELLO <node>          joined (once)
+//   root -> nodes  GO <k=v>\t<k=v>...    everyone joined: start; the root's extra environment for every child
+//   node -> root   WDONE <node>          this node's workers all exited 0
+//   root -> nodes  WALLDONE              every node's workers are done (servers may now be expected to leave)
+//   node -> root   DONE <node>           every process of this node exited 0; the node's launcher leaves
+//   any  -> any    ABORT <node> <why>    tear down (the root relays it to every other node)
+//
+// A connection that closes before its DONE (a launcher killed, a host gone) counts as an abort from that node.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace commsched {
+
+struct LinkEvent {
+  enum class Kind { abort, all_workers_done, all_done } kind;
+  std::string message;
+};
+
+class NodeLink {
+ public:
+  // Root (node 0): listens at host:port and waits for nnodes-1 HELLOs, then sends GO with `env` to all.
+  // Other nodes: connect (retrying) and wait for GO; `env` receives the root's environment. Both throw
+  // std::runtime_error naming the address, the missing nodes or the peer when the join does not complete within
+  // timeout_s.
+  static std::unique_ptr<NodeLink> join(int nnodes, int node_rank, const std::string& host, int port,
+                                        std::map<std::string, std::string>& env, double timeout_s);
+  ~NodeLink();
+  NodeLink(const NodeLink&) = delete;
+  NodeLink& operator=(const NodeLink&) = delete;
+
+  // Reads what arrived (waits at most timeout_ms); returns at most one event per call.
+  std::optional<LinkEvent> poll(int timeout_ms);
+  void workers_done();             // this node's workers exited 0
+  void done();                     // this node's processes all exited 0
+  void abort(const std::string& why);
+
+ private:
+  struct Peer {
+    int fd = -1;
+    int node = -1;
+    std::string inbox;
+    bool done = false;
+    bool workers_done = false;
+  };
+  NodeLink(int nnodes, int node_rank) : nnodes_(nnodes), node_rank_(node_rank) {}
+  void send(Peer& p, const std::string& line);
+  void broadcast(const std::string& line, int except_node = -1);
+  std::optional<LinkEvent> handle_line(Peer& from, const std::string& line);
+  std::optional<LinkEvent> drain(Peer& p);  // handles the complete lines in p's inbox
+  std::optional<LinkEvent> root_progress();
+
+  int nnodes_;
+  int node_rank_;
+  int listen_fd_ = -1;
+  std::vector<Peer> peers_;   // root: one per other node; others: the root
+  bool my_workers_done_ = false;
+  bool my_done_ = false;
+  bool walldone_sent_ = false;
+  bool all_done_reported_ = false;
+};
+
+// Splits "HOST:PORT"; throws InvalidArgument naming the value.
+std::pair<std::string, int> parse_host_port(const std::string& s);
+
+}  // namespace commsched

@@ -1,0 +1,273 @@
+"""Horovod's other collectives (allgather, alltoall, reducescatter, grouped forms, barrier, join), built from the two
+operations every commsched backend carries: the sum (push_pull on the PS, allreduce on Gloo/NCCL) and broadcast.
+
+Why this design: the PS backend and Gloo backend both carry sum and broadcast, and everything goes through the engine,
+so these operations are partitioned, credit-limited and ordered like gradients. No backend needs a new operation.
+
+  allgather      one size exchange (a sum over an n x (1+ndim) int64 table, each rank filling its row), then one
+                 broadcast per rank of its rows straight into the output (rank r is the root of piece r). On the PS
+                 each rank pushes its own rows once and pulls the others: the data an all-gather must move.
+  alltoall       the n x n split table by one sum, then each rank broadcasts its whole input and every receiver keeps
+                 its slice. Every rank receives every input: n times the data of a point-to-point all-to-all (the
+                 backends have no point-to-point); fine for the routing tables and small exchanges it is used for.
+  reducescatter  a sum (or average) of the whole tensor, then each rank keeps its block of rows (Horovod's split:
+                 the first rows % n ranks get one extra row). Twice the data of a ring reduce-scatter.
+  Min/Max/Product (ops.py) gather and reduce locally in rank order; barrier is a one-element sum; join is a barrier.
+"""
+import time
+
+import torch
+
+from commsched.torch import ops, runtime
+from commsched.torch.compression import Compression
+
+
+def _exchange(values, name, ps):
+    """Every member's list of `values` ints, as an (n, len(values)) int64 tensor (one synchronous sum)."""
+    ctx = ps.context()
+    table = torch.zeros(ctx.size, len(values), dtype=torch.int64)
+    table[ctx.rank] = torch.tensor(values, dtype=torch.int64)
+    ops._reduce_op(table, name, ops.Sum, process_set=ps).wait()
+    return table
+
+
+def allgather_op(tensor, name, ps):
+    """The _Op of an allgather of `tensor` along dimension 0 over process set `ps` (its result: the output)."""
+    ctx = ps.context()
+    t = tensor.detach()
+    if t.dim() == 0:
+        t = t.reshape(1)
+    t = t.contiguous()
+    shapes = _exchange([t.shape[0], *t.shape[1:]], f"{name}.shapes", ps)
+    rest = list(t.shape[1:])
+    for r in range(ctx.size):
+        if shapes[r, 1:].tolist() != rest:
+            raise ValueError(f"allgather '{name}': rank {ps.global_rank(r)} has shape [*, "
+                             f"{', '.join(map(str, shapes[r, 1:].tolist()))}] but rank {runtime.rank()} has "
+                             f"[*, {', '.join(map(str, rest))}]: only the first dimension may differ")
+    rows = shapes[:, 0].tolist()
+    out = t.new_empty([sum(rows), *rest])
+    parts, offset = [], 0
+    for r, n in enumerate(rows):
+        piece = out.narrow(0, offset, n)
+        offset += n
+        if r == ctx.rank:
+            piece.copy_(t)
+        if n and piece.numel():
+            parts.append(ops._launch(piece, f"{name}.from{r}", "broadcast", ctx, root=r))
+    def finish():
+        for p in parts:
+            p.finish()
+        return out
+    return ops._Op([h for p in parts for h in p.handles], finish)
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    """Concatenation along dimension 0 of every member's `tensor` (other dimensions equal); returns a handle."""
+    return ops._register(allgather_op(tensor, ops._auto_name("allgather", name, process_set),
+                                     ops._pset(process_set)))
+
+
+class _AllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(fctx, tensor, name, process_set):
+        fctx.rows, fctx.process_set = (tensor.shape[0] if tensor.dim() else 1), process_set
+        return ops.synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(fctx, grad):
+        # Each rank's slice of the summed output gradients (Horovod averages them).
+        ps = ops._pset(fctx.process_set)
+        summed = ops.allreduce(grad, op=ops.Average, process_set=fctx.process_set)
+        rows = _exchange([fctx.rows], ops._auto_name("allgather.grad_rows", None, ps), ps)[:, 0].tolist()
+        me = ps.context().rank
+        return summed.narrow(0, sum(rows[:me]), fctx.rows), None, None
+
+
+def allgather(tensor, name=None, process_set=None):
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return _AllgatherFn.apply(tensor, ops._auto_name("allgather", name, process_set), process_set)
+    return ops.synchronize(allgather_async(tensor, name, process_set))
+
+
+def _group(kind, tensors, name, make, process_set):
+    """One handle over several operations; `make(tensor, name_i)` returns each _Op. Result: the list of results."""
+    base = ops._auto_name(kind, name, process_set)
+    parts = [make(t, f"{base}.{i}") for i, t in enumerate(tensors)]
+    return ops._register(ops._Op([h for p in parts for h in p.handles], lambda: [p.finish() for p in parts]))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    ps = ops._pset(process_set)
+    return _group("grouped_allgather", tensors, name, lambda t, n: allgather_op(t, n, ps), ps)
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    return ops.synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+def _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor, process_set, inplace):
+    op = ops._resolve_op(average, op, gather_ok=True)
+    return _group("grouped_allreduce", tensors, name, lambda t, n: ops._reduce_op(
+        t.detach() if inplace else t.detach().clone(), n, op, prescale_factor, postscale_factor,
+        process_set=process_set), process_set)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=None):
+    return _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor, process_set, False)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=None):
+    return _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor, process_set, True)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=None):
+    pairs = [compression.compress(t.detach()) for t in tensors]
+    outs = ops.synchronize(grouped_allreduce_async([c for c, _ in pairs], average, name, op, prescale_factor,
+                                                   postscale_factor, process_set))
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=None):
+    return ops.synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                    process_set))
+
+
+def _block(rows, n, r):
+    """Horovod's reducescatter split of `rows` over n ranks: (offset, count) of rank r's block."""
+    base, extra = divmod(rows, n)
+    return r * base + min(r, extra), base + (1 if r < extra else 0)
+
+
+def _reducescatter_op(tensor, name, op, ps, prescale_factor, postscale_factor):
+    if op not in (ops.Average, ops.Sum):
+        raise ValueError(f"reducescatter '{name}': op={op!r} is not supported (Average or Sum, as in Horovod)")
+    if tensor.dim() == 0:
+        raise ValueError(f"reducescatter '{name}': a 0-dimensional tensor cannot be scattered")
+    ctx = ps.context()
+    full = ops._reduce_op(tensor.detach().clone(), name, op, prescale_factor, postscale_factor, process_set=ps)
+    offset, count = _block(tensor.shape[0], ctx.size, ctx.rank)
+    return ops._Op(full.handles, lambda: full.finish().narrow(0, offset, count).clone())
+
+
+def reducescatter_async(tensor, name=None, op=ops.Average, process_set=None, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Sum (or average) over the process set, of which this rank keeps its block of rows; returns a handle."""
+    return ops._register(_reducescatter_op(tensor, ops._auto_name("reducescatter", name, process_set), op,
+                                           ops._pset(process_set),
+                                           prescale_factor, postscale_factor))
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=ops.Average, process_set=None,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    compressed, cctx = compression.compress(tensor.detach())
+    out = ops.synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor, postscale_factor))
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=ops.Average, process_set=None, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    ps = ops._pset(process_set)
+    return _group("grouped_reducescatter", tensors, name,
+                  lambda t, n: _reducescatter_op(t, n, op, ps, prescale_factor, postscale_factor), ps)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=ops.Average, process_set=None,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    pairs = [compression.compress(t.detach()) for t in tensors]
+    outs = ops.synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, process_set,
+                                                       prescale_factor, postscale_factor))
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
+
+
+def _alltoall_op(tensor, splits, name, ps):
+    ctx = ps.context()
+    n, me = ctx.size, ctx.rank
+    t = tensor.detach().contiguous()
+    if t.dim() == 0:
+        raise ValueError(f"alltoall '{name}': a 0-dimensional tensor cannot be split")
+    rows = t.shape[0]
+    if splits is None:
+        if rows % n:
+            raise ValueError(f"alltoall '{name}': {rows} rows do not split equally over {n} ranks; pass splits=")
+        mine = [rows // n] * n
+    else:
+        mine = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
+        if len(mine) != n or any(s < 0 for s in mine) or sum(mine) != rows:
+            raise ValueError(f"alltoall '{name}': splits={mine} must be {n} non-negative counts summing to the "
+                             f"{rows} rows of the tensor")
+    shapes = _exchange(mine + list(t.shape[1:]), f"{name}.splits", ps)
+    rest = list(t.shape[1:])
+    for r in range(n):
+        if shapes[r, n:].tolist() != rest:
+            raise ValueError(f"alltoall '{name}': rank {ps.global_rank(r)} sends rows of shape "
+                             f"{shapes[r, n:].tolist()}, rank {runtime.rank()} {rest}")
+    table = shapes[:, :n]
+    inputs, parts = [], []
+    for r in range(n):
+        sent = table[r].tolist()
+        buf = t if r == me else t.new_empty([sum(sent), *rest])
+        inputs.append(buf)
+        needed_by_others = sum(sent) - sent[r]
+        if needed_by_others and buf.numel():
+            parts.append(ops._launch(buf, f"{name}.from{r}", "broadcast", ctx, root=r))
+    received = table[:, me].clone()
+
+    def finish():
+        for p in parts:
+            p.finish()
+        blocks = [inputs[r].narrow(0, int(table[r, :me].sum()), int(table[r, me])) for r in range(n)]
+        return torch.cat(blocks, dim=0), received
+    return ops._Op([h for p in parts for h in p.handles], finish)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """Scatters `tensor`'s rows (splits[j] rows to rank j; equal blocks by default) and gathers what every rank sent
+    here. synchronize() returns (output, received_splits)."""
+    return ops._register(_alltoall_op(tensor, splits, ops._auto_name("alltoall", name, process_set),
+                                      ops._pset(process_set)))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """The output; with splits= also received_splits (rows received from each rank), as Horovod returns them."""
+    output, received = ops.synchronize(alltoall_async(tensor, splits, name, process_set))
+    return output if splits is None else (output, received)
+
+
+def barrier(process_set=None):
+    """Returns once every member of the process set has called barrier()."""
+    ops._reduce_op(torch.zeros(1, dtype=torch.int32), ops._auto_name("barrier", None, process_set), ops.Sum,
+                   process_set=process_set).wait()
+
+
+def join(device=-1):
+    """Waits until every rank has called join(); returns the rank that called it last.
+
+    Partial compared with Horovod: a joined rank does not stand in (with zeros) for collectives the other ranks still
+    issue, so every rank must issue the same collectives before joining (even out the number of batches first).
+    """
+    del device
+    stamp = torch.tensor([time.time()], dtype=torch.float64)
+    stamps = ops.synchronize(allgather_async(stamp, ops._auto_name("join", None)))
+    return int(torch.argmax(stamps).item())
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=None):
+    """Horovod's sparse all-reduce: every rank's (indices, values) gathered; returns a function that waits and
+    returns the combined sparse tensor (duplicates summed when coalesced; Average divides by the set's size)."""
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    idx = allgather_async(t.indices().transpose(0, 1).contiguous(), f"{name}.indices", process_set)
+    val = allgather_async(t.values(), f"{name}.values", process_set)
+    size = ops._pset(process_set).context().size
+
+    def handle():
+        values = ops.synchronize(val)
+        indices = ops.synchronize(idx)
+        if op == ops.Average:
+            values = values / size
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+    return handle

@@ -1,0 +1,48 @@
+"""Every public name of horovod.torch 0.28 exists in commsched.torch and behaves as Horovod documents it, on 2 ranks,
+on the parameter server and on Gloo (horovod_api_worker.py checks each result against locally computed values)."""
+import json
+
+import pytest
+
+from torch_cluster import HERE, launch
+
+# horovod/torch/__init__.py of Horovod 0.28.1 (horovod is not installable here, so the list is written out).
+HOROVOD_TORCH_028 = sorted("""
+    elastic Compression allgather_object broadcast_object broadcast_optimizer_state broadcast_parameters
+    allreduce allreduce_async allreduce_ allreduce_async_
+    grouped_allreduce grouped_allreduce_async grouped_allreduce_ grouped_allreduce_async_ sparse_allreduce_async
+    allgather allgather_async grouped_allgather grouped_allgather_async
+    broadcast broadcast_async broadcast_ broadcast_async_ alltoall alltoall_async
+    reducescatter reducescatter_async grouped_reducescatter grouped_reducescatter_async
+    join barrier poll synchronize init shutdown is_initialized start_timeline stop_timeline
+    size local_size cross_size rank local_rank cross_rank
+    mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built
+    nccl_built ddl_built ccl_built cuda_built rocm_built
+    ProcessSet global_process_set add_process_set remove_process_set
+    Average Sum Adasum Min Max Product HorovodInternalError DistributedOptimizer SyncBatchNorm
+""".split())
+
+
+def test_every_horovod_name_exists():
+    import commsched.torch as hvd
+    missing = [n for n in HOROVOD_TORCH_028 if not hasattr(hvd, n)]
+    assert not missing, f"commsched.torch lacks {missing}"
+
+
+@pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
+def test_every_horovod_name_behaves_on_two_ranks(tmp_path, servers):
+    rc, log = launch(2, [HERE / "horovod_api_worker.py", "--out", tmp_path], servers=servers, timeout=120,
+                     env={"COMMSCHED_PARTITION_BYTES": "64", "COMMSCHED_CREDIT_BYTES": "256"})
+    assert rc == 0, log
+    for r in range(2):
+        called = set(json.loads((tmp_path / f"called.{r}.json").read_text()))
+        unchecked = [n for n in HOROVOD_TORCH_028 if n not in called]
+        assert not unchecked, f"rank {r} did not exercise {unchecked}\n{log}"
+    assert ("on ps" if servers else "on gloo") in log
+
+
+@pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
+def test_a_process_set_runs_without_the_ranks_outside_it(servers):
+    rc, log = launch(3, [HERE / "process_set_worker.py"], servers=servers, timeout=90)
+    assert rc == 0, log
+    assert log.count("process sets ok") == 3, log

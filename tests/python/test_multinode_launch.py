@@ -1,0 +1,83 @@
+"""Multi-node `commsched launch` without ssh: two launchers (node 0 and node 1) on this machine, meeting at node 0's
+--root; the cluster spans both; a failed worker or Ctrl-C on either node tears both nodes down."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from torch_cluster import HERE, PYTHON, child_env, commsched_bin
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_nodes(mode, servers, workers=1):
+    port = free_port()
+    procs = []
+    for node in (1, 0):  # node 1 first: it must wait for node 0
+        cmd = [commsched_bin(), "launch", "--nnodes", "2", "--node-rank", str(node), "--root", f"127.0.0.1:{port}",
+               "-w", str(workers), "-s", str(servers), "--join-timeout", "30", "--",
+               PYTHON, str(HERE / "multinode_worker.py"), mode]
+        procs.append(subprocess.Popen(cmd, env=child_env({}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, start_new_session=True))
+    return procs[1], procs[0]  # node 0, node 1
+
+
+def finish(procs, timeout):
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+        pytest.fail("a launcher did not exit: " + "\n".join(p.communicate()[0] for p in procs))
+    return [p.returncode for p in procs], outs
+
+
+@pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
+def test_two_launchers_form_one_cluster(servers):
+    codes, outs = finish(start_nodes("ok", servers, workers=2), 60)
+    log = "\n".join(outs)
+    assert codes == [0, 0], log
+    for r in range(4):
+        node = r // 2
+        assert f"rank {r} of 4 local {r % 2}/2 cross {node}: sum 10.0" in outs[node], log
+
+
+def test_a_failed_worker_on_node_1_tears_down_node_0():
+    t0 = time.monotonic()
+    codes, outs = finish(start_nodes("fail", 1), 40)
+    assert codes[0] != 0 and codes[1] != 0, "\n".join(outs)
+    assert "worker 1 exited with status 3" in outs[0], outs[0]
+    assert time.monotonic() - t0 < 30
+
+
+def test_ctrl_c_on_node_1_tears_down_node_0():
+    node0, node1 = start_nodes("wait", 0)
+    t0 = time.monotonic()
+    # Wait until both workers run (they print), then interrupt node 1's launcher.
+    line = ""
+    while "waiting" not in line and time.monotonic() - t0 < 30:
+        line = node1.stdout.readline()
+    node1.send_signal(signal.SIGINT)
+    codes, outs = finish([node0, node1], 30)
+    assert codes[0] != 0 and codes[1] == 130, "\n".join(outs)
+    assert "interrupted" in outs[0], outs[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
+def test_two_launchers_on_two_namespace_hosts():
+    cmd = [str(HERE / "netns_two_nodes.sh"), commsched_bin(), "1", "1", "--", PYTHON,
+           str(HERE / "multinode_worker.py"), "ok"]
+    res = subprocess.run(cmd, env=child_env({}), capture_output=True, text=True, timeout=90)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log
+    assert "node0| rank 0 of 2 local 0/1 cross 0: sum 3.0" in log, log
+    assert "node1| rank 1 of 2 local 0/1 cross 1: sum 3.0" in log, log
