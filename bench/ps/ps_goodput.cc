@@ -1,6 +1,10 @@
 // Parameter-server goodput against raw TCP, partition sizes 64 KiB .. 64 MiB, one run, side by side.
 //
 //   ps_goodput local [--mib-per-size N] [--reps R]  server thread + worker + raw TCP, all on loopback (median of R)
+//   ps_goodput transports [--mib-per-size N] [--reps R]
+//                                                   the same for zmq, UCX shared memory (UCX_TLS=sm,self) and UCX TCP
+//                                                   (UCX_TLS=tcp) side by side, beside raw TCP echo and a memcpy loop;
+//                                                   --ucx-tls LIST adds a column for UCX over LIST (e.g. rc,ud:aux)
 //   ps_goodput ps-server --bind ADDR --port P        one PS server (1 worker) on ADDR:P      (for netns_bench.sh)
 //   ps_goodput ps-worker --root ADDR --port P        PS goodput against that server
 //   ps_goodput raw-server --bind ADDR --port P       raw TCP echo/discard server
@@ -23,6 +27,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
+#include <stdexcept>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -31,6 +37,7 @@
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/server.h"
+#include "comm_backends/ps/transport.h"
 
 using namespace commsched;
 using Clock = std::chrono::steady_clock;
@@ -215,6 +222,90 @@ double raw_oneway(const std::string& addr, int port, uint64_t part, uint64_t mib
   return static_cast<double>(total) / secs;
 }
 
+double median(std::vector<double> v);
+std::string size_name(uint64_t b);
+
+// A memory copy of the same bytes, partition by partition, through a window of buffers like the PS run's.
+double memcpy_rate(uint64_t part, uint64_t mib) {
+  const uint64_t total = total_bytes(part, mib);
+  const uint64_t n = std::min<uint64_t>(window_of(part), std::max<uint64_t>(2, (256ull << 20) / part));
+  std::vector<std::vector<char>> src(n, std::vector<char>(part, 'x')), dst(n, std::vector<char>(part, 0));
+  const auto t0 = Clock::now();
+  uint64_t i = 0;
+  for (uint64_t done = 0; done < total; done += part, ++i) std::memcpy(dst[i % n].data(), src[i % n].data(), part);
+  const double secs = seconds_since(t0);
+  volatile char sink = dst[0][part - 1];
+  (void)sink;
+  return static_cast<double>(total) / secs;
+}
+
+// One server (a thread) and one worker on loopback over one transport.
+struct LocalPs {
+  std::string name;
+  std::thread server;
+  std::unique_ptr<PsBackend> worker;
+};
+
+std::unique_ptr<LocalPs> start_local_ps(const std::string& name, const std::string& transport, const char* ucx_tls,
+                                        int port) {
+  // UCX reads UCX_TLS when a transport is made; both ends are made before the next cluster changes it.
+  if (ucx_tls) setenv("UCX_TLS", ucx_tls, 1);
+  PsConfig cfg = PsConfig::from_env();
+  cfg.set("transport", transport);
+  auto ps = std::make_unique<LocalPs>();
+  ps->name = name;
+  ps->server = std::thread([cfg, port] { run_server(env_for(Role::server, "127.0.0.1", port), cfg); });
+  ps->worker = std::make_unique<PsBackend>(env_for(Role::worker, "127.0.0.1", port), cfg);
+  if (ps_goodput(*ps->worker, 64 << 10, 1) <= 0) throw std::runtime_error(name + ": warm-up push_pull failed");
+  unsetenv("UCX_TLS");
+  return ps;
+}
+
+int compare_transports(uint64_t mib, int reps, const std::string& extra_tls) {
+  const int base = 20000 + static_cast<int>(getpid() % 20000);
+  std::thread raw([&] { raw_server(listen_on("127.0.0.1", base + 9)); });
+  raw.detach();
+  std::vector<std::unique_ptr<LocalPs>> clusters;
+  clusters.push_back(start_local_ps("zmq", "zmq", nullptr, base));
+  if (ps::ucx_built_in()) {
+    clusters.push_back(start_local_ps("ucx shm", "ucx", "sm,self", base + 1));
+    clusters.push_back(start_local_ps("ucx tcp", "ucx", "tcp", base + 2));
+    if (!extra_tls.empty()) clusters.push_back(start_local_ps("ucx " + extra_tls, "ucx", extra_tls.c_str(), base + 3));
+  } else {
+    std::fprintf(stderr, "ps_goodput: this build has no UCX; only zmq is measured\n");
+  }
+  std::printf("| partition |");
+  for (auto& c : clusters) std::printf(" %s MB/s |", c->name.c_str());
+  std::printf(" raw echo MB/s | memcpy MB/s |%s\n", clusters.size() >= 3 ? " shm/zmq | shm/memcpy | tcp/zmq |" : "");
+  std::printf("|---|");
+  for (size_t i = 0; i < clusters.size() + 2 + (clusters.size() >= 3 ? 3 : 0); ++i) std::printf("---|");
+  std::printf("\n");
+  for (uint64_t s : kSizes) {
+    // Interleaved repetitions, median of each: a shared machine gives no side a quiet spell of its own.
+    std::vector<std::vector<double>> ps(clusters.size());
+    std::vector<double> echo, copy;
+    for (int r = 0; r < reps; ++r) {
+      for (size_t i = 0; i < clusters.size(); ++i) ps[i].push_back(ps_goodput(*clusters[i]->worker, s, mib));
+      echo.push_back(raw_echo("127.0.0.1", base + 9, s, mib));
+      copy.push_back(memcpy_rate(s, mib));
+    }
+    std::vector<double> m;
+    for (auto& v : ps) m.push_back(median(v));
+    std::printf("| %s |", size_name(s).c_str());
+    for (double v : m) std::printf(" %.1f |", v / 1e6);
+    const double mc = median(copy);
+    std::printf(" %.1f | %.1f |", median(echo) / 1e6, mc / 1e6);
+    if (m.size() >= 3) std::printf(" %.2f | %.2f | %.2f |", m[1] / m[0], m[1] / mc, m[2] / m[0]);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  for (auto& c : clusters) {
+    c->worker->shutdown();
+    c->server.join();
+  }
+  return 0;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -266,6 +357,7 @@ int main(int argc, char** argv) {
                     raw_oneway(opt["--root"], port, s, mib) / 1e6);
       return 0;
     }
+    if (mode == "transports") return compare_transports(mib, reps, opt.count("--ucx-tls") ? opt["--ucx-tls"] : "");
     if (mode == "local") {
       const int ps_port = 20000 + static_cast<int>(getpid() % 20000), raw_port = ps_port + 1;
       std::thread server([&] { run_server(env_for(Role::server, "127.0.0.1", ps_port), PsConfig::from_env()); });

@@ -11,8 +11,6 @@
 #include <stdexcept>
 
 namespace commsched::ps {
-namespace {
-
 std::string interface_address(const std::string& name) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return {};
@@ -28,6 +26,8 @@ std::string interface_address(const std::string& name) {
   freeifaddrs(list);
   return found;
 }
+
+namespace {
 
 // The local address the kernel would use to reach host:port (a UDP "connect" sends nothing).
 std::string route_source(const std::string& host, int port) {

@@ -13,5 +13,7 @@ std::string bind_host(const ClusterEnv& env);
 // Address other processes use to reach us: COMMSCHED_BIND's address (an interface name is resolved to its IPv4
 // address) or else the local address of the route towards the root. Throws std::runtime_error naming the culprit.
 std::string advertised_host(const ClusterEnv& env);
+// IPv4 address of the interface `name` ("" when there is none).
+std::string interface_address(const std::string& name);
 
 }  // namespace commsched::ps

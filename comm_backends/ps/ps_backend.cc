@@ -35,7 +35,7 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cf
   opts.io_threads = cfg_.io_threads;
   // Workers bind nothing, but authenticate exactly when the servers of this run do (the same rule on the same env).
   opts.auth_secret = ClusterAuth::from_env().secret_for(bind_host(env_));
-  transport_ = make_zmq_transport(opts);
+  transport_ = make_transport(cfg_.transport, opts);
   const auto n = static_cast<size_t>(env_.num_servers);
   server_peer_.assign(n, 0);
   heard_.assign(n, Clock::time_point{});

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "comm_backends/ps/transport.h"
+
 #include "scheduler/config.h"
 #include "scheduler/types.h"
 
@@ -9,7 +11,17 @@ namespace commsched {
 namespace {
 constexpr const char* kOptions[] = {"deterministic", "emulate_rate", "server_threads", "parallel_sum_bytes",
                                     "heartbeat", "rendezvous_timeout", "max_message", "io_threads",
-                                    "chunk_bytes"};
+                                    "chunk_bytes", "transport"};
+
+std::string parse_transport(const std::string& var, std::string_view value) {
+  if (value == "zmq") return "zmq";
+  if (value == "ucx" && ps::ucx_built_in()) return "ucx";
+  if (value == "ucx")
+    throw InvalidArgument(var + "=ucx is not available: this build has no UCX (install libucx-dev and rebuild); "
+                          "allowed: zmq");
+  throw InvalidArgument(var + "='" + std::string(value) + "' is invalid: allowed " +
+                        (ps::ucx_built_in() ? "zmq, ucx" : "zmq (ucx: not built in)"));
+}
 
 std::string var_name(std::string_view option) {
   std::string v = option == "emulate_rate" ? "COMMSCHED_" : "COMMSCHED_PS_";
@@ -29,6 +41,7 @@ void PsConfig::set(std::string_view option, std::string_view value) {
   else if (option == "max_message") max_message_bytes = parse_bytes(var, value);
   else if (option == "io_threads") io_threads = static_cast<int>(parse_int(var, value, 1, 64));
   else if (option == "chunk_bytes") chunk_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
+  else if (option == "transport") transport = parse_transport(var, value);
   else {
     std::string known;
     for (const char* o : kOptions) known += std::string(known.empty() ? "" : ", ") + o;

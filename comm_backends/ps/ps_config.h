@@ -10,9 +10,12 @@
 //   COMMSCHED_PS_IO_THREADS         int   ZeroMQ I/O threads per process (default 1)
 //   COMMSCHED_PS_CHUNK_BYTES        size  partitions bigger than this travel as several messages (default 4MiB; 0: never)
 //                                         so the server sums one chunk while the next arrives and buffers stay small
+//   COMMSCHED_PS_TRANSPORT          zmq|ucx ZeroMQ over TCP (default), or UCX (when built in: shared memory, TCP,
+//                                         InfiniBand/RoCE verbs; UCX_TLS restricts UCX's choice)
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace commsched {
@@ -27,6 +30,7 @@ struct PsConfig {
   uint64_t max_message_bytes = 2ull << 30;
   int io_threads = 1;
   uint64_t chunk_bytes = 4ull << 20;
+  std::string transport = "zmq";
 
   // Applies one option by its variable name without the prefix, lower case ("deterministic", "emulate_rate", ...).
   void set(std::string_view option, std::string_view value);

@@ -321,7 +321,7 @@ int run_server(const ClusterEnv& env, const PsConfig& cfg, bool owns_process) {
   opts.max_message_bytes = cfg.max_message_bytes + 4096;
   opts.io_threads = cfg.io_threads;
   opts.auth_secret = ClusterAuth::from_env().secret_for(ps::bind_host(env));
-  ps::Server server(env, cfg, ps::make_zmq_transport(opts));
+  ps::Server server(env, cfg, ps::make_transport(cfg.transport, opts));
   server.set_authenticated(!opts.auth_secret.empty());
   if (owns_process)
     server.on_failure([rank = env.rank] {

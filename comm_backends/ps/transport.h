@@ -1,7 +1,9 @@
 // Transport: moves framed messages between PS processes. The protocol, server and worker code talk only to this
-// interface (no ZeroMQ header), so an RDMA verbs transport can take ZeroMQ's place.
+// interface (no ZeroMQ or UCX header), so the transports are interchangeable (COMMSCHED_PS_TRANSPORT).
+// Endpoints are "tcp://host:port" IP socket addresses for both: UCX's connection manager listens on one too.
 //
-// Threading: every call except wake() comes from one thread (the owner's I/O loop).
+// Threading: every call except wake() comes from one thread (the owner's I/O loop); a transport may be handed from
+// the thread that made it to the I/O thread once (a thread start orders the two).
 #pragma once
 
 #include <chrono>
@@ -78,5 +80,10 @@ struct TransportOptions {
 };
 
 std::unique_ptr<Transport> make_zmq_transport(const TransportOptions& opts);
+// UCX (UCP active messages: shared memory, TCP, InfiniBand/RoCE verbs, as UCX_TLS allows). Only when ucx_built_in().
+std::unique_ptr<Transport> make_ucx_transport(const TransportOptions& opts);
+bool ucx_built_in();
+// The transport a validated COMMSCHED_PS_TRANSPORT names: "zmq" or "ucx".
+std::unique_ptr<Transport> make_transport(const std::string& kind, const TransportOptions& opts);
 
 }  // namespace commsched::ps

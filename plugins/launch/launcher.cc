@@ -9,12 +9,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 
+#include "comm_backends/ps/transport.h"
 #include "plugins/launch/node_link.h"
 #include "plugins/launch/run_keys.h"
 #include "scheduler/types.h"
@@ -44,6 +46,28 @@ int free_loopback_port() {
 
 void say(const std::string& line) { std::fprintf(stderr, "[commsched launch] %s\n", line.c_str()); }
 
+// A one-host cluster: UCX shared memory when UCX is built in and the run is not authenticated (COMMSCHED_AUTH=off:
+// the UCX transport does not authenticate peers yet, and every other launch gets a per-run secret), unless the caller
+// chose a transport (COMMSCHED_PS_TRANSPORT) or UCX's transports (UCX_TLS) already. ZeroMQ with CURVE otherwise, and
+// across nodes.
+std::map<std::string, std::string> transport_env() {
+  const char* auth = std::getenv("COMMSCHED_AUTH");
+  const bool authenticated = !(auth && std::string_view(auth) == "off");
+  if (!ps::ucx_built_in() || std::getenv("COMMSCHED_PS_TRANSPORT") || authenticated) return {};
+  std::map<std::string, std::string> env = {{"COMMSCHED_PS_TRANSPORT", "ucx"}};
+  if (!std::getenv("UCX_TLS")) env["UCX_TLS"] = "sm,self";
+  return env;
+}
+
+std::string transport_note(bool one_host) {
+  const char* t = std::getenv("COMMSCHED_PS_TRANSPORT");
+  const auto env = one_host ? transport_env() : std::map<std::string, std::string>{};
+  const std::string kind = t ? t : (env.empty() ? "zmq" : "ucx");
+  const char* tls = std::getenv("UCX_TLS");
+  if (kind != "ucx") return "PS transport " + kind;
+  return "PS transport ucx (UCX_TLS=" + (tls ? std::string(tls) : env.count("UCX_TLS") ? env.at("UCX_TLS") : "") + ")";
+}
+
 class Cluster {
  public:
   explicit Cluster(const LaunchOptions& o) : o_(o) {}
@@ -71,7 +95,7 @@ class Cluster {
     for (int w = 0; w < o_.workers; ++w) spawn("worker", w);
     say("started " + std::to_string(o_.servers) + " server(s) and " + std::to_string(o_.workers) + " worker(s)" +
         (link_ ? " on node " + std::to_string(o_.node_rank) : std::string()) + ", rendezvous " + root_host_ + ":" +
-        std::to_string(port_));
+        std::to_string(port_) + "; " + transport_note(o_.nnodes <= 1));
     const int rc = supervise(mask);
     sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
     return rc;
@@ -93,6 +117,7 @@ class Cluster {
     for (const auto& [k, v] : contract) env[k] = v;
     const std::string bind = !o_.bind.empty() ? o_.bind : (link_ ? std::string() : std::string("127.0.0.1"));
     if (!bind.empty()) env["COMMSCHED_BIND"] = bind;
+    if (o_.nnodes <= 1) env.merge(transport_env());
     if (!o_.emulate_rate.empty()) env["COMMSCHED_EMULATE_RATE"] = o_.emulate_rate;
     if (o_.deterministic) env["COMMSCHED_PS_DETERMINISTIC"] = "1";
     return env;

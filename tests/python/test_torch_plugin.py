@@ -15,13 +15,13 @@ KINDS = ("sgd", "adam")
 ENGINE_ENV = {"COMMSCHED_PARTITION_BYTES": "1KiB", "COMMSCHED_CREDIT_BYTES": "4KiB"}
 
 
-def train(tmp_path, workers, policy, cross, servers=1):
-    out = tmp_path / f"w{workers}-{policy}-cross{int(cross)}-s{servers}"
+def train(tmp_path, workers, policy, cross, servers=1, transport=None):
+    out = tmp_path / f"w{workers}-{policy}-cross{int(cross)}-s{servers}-{transport}"
     out.mkdir()
     # (With cross-iteration on, the worker itself fails unless step() really left updates to the forward hooks.)
     env = dict(ENGINE_ENV, COMMSCHED_POLICY=policy, COMMSCHED_CROSS_ITERATION=int(cross))
     rc, log = launch(workers, [HERE / "torch_worker.py", "--out", out, "--steps", STEPS, "--batch", BATCH], env,
-                     servers=servers)
+                     servers=servers, transport=transport)
     assert rc == 0, log
     return {k: [torch.load(out / f"{k}.{r}.pt") for r in range(workers)] for k in KINDS}
 
@@ -67,9 +67,10 @@ def test_holding_policies_train_like_single_process(tmp_path, policy):
     check_against_reference(train(tmp_path, 2, policy, False), 2)
 
 
-def test_four_workers_match_single_process_with_and_without_cross_iteration(tmp_path):
-    plain = train(tmp_path, 4, "bytescheduler", False)
-    cross = train(tmp_path, 4, "wfbp", True)
+@pytest.mark.parametrize("transport", ["zmq", "ucx"])
+def test_four_workers_match_single_process_with_and_without_cross_iteration(tmp_path, transport):
+    plain = train(tmp_path, 4, "bytescheduler", False, transport=transport)
+    cross = train(tmp_path, 4, "wfbp", True, transport=transport)
     check_against_reference(plain, 4)
     for kind in KINDS:
         assert_bitwise(plain[kind][0], cross[kind][0], f"{kind}: bytescheduler vs wfbp+cross-iteration")

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "comm_backends/ps/transport.h"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -135,6 +137,34 @@ TEST(PsLaunch, EveryRunHasItsOwnSecretSharedByAllItsProcesses) {
     rmdir(dir.c_str());
   }
   EXPECT_NE(secrets[0], secrets[1]);
+}
+
+// On one host without authentication (COMMSCHED_AUTH=off) the cluster runs over UCX shared memory when UCX is built
+// in (ZeroMQ otherwise), and the sums stay exact. With the per-run secret (the default) it stays on ZeroMQ: the UCX
+// transport does not authenticate peers yet.
+TEST(PsLaunch, OneHostUsesUcxSharedMemoryWhenBuiltInAndUnauthenticated) {
+  if (std::getenv("COMMSCHED_PS_TRANSPORT") || std::getenv("UCX_TLS") || std::getenv("COMMSCHED_AUTH"))
+    GTEST_SKIP() << "COMMSCHED_PS_TRANSPORT, UCX_TLS or COMMSCHED_AUTH is set in this environment: launch keeps the "
+                    "caller's choice";
+  for (const bool auth_off : {true, false}) {
+    if (auth_off) ::setenv("COMMSCHED_AUTH", "off", 1);
+    const std::string m = unique_marker();
+    const std::string file = "/tmp/" + m + ".transport";
+    const std::string cmd = std::string("echo \"$COMMSCHED_PS_TRANSPORT $UCX_TLS\" > ") + file + "$COMMSCHED_RANK; exec " +
+                            PS_TEST_WORKER + " --tensors 10 --iterations 2 --max-bytes 100000 --mode exact --tag " + m;
+    Launch l({PS_LAUNCHER, "launch", "-w", "2", "-s", "1", "--", "/bin/sh", "-c", cmd});
+    auto rc = l.wait_exit(60s);
+    ASSERT_TRUE(rc.has_value());
+    EXPECT_EQ(*rc, 0);
+    for (int w = 0; w < 2; ++w) {
+      std::ifstream f(file + std::to_string(w));
+      std::string line;
+      std::getline(f, line);
+      EXPECT_EQ(line, commsched::ps::ucx_built_in() && auth_off ? "ucx sm,self" : " ") << "worker " << w;
+      std::remove((file + std::to_string(w)).c_str());
+    }
+    ::unsetenv("COMMSCHED_AUTH");
+  }
 }
 
 TEST(PsLaunch, AFailingWorkerTearsDownTheCluster) {

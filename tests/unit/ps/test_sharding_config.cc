@@ -6,6 +6,7 @@
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/sharder.h"
 #include "comm_backends/ps/token_bucket.h"
+#include "comm_backends/ps/transport.h"
 #include "scheduler/task.h"
 
 using namespace commsched;
@@ -89,6 +90,36 @@ TEST(PsConfig, ParsesAndRejectsNamingTheVariable) {
   setenv("COMMSCHED_EMULATE_RATE", "100mbit", 1);
   EXPECT_DOUBLE_EQ(PsConfig::from_env().emulate_rate_bps, 1e8);
   unsetenv("COMMSCHED_EMULATE_RATE");
+}
+
+// COMMSCHED_PS_TRANSPORT: zmq always, ucx when built in; anything else names the variable, the value and the choices.
+TEST(PsConfig, TransportIsValidatedWithAClearError) {
+  PsConfig c;
+  EXPECT_EQ(c.transport, "zmq");
+  try {
+    c.set("transport", "tcp");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("COMMSCHED_PS_TRANSPORT='tcp'"), std::string::npos) << m;
+    EXPECT_NE(m.find("zmq"), std::string::npos) << m;
+  }
+  if (ucx_built_in()) {
+    c.set("transport", "ucx");
+    EXPECT_EQ(c.transport, "ucx");
+  } else {
+    try {
+      c.set("transport", "ucx");
+      FAIL();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("no UCX"), std::string::npos) << e.what();
+    }
+  }
+  setenv("COMMSCHED_PS_TRANSPORT", "zmq", 1);
+  EXPECT_EQ(PsConfig::from_env().transport, "zmq");
+  setenv("COMMSCHED_PS_TRANSPORT", "rdma", 1);
+  EXPECT_THROW(PsConfig::from_env(), InvalidArgument);
+  unsetenv("COMMSCHED_PS_TRANSPORT");
 }
 
 TEST(PsTokenBucket, PacesToTheConfiguredRate) {

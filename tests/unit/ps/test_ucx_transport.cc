@@ -1,0 +1,184 @@
+// UCX transport, two ends in one process, over each UCX transport set we support on one host (UCX_TLS):
+// exact bytes and order for eager and rendezvous sizes, every zero-copy payload released, a closed peer reported,
+// a dial before the listener is up redialled, oversized messages dropping their sender, wake().
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm_backends/ps/transport.h"
+
+using namespace std::chrono_literals;
+using commsched::ps::Incoming;
+using commsched::ps::OutPayload;
+using commsched::ps::PeerId;
+using commsched::ps::Transport;
+using commsched::ps::TransportOptions;
+
+namespace {
+
+class UcxTransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!commsched::ps::ucx_built_in()) GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)";
+    setenv("UCX_TLS", GetParam().c_str(), 1);  // read by UCX when a transport is made
+  }
+  void TearDown() override { unsetenv("UCX_TLS"); }
+  std::unique_ptr<Transport> make(TransportOptions o = {}) { return commsched::ps::make_ucx_transport(o); }
+};
+
+std::vector<std::byte> pattern(size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + static_cast<size_t>(seed) * 7) & 0xff);
+  return v;
+}
+
+std::span<const std::byte> header_of(int i) {
+  static thread_local std::vector<std::byte> h;
+  h = pattern(80, i);
+  return h;
+}
+
+// Drives both ends until `done` or the limit; returns the events of `b`.
+std::vector<Incoming> pump(Transport& a, Transport& b, const std::function<bool(const std::vector<Incoming>&)>& done,
+                           std::chrono::milliseconds limit = 20s) {
+  std::vector<Incoming> got;
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done(got) && std::chrono::steady_clock::now() < end) {
+    while (auto e = a.receive(0ms)) (void)e;
+    if (auto e = b.receive(1ms)) got.push_back(std::move(*e));
+  }
+  return got;
+}
+
+size_t messages(const std::vector<Incoming>& v) {
+  size_t n = 0;
+  for (auto& e : v) n += e.kind == Incoming::Kind::message;
+  return n;
+}
+
+TEST_P(UcxTransportTest, ExactBytesInOrderAndEveryPayloadReleased) {
+  auto server = make();
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make();
+  const PeerId to_server = client->connect(ep);
+  // Sizes across eager and rendezvous thresholds, interleaved so a big message is followed by small ones.
+  const std::vector<size_t> sizes = {0, 1, 100, 8192, 65536, 1 << 20, 3, 16 << 20, 0, 70000, 5 << 20, 17};
+  std::vector<std::vector<std::byte>> bodies;
+  for (size_t i = 0; i < sizes.size(); ++i) bodies.push_back(pattern(sizes[i], static_cast<int>(i)));
+  std::atomic<int> released{0};
+  for (size_t i = 0; i < sizes.size(); ++i)
+    client->send(to_server, header_of(static_cast<int>(i)),
+                 OutPayload{bodies[i].data(), bodies[i].size(), [&released] { ++released; }});
+  auto got = pump(*client, *server, [&](auto& v) { return messages(v) == sizes.size(); });
+  ASSERT_EQ(messages(got), sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_EQ(got[i].kind, Incoming::Kind::message);
+    auto h = header_of(static_cast<int>(i));
+    EXPECT_TRUE(std::equal(h.begin(), h.end(), got[i].header.begin(), got[i].header.end())) << i;
+    const size_t n = got[i].payload ? got[i].payload->bytes().size() : 0;
+    ASSERT_EQ(n, sizes[i]) << i;
+    if (n) {
+      EXPECT_TRUE(std::equal(bodies[i].begin(), bodies[i].end(), got[i].payload->bytes().begin())) << i;
+    }
+  }
+  // A reply on the accepted connection reaches the client.
+  const PeerId from_client = got[0].peer;
+  EXPECT_FALSE(server->describe(from_client).empty());
+  auto reply = pattern(2 << 20, 99);
+  server->send(from_client, header_of(7), OutPayload{reply.data(), reply.size(), [&released] { ++released; }});
+  auto back = pump(*server, *client, [](auto& v) { return messages(v) == 1; });
+  ASSERT_EQ(messages(back), 1u);
+  EXPECT_EQ(back[0].peer, to_server);
+  ASSERT_TRUE(back[0].payload);
+  EXPECT_TRUE(std::equal(reply.begin(), reply.end(), back[0].payload->bytes().begin()));
+  client->close(true);
+  server->close(true);
+  EXPECT_EQ(released.load(), static_cast<int>(sizes.size()) + 1);
+}
+
+TEST_P(UcxTransportTest, ClosedPeerIsReportedByAddress) {
+  auto server = make();
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make();
+  const PeerId to_server = client->connect(ep);
+  client->send(to_server, header_of(1));
+  auto got = pump(*client, *server, [](auto& v) { return messages(v) == 1; });
+  ASSERT_EQ(messages(got), 1u);
+  client->close(true);
+  got = pump(*client, *server, [](auto& v) { return !v.empty(); }, 10s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].kind, Incoming::Kind::disconnected);
+  EXPECT_NE(got[0].detail.find("127.0.0.1"), std::string::npos) << got[0].detail;
+  // And the other way round: the client learns that the server went away.
+  auto client2 = make();
+  const PeerId p2 = client2->connect(ep);
+  client2->send(p2, header_of(2));
+  got = pump(*client2, *server, [](auto& v) { return messages(v) == 1; });
+  ASSERT_EQ(messages(got), 1u);
+  server->close(false);
+  auto lost = pump(*server, *client2, [](auto& v) { return !v.empty(); }, 10s);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].kind, Incoming::Kind::disconnected);
+  EXPECT_EQ(lost[0].peer, p2);
+}
+
+TEST_P(UcxTransportTest, DialBeforeTheListenerIsUpIsRedialled) {
+  auto probe = make();
+  std::string ep = probe->bind("127.0.0.1", 0);
+  probe->close(false);
+  probe.reset();
+  const int port = std::stoi(ep.substr(ep.rfind(':') + 1));
+  auto client = make();
+  const PeerId p = client->connect(ep);
+  client->send(p, header_of(3));
+  for (int i = 0; i < 30; ++i) (void)client->receive(10ms);  // a few refused attempts
+  auto server = make();
+  server->bind("127.0.0.1", port);
+  auto got = pump(*client, *server, [](auto& v) { return messages(v) == 1; });
+  ASSERT_EQ(messages(got), 1u);
+}
+
+TEST_P(UcxTransportTest, OversizedMessageDropsItsSender) {
+  TransportOptions o;
+  o.max_message_bytes = 64 * 1024;
+  auto server = make(o);
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make();
+  const PeerId p = client->connect(ep);
+  auto big = pattern(1 << 20, 5);
+  client->send(p, header_of(1));
+  client->send(p, header_of(2), OutPayload{big.data(), big.size(), {}});
+  client->send(p, header_of(3));
+  auto got = pump(*client, *server, [](auto& v) { return !v.empty() && v.back().kind != Incoming::Kind::message; });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].kind, Incoming::Kind::message);
+  EXPECT_EQ(got[1].kind, Incoming::Kind::disconnected);
+  EXPECT_NE(got[1].detail.find("over the limit"), std::string::npos) << got[1].detail;
+}
+
+TEST_P(UcxTransportTest, WakeEndsAWaitingReceive) {
+  auto t = make();
+  t->bind("127.0.0.1", 0);
+  std::thread waker([&] {
+    std::this_thread::sleep_for(100ms);
+    t->wake();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t->receive(10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  waker.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("sm,self", "tcp"), [](const auto& info) {
+  return info.param == "tcp" ? std::string("tcp") : std::string("shm");
+});
+
+}  // namespace
