@@ -152,7 +152,7 @@ TEST(PsLaunch, OneHostUsesUcxSharedMemoryWhenBuiltInAndUnauthenticated) {
     const std::string file = "/tmp/" + m + ".transport";
     const std::string cmd = std::string("echo \"$COMMSCHED_PS_TRANSPORT $UCX_TLS\" > ") + file + "$COMMSCHED_RANK; exec " +
                             PS_TEST_WORKER + " --tensors 10 --iterations 2 --max-bytes 100000 --mode exact --tag " + m;
-    Launch l({PS_LAUNCHER, "launch", "-w", "2", "-s", "1", "--", "/bin/sh", "-c", cmd});
+    Launch l({PS_LAUNCHER, "launch", "-w", "2", "-s", "1", "--", "/bin/sh", "-c", cmd}, m);
     auto rc = l.wait_exit(60s);
     ASSERT_TRUE(rc.has_value());
     EXPECT_EQ(*rc, 0);
