@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two `commsched launch` nodes as two hosts: network namespaces joined by a veth pair (bench/netns_link.sh, 1 Gbit/s
-# tbf), node 0 at address A, node 1 at B. Needs root. Prints each node's output and exits with the first failure.
+# tbf), node 0 at address A, node 1 at B, sharing a fresh COMMSCHED_SECRET. Needs root. Prints each node's output and exits with the first failure.
 #   netns_two_nodes.sh COMMSCHED_BIN WORKERS SERVERS -- worker command...
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -10,6 +10,10 @@ bin=$1 workers=$2 servers=$3
 shift 4
 netns_link_up csl 77 1gbit
 port=29400  # fresh namespaces: every port is free
+# A multi-node run shares one secret through the environment of every node (binding beyond loopback requires it; the
+# launchers never send it over their link).
+COMMSCHED_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export COMMSCHED_SECRET
 log1=$(mktemp)
 ip netns exec "$NB" "$bin" launch --nnodes 2 --node-rank 1 --root "$A:$port" -w "$workers" -s "$servers" \
   --join-timeout 30 -- "$@" >"$log1" 2>&1 &
