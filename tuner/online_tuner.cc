@@ -60,21 +60,32 @@ void OnlineTuner::on_iteration_end(uint64_t iteration, double seconds) {
 
 // After tuning: the same windows as a trial, with one agreement at the end of each period (see the header).
 void OnlineTuner::watch(double seconds) {
-  if (!(options_.drift_threshold > 0)) return;
+  if (options_.drift_threshold > 0 && period_complete(seconds)) end_watch();
+}
+
+// One iteration of a trial or watch period: warm-up iterations are dropped, then windows of iterations are timed.
+// True when the period has all its windows.
+bool OnlineTuner::period_complete(double seconds) {
   ++trial_iterations_;
-  if (trial_iterations_ <= options_.warmup_iterations) return;
+  if (trial_iterations_ <= options_.warmup_iterations) return false;
   window_seconds_ += seconds;
-  if (++window_count_ < options_.window_iterations) return;
+  if (++window_count_ < options_.window_iterations) return false;
   window_throughputs_.push_back(static_cast<double>(window_count_) / window_seconds_);
   window_seconds_ = 0.0;
   window_count_ = 0;
-  if (static_cast<int>(window_throughputs_.size()) == options_.windows_per_trial) end_watch();
+  return static_cast<int>(window_throughputs_.size()) == options_.windows_per_trial;
+}
+
+void OnlineTuner::reset_period() {
+  trial_iterations_ = 0;
+  window_seconds_ = 0.0;
+  window_count_ = 0;
+  window_throughputs_.clear();
 }
 
 void OnlineTuner::end_watch() {
   const double score = median(window_throughputs_);
-  window_throughputs_.clear();
-  trial_iterations_ = 0;
+  reset_period();
   const Knobs kept = control_.knobs();
   if (reference_score_ <= 0) reference_score_ = score;
   const double moved = std::abs(score / reference_score_ - 1.0);
@@ -137,21 +148,11 @@ void OnlineTuner::start(uint64_t iteration) {
 void OnlineTuner::begin_trial(const Knobs& knobs) {
   trial_knobs_ = knobs;
   trial_first_iteration_ = last_iteration_ + 1;
-  trial_iterations_ = 0;
-  window_seconds_ = 0.0;
-  window_count_ = 0;
-  window_throughputs_.clear();
+  reset_period();
 }
 
 void OnlineTuner::measure(uint64_t /*iteration*/, double seconds) {
-  ++trial_iterations_;
-  if (trial_iterations_ <= options_.warmup_iterations) return;
-  window_seconds_ += seconds;
-  if (++window_count_ < options_.window_iterations) return;
-  window_throughputs_.push_back(static_cast<double>(window_count_) / window_seconds_);
-  window_seconds_ = 0.0;
-  window_count_ = 0;
-  if (static_cast<int>(window_throughputs_.size()) == options_.windows_per_trial) end_trial();
+  if (period_complete(seconds)) end_trial();
 }
 
 void OnlineTuner::end_trial() {
@@ -221,10 +222,7 @@ void OnlineTuner::finish(const Knobs& knobs) {
   best_knobs_ = knobs;
   reference_score_ = 0.0;  // the first watch period after the switch measures the kept configuration
   drifted_periods_ = 0;
-  trial_iterations_ = 0;
-  window_seconds_ = 0.0;
-  window_count_ = 0;
-  window_throughputs_.clear();
+  reset_period();
   if (reused_) return;
   iterations_to_finish_ = last_iteration_ - first_iteration_ + 1;
   for (const auto& t : trials_) {

@@ -71,6 +71,8 @@ class OnlineTuner {
  private:
   enum class State { not_started, measuring, finished };
   void watch(double seconds);
+  bool period_complete(double seconds);
+  void reset_period();
   void end_watch();
   void restart_tuning();
 
