@@ -1,2 +1,91 @@
-// Intentionally small: the interface lives in the header.
+// The interface lives in the header; this file holds the backend registry.
 #include "comm_backends/comm_backend.h"
+
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/loopback/loopback_backend.h"
+#include "comm_backends/ps/ps_backend.h"
+#include "comm_backends/ps/ps_config.h"
+#ifdef COMMSCHED_HAVE_GLOO
+#include "comm_backends/gloo/gloo_backend.h"
+#endif
+#ifdef COMMSCHED_HAVE_CUDA
+#include "comm_backends/nccl/nccl_backend.h"
+#endif
+
+namespace commsched {
+namespace {
+
+constexpr bool kHaveGloo =
+#ifdef COMMSCHED_HAVE_GLOO
+    true;
+#else
+    false;
+#endif
+constexpr bool kHaveNccl =
+#ifdef COMMSCHED_HAVE_CUDA
+    true;
+#else
+    false;
+#endif
+
+std::shared_ptr<CommBackend> make_ps(const ClusterEnv& env) {
+  if (env.num_servers < 1)
+    throw InvalidArgument("COMMSCHED_BACKEND=ps needs servers, but COMMSCHED_NUM_SERVERS=0 (use `commsched launch`)");
+  return std::make_shared<PsBackend>(env, PsConfig::from_env());
+}
+
+std::shared_ptr<CommBackend> make_loopback(const ClusterEnv& env) {
+  if (env.num_workers != 1)
+    throw InvalidArgument("COMMSCHED_BACKEND=loopback runs one process only, but COMMSCHED_NUM_WORKERS=" +
+                          std::to_string(env.num_workers));
+  return make_loopback_group(1).front();
+}
+
+std::shared_ptr<CommBackend> make_gloo([[maybe_unused]] const ClusterEnv& env) {
+#ifdef COMMSCHED_HAVE_GLOO
+  return std::make_shared<GlooBackend>(env);
+#else
+  throw InvalidArgument("COMMSCHED_BACKEND=gloo, but this build has no Gloo (install libgloo-dev and rebuild)");
+#endif
+}
+
+std::shared_ptr<CommBackend> make_nccl([[maybe_unused]] const ClusterEnv& env) {
+#ifdef COMMSCHED_HAVE_CUDA
+  return std::make_shared<NcclBackend>(env);
+#else
+  throw InvalidArgument("COMMSCHED_BACKEND=nccl, but this build has no CUDA/NCCL");
+#endif
+}
+
+// The registrations, in the order COMMSCHED_BACKEND lists them.
+const std::vector<BackendInfo>& registrations() {
+  static const std::vector<BackendInfo> rows = {
+      {"ps", "parameter server over ZeroMQ (or UCX): workers push, servers sum, workers pull", true, "",
+       {Op::push_pull, Op::broadcast}, {Device::cpu}, make_ps},
+      {"gloo", "CPU all-reduce on Gloo, the order negotiated on rank 0", kHaveGloo,
+       "install libgloo-dev and rebuild", {Op::allreduce, Op::broadcast}, {Device::cpu}, make_gloo},
+      {"loopback", "one process: every operation completes locally (tests, single-worker runs)", true, "",
+       {Op::push_pull, Op::allreduce, Op::broadcast}, {Device::cpu}, make_loopback},
+      {"nccl", "GPU all-reduce on NCCL, the order negotiated on rank 0", kHaveNccl,
+       "install the CUDA toolkit and NCCL and rebuild", {Op::allreduce, Op::broadcast}, {Device::cuda}, make_nccl},
+  };
+  return rows;
+}
+
+}  // namespace
+
+std::span<const BackendInfo> backend_registry() { return registrations(); }
+
+const BackendInfo* find_backend(std::string_view name) {
+  for (const BackendInfo& b : registrations())
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> out;
+  for (const BackendInfo& b : registrations()) out.emplace_back(b.name);
+  return out;
+}
+
+}  // namespace commsched

@@ -1,227 +1,101 @@
 #include "scheduler/config.h"
 
-#include <algorithm>
 #include <cctype>
-#include <charconv>
-#include <cmath>
-#include <cstdlib>
-#include <sstream>
+
+#include "scheduler/policy_factory.h"
 
 namespace commsched {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+std::string upper(std::string_view s) {
+  std::string out;
+  for (char c : s) out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
 }
 
-std::string trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
+std::string env_of(std::string_view option) { return "COMMSCHED_" + upper(option); }
+
+ValueType<PolicyKind> policy_value() {
+  return {"policy", "one of " + join_names(policy_names()),
+          [](std::string_view var, std::string_view value) { return parse_policy(var, value); },
+          [](const PolicyKind& p) { return std::string(p.name()); }};
 }
 
-[[noreturn]] void reject(std::string_view var, std::string_view value, std::string_view allowed) {
-  throw InvalidArgument(std::string(var) + "='" + std::string(value) + "' is invalid: " + std::string(allowed));
+ValueType<compression::Spec> compression_value() {
+  return {"compression", "one of none, fp16, bf16, topk, topk:RATIO (RATIO in (0, 1]), signsgd",
+          [](std::string_view var, std::string_view value) { return compression::parse_spec(var, value); },
+          [](const compression::Spec& s) { return compression::to_string(s); }};
 }
 
-// Splits "12.5MiB" into 12.5 and "mib". Returns false when there is no leading number.
-bool split_number(std::string_view s, double& number, std::string& unit) {
-  const std::string t = trim(s);
-  size_t i = 0;
-  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.' || t[i] == 'e' || t[i] == 'E' ||
-                          ((t[i] == '+' || t[i] == '-') && i > 0 && (t[i - 1] == 'e' || t[i - 1] == 'E')))) {
-    // Do not swallow a unit that starts with 'e' ("1e" is not valid anyway; "exa" units are not supported).
-    ++i;
+void add_knob_options(OptionTable<EngineConfig>& t) {
+  const ValueType<uint64_t> size = size_value(ZeroSize::unlimited);
+  for (const KnobSpec& k : kKnobs) {
+    const EngineConfig defaults;
+    OptionInfo info{"", std::string(k.name), {std::string(k.alias)}, env_of(k.name), size.type, size.show(defaults.knobs.*k.field),
+                    size.allowed, std::string(k.doc)};
+    t.add(std::move(info), [k, parse = size.parse](EngineConfig& c, const std::string& var, std::string_view value) {
+      c.knobs.*k.field = parse(var, value);
+      c.*k.given = true;
+    });
   }
-  if (i == 0) return false;
-  const std::string num = t.substr(0, i);
-  char* end = nullptr;
-  number = std::strtod(num.c_str(), &end);
-  if (end != num.c_str() + num.size() || !std::isfinite(number)) return false;
-  unit = lower(trim(std::string_view(t).substr(i)));
-  return true;
 }
 
-bool is_unlimited_word(const std::string& v) { return v == "inf" || v == "unlimited" || v == "none" || v == "max"; }
+OptionTable<EngineConfig> build_engine_table() {
+  OptionTable<EngineConfig> t("engine", "engine");
+  t.bind("policy", env_of("policy"), [](EngineConfig& c) -> PolicyKind& { return c.policy; }, policy_value(),
+         "scheduling policy (aliases: see `commsched options --policies`)");
+  add_knob_options(t);
+  t.bind("small_tensor_bytes", env_of("small_tensor_bytes"), [](EngineConfig& c) -> uint64_t& { return c.small_tensor_bytes; },
+         size_value(ZeroSize::off), "bytescheduler fuses queued tensors up to this size into one message (0: off)",
+         {"small_tensor"});
+  t.bind("credit_stall_guard", env_of("credit_stall_guard"), [](EngineConfig& c) -> bool& { return c.credit_stall_guard; },
+         bool_value(), "bytescheduler lends credit to a partition the credit would stall (see PriorityCreditPolicy)");
+  t.bind("fusion_bytes", env_of("fusion_bytes"), [](EngineConfig& c) -> uint64_t& { return c.fusion_bytes; },
+         size_value(), "fusion policy: fuse tensors up to this many bytes");
+  t.bind("fusion_cycle", env_of("fusion_cycle"), [](EngineConfig& c) -> double& { return c.fusion_cycle_s; },
+         duration_value(), "fusion policy: cycle time");
+  t.bind("mg_alpha", env_of("mg_alpha"), [](EngineConfig& c) -> double& { return c.mg_alpha_s; }, duration_value(),
+         "MG-WFBP: per-message latency of its cost model");
+  const ValueType<double> rate = rate_value();
+  t.add({"", "mg_bandwidth", {}, env_of("mg_bandwidth"), rate.type, rate.show(8.0 / EngineConfig{}.mg_beta_s_per_byte),
+         rate.allowed, "MG-WFBP: link rate of its cost model"},
+        [parse = rate.parse](EngineConfig& c, const std::string& var, std::string_view value) {
+          c.mg_beta_s_per_byte = 8.0 / parse(var, value);
+        });
+  t.bind("compression", env_of("compression"), [](EngineConfig& c) -> compression::Spec& { return c.compression; },
+         compression_value(),
+         "gradient compression of reduce tasks on the engine's compression stage; topk (error feedback) and signsgd "
+         "(1 bit + scale, error feedback) only where the reduction decodes them (refused for a multi-rank all-reduce)");
+  t.bind("timeline", env_of("timeline"), [](EngineConfig& c) -> std::string& { return c.timeline_path; },
+         text_value("a file path ({rank} is replaced by the rank); empty: off"),
+         "Chrome trace of this engine, for Perfetto; the rank goes into the name (t.json: t.rank0.json)");
+  t.bind("timeline_max_events", env_of("timeline_max_events"),
+         [](EngineConfig& c) -> uint64_t& { return c.timeline_max_events; }, int_value(16, int64_t{1} << 40),
+         "the trace stops recording after this many events (the file stays valid)");
+  return t;
+}
 
 }  // namespace
 
-uint64_t parse_bytes(std::string_view var, std::string_view value, bool allow_unlimited) {
-  const std::string allowed = std::string("a positive size such as 4096, 512KiB, 4MiB, 1GB") +
-                              (allow_unlimited ? ", or inf/unlimited for no limit" : "");
-  const std::string v = lower(trim(value));
-  if (allow_unlimited && is_unlimited_word(v)) return 0;
-  double n = 0;
-  std::string unit;
-  if (!split_number(v, n, unit) || n < 0) reject(var, value, allowed);
-  double mult = 0;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kib") mult = 1024.0;
-  else if (unit == "kb") mult = 1e3;
-  else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "mb") mult = 1e6;
-  else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "gb") mult = 1e9;
-  else reject(var, value, allowed + " (unknown unit '" + unit + "')");
-  const double bytes = n * mult;
-  if (bytes > 1.8e19) reject(var, value, allowed + " (too large)");
-  const auto out = static_cast<uint64_t>(std::llround(bytes));
-  if (out == 0) reject(var, value, allowed);
-  return out;
+const OptionTable<EngineConfig>& engine_option_table() {
+  static const OptionTable<EngineConfig> table = build_engine_table();
+  return table;
 }
 
-double parse_rate_bps(std::string_view var, std::string_view value, bool allow_unlimited) {
-  const std::string allowed = std::string("a positive rate in bits per second such as 1Gbit, 10gbps, 100Mbit, 25G") +
-                              (allow_unlimited ? ", or 0/inf/unlimited for no limit" : "");
-  const std::string v = lower(trim(value));
-  if (allow_unlimited && is_unlimited_word(v)) return 0;
-  double n = 0;
-  std::string unit;
-  if (!split_number(v, n, unit) || n < 0) reject(var, value, allowed);
-  for (const char* suffix : {"bit/s", "bps", "bit", "b/s"}) {
-    const std::string sfx(suffix);
-    if (unit.size() >= sfx.size() && unit.compare(unit.size() - sfx.size(), sfx.size(), sfx) == 0) {
-      unit.resize(unit.size() - sfx.size());
-      break;
-    }
-  }
-  double mult = 0;
-  if (unit.empty()) mult = 1;
-  else if (unit == "k") mult = 1e3;
-  else if (unit == "m") mult = 1e6;
-  else if (unit == "g") mult = 1e9;
-  else if (unit == "t") mult = 1e12;
-  else reject(var, value, allowed);
-  const double out = n * mult;
-  if (out == 0 && !allow_unlimited) reject(var, value, allowed);
-  return out;
-}
-
-double parse_seconds(std::string_view var, std::string_view value) {
-  const std::string allowed = "a non-negative duration such as 250ns, 5us, 1.5ms, 2s";
-  double n = 0;
-  std::string unit;
-  if (!split_number(value, n, unit) || n < 0) reject(var, value, allowed);
-  if (unit.empty() || unit == "s") return n;
-  if (unit == "ms") return n * 1e-3;
-  if (unit == "us") return n * 1e-6;
-  if (unit == "ns") return n * 1e-9;
-  reject(var, value, allowed);
-}
-
-int64_t parse_int(std::string_view var, std::string_view value, int64_t min, int64_t max) {
-  const std::string t = trim(value);
-  int64_t out = 0;
-  const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
-  std::ostringstream allowed;
-  allowed << "an integer in [" << min << ", " << max << "]";
-  if (t.empty() || ec != std::errc() || ptr != t.data() + t.size() || out < min || out > max)
-    reject(var, value, allowed.str());
-  return out;
-}
-
-double parse_double(std::string_view var, std::string_view value, double min, double max) {
-  double n = 0;
-  std::string unit;
-  std::ostringstream allowed;
-  allowed << "a number in [" << min << ", " << max << "]";
-  if (!split_number(value, n, unit) || !unit.empty() || n < min || n > max) reject(var, value, allowed.str());
-  return n;
-}
-
-bool parse_bool(std::string_view var, std::string_view value) {
-  const std::string v = lower(trim(value));
-  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
-  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
-  reject(var, value, "one of 1/0, true/false, yes/no, on/off");
-}
-
-std::string format_bytes(uint64_t bytes) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  std::ostringstream os;
-  if (u == 0) os << bytes << " B";
-  else {
-    os.precision(v < 10 ? 2 : (v < 100 ? 3 : 4));
-    os << v << ' ' << units[u];
-  }
-  return os.str();
-}
-
-std::optional<std::string> env_value(const std::string& name) {
-  const char* v = std::getenv(name.c_str());
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
-
-std::string_view policy_name(PolicyKind p) {
-  switch (p) {
-    case PolicyKind::bytescheduler: return "bytescheduler";
-    case PolicyKind::wfbp: return "wfbp";
-    case PolicyKind::bsp: return "bsp";
-    case PolicyKind::fusion: return "fusion";
-    case PolicyKind::mgwfbp: return "mgwfbp";
-  }
-  return "invalid";
-}
+std::string_view policy_name(PolicyKind p) { return p.name(); }
 
 PolicyKind parse_policy(std::string_view var, std::string_view value) {
-  const std::string v = lower(trim(value));
-  if (v == "bytescheduler" || v == "priority" || v == "priority_credit") return PolicyKind::bytescheduler;
-  if (v == "wfbp" || v == "fifo") return PolicyKind::wfbp;
-  if (v == "bsp") return PolicyKind::bsp;
-  if (v == "fusion" || v == "horovod") return PolicyKind::fusion;
-  if (v == "mgwfbp" || v == "mg-wfbp" || v == "merged") return PolicyKind::mgwfbp;
-  reject(var, value, "one of bytescheduler, wfbp, bsp, fusion, mgwfbp");
+  if (const PolicyInfo* p = find_policy(value)) return PolicyKind(p->name);
+  reject_value(var, value, "one of " + join_names(policy_names()));
 }
 
-void EngineConfig::set(std::string_view option, std::string_view value) {
-  const std::string o = lower(option);
-  const std::string var = "COMMSCHED_" + [&] {
-    std::string u(o);
-    std::transform(u.begin(), u.end(), u.begin(), [](unsigned char c) { return std::toupper(c); });
-    return u;
-  }();
-  if (o == "policy") policy = parse_policy(var, value);
-  else if (o == "partition_bytes") {
-    knobs.partition_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
-    partition_set = true;
-  } else if (o == "credit_bytes") {
-    knobs.credit_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
-    credit_set = true;
-  }
-  else if (o == "fusion_bytes") fusion_bytes = parse_bytes(var, value);
-  else if (o == "fusion_cycle") fusion_cycle_s = parse_seconds(var, value);
-  else if (o == "small_tensor_bytes") small_tensor_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
-  else if (o == "credit_stall_guard") credit_stall_guard = parse_bool(var, value);
-  else if (o == "timeline") timeline_path = std::string(value);
-  else if (o == "timeline_max_events") timeline_max_events = static_cast<uint64_t>(parse_int(var, value, 16, int64_t{1} << 40));
-  else if (o == "mg_alpha") mg_alpha_s = parse_seconds(var, value);
-  else if (o == "mg_bandwidth") mg_beta_s_per_byte = 8.0 / parse_rate_bps(var, value);
-  else if (o == "compression") compression = compression::parse_spec(var, value);
-  else
-    throw InvalidArgument("unknown engine option '" + std::string(option) +
-                          "' (allowed: policy, partition_bytes, credit_bytes, fusion_bytes, fusion_cycle, "
-                          "small_tensor_bytes, credit_stall_guard, timeline, timeline_max_events, mg_alpha, mg_bandwidth, "
-                          "compression)");
+void EngineConfig::set(std::string_view option, std::string_view value, std::string_view var) {
+  engine_option_table().set(*this, option, value, var);
 }
 
 EngineConfig EngineConfig::from_env() {
   EngineConfig c;
-  for (const char* o : {"policy", "partition_bytes", "credit_bytes", "fusion_bytes", "fusion_cycle", "small_tensor_bytes",
-                        "credit_stall_guard", "timeline", "timeline_max_events", "mg_alpha", "mg_bandwidth", "compression"}) {
-    std::string var = "COMMSCHED_" + std::string(o);
-    std::transform(var.begin(), var.end(), var.begin(), [](unsigned char ch) { return std::toupper(ch); });
-    if (auto v = env_value(var)) c.set(o, *v);
-  }
+  engine_option_table().set_from_env(c);
   c.validate();
   return c;
 }

@@ -1,65 +1,92 @@
-// Configuration: the one place that parses and validates COMMSCHED_* variables and explicit options.
-// Each value parser names the variable, the value and what is allowed when it rejects input.
+// Engine configuration, filled from the option registry (options/option_table.h): engine_option_table() is the one
+// list of COMMSCHED_* engine variables, their parsers, defaults and docs; set() and from_env() only apply its rows.
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
-#include <optional>
+#include <iterator>
 #include <string>
 #include <string_view>
 
 #include "compression/codec.h"
+#include "options/option_table.h"
+#include "options/parse.h"
 #include "scheduler/policy.h"
 
 namespace commsched {
 
-// ---- value parsers (shared by every component's config) ----
-// Sizes: "4MiB", "512KiB", "1.5MB", "4096", "4k". Binary (KiB) and decimal (KB) units; bare numbers are bytes.
-// When allow_unlimited, "inf", "unlimited" and "none" give 0 (meaning no limit). Zero and negative sizes are rejected.
-uint64_t parse_bytes(std::string_view var, std::string_view value, bool allow_unlimited = false);
-// Link rates in bits per second: "10Gbit", "1gbps", "100Mbit", "25G"; "inf"/"0" = unlimited (0) when allowed.
-double parse_rate_bps(std::string_view var, std::string_view value, bool allow_unlimited = false);
-// Durations in seconds: "5us", "1.5ms", "2s", "250ns"; a bare number is seconds.
-double parse_seconds(std::string_view var, std::string_view value);
-int64_t parse_int(std::string_view var, std::string_view value, int64_t min, int64_t max);
-double parse_double(std::string_view var, std::string_view value, double min, double max);
-bool parse_bool(std::string_view var, std::string_view value);
-// Human-readable size ("4 MiB") for logs and tables.
-std::string format_bytes(uint64_t bytes);
+// A policy, by its canonical name in the policy registry (scheduler/policy_factory.h). A value, not an enum, so a new
+// policy needs no edit here: the constants below are shortcuts for code that singles out a built-in one.
+class PolicyKind {
+ public:
+  constexpr PolicyKind() = default;
+  // `name` must outlive the value (a literal, or a name from the registry).
+  constexpr explicit PolicyKind(std::string_view name) : name_(name) {}
+  constexpr std::string_view name() const { return name_; }
+  friend constexpr bool operator==(PolicyKind a, PolicyKind b) { return a.name_ == b.name_; }
 
-// Reads an environment variable; nullopt when unset or empty.
-std::optional<std::string> env_value(const std::string& name);
+  static const PolicyKind bytescheduler, wfbp, bsp, fusion, mgwfbp;
 
-enum class PolicyKind { bytescheduler, wfbp, bsp, fusion, mgwfbp };
+ private:
+  std::string_view name_ = "bytescheduler";
+};
+inline constexpr PolicyKind PolicyKind::bytescheduler{"bytescheduler"};
+inline constexpr PolicyKind PolicyKind::wfbp{"wfbp"};
+inline constexpr PolicyKind PolicyKind::bsp{"bsp"};
+inline constexpr PolicyKind PolicyKind::fusion{"fusion"};
+inline constexpr PolicyKind PolicyKind::mgwfbp{"mgwfbp"};
+
 std::string_view policy_name(PolicyKind p);
+// A registered name or alias, case-insensitive; the error names var, the value and every registered name.
 PolicyKind parse_policy(std::string_view var, std::string_view value);
 
-// Engine configuration. Variable names (environment) in comments; explicit options use the same name in lower case
-// without the prefix (e.g. "partition_bytes").
+// Engine configuration. Each field is an option of engine_option_table(): the variable is COMMSCHED_ + the option
+// name in upper case.
 struct EngineConfig {
-  PolicyKind policy = PolicyKind::bytescheduler;  // COMMSCHED_POLICY
-  Knobs knobs;                                      // COMMSCHED_PARTITION_BYTES, COMMSCHED_CREDIT_BYTES
-  uint64_t fusion_bytes = 64ull << 20;              // COMMSCHED_FUSION_BYTES (fusion policy threshold)
-  double fusion_cycle_s = 0.005;                    // COMMSCHED_FUSION_CYCLE (fusion policy cycle)
-  uint64_t small_tensor_bytes = 0;                  // COMMSCHED_SMALL_TENSOR_BYTES: bytescheduler fuses below (0: off)
-  bool credit_stall_guard = true;                   // COMMSCHED_CREDIT_STALL_GUARD: see PriorityCreditPolicy
-  std::string timeline_path;                        // COMMSCHED_TIMELINE (empty: off)
-  uint64_t timeline_max_events = 1'000'000;         // COMMSCHED_TIMELINE_MAX_EVENTS
-  double mg_alpha_s = 50e-6;                        // COMMSCHED_MG_ALPHA: per-message latency for MG-WFBP
-  double mg_beta_s_per_byte = 8.0 / 10e9;           // COMMSCHED_MG_BANDWIDTH (rate) -> seconds per byte
-  compression::Spec compression;                    // COMMSCHED_COMPRESSION: none, fp16, bf16, topk:RATIO, signsgd
+  PolicyKind policy;                      // policy
+  Knobs knobs;                            // partition_bytes, credit_bytes (the knob set, kKnobs below)
+  uint64_t fusion_bytes = 64ull << 20;    // fusion_bytes (fusion policy threshold)
+  double fusion_cycle_s = 0.005;          // fusion_cycle (fusion policy cycle)
+  uint64_t small_tensor_bytes = 0;        // small_tensor_bytes: bytescheduler fuses below (0: off)
+  bool credit_stall_guard = true;         // credit_stall_guard: see PriorityCreditPolicy
+  std::string timeline_path;              // timeline (empty: off)
+  uint64_t timeline_max_events = 1'000'000;  // timeline_max_events
+  double mg_alpha_s = 50e-6;              // mg_alpha: per-message latency for MG-WFBP
+  double mg_beta_s_per_byte = 8.0 / 10e9; // mg_bandwidth (rate) -> seconds per byte
+  compression::Spec compression;          // compression: none, fp16, bf16, topk:RATIO, signsgd
   // Whether partition_bytes / credit_bytes were given (option or environment); the composition root replaces the
   // others by the automatic knobs for the cluster's shape (scheduler/auto_knobs.h).
   bool partition_set = false;
   bool credit_set = false;
 
-  // Applies one option by name ("policy", "partition_bytes", ...); throws InvalidArgument naming it.
-  void set(std::string_view option, std::string_view value);
-  // Reads every COMMSCHED_* variable this struct knows.
+  // Applies one option by name or alias ("policy", "partition_bytes", ...); throws InvalidArgument naming it.
+  // `var` is what a bad value's error names (default: the environment variable; a CLI passes its flag).
+  void set(std::string_view option, std::string_view value, std::string_view var = {});
+  // Reads every COMMSCHED_* variable of engine_option_table().
   static EngineConfig from_env();
   // Checks cross-field consistency; throws InvalidArgument.
   void validate() const;
 };
+
+// The knob set: the knobs a tuner changes live, by name. The engine options, the tuner's best-configuration store and
+// the Python knob dictionary iterate over it, so a new knob is one row here (and a field of Knobs).
+struct KnobSpec {
+  std::string_view name;           // also its engine option and COMMSCHED_ variable
+  std::string_view alias;          // a shorter name the CLI also takes ("--partition")
+  uint64_t Knobs::*field;
+  bool EngineConfig::*given;       // set when the option was given (auto_knobs replaces the others)
+  std::string_view doc;
+};
+inline constexpr KnobSpec kKnobs[] = {
+    {"partition_bytes", "partition", &Knobs::partition_bytes, &EngineConfig::partition_set,
+     "bytescheduler partition size (unlimited: no split); parameter server, when unset: automatic (256 KiB up to 16 "
+     "workers, halving per doubling beyond, at least 64 KiB; scheduler/auto_knobs.h)"},
+    {"credit_bytes", "credit", &Knobs::credit_bytes, &EngineConfig::credit_set,
+     "bytescheduler credit: bytes in flight (unlimited: no limit); parameter server, when unset: (workers + 1) "
+     "partitions, since every worker's push of a partition queues at one server's downlink"},
+};
+inline constexpr size_t kKnobCount = std::size(kKnobs);
+
+// The registry rows of EngineConfig.
+const OptionTable<EngineConfig>& engine_option_table();
 
 }  // namespace commsched

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scheduler/config.h"
+
 namespace commsched::tuner {
 namespace {
 
@@ -58,8 +60,7 @@ std::optional<StoredBest> BestStore::load(const TuningKey& key) const {
   if (it == entries.end()) return std::nullopt;
   try {
     StoredBest b;
-    b.knobs.partition_bytes = it->at("partition_bytes").get<uint64_t>();
-    b.knobs.credit_bytes = it->at("credit_bytes").get<uint64_t>();
+    for (const KnobSpec& k : kKnobs) b.knobs.*k.field = it->at(std::string(k.name)).get<uint64_t>();  // the knob set
     b.score = it->value("score", 0.0);
     b.trials = it->value("trials", 0);
     return b;
@@ -71,13 +72,13 @@ std::optional<StoredBest> BestStore::load(const TuningKey& key) const {
 void BestStore::save(const TuningKey& key, const StoredBest& best) const {
   json j = read_file(path_);
   if (!j.contains("entries")) j = json{{"version", 1}, {"entries", json::object()}};
-  j["entries"][key.str()] = json{{"partition_bytes", best.knobs.partition_bytes},
-                                 {"credit_bytes", best.knobs.credit_bytes},
-                                 {"score", best.score},
-                                 {"trials", best.trials},
-                                 {"workers", key.workers},
-                                 {"servers", key.servers},
-                                 {"backend", key.backend}};
+  json entry = json{{"score", best.score},
+                     {"trials", best.trials},
+                     {"workers", key.workers},
+                     {"servers", key.servers},
+                     {"backend", key.backend}};
+  for (const KnobSpec& k : kKnobs) entry[std::string(k.name)] = best.knobs.*k.field;
+  j["entries"][key.str()] = std::move(entry);
   // Write beside the target and rename, so a crash mid-write never leaves a truncated store for the next run.
   const std::string tmp = path_ + ".tmp";
   {

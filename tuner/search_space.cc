@@ -9,18 +9,21 @@
 
 namespace commsched::tuner {
 
+namespace {
+// The search space's rows on their own (for set() below).
+const OptionTable<SearchSpaceBounds>& bounds_table() {
+  static const OptionTable<SearchSpaceBounds> table = [] {
+    OptionTable<SearchSpaceBounds> t("tuner", "tuner search-space");
+    SearchSpaceBounds::register_options(t, [](SearchSpaceBounds& b) -> SearchSpaceBounds& { return b; });
+    return t;
+  }();
+  return table;
+}
+}  // namespace
+
 bool SearchSpaceBounds::set(std::string_view option, std::string_view value) {
-  if (option == "min_partition") {
-    min_partition_bytes = parse_bytes("COMMSCHED_TUNER_MIN_PARTITION", value);
-  } else if (option == "max_partition") {
-    max_partition_bytes = parse_bytes("COMMSCHED_TUNER_MAX_PARTITION", value);
-  } else if (option == "max_credit_multiple") {
-    max_credit_multiple = parse_double("COMMSCHED_TUNER_MAX_CREDIT_MULTIPLE", value, 1.0, 1e6);
-  } else if (option == "unlimited_credit") {
-    allow_unlimited_credit = parse_bool("COMMSCHED_TUNER_UNLIMITED_CREDIT", value);
-  } else {
-    return false;
-  }
+  if (!bounds_table().has(option)) return false;
+  bounds_table().set(*this, option, value);
   return true;
 }
 

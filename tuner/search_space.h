@@ -16,6 +16,7 @@
 #include <span>
 #include <string_view>
 
+#include "options/option_table.h"
 #include "scheduler/policy.h"
 
 namespace commsched::tuner {
@@ -30,9 +31,28 @@ struct SearchSpaceBounds {
   // Applies one option by name ("min_partition", "max_partition", "max_credit_multiple", "unlimited_credit");
   // returns false when the name is not a search-space option. Throws InvalidArgument on a bad value.
   bool set(std::string_view option, std::string_view value);
+  // Adds the search space's rows to `table`; `bounds` reaches this struct inside the table's Config.
+  template <class Config, class Bounds>
+  static void register_options(OptionTable<Config>& table, Bounds bounds);
   // Throws InvalidArgument naming the inconsistent field.
   void validate() const;
 };
+
+template <class Config, class Bounds>
+void SearchSpaceBounds::register_options(OptionTable<Config>& t, Bounds bounds) {
+  t.bind("min_partition", "COMMSCHED_TUNER_MIN_PARTITION",
+         [bounds](Config& c) -> uint64_t& { return bounds(c).min_partition_bytes; }, size_value(),
+         "smallest partition size searched (at least the 4KiB alignment)");
+  t.bind("max_partition", "COMMSCHED_TUNER_MAX_PARTITION",
+         [bounds](Config& c) -> uint64_t& { return bounds(c).max_partition_bytes; }, size_value(),
+         "largest partition size searched");
+  t.bind("max_credit_multiple", "COMMSCHED_TUNER_MAX_CREDIT_MULTIPLE",
+         [bounds](Config& c) -> double& { return bounds(c).max_credit_multiple; }, number_value(1.0, 1e6),
+         "credit searched from 1x to this many times the partition size");
+  t.bind("unlimited_credit", "COMMSCHED_TUNER_UNLIMITED_CREDIT",
+         [bounds](Config& c) -> bool& { return bounds(c).allow_unlimited_credit; }, bool_value(),
+         "the credit axis ends in a band meaning no limit");
+}
 
 class SearchSpace {
  public:

@@ -1,70 +1,66 @@
 #include "tuner/tuner_config.h"
 
-#include <array>
 #include <limits>
 #include <string>
 
-#include "scheduler/config.h"
 #include "scheduler/types.h"
 
 namespace commsched::tuner {
 namespace {
 
-constexpr std::array<std::string_view, 16> kOptions = {
-    "trials", "min_trials", "ei_stop", "warmup", "window", "windows", "initial", "seed", "csv", "store", "reuse", "drift",
-    "min_partition", "max_partition", "max_credit_multiple", "unlimited_credit"};
-
-std::string var_name(std::string_view option) {
+std::string var(std::string_view option) {
   std::string v = "COMMSCHED_TUNER_";
   for (char c : option) v += static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
   return v;
 }
 
-int parse_count(std::string_view option, std::string_view value, int min, int max) {
-  return static_cast<int>(parse_int(var_name(option), value, min, max));
+OptionTable<TunerOptions> build_tuner_table() {
+  using O = TunerOptions;
+  OptionTable<TunerOptions> t("tuner", "tuner");
+  t.bind("trials", var("trials"), [](O& o) -> int& { return o.max_trials; }, int_value(1, 10000),
+         "trial budget, the starting configuration included");
+  t.bind("min_trials", var("min_trials"), [](O& o) -> int& { return o.min_trials; }, int_value(1, 10000),
+         "no early stop on small expected improvement before this many trials");
+  t.bind("ei_stop", var("ei_stop"), [](O& o) -> double& { return o.stop_relative_ei; }, number_value(0.0, 1.0),
+         "stop when the largest expected improvement is below this fraction of the best score");
+  t.bind("warmup", var("warmup"), [](O& o) -> int& { return o.warmup_iterations; }, int_value(0, 100000),
+         "iterations dropped after each switch of configuration");
+  t.bind("window", var("window"), [](O& o) -> int& { return o.window_iterations; }, int_value(1, 100000),
+         "iterations per throughput window");
+  t.bind("windows", var("windows"), [](O& o) -> int& { return o.windows_per_trial; }, int_value(1, 1000),
+         "a trial's score is the median of this many windows");
+  t.bind("initial", var("initial"), [](O& o) -> int& { return o.initial_points; }, int_value(1, 1000),
+         "Latin-hypercube points before the model leads");
+  t.bind("seed", var("seed"), [](O& o) -> uint64_t& { return o.seed; },
+         int_value(0, std::numeric_limits<int64_t>::max()), "random seed of the optimizer");
+  t.bind("csv", var("csv"), [](O& o) -> std::string& { return o.csv_path; }, text_value("a file path; empty: off"),
+         "one row per trial");
+  t.bind("store", var("store"), [](O& o) -> std::string& { return o.store_path; }, text_value("a file path; empty: off"),
+         "JSON file of the best configurations, by model and cluster shape");
+  t.bind("reuse", var("reuse"), [](O& o) -> bool& { return o.reuse_best; }, bool_value(),
+         "skip tuning when the store has this model and cluster shape");
+  t.bind("drift", var("drift"), [](O& o) -> double& { return o.drift_threshold; }, number_value(0.0, 10.0),
+         "re-tune when throughput moves by more than this fraction, two periods in a row (0: never)");
+  SearchSpaceBounds::register_options(t, [](O& o) -> SearchSpaceBounds& { return o.space; });
+  return t;
 }
 
 }  // namespace
 
-void TunerOptions::set(std::string_view option, std::string_view value) {
-  if (option == "trials") {
-    max_trials = parse_count(option, value, 1, 10000);
-  } else if (option == "min_trials") {
-    min_trials = parse_count(option, value, 1, 10000);
-  } else if (option == "ei_stop") {
-    stop_relative_ei = parse_double(var_name(option), value, 0.0, 1.0);
-  } else if (option == "warmup") {
-    warmup_iterations = parse_count(option, value, 0, 100000);
-  } else if (option == "window") {
-    window_iterations = parse_count(option, value, 1, 100000);
-  } else if (option == "windows") {
-    windows_per_trial = parse_count(option, value, 1, 1000);
-  } else if (option == "initial") {
-    initial_points = parse_count(option, value, 1, 1000);
-  } else if (option == "seed") {
-    seed = static_cast<uint64_t>(parse_int(var_name(option), value, 0, std::numeric_limits<int64_t>::max()));
-  } else if (option == "csv") {
-    csv_path = std::string(value);
-  } else if (option == "store") {
-    store_path = std::string(value);
-  } else if (option == "reuse") {
-    reuse_best = parse_bool(var_name(option), value);
-  } else if (option == "drift") {
-    drift_threshold = parse_double(var_name(option), value, 0.0, 10.0);
-  } else if (!space.set(option, value)) {
-    std::string allowed;
-    for (auto o : kOptions) allowed += (allowed.empty() ? "" : ", ") + std::string(o);
-    throw InvalidArgument("unknown tuner option '" + std::string(option) + "' (allowed: " + allowed + ")");
-  }
+const OptionTable<TunerOptions>& tuner_option_table() {
+  static const OptionTable<TunerOptions> table = build_tuner_table();
+  return table;
+}
+
+void TunerOptions::set(std::string_view option, std::string_view value, std::string_view v) {
+  tuner_option_table().set(*this, option, value, v);
 }
 
 TunerOptions TunerOptions::from_env() { return from_env(TunerOptions{}); }
 
 TunerOptions TunerOptions::from_env(TunerOptions defaults) {
   TunerOptions o = std::move(defaults);
-  for (auto option : kOptions) {
-    if (auto v = env_value(var_name(option))) o.set(option, *v);
-  }
+  tuner_option_table().set_from_env(o);
   o.validate();
   return o;
 }

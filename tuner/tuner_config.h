@@ -1,4 +1,4 @@
-// Options of the online tuner, parsed and validated here with the shared value parsers of scheduler/config.h.
+// Options of the online tuner: rows of the option registry (tuner_option_table(), the search space's included).
 // Environment variables are COMMSCHED_TUNER_*; explicit options use the lower-case suffix ("trials", "warmup", ...).
 #pragma once
 
@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "options/option_table.h"
 #include "tuner/search_space.h"
 
 namespace commsched::tuner {
@@ -29,7 +30,7 @@ struct TunerOptions {
   SearchSpaceBounds space;        // COMMSCHED_TUNER_MIN_PARTITION, _MAX_PARTITION, _MAX_CREDIT_MULTIPLE, _UNLIMITED_CREDIT
 
   // Applies one option by name; throws InvalidArgument naming an unknown option or a bad value.
-  void set(std::string_view option, std::string_view value);
+  void set(std::string_view option, std::string_view value, std::string_view var = {});
   // Reads every COMMSCHED_TUNER_* variable this struct knows (unset ones keep the values of `defaults`), then
   // validates.
   static TunerOptions from_env(TunerOptions defaults);
@@ -39,5 +40,8 @@ struct TunerOptions {
 
   int iterations_per_trial() const { return warmup_iterations + window_iterations * windows_per_trial; }
 };
+
+// The registry rows of TunerOptions.
+const OptionTable<TunerOptions>& tuner_option_table();
 
 }  // namespace commsched::tuner

@@ -79,9 +79,10 @@ int run_rank(const Args& a) {
   const ClusterEnv env = ClusterEnv::from_env();
   const sim::ModelProfile model = sim::load_profile(a.profile);
   EngineConfig cfg;
-  cfg.policy = parse_policy("--policy", a.policy);
-  cfg.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
-  cfg.knobs.credit_bytes = a.policy == "bytescheduler" ? parse_bytes("--credit", a.credit, true) : 0;
+  cfg.set("policy", a.policy, "--policy");  // the option registry's parsers; errors name the flag
+  cfg.set("partition_bytes", a.partition, "--partition");
+  if (cfg.policy == PolicyKind::bytescheduler) cfg.set("credit_bytes", a.credit, "--credit");
+  else cfg.knobs.credit_bytes = 0;
   Engine engine(make_policy(cfg), std::make_shared<GlooBackend>(env), cfg);
   std::vector<std::vector<std::byte>> grads;
   for (const auto& t : model.tensors) grads.emplace_back(t.bytes());

@@ -16,6 +16,7 @@
 
 #include "bench/sim/grid.h"
 #include "bench/sim/report.h"
+#include "scheduler/policy_factory.h"
 
 namespace commsched {
 namespace {
@@ -32,7 +33,7 @@ struct BenchArgs {
   std::string latency = "25us";
   std::string ps_chunk = "4MiB";
   std::string ring_alpha = "5us";
-  std::vector<std::string> policies = {"bytescheduler", "wfbp", "bsp", "fusion", "mgwfbp"};
+  std::vector<std::string> policies = policy_names();  // every registered policy
   // Empty: the network's default grid (sim::use_default_knob_grid).
   std::vector<std::string> partitions;
   std::vector<double> credit_multipliers;
@@ -301,7 +302,8 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   b->add_option("--ps-chunk", args->ps_chunk, "PS messages above this stream in chunks (0: never)")
       ->capture_default_str();
   b->add_option("--ring-alpha", args->ring_alpha, "all-reduce latency per ring step")->capture_default_str();
-  b->add_option("--policies", args->policies, "policies to compare")->delimiter(',')->capture_default_str();
+  b->add_option("--policies", args->policies, "policies to compare (registered: " + join_names(policy_names()) + ")")
+      ->delimiter(',')->capture_default_str();
   b->add_option("--partitions", args->partitions, "bytescheduler partition sizes searched (default: per network)")
       ->delimiter(',');
   b->add_option("--credit-multipliers", args->credit_multipliers, "bytescheduler credit = k x partition, k searched (0: one batch at a time)")

@@ -9,12 +9,23 @@
 
 namespace commsched::collective {
 
+const OptionTable<CollectiveOptions>& CollectiveOptions::table() {
+  static const OptionTable<CollectiveOptions> t = [] {
+    OptionTable<CollectiveOptions> t("collective", "collective");
+    t.bind("collective_fusion_bytes", "COMMSCHED_COLLECTIVE_FUSION_BYTES",
+           [](CollectiveOptions& o) -> uint64_t& { return o.fusion_bytes; }, size_value(ZeroSize::unlimited),
+           "all-reduce: partitions ready together are fused up to this many bytes");
+    t.bind("collective_credit_bytes", "COMMSCHED_COLLECTIVE_CREDIT_BYTES",
+           [](CollectiveOptions& o) -> uint64_t& { return o.credit_bytes; }, size_value(ZeroSize::unlimited),
+           "all-reduce: the global credit kept on rank 0 until an engine hands over its credit knob");
+    return t;
+  }();
+  return t;
+}
+
 CollectiveOptions CollectiveOptions::from_env() {
   CollectiveOptions o;
-  if (auto v = env_value("COMMSCHED_COLLECTIVE_FUSION_BYTES"))
-    o.fusion_bytes = parse_bytes("COMMSCHED_COLLECTIVE_FUSION_BYTES", *v, /*allow_unlimited=*/true);
-  if (auto v = env_value("COMMSCHED_COLLECTIVE_CREDIT_BYTES"))
-    o.credit_bytes = parse_bytes("COMMSCHED_COLLECTIVE_CREDIT_BYTES", *v, /*allow_unlimited=*/true);
+  table().set_from_env(o);
   return o;
 }
 

@@ -28,6 +28,7 @@
 
 #include "comm_backends/collective/negotiator.h"
 #include "comm_backends/comm_backend.h"
+#include "options/option_table.h"
 
 namespace commsched {
 struct ClusterEnv;
@@ -42,6 +43,7 @@ struct CollectiveOptions {
   uint64_t fusion_bytes = 1u << 20;
   uint64_t credit_bytes = 0;
   static CollectiveOptions from_env();
+  static const OptionTable<CollectiveOptions>& table();  // the option registry's rows
   // Negotiator options for this process from the cluster contract (timeout, coordinator address).
   NegotiatorOptions negotiator_options(const ClusterEnv& env) const;
 };

@@ -3,56 +3,67 @@
 #include <string>
 
 #include "comm_backends/ps/transport.h"
-
-#include "scheduler/config.h"
 #include "scheduler/types.h"
 
 namespace commsched {
 namespace {
-constexpr const char* kOptions[] = {"deterministic", "emulate_rate", "server_threads", "parallel_sum_bytes",
-                                    "heartbeat", "rendezvous_timeout", "max_message", "io_threads",
-                                    "chunk_bytes", "transport"};
 
-std::string parse_transport(const std::string& var, std::string_view value) {
-  if (value == "zmq") return "zmq";
-  if (value == "ucx" && ps::ucx_built_in()) return "ucx";
-  if (value == "ucx")
-    throw InvalidArgument(var + "=ucx is not available: this build has no UCX (install libucx-dev and rebuild); "
-                          "allowed: zmq");
-  throw InvalidArgument(var + "='" + std::string(value) + "' is invalid: allowed " +
-                        (ps::ucx_built_in() ? "zmq, ucx" : "zmq (ucx: not built in)"));
+ValueType<std::string> transport_value() {
+  const std::string allowed = ps::ucx_built_in() ? "one of zmq, ucx" : "zmq (ucx: not built in)";
+  // The documented text is the same in every build (the README table is generated); errors say what this one has.
+  return {"choice", "one of zmq, ucx (ucx when built with UCX)",
+          [allowed](std::string_view var, std::string_view value) -> std::string {
+            if (value == "zmq") return "zmq";
+            if (value == "ucx" && ps::ucx_built_in()) return "ucx";
+            if (value == "ucx")
+              throw InvalidArgument(std::string(var) + "=ucx is not available: this build has no UCX (install "
+                                    "libucx-dev and rebuild); allowed: zmq");
+            throw InvalidArgument(std::string(var) + "='" + std::string(value) + "' is invalid: allowed " + allowed);
+          },
+          [](const std::string& s) { return s; }};
 }
 
-std::string var_name(std::string_view option) {
-  std::string v = option == "emulate_rate" ? "COMMSCHED_" : "COMMSCHED_PS_";
-  for (char c : option) v += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return v;
+OptionTable<PsConfig> build_ps_table() {
+  using C = PsConfig;
+  OptionTable<PsConfig> t("ps", "parameter-server");
+  t.bind("deterministic", "COMMSCHED_PS_DETERMINISTIC", [](C& c) -> bool& { return c.deterministic; }, bool_value(),
+         "sum in rank order: bitwise reproducible (holds all pushes until the last)");
+  t.bind("emulate_rate", "COMMSCHED_EMULATE_RATE", [](C& c) -> double& { return c.emulate_rate_bps; },
+         rate_value(/*allow_unlimited=*/true), "EMULATED link rate per process (token bucket on sends), e.g. 1gbit");
+  t.bind("server_threads", "COMMSCHED_PS_SERVER_THREADS", [](C& c) -> int& { return c.server_threads; },
+         int_value(0, 1024), "summation threads per server (0: all cores)");
+  t.bind("parallel_sum_bytes", "COMMSCHED_PS_PARALLEL_SUM_BYTES", [](C& c) -> uint64_t& { return c.parallel_sum_bytes; },
+         size_value(), "partitions at least this big are summed by several threads");
+  t.bind("heartbeat", "COMMSCHED_PS_HEARTBEAT", [](C& c) -> double& { return c.heartbeat_s; }, duration_value(),
+         "heartbeat interval (at most a quarter of COMMSCHED_TIMEOUT)");
+  t.bind("rendezvous_timeout", "COMMSCHED_PS_RENDEZVOUS_TIMEOUT", [](C& c) -> double& { return c.rendezvous_timeout_s; },
+         duration_value(), "how long to wait for every process to show up");
+  t.bind("max_message", "COMMSCHED_PS_MAX_MESSAGE", [](C& c) -> uint64_t& { return c.max_message_bytes; }, size_value(),
+         "largest accepted partition (at least 4KiB); bigger messages drop the sender");
+  t.bind("io_threads", "COMMSCHED_PS_IO_THREADS", [](C& c) -> int& { return c.io_threads; }, int_value(1, 64),
+         "ZeroMQ I/O threads per process");
+  t.bind("chunk_bytes", "COMMSCHED_PS_CHUNK_BYTES", [](C& c) -> uint64_t& { return c.chunk_bytes; },
+         size_value(ZeroSize::unlimited),
+         "partitions bigger than this travel as several messages, so the server sums one chunk while the next arrives");
+  t.bind("transport", "COMMSCHED_PS_TRANSPORT", [](C& c) -> std::string& { return c.transport; }, transport_value(),
+         "ZeroMQ over TCP, or UCX when built in (shared memory, TCP, InfiniBand/RoCE verbs; UCX_TLS restricts it)");
+  return t;
 }
+
 }  // namespace
 
-void PsConfig::set(std::string_view option, std::string_view value) {
-  const std::string var = var_name(option);
-  if (option == "deterministic") deterministic = parse_bool(var, value);
-  else if (option == "emulate_rate") emulate_rate_bps = parse_rate_bps(var, value, /*allow_unlimited=*/true);
-  else if (option == "server_threads") server_threads = static_cast<int>(parse_int(var, value, 0, 1024));
-  else if (option == "parallel_sum_bytes") parallel_sum_bytes = parse_bytes(var, value);
-  else if (option == "heartbeat") heartbeat_s = parse_seconds(var, value);
-  else if (option == "rendezvous_timeout") rendezvous_timeout_s = parse_seconds(var, value);
-  else if (option == "max_message") max_message_bytes = parse_bytes(var, value);
-  else if (option == "io_threads") io_threads = static_cast<int>(parse_int(var, value, 1, 64));
-  else if (option == "chunk_bytes") chunk_bytes = parse_bytes(var, value, /*allow_unlimited=*/true);
-  else if (option == "transport") transport = parse_transport(var, value);
-  else {
-    std::string known;
-    for (const char* o : kOptions) known += std::string(known.empty() ? "" : ", ") + o;
-    throw InvalidArgument("unknown parameter-server option '" + std::string(option) + "' (known: " + known + ")");
-  }
+const OptionTable<PsConfig>& ps_option_table() {
+  static const OptionTable<PsConfig> table = build_ps_table();
+  return table;
+}
+
+void PsConfig::set(std::string_view option, std::string_view value, std::string_view var) {
+  ps_option_table().set(*this, option, value, var);
 }
 
 PsConfig PsConfig::from_env() {
   PsConfig c;
-  for (const char* o : kOptions)
-    if (auto v = env_value(var_name(o))) c.set(o, *v);
+  ps_option_table().set_from_env(c);
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/ps_config.h"
 #include "plugins/api/live_tuner.h"
+#include "plugins/api/option_catalogue.h"
 #include "scheduler/auto_knobs.h"
 #include "scheduler/policy_factory.h"
 #ifdef COMMSCHED_HAVE_GLOO
@@ -24,7 +25,7 @@ constexpr const char* kBackendVar = "COMMSCHED_BACKEND";
 
 BackendKind choose_backend(const ClusterEnv& env, const ContextOptions& options) {
   if (!options.backend.empty()) return parse_backend_kind("backend", options.backend);
-  if (auto v = env_value(kBackendVar)) return parse_backend_kind(kBackendVar, *v);
+  if (const std::string b = ContextEnvOptions::from_env().backend; !b.empty()) return parse_backend_kind(kBackendVar, b);
   if (env.num_servers > 0) return BackendKind::ps;
   if (env.num_workers == 1) return BackendKind::loopback;
 #ifdef COMMSCHED_HAVE_GLOO
@@ -100,7 +101,7 @@ Context::Context(const ContextOptions& options)
   size_ = backend->size();
   engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_);
   if (options.tune) tune_ = *options.tune;
-  else if (auto v = env_value("COMMSCHED_TUNE")) tune_ = parse_bool("COMMSCHED_TUNE", *v);
+  else tune_ = ContextEnvOptions::from_env().tune;
   if (tune_) tuner_options_ = tuner::TunerOptions::from_env();  // a bad COMMSCHED_TUNER_* value fails here
 }
 

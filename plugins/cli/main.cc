@@ -4,12 +4,14 @@
 //   commsched server   one parameter server (roles from the environment contract)
 //   commsched bench    the comparison grid: simulated, or run as real local clusters (--mode cluster)
 //   commsched trace-merge  the per-rank trace files of one run as one Perfetto trace
+//   commsched options  every COMMSCHED_* option (--markdown: the README table), the policies, the backends
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
 
 #include "bench/sim/bench_cli.h"
+#include "plugins/cli/options_command.h"
 #include "plugins/cli/run_command.h"
 #include "plugins/cli/trace_merge.h"
 #include "plugins/launch/launch_cli.h"
@@ -23,6 +25,7 @@ int main(int argc, char** argv) {
   commsched::add_server_subcommand(app);
   commsched::add_bench_subcommand(app, commsched::run_cluster_trial);
   commsched::add_trace_merge_subcommand(app);
+  commsched::add_options_subcommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

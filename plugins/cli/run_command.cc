@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -25,10 +27,25 @@
 namespace commsched {
 namespace {
 
+// Engine options `run` sets on every engine, as option values by registry name; an empty value is not applied.
+// Every engine option but the policy (--policies) and the trace file (--timeline-dir) gets a flag generated from the
+// registry (scheduler/config.cc), so `run` and its workers take them all without a hand-written mapping. `run`
+// starts from smaller knobs than the library so the scheduler's effect shows on small profiles.
+std::map<std::string, std::string> run_engine_defaults() {
+  std::map<std::string, std::string> m;
+  for (const std::string& name : engine_option_table().names())
+    if (name != "policy" && name != "timeline") m[name] = "";
+  m["partition_bytes"] = "1MiB";
+  m["credit_bytes"] = "4MiB";
+  m["small_tensor_bytes"] = "64KiB";
+  m["compression"] = "none";
+  return m;
+}
+
 struct RunArgs {
   std::string model = "vgg16";
   std::string backend = "loopback";
-  std::vector<std::string> policies = {"wfbp", "bytescheduler"};
+  std::vector<std::string> policies = {std::string(PolicyKind::wfbp.name()), std::string(PolicyKind::bytescheduler.name())};
   int iterations = 10;
   int warmup = 2;
   double compute_scale = 1.0;
@@ -37,14 +54,13 @@ struct RunArgs {
   int servers = 2;
   std::string bandwidth = "25gbit";
   std::string latency = "50us";
-  std::string partition = "1MiB";
-  std::string credit = "4MiB";
-  std::string small_tensor = "64KiB";
-  std::string compression = "none";  // gradient compression of every reduce task (COMMSCHED_COMPRESSION's values)
+  std::map<std::string, std::string> engine = run_engine_defaults();
   std::string timeline_dir = "out";
   bool tune = false;        // also run bytescheduler with the online auto-tuner
   std::string result_file;  // synthetic-worker only
 };
+
+const std::string& engine_value(const RunArgs& a, const std::string& name) { return a.engine.at(name); }
 
 // A row of the comparison: a policy, optionally auto-tuned ("bytescheduler+tune").
 constexpr std::string_view kTunedSuffix = "+tune";
@@ -55,11 +71,9 @@ std::string policy_of(const std::string& row) {
 
 EngineConfig engine_config(const RunArgs& a, const std::string& row, int /*rank: the Timeline puts it in the file name*/) {
   EngineConfig c;
+  for (const OptionInfo& o : engine_option_table().infos())
+    if (auto it = a.engine.find(o.name); it != a.engine.end() && !it->second.empty()) c.set(o.name, it->second, o.flag());
   c.policy = parse_policy("--policies", policy_of(row));
-  c.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
-  c.knobs.credit_bytes = parse_bytes("--credit", a.credit, true);
-  c.small_tensor_bytes = a.small_tensor == "0" ? 0 : parse_bytes("--small-tensor", a.small_tensor, true);
-  c.compression = compression::parse_spec("--compression", a.compression);
   if (!a.timeline_dir.empty()) {
     std::filesystem::create_directories(a.timeline_dir);
     c.timeline_path = a.timeline_dir + "/timeline_" + row + "_rank{rank}.json";
@@ -163,10 +177,11 @@ nlohmann::json run_ps(const RunArgs& a, const std::string& policy) {
   lo.emulate_rate = a.bandwidth;
   lo.command = {self_exe(), "synthetic-worker", "--model", a.model, "--policy", policy,
                 "--iterations", std::to_string(a.iterations), "--warmup", std::to_string(a.warmup),
-                "--compute-scale", std::to_string(a.compute_scale), "--partition", a.partition,
-                "--credit", a.credit, "--small-tensor", a.small_tensor, "--compression", a.compression,
-                "--timeline-dir", a.timeline_dir,
+                "--compute-scale", std::to_string(a.compute_scale), "--timeline-dir", a.timeline_dir,
                 "--result", result};
+  for (const OptionInfo& o : engine_option_table().infos())  // every engine option given, under its generated flag
+    if (auto it = a.engine.find(o.name); it != a.engine.end() && !it->second.empty())
+      lo.command.insert(lo.command.end(), {o.flag(), it->second});
   // Each cluster is supervised from a fresh child process: the launcher blocks signals and reaps children, which is
   // simplest to keep from leaking into a second launch in the same process.
   std::fflush(nullptr);
@@ -204,9 +219,9 @@ std::vector<double> run_cluster_trial(const ClusterTrialSpec& t) {
   a.bandwidth = t.bandwidth;
   a.iterations = t.iterations;
   a.warmup = t.warmup;
-  a.partition = t.partition;
-  a.credit = t.credit;
-  a.small_tensor = t.small_tensor;
+  a.engine["partition_bytes"] = t.partition;
+  a.engine["credit_bytes"] = t.credit;
+  a.engine["small_tensor_bytes"] = t.small_tensor;
   a.timeline_dir = "";
   const nlohmann::json r = run_ps(a, t.policy);
   if (!r["data_ok"].get<bool>() || !r["error"].get<std::string>().empty())
@@ -248,7 +263,8 @@ void run_main(const RunArgs& a) {
     std::printf(" (%d workers, %d servers as processes on loopback, EMULATED link rate %s)\n", a.workers, a.servers,
                 a.bandwidth.c_str());
   std::printf("  knobs: partition %s, credit %s, small-tensor fusion %s; %d measured iterations after %d warm-up\n",
-              a.partition.c_str(), a.credit.c_str(), a.small_tensor.c_str(), a.iterations, a.warmup);
+              engine_value(a, "partition_bytes").c_str(), engine_value(a, "credit_bytes").c_str(),
+              engine_value(a, "small_tensor_bytes").c_str(), a.iterations, a.warmup);
   std::vector<std::string> rows = a.policies;
   if (a.tune) rows.push_back("bytescheduler" + std::string(kTunedSuffix));
   std::map<std::string, nlohmann::json> results;
@@ -268,16 +284,26 @@ void run_main(const RunArgs& a) {
     if (!r["data_ok"].get<bool>()) throw std::runtime_error(policy + ": reduced data did not match the expected sums");
 }
 
+// One flag per engine option of the registry: its name with dashes, and its aliases ("--partition"); the help text is
+// the registry's doc and allowed values; the default shown is `run`'s when it has one, else the library's.
+void add_engine_flags(CLI::App* s, RunArgs& a) {
+  for (const OptionInfo& o : engine_option_table().infos()) {
+    auto it = a.engine.find(o.name);
+    if (it == a.engine.end()) continue;
+    std::string names = o.flag();
+    for (const std::string& alias : o.aliases) names += ",--" + alias;
+    std::replace(names.begin(), names.end(), '_', '-');
+    const std::string shown = it->second.empty() ? o.default_value : it->second;
+    s->add_option(names, it->second, o.doc + " (" + o.env + "; " + o.allowed + ") [default: " + shown + "]");
+  }
+}
+
 void add_common(CLI::App* s, RunArgs& a) {
   s->add_option("--model", a.model, "profile name (bench/profiles) or path to a profile JSON")->capture_default_str();
   s->add_option("--iterations", a.iterations, "measured iterations")->check(CLI::PositiveNumber)->capture_default_str();
   s->add_option("--warmup", a.warmup, "warm-up iterations (not measured)")->check(CLI::NonNegativeNumber)->capture_default_str();
   s->add_option("--compute-scale", a.compute_scale, "multiply profiled compute times")->check(CLI::PositiveNumber)->capture_default_str();
-  s->add_option("--partition", a.partition, "bytescheduler partition size")->capture_default_str();
-  s->add_option("--credit", a.credit, "bytescheduler credit (bytes in flight; 'unlimited' for none)")->capture_default_str();
-  s->add_option("--small-tensor", a.small_tensor, "bytescheduler fuses queued tensors up to this size (0: off)")->capture_default_str();
-  s->add_option("--compression", a.compression, "gradient compression: none, fp16, bf16, topk:RATIO, signsgd")
-      ->capture_default_str();
+  add_engine_flags(s, a);
   s->add_option("--timeline-dir", a.timeline_dir, "folder for Chrome traces (empty: none)")->capture_default_str();
   s->add_flag("--tune", a.tune, "also run bytescheduler with the online auto-tuner (COMMSCHED_TUNER_* apply)");
 }

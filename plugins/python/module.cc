@@ -16,7 +16,10 @@
 #include <stdexcept>
 
 #include "plugins/api/context.h"
+#include "comm_backends/comm_backend.h"
 #include "plugins/api/live_tuner.h"
+#include "plugins/api/option_catalogue.h"
+#include "scheduler/policy_factory.h"
 #include "scheduler/task.h"
 #include "scheduler/timeline.h"
 #include "tuner/python/bind_tuner.h"
@@ -119,6 +122,25 @@ ClusterEnv cluster_from_dict(const std::map<std::string, py::object>& d) {
   return e;
 }
 
+py::list strings(const std::vector<std::string_view>& v) {
+  py::list out;
+  for (std::string_view s : v) out.append(std::string(s));
+  return out;
+}
+
+py::dict option_dict(const OptionInfo& i) {
+  py::dict d;
+  d["name"] = i.name;
+  d["aliases"] = i.aliases;
+  d["env"] = i.env;
+  d["group"] = i.group;
+  d["type"] = i.type;
+  d["default"] = i.default_value;
+  d["allowed"] = i.allowed;
+  d["doc"] = i.doc;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -196,21 +218,52 @@ PYBIND11_MODULE(_C, m) {
            }, py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &Context::shutdown, py::call_guard<py::gil_scoped_release>());
 
-  py::dict build;  // what this build carries (the Horovod-style *_built() queries answer from it)
-#ifdef COMMSCHED_HAVE_GLOO
-  build["gloo"] = true;
-#else
-  build["gloo"] = false;
-#endif
-#ifdef COMMSCHED_HAVE_CUDA
-  build["cuda"] = true;
-  build["nccl"] = true;
-#else
-  build["cuda"] = false;
-  build["nccl"] = false;
-#endif
-  build["ps"] = true;
+  py::dict build;  // what this build carries (the Horovod-style *_built() queries answer from the backend registry)
+  for (const BackendInfo& b : backend_registry()) build[py::str(std::string(b.name))] = b.available;
+  build["cuda"] = find_backend("nccl") != nullptr && find_backend("nccl")->available;
   m.attr("build") = build;
+
+  // The registries, so Python keeps no list of its own: init() keywords are option names, the flush rule asks the
+  // policy registry.
+  m.def("options", [] {
+        py::list out;
+        for (const OptionInfo& i : all_options()) out.append(option_dict(i));
+        return out;
+      }, "every option of the registry: name, aliases, env, group, type, default, allowed, doc");
+  m.def("policies", [] {
+        py::list out;
+        for (const PolicyInfo& p : policy_registry()) {
+          py::dict d;
+          d["name"] = std::string(p.name);
+          d["aliases"] = strings(p.aliases);
+          d["holds_tasks"] = p.holds_tasks;
+          d["options"] = strings(p.options);
+          d["description"] = std::string(p.description);
+          out.append(d);
+        }
+        return out;
+      }, "the policy registry: name, aliases, holds_tasks, options, description");
+  m.def("backends", [] {
+        py::list out;
+        for (const BackendInfo& b : backend_registry()) {
+          py::dict d;
+          d["name"] = std::string(b.name);
+          d["available"] = b.available;
+          py::list ops, devices;
+          for (Op op : b.ops) ops.append(std::string(op_name(op)));
+          for (Device dev : b.devices) devices.append(dev == Device::cpu ? "cpu" : "cuda");
+          d["ops"] = ops;
+          d["devices"] = devices;
+          d["description"] = std::string(b.description);
+          out.append(d);
+        }
+        return out;
+      }, "the backend registry for this build: name, available, ops, devices, description");
+  m.def("knob_names", [] {
+        py::list out;
+        for (const KnobSpec& k : kKnobs) out.append(std::string(k.name));
+        return out;
+      }, "the knob set, in the order Context.knobs() returns it");
 
   // Horovod's start_timeline / stop_timeline act on the trace of every engine of this process (the plugin runs one;
   // process sets' engines have none). An engine built with timeline=TIMELINE_DEFERRED records nothing until started.

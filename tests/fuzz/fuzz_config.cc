@@ -1,9 +1,10 @@
-// Size, rate, duration, integer and boolean parsing (scheduler/config) and the PS and engine options built on them:
+// Size, rate, duration, integer and boolean parsing (options/parse) and the PS and engine options built on them:
 // any text must either parse to a sane value or throw InvalidArgument naming the variable. Input: one selector byte,
 // then the value text.
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comm_backends/ps/ps_config.h"
 #include "scheduler/config.h"
@@ -14,11 +15,15 @@ using namespace commsched;
 
 namespace {
 
-constexpr const char* kPsOptions[] = {"deterministic", "emulate_rate", "server_threads", "parallel_sum_bytes",
-                                      "heartbeat", "rendezvous_timeout", "max_message", "io_threads", "chunk_bytes"};
-constexpr const char* kEngineOptions[] = {"policy", "partition_bytes", "credit_bytes", "fusion_bytes", "fusion_cycle",
-                                          "small_tensor_bytes", "credit_stall_guard", "timeline_max_events",
-                                          "mg_alpha", "mg_bandwidth"};
+// Every option of the registry's tables (the selector picks one).
+const std::vector<std::string>& ps_options() {
+  static const std::vector<std::string> names = ps_option_table().names();
+  return names;
+}
+const std::vector<std::string>& engine_options() {
+  static const std::vector<std::string> names = engine_option_table().names();
+  return names;
+}
 
 void parse_one(uint8_t selector, std::string_view v) {
   const std::string_view var = "COMMSCHED_FUZZ";
@@ -43,12 +48,12 @@ void parse_one(uint8_t selector, std::string_view v) {
     case 5: (void)parse_bool(var, v); break;
     case 6: {
       PsConfig c;
-      c.set(kPsOptions[(selector >> 3) % std::size(kPsOptions)], v);
+      c.set(ps_options()[(selector >> 3) % ps_options().size()], v);
       break;
     }
     case 7: {
       EngineConfig c;
-      c.set(kEngineOptions[(selector >> 3) % std::size(kEngineOptions)], v);
+      c.set(engine_options()[(selector >> 3) % engine_options().size()], v);
       break;
     }
   }

@@ -35,26 +35,53 @@ class HorovodInternalError(RuntimeError):
 _shutdown_hooks = []
 
 
-def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **engine_options):
+def _registry_option(keyword):
+    """The option registry's row for an init() keyword (a name or alias; dashes read as underscores)."""
+    key = keyword.lower().replace("-", "_")
+    for info in _C.options():
+        if key == info["name"] or key in info["aliases"]:
+            return info
+    raise ValueError(f"commsched.torch.init(): unknown option '{keyword}' (allowed: "
+                     f"{', '.join(i['name'] for i in _C.options())}; see `commsched options`)")
+
+
+def _split_options(options):
+    """Engine options go to the Context; the others (tuner, ps, collective) are read from the environment by their
+    layer while the Context connects, so a keyword sets its variable for this process."""
+    engine = {}
+    for keyword, value in options.items():
+        info = _registry_option(keyword)
+        if info["group"] == "engine":
+            engine[info["name"]] = str(value)
+        elif info["group"] == "context":
+            raise ValueError(f"commsched.torch.init(): pass '{info['name']}' as init({info['name']}=...)")
+        else:
+            os.environ[info["env"]] = str(value)
+    return engine
+
+
+def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **options):
     """Connects this process to the cluster described by the environment (see README, Configuration).
 
-    policy / backend / engine_options (partition_bytes="1MiB", credit_bytes="unlimited", ...) override the
-    COMMSCHED_* variables; tune=True turns the online auto-tuner on (default: COMMSCHED_TUNE). `comm` is accepted for
-    Horovod compatibility and ignored. process_sets: Horovod's static process sets (a list of ProcessSet), set up
-    here on every rank. Calling init() twice is harmless.
+    Keywords are the option registry's names (`commsched options`, the README's options table) and override the
+    COMMSCHED_* variables: policy, backend, the engine's (partition_bytes="1MiB", credit_bytes="unlimited", ...), the
+    tuner's (trials=8, ...), the parameter server's (chunk_bytes="1MiB", ...) and the collective's; an unknown keyword
+    is an error naming the allowed ones. tune=True turns the online auto-tuner on (default: COMMSCHED_TUNE).
+    `comm` is accepted for Horovod compatibility and ignored. process_sets: Horovod's static process sets (a list of
+    ProcessSet), set up here on every rank. Calling init() twice is harmless.
     """
     global _ctx
     del comm
     with _lock:
         if _ctx is not None:
             return
-        options = {k: str(v) for k, v in engine_options.items()}
+        engine = _split_options(options)
         if policy is not None:
-            options["policy"] = str(policy)
-        if "timeline" not in options and not os.environ.get("COMMSCHED_TIMELINE"):
+            engine["policy"] = str(policy)
+        if "timeline" not in engine and not os.environ.get(_registry_option("timeline")["env"]):
             # No trace file until start_timeline() (Horovod's API starts one at any time).
-            options["timeline"] = _C.TIMELINE_DEFERRED
-        _ctx = _C.Context(engine=options, backend=backend or "", tune=tune)
+            engine["timeline"] = _C.TIMELINE_DEFERRED
+        _ctx = _C.Context(engine=engine, backend=backend or "", tune=tune)
     atexit.register(shutdown)
     from commsched.torch import process_sets as _ps  # the sets need the global context
     _ps.setup(process_sets)
@@ -150,11 +177,11 @@ def submit(tensor, name, op, priority=0, root=0, ctx=None, compression=None):
                       int(root), compression)
 
 
-# Policies that hold tasks until the end of backward (Engine::backward_done). Tasks of the eager API
-# (broadcast_parameters, metric allreduce, ...) are not part of a backward, so they are released at once with
-# Engine::flush, which neither ends an iteration nor lets MG-WFBP learn its merge plan from them (it did, when this
-# called backward_done: a plan learned from broadcasts that all arrive at once merges everything, like BSP).
-_HOLDING_POLICIES = ("bsp", "mgwfbp")
+# Policies that hold tasks until the end of backward (Engine::backward_done), from the policy registry. Tasks of the
+# eager API (broadcast_parameters, metric allreduce, ...) are not part of a backward, so they are released at once
+# with Engine::flush, which neither ends an iteration nor lets MG-WFBP learn its merge plan from them (it did, when
+# this called backward_done: a plan learned from broadcasts that all arrive at once merges everything, like BSP).
+_HOLDING_POLICIES = frozenset(p["name"] for p in _C.policies() if p["holds_tasks"])
 
 
 def release_outside_backward(ctx=None):

@@ -1,0 +1,68 @@
+"""The option, policy and backend registries as Python sees them: init() keywords, the flush rule, generated flags."""
+import os
+import subprocess
+
+import pytest
+
+from commsched import _C
+from commsched.torch import runtime
+from torch_cluster import commsched_bin
+
+
+def test_options_come_from_the_registry():
+    names = {o["name"] for o in _C.options()}
+    assert {"policy", "partition_bytes", "trials", "chunk_bytes", "backend", "collective_fusion_bytes"} <= names
+    for o in _C.options():
+        assert o["env"].startswith("COMMSCHED_") and o["doc"] and o["allowed"], o
+
+
+def test_init_keywords_map_to_options(monkeypatch):
+    monkeypatch.setenv("COMMSCHED_TUNER_TRIALS", "12")  # restored after the test, whatever init() sets
+    engine = runtime._split_options({"partition": "1MiB", "credit-bytes": "unlimited", "trials": 3})
+    assert engine == {"partition_bytes": "1MiB", "credit_bytes": "unlimited"}
+    assert os.environ["COMMSCHED_TUNER_TRIALS"] == "3"  # read by the tuner's layer when the Context connects
+
+
+def test_unknown_keyword_names_the_allowed_ones():
+    with pytest.raises(ValueError, match="unknown option 'partition_size'.*partition_bytes"):
+        runtime._split_options({"partition_size": "1MiB"})
+
+
+def test_flush_rule_comes_from_the_policy_registry():
+    holding = {p["name"] for p in _C.policies() if p["holds_tasks"]}
+    assert runtime._HOLDING_POLICIES == holding
+    assert holding and holding < {p["name"] for p in _C.policies()}
+
+
+def test_build_flags_come_from_the_backend_registry():
+    for b in _C.backends():
+        assert _C.build[b["name"]] == b["available"]
+    assert _C.build["ps"] and _C.build["loopback"]
+
+
+def run_cli(*args):
+    return subprocess.run([commsched_bin(), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_run_has_a_flag_per_engine_option():
+    help_text = run_cli("run", "--help").stdout
+    for o in _C.options():
+        if o["group"] == "engine" and o["name"] not in ("policy", "timeline"):
+            assert o["name"].replace("_", "-") in help_text, o["name"]
+    assert "--partition" in help_text  # the older flag, an alias of the option
+
+
+def test_bad_generated_flag_names_flag_value_and_allowed():
+    r = run_cli("run", "--model", "vgg16", "--iterations", "1", "--warmup", "0", "--timeline-dir", "",
+                "--fusion-bytes", "lots")
+    assert r.returncode != 0
+    assert "--fusion-bytes='lots' is invalid" in r.stderr and "MiB" in r.stderr, r.stderr
+
+
+def test_options_command_prints_every_variable():
+    out = run_cli("options").stdout
+    for o in _C.options():
+        assert o["env"] in out
+    policies = run_cli("options", "--policies").stdout
+    for p in _C.policies():
+        assert f"`{p['name']}`" in policies

@@ -1,0 +1,86 @@
+// The catalogue of every option: names and variables are unique (Python keywords and CLI flags are the names), every
+// layer's table is in it, and the README's table is the generated one.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "comm_backends/comm_backend.h"
+#include "comm_backends/loopback/loopback_backend.h"
+#include "comm_backends/ps/ps_config.h"
+#include "plugins/api/option_catalogue.h"
+#include "tuner/tuner_config.h"
+
+namespace commsched {
+namespace {
+
+TEST(OptionCatalogue, NamesAndVariablesAreUnique) {
+  std::set<std::string> names, vars;
+  for (const OptionInfo& o : all_options()) {
+    EXPECT_TRUE(names.insert(o.name).second) << "option name " << o.name << " is used twice";
+    for (const std::string& a : o.aliases) EXPECT_TRUE(names.insert(a).second) << "alias " << a << " is used twice";
+    EXPECT_TRUE(vars.insert(o.env).second) << o.env << " is used twice";
+    EXPECT_EQ(o.env.rfind("COMMSCHED_", 0), 0u) << o.env;
+  }
+  for (const char* v : {"COMMSCHED_POLICY", "COMMSCHED_BACKEND", "COMMSCHED_TUNE", "COMMSCHED_TUNER_TRIALS",
+                        "COMMSCHED_TUNER_MIN_PARTITION", "COMMSCHED_PS_CHUNK_BYTES", "COMMSCHED_EMULATE_RATE",
+                        "COMMSCHED_COLLECTIVE_FUSION_BYTES"})
+    EXPECT_TRUE(vars.count(v)) << v << " is missing from the catalogue";
+}
+
+TEST(OptionCatalogue, EveryLayerReadsItsRows) {
+  ::setenv("COMMSCHED_TUNER_MAX_PARTITION", "8MiB", 1);
+  ::setenv("COMMSCHED_PS_CHUNK_BYTES", "1MiB", 1);
+  ::setenv("COMMSCHED_BACKEND", "loopback", 1);
+  EXPECT_EQ(tuner::TunerOptions::from_env().space.max_partition_bytes, 8u << 20);
+  EXPECT_EQ(PsConfig::from_env().chunk_bytes, 1u << 20);
+  EXPECT_EQ(ContextEnvOptions::from_env().backend, "loopback");
+  ::setenv("COMMSCHED_BACKEND", "carrier-pigeon", 1);
+  try {
+    ContextEnvOptions::from_env();
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("COMMSCHED_BACKEND='carrier-pigeon'"), std::string::npos) << m;
+    EXPECT_NE(m.find("gloo"), std::string::npos) << m;
+  }
+  ::unsetenv("COMMSCHED_BACKEND");
+  ::unsetenv("COMMSCHED_PS_CHUNK_BYTES");
+  ::unsetenv("COMMSCHED_TUNER_MAX_PARTITION");
+}
+
+// The backend registry says what a backend object answers.
+TEST(BackendRegistry, LoopbackRowMatchesTheBackend) {
+  const BackendInfo* info = find_backend("loopback");
+  ASSERT_NE(info, nullptr);
+  EXPECT_TRUE(info->available);
+  const auto backend = make_loopback_group(1).front();
+  for (Op op : {Op::push_pull, Op::allreduce, Op::broadcast})
+    for (Device d : {Device::cpu, Device::cuda}) {
+      const bool listed = std::count(info->ops.begin(), info->ops.end(), op) &&
+                          std::count(info->devices.begin(), info->devices.end(), d);
+      EXPECT_EQ(listed, backend->supports(op, d)) << op_name(op);
+    }
+  EXPECT_EQ(find_backend("carrier-pigeon"), nullptr);
+}
+
+std::string readme_table() {
+  std::ifstream in(std::string(COMMSCHED_SOURCE_DIR) + "/README.md");
+  std::stringstream s;
+  s << in.rdbuf();
+  const std::string text = s.str();
+  const std::string begin = "<!-- options:begin -->\n", end = "<!-- options:end -->";
+  const size_t b = text.find(begin), e = text.find(end);
+  if (b == std::string::npos || e == std::string::npos || e < b) return "README.md has no options:begin/end markers";
+  return text.substr(b + begin.size(), e - b - begin.size());
+}
+
+TEST(OptionCatalogue, ReadmeTableIsTheGeneratedOne) {
+  EXPECT_EQ(readme_table(), options_markdown())
+      << "README.md's options table differs from the registry: replace the lines between <!-- options:begin --> and "
+         "<!-- options:end --> with the output of `build/plugins/commsched options --markdown`";
+}
+
+}  // namespace
+}  // namespace commsched
