@@ -184,8 +184,27 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("iteration", [](Context& c) { return c.engine().iteration(); })
       .def_property_readonly("step_stats", &Context::step_stats)
       .def_property_readonly("is_shut_down", &Context::is_shut_down)
-      .def("knobs", [](Context& c) { Knobs k = c.engine().knobs(); return py::make_tuple(k.partition_bytes, k.credit_bytes); })
-      .def("set_knobs", [](Context& c, uint64_t partition, uint64_t credit) { c.engine().set_knobs({partition, credit}); })
+      .def("knobs", [](Context& c) {
+             const Knobs k = c.engine().knobs();
+             py::dict d;  // the knob set by name (0: no split / no limit)
+             for (const KnobSpec& spec : kKnobs) d[py::str(std::string(spec.name))] = k.*spec.field;
+             return d;
+           }, "the live knobs by name, e.g. {'partition_bytes': 4194304, 'credit_bytes': 16777216}")
+      .def("set_knobs", [](Context& c, const std::map<std::string, uint64_t>& values) {
+             Knobs k = c.engine().knobs();
+             for (const auto& [name, value] : values) {
+               const KnobSpec* spec = nullptr;
+               for (const KnobSpec& s : kKnobs)
+                 if (s.name == name) spec = &s;
+               if (spec == nullptr) {
+                 std::vector<std::string> names;
+                 for (const KnobSpec& s : kKnobs) names.emplace_back(s.name);
+                 throw InvalidArgument("unknown knob '" + name + "' (knobs: " + join_names(names) + ")");
+               }
+               k.*spec->field = value;
+             }
+             c.engine().set_knobs(k);
+           }, py::arg("knobs"), "changes the named knobs at the next iteration boundary; the others keep their values")
       .def("submit", &submit, py::arg("name"), py::arg("priority"), py::arg("op"), py::arg("dtype"), py::arg("data"),
            py::arg("count"), py::arg("device") = "cpu", py::arg("device_index") = 0, py::arg("root") = 0,
            py::arg("compression") = py::none(),

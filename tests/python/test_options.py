@@ -66,3 +66,15 @@ def test_options_command_prints_every_variable():
     policies = run_cli("options", "--policies").stdout
     for p in _C.policies():
         assert f"`{p['name']}`" in policies
+
+
+def test_context_knobs_are_the_knob_set():
+    ctx = _C.Context(engine={"partition_bytes": "1MiB"}, backend="loopback")
+    try:
+        knobs = ctx.knobs()
+        assert list(knobs) == _C.knob_names()
+        assert knobs["partition_bytes"] == 1 << 20
+        with pytest.raises(ValueError, match="unknown knob 'colour'.*partition_bytes"):
+            ctx.set_knobs({"colour": 1})
+    finally:
+        ctx.shutdown()
