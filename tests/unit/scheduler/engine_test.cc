@@ -350,8 +350,7 @@ TEST_P(EveryPolicy, FinishesIterationsInRealTime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, EveryPolicy,
-                         ::testing::Values(PolicyKind::bytescheduler, PolicyKind::wfbp, PolicyKind::bsp,
-                                           PolicyKind::fusion, PolicyKind::mgwfbp),
+                         ::testing::ValuesIn(all_policies()),  // every registered policy
                          [](const auto& info) { return std::string(policy_name(info.param)); });
 
 TEST(Engine, KnobsChangeAtIterationBoundary) {

@@ -6,6 +6,7 @@
 
 #include "bench/sim/sim_policy.h"
 #include "scheduler/fifo_policy.h"
+#include "scheduler/policy_factory.h"
 #include "scheduler/priority_credit_policy.h"
 #include "tests/unit/sim/sim_test_util.h"
 
@@ -68,8 +69,7 @@ TEST(Simulator, PsCreditIsReleasedWhenThePushHasArrived) {
 
 TEST(Simulator, NoPolicyBeatsTheLowerBound) {
   const auto m = testing::vgg_like();
-  const PolicyKind kinds[] = {PolicyKind::bytescheduler, PolicyKind::wfbp, PolicyKind::bsp, PolicyKind::fusion,
-                              PolicyKind::mgwfbp};
+  const std::vector<PolicyKind> kinds = all_policies();  // every registered policy
   for (double bw : {1e9, 10e9, 100e9})
     for (PolicyKind k : kinds) {
       PsNetwork ps({8, 8, bw, bw, 25e-6});
