@@ -1,39 +1,16 @@
 #include "tests/integration/ps/local_cluster.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 namespace commsched::testing {
 
-// A free port below the kernel's ephemeral range (32768 and up by default): a port picked by bind(0) and closed again
-// may be handed out by the kernel to the next bind(0) (another server's listener, seen in the UCX suite: server 1
-// listened on the root's port before server 0 could bind it), while one below the range never is.
-int free_tcp_port() {
-  static std::mt19937 rng(std::random_device{}());
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = 20000 + static_cast<int>(rng() % 12000);
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (free) return port;
-  }
-  throw std::runtime_error("no free loopback port in 20000-31999");
-}
+int free_tcp_port() { return free_loopback_port(); }
 
 LocalCluster::LocalCluster(std::string exe, int workers, int servers, std::vector<std::string> worker_args,
                            std::map<std::string, std::string> extra_env)
@@ -46,72 +23,47 @@ LocalCluster::LocalCluster(std::string exe, int workers, int servers, std::vecto
 }
 
 LocalCluster::~LocalCluster() {
-  if (pgid_ > 0) ::kill(-pgid_, SIGKILL);
-  reap(true);
+  group_.kill_all();
   std::system(("rm -rf '" + dir_ + "'").c_str());
 }
 
-pid_t LocalCluster::spawn(const std::string& role, int rank, const std::string& log,
-                          const std::vector<std::string>& args) {
+void LocalCluster::spawn(const std::string& role, int rank, const std::string& log,
+                         const std::vector<std::string>& args) {
   std::map<std::string, std::string> env = env_;
+  for (const auto& [k, v] : rank_env(workers_, rank, port_)) env[k] = v;
   env["COMMSCHED_ROLE"] = role;
-  env["COMMSCHED_RANK"] = std::to_string(rank);
-  env["COMMSCHED_NUM_WORKERS"] = std::to_string(workers_);
+  if (role == "server") env["COMMSCHED_LOCAL_RANK"] = "0", env["COMMSCHED_LOCAL_SIZE"] = "1";  // as the launcher does
   env["COMMSCHED_NUM_SERVERS"] = std::to_string(servers_);
-  env["COMMSCHED_ROOT_ADDR"] = "127.0.0.1";
-  env["COMMSCHED_ROOT_PORT"] = std::to_string(port_);
   env["COMMSCHED_BIND"] = "127.0.0.1";
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    setpgid(0, pgid_);  // 0 for the first child: it leads the group
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> argv{const_cast<char*>(exe_.c_str())};
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(exe_.c_str(), argv.data());
-    _exit(127);
-  }
-  setpgid(pid, pgid_);  // also from the parent, so there is no window where a child has its own group
-  if (pgid_ == 0) pgid_ = pid;
-  return pid;
+  std::vector<std::string> argv{exe_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const size_t at = group_.spawn(ProcessSpec{role + " " + std::to_string(rank), argv, env, log});
+  procs_.push_back(Proc{role + " " + std::to_string(rank), group_.members()[at].pid, log, {}, {}});
 }
 
 void LocalCluster::start() {
   for (int s = 0; s < servers_; ++s) {
-    Proc p{"server " + std::to_string(s), -1, dir_ + "/server" + std::to_string(s) + ".log", {}, {}};
-    p.pid = spawn("server", s, p.log, {});
-    procs_.push_back(p);
+    spawn("server", s, dir_ + "/server" + std::to_string(s) + ".log", {});
   }
   for (int w = 0; w < workers_; ++w) {
-    Proc p{"worker " + std::to_string(w), -1, dir_ + "/worker" + std::to_string(w) + ".log", {}, {}};
     std::vector<std::string> args = worker_args_;
     for (auto& a : args) {  // per-worker file names: {dir} is the cluster's directory, {rank} the worker's rank
       if (auto at = a.find("{dir}"); at != std::string::npos) a.replace(at, 5, dir_);
       if (auto at = a.find("{rank}"); at != std::string::npos) a.replace(at, 6, std::to_string(w));
     }
-    p.pid = spawn("worker", w, p.log, args);
-    procs_.push_back(p);
+    spawn("worker", w, dir_ + "/worker" + std::to_string(w) + ".log", args);
   }
 }
 
-void LocalCluster::reap(bool block) {
-  for (auto& p : procs_) {
-    if (p.exit_code || p.pid <= 0) continue;
-    int status = 0;
-    const pid_t r = waitpid(p.pid, &status, block ? 0 : WNOHANG);
-    if (r == p.pid) {
-      p.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      p.exited = std::chrono::steady_clock::now();
-    }
+void LocalCluster::reap() {
+  for (size_t i : group_.reap()) {
+    procs_[i].exit_code = group_.members()[i].code;
+    procs_[i].exited = group_.members()[i].exited;
   }
 }
 
 int LocalCluster::alive() {
-  reap(false);
+  reap();
   int n = 0;
   for (auto& p : procs_) n += !p.exit_code;
   return n;
