@@ -22,7 +22,7 @@
 
 #include "comm_backends/loopback/loopback_backend.h"
 #include "tests/integration/conformance/conformance_case.h"
-#include "tests/integration/ps/local_cluster.h"
+#include "tests/integration/harness/local_cluster.h"
 #if COMMSCHED_HAVE_CUDA
 #include "comm_backends/nccl/nccl_backend.h"
 #endif

@@ -1,4 +1,5 @@
-// Test helper: a parameter-server cluster of real processes on loopback (servers and workers, one log file each).
+// The multi-process test harness: a cluster of real processes on loopback (servers, if any, and workers; one log file
+// each), for the PS integration tests and the conformance suite.
 // The processes are one ProcessGroup (plugins/launch/process_group.h): the destructor kills (SIGKILL) and reaps them,
 // so a failing test never leaves processes behind.
 #pragma once

@@ -1,4 +1,4 @@
-#include "tests/integration/ps/local_cluster.h"
+#include "tests/integration/harness/local_cluster.h"
 
 #include <unistd.h>
 
