@@ -23,7 +23,7 @@
 #include "comm_backends/gloo/gloo_backend.h"
 #include "scheduler/engine.h"
 #include "scheduler/policy_factory.h"
-#include "tests/integration/collective/rank_processes.h"
+#include "plugins/launch/process_group.h"
 
 using namespace commsched;
 using Clock = std::chrono::steady_clock;

@@ -1,5 +1,7 @@
-// Test helper: a parameter-server cluster of real processes on loopback. Every process is spawned into one process
-// group that the destructor kills (SIGKILL) and reaps, so a failing test never leaves processes behind.
+// The multi-process test harness: a cluster of real processes on loopback (servers, if any, and workers; one log file
+// each), for the PS integration tests and the conformance suite.
+// The processes are one ProcessGroup (plugins/launch/process_group.h): the destructor kills (SIGKILL) and reaps them,
+// so a failing test never leaves processes behind.
 #pragma once
 
 #include <signal.h>
@@ -10,6 +12,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "plugins/launch/process_group.h"
 
 namespace commsched::testing {
 
@@ -43,8 +47,8 @@ class LocalCluster {
   int alive();
 
  private:
-  pid_t spawn(const std::string& role, int rank, const std::string& log, const std::vector<std::string>& args);
-  void reap(bool block);
+  void spawn(const std::string& role, int rank, const std::string& log, const std::vector<std::string>& args);
+  void reap();
 
   std::string exe_;
   int workers_, servers_;
@@ -52,8 +56,8 @@ class LocalCluster {
   std::map<std::string, std::string> env_;
   std::string dir_;
   int port_ = 0;
-  pid_t pgid_ = 0;
-  std::vector<Proc> procs_;
+  ProcessGroup group_;
+  std::vector<Proc> procs_;  // one per member of group_, in the same order
 };
 
 int free_tcp_port();

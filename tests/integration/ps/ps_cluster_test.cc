@@ -20,7 +20,7 @@
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/transport.h"
-#include "tests/integration/ps/local_cluster.h"
+#include "tests/integration/harness/local_cluster.h"
 
 using namespace std::chrono_literals;
 using commsched::testing::LocalCluster;

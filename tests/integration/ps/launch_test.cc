@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm_backends/ps/transport.h"
+#include "plugins/launch/process_group.h"
 
 using namespace std::chrono_literals;
 
@@ -65,39 +66,17 @@ std::string temp_dir() {
   return mkdtemp(tmpl);
 }
 
-// Spawns the launcher in its own process group with the marker in its environment; the guard kills that group if
-// the test fails early.
+// Runs the launcher in a process group of its own with the marker in its environment; the group kills it if the
+// test fails early.
 struct Launch {
+  commsched::ProcessGroup group;
   pid_t pid = -1;
   Launch(std::vector<std::string> args, const std::string& marker) {
-    pid = fork();
-    if (pid == 0) {
-      setpgid(0, 0);
-      setenv(kMarkerVar, marker.c_str(), 1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    setpgid(pid, pid);
+    pid = group.member(group.spawn(commsched::ProcessSpec{"launcher", std::move(args), {{kMarkerVar, marker}}, ""})).pid;
   }
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    std::optional<int> rc;
-    eventually([&] {
-      int st = 0;
-      if (waitpid(pid, &st, WNOHANG) != pid) return false;
-      pid = -1;
-      rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      return true;
-    }, timeout);
-    return rc;
-  }
-  ~Launch() {
-    if (pid > 0) {
-      ::kill(-pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
+    if (!group.wait_all(timeout)) return std::nullopt;
+    return group.members().front().code;
   }
 };
 
