@@ -1,4 +1,4 @@
-#include "bench/sim/ps_cluster.h"
+#include "simulator/ps_cluster.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "bench/sim/network.h"
+#include "simulator/network.h"
 #include "scheduler/config.h"
 #include "scheduler/policy.h"
 

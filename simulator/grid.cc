@@ -1,11 +1,11 @@
-#include "bench/sim/grid.h"
+#include "simulator/grid.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
 
-#include "bench/sim/sim_policy.h"
+#include "simulator/sim_policy.h"
 #include "scheduler/auto_knobs.h"
 #include "tuner/bayes_opt.h"
 

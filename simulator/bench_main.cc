@@ -3,7 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "bench/sim/bench_cli.h"
+#include "simulator/bench_cli.h"
 #include "scheduler/types.h"
 
 int main(int argc, char** argv) {

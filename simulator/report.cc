@@ -1,4 +1,4 @@
-#include "bench/sim/report.h"
+#include "simulator/report.h"
 
 #include <iomanip>
 #include <map>

@@ -1,4 +1,4 @@
-#include "bench/sim/sim_policy.h"
+#include "simulator/sim_policy.h"
 
 #include "scheduler/policy_factory.h"
 

@@ -1,4 +1,4 @@
-#include "bench/sim/compression_model.h"
+#include "simulator/compression_model.h"
 
 #include <algorithm>
 #include <cmath>

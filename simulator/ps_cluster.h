@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench/sim/fabric.h"
-#include "bench/sim/network.h"
+#include "simulator/fabric.h"
+#include "simulator/network.h"
 
 namespace commsched::sim {
 

@@ -1,4 +1,4 @@
-#include "bench/sim/bench_cli.h"
+#include "simulator/bench_cli.h"
 
 #include <chrono>
 #include <cmath>
@@ -14,8 +14,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "bench/sim/grid.h"
-#include "bench/sim/report.h"
+#include "simulator/grid.h"
+#include "simulator/report.h"
 
 namespace commsched {
 namespace {

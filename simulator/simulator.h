@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/sim/fabric.h"
-#include "bench/sim/network.h"
-#include "bench/sim/profile.h"
+#include "simulator/fabric.h"
+#include "simulator/network.h"
+#include "workload/profile.h"
 #include "scheduler/policy.h"
 
 namespace commsched::sim {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/sim/grid.h"
+#include "simulator/grid.h"
 
 namespace commsched::sim {
 

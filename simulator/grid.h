@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/sim/compression_model.h"
-#include "bench/sim/network.h"
-#include "bench/sim/profile.h"
-#include "bench/sim/simulator.h"
+#include "simulator/compression_model.h"
+#include "simulator/network.h"
+#include "workload/profile.h"
+#include "simulator/simulator.h"
 #include "scheduler/config.h"
 
 namespace commsched::sim {

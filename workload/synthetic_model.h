@@ -1,14 +1,16 @@
-// Runs a model profile through an Engine as a training loop would: forward layer by layer (each layer first waits for
-// its own gradients of the previous iteration: where priority scheduling pays), then backward last layer first,
-// submitting each layer's gradients as they are produced. Compute is emulated by sleeping for the profiled times.
+// The emulated training loop: runs a model profile through an Engine as a training loop would: forward layer by layer
+// (each layer first waits for its own gradients of the previous iteration: where priority scheduling pays), then
+// backward last layer first, submitting each layer's gradients as they are produced. Compute is emulated by sleeping
+// for the profiled times. The one copy: `commsched run`, its parameter-server workers and engine_bench run it on the
+// engine a Context composed.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "bench/sim/profile.h"
 #include "scheduler/engine.h"
+#include "workload/profile.h"
 
 namespace commsched {
 

@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "bench/sim/network.h"
+#include "simulator/network.h"
 #include "compression/codec.h"
 
 namespace commsched::sim {

@@ -1,4 +1,4 @@
-#include "plugins/api/synthetic_model.h"
+#include "workload/synthetic_model.h"
 
 #include "comm_backends/half.h"
 

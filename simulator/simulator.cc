@@ -1,11 +1,11 @@
-#include "bench/sim/simulator.h"
+#include "simulator/simulator.h"
 
 #include <limits>
 #include <memory>
 #include <optional>
 
-#include "bench/sim/fabric.h"
-#include "bench/sim/ps_cluster.h"
+#include "simulator/fabric.h"
+#include "simulator/ps_cluster.h"
 #include "scheduler/task.h"
 
 namespace commsched::sim {
