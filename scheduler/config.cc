@@ -65,7 +65,8 @@ OptionTable<EngineConfig> build_engine_table() {
   t.bind("compression", env_of("compression"), [](EngineConfig& c) -> compression::Spec& { return c.compression; },
          compression_value(),
          "gradient compression of reduce tasks on the engine's compression stage; topk (error feedback) and signsgd "
-         "(1 bit + scale, error feedback) only where the reduction decodes them (refused for a multi-rank all-reduce)");
+         "(1 bit + scale, error feedback) only where the reduction decodes them (the parameter server decodes, sums and "
+         "answers in the same scheme; one rank; refused for a multi-rank all-reduce)");
   t.bind("timeline", env_of("timeline"), [](EngineConfig& c) -> std::string& { return c.timeline_path; },
          text_value("a file path ({rank} is replaced by the rank); empty: off"),
          "Chrome trace of this engine, for Perfetto; the rank goes into the name (t.json: t.rank0.json)");

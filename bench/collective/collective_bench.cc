@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "comm_backends/gloo/gloo_backend.h"
-#include "tests/integration/collective/rank_processes.h"
+#include "plugins/launch/process_group.h"
 
 using namespace commsched;
 using Clock = std::chrono::steady_clock;

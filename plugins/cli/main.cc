@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <exception>
 
-#include "bench/sim/bench_cli.h"
 #include "plugins/cli/options_command.h"
+#include "simulator/bench_cli.h"
 #include "plugins/cli/run_command.h"
 #include "plugins/cli/trace_merge.h"
 #include "plugins/launch/launch_cli.h"

@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <future>
-#include <latch>
 #include <mutex>
 #include <numeric>
 
-#include "tests/integration/collective/rank_processes.h"
+#include "plugins/launch/process_group.h"
+#include "scheduler/completion_waiter.h"
 #include "tests/integration/collective/workload.h"
 
 namespace commsched {
@@ -48,20 +48,11 @@ std::string run_on_gpu(NcclBackend& backend, int rank, int size, uint64_t seed) 
     t->desc.buffer = Buffer{d, Device::cuda, backend.device()};
     device_buffers.push_back(d);
   }
-  std::latch done(static_cast<ptrdiff_t>(std::accumulate(tasks.begin(), tasks.end(), size_t{0},
-                                                         [](size_t n, const auto& t) { return n + t->parts.size(); })));
-  std::mutex mu;
-  std::string error;
+  CompletionWaiter done;
   for (auto& t : tasks)
     for (uint32_t i = 0; i < t->parts.size(); ++i)
-      backend.start({PartitionView{&t->desc, i, t->parts[i].offset, t->parts[i].bytes}}, [&](const Status& st) {
-        if (!st.ok()) {
-          std::lock_guard lock(mu);
-          error = st.message;
-        }
-        done.count_down();
-      });
-  done.wait();
+      backend.start({PartitionView{&t->desc, i, t->parts[i].offset, t->parts[i].bytes}}, done.callback());
+  const std::string error = done.wait(std::chrono::seconds(120)).message;
   for (size_t i = 0; i < tasks.size(); ++i) {
     cudaMemcpy(tasks[i]->data.data(), device_buffers[i], tasks[i]->data.size(), cudaMemcpyDeviceToHost);
     cudaFree(device_buffers[i]);
