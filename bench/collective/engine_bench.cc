@@ -66,7 +66,7 @@ int run_rank(const Args& a) {
 double launch(const Args& a, const std::string& policy) {
   const std::string out = "/tmp/commsched_engine_bench_" + std::to_string(::getpid()) + ".txt";
   std::remove(out.c_str());
-  testing::RankProcesses procs("/proc/self/exe",
+  RankProcesses procs("/proc/self/exe",
                                {"--rank-process", "--profile", a.profile, "--policy", policy, "--out", out, "--iters",
                                 std::to_string(a.iters), "--warmup", std::to_string(a.warmup), "--partition", a.partition,
                                 "--credit", a.credit, "--compute-scale", std::to_string(a.compute_scale)},

@@ -94,11 +94,4 @@ class RankProcesses {
   ProcessGroup group_;
 };
 
-// The spelling the benches and older tests use.
-namespace testing {
-using commsched::RankExit;
-using commsched::RankProcesses;
-inline int free_port() { return free_loopback_port(); }
-}  // namespace testing
-
 }  // namespace commsched

@@ -63,7 +63,7 @@ std::string run_on_gpu(NcclBackend& backend, int rank, int size, uint64_t seed) 
 
 TEST(NcclBackend, OneGpuCommunicatorMovesEveryDtypeIncludingFusedGroups) {
   REQUIRE_GPUS(1);
-  NcclBackend backend(env_for(0, 1, testing::free_port()));
+  NcclBackend backend(env_for(0, 1, free_loopback_port()));
   EXPECT_TRUE(backend.supports(Op::allreduce, Device::cuda));
   EXPECT_FALSE(backend.supports(Op::allreduce, Device::cpu));
   EXPECT_EQ(run_on_gpu(backend, 0, 1, 3), "");
@@ -72,7 +72,7 @@ TEST(NcclBackend, OneGpuCommunicatorMovesEveryDtypeIncludingFusedGroups) {
 
 TEST(NcclBackend, RejectsHostBuffersWithAClearError) {
   REQUIRE_GPUS(1);
-  NcclBackend backend(env_for(0, 1, testing::free_port()));
+  NcclBackend backend(env_for(0, 1, free_loopback_port()));
   float x[4] = {};
   TaskDesc t;
   t.name = "host.tensor";
@@ -88,7 +88,7 @@ TEST(NcclBackend, RejectsHostBuffersWithAClearError) {
 
 TEST(NcclBackend, TwoGpusAsTwoRanksSumExactly) {
   REQUIRE_GPUS(2);
-  const int port = testing::free_port();
+  const int port = free_loopback_port();
   std::vector<std::future<std::string>> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.push_back(std::async(std::launch::async, [r, port] {
