@@ -15,6 +15,7 @@ CollectiveOptions CollectiveOptions::from_env() {
     o.fusion_bytes = parse_bytes("COMMSCHED_COLLECTIVE_FUSION_BYTES", *v, /*allow_unlimited=*/true);
   if (auto v = env_value("COMMSCHED_COLLECTIVE_CREDIT_BYTES"))
     o.credit_bytes = parse_bytes("COMMSCHED_COLLECTIVE_CREDIT_BYTES", *v, /*allow_unlimited=*/true);
+  o.policy = EngineConfig::from_env();
   return o;
 }
 
@@ -29,7 +30,10 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.size = env.num_workers;
   o.timeout_s = env.timeout_s;
   o.join_timeout_s = std::max(60.0, 3 * env.timeout_s);
-  o.fusion_bytes = fusion_bytes;
+  o.policy = policy;
+  // A collective pays a call's latency that a parameter server's pipelined pushes hide, so on a collective
+  // bytescheduler fuses small tensors up to the collective fusion size by default.
+  if (o.policy.policy == PolicyKind::bytescheduler && o.policy.small_tensor_bytes == 0) o.policy.small_tensor_bytes = fusion_bytes;
   o.credit_bytes = credit_bytes;
   o.host = env.rank == 0 ? env.root_addr : advertised_host(env);
   return o;
@@ -171,10 +175,8 @@ void CollectiveBackend::run_group(const std::vector<uint64_t>& group) {
     for (uint64_t t : group) views.push_back(items_.at(t).view);
   }
   // Once a rank is gone no collective can finish; fail queued work rather than wait for a transport timeout.
-  uint64_t bytes = 0;
-  for (const auto& v : views) bytes += v.bytes;
-  auto finish = [this, group, bytes](const Status& st) {
-    negotiator_->completed(bytes);
+  auto finish = [this, group](const Status& st) {
+    negotiator_->completed();
     for (uint64_t t : group) complete(t, st);
   };
   if (!broken.ok()) {
