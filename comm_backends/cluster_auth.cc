@@ -92,4 +92,27 @@ std::string ClusterAuth::generate_secret() {
   return hex;
 }
 
+std::string ClusterAuth::proof(std::string_view secret, std::string_view purpose, std::string_view tag,
+                               std::span<const std::byte> first, std::span<const std::byte> second) {
+  auto key = derive(secret, purpose);
+  crypto_auth_hmacsha256_state st;
+  crypto_auth_hmacsha256_init(&st, key.data(), key.size());
+  sodium_memzero(key.data(), key.size());
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(tag.data()), tag.size());
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(first.data()), first.size());
+  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(second.data()), second.size());
+  std::string mac(crypto_auth_hmacsha256_BYTES, '\0');
+  crypto_auth_hmacsha256_final(&st, reinterpret_cast<unsigned char*>(mac.data()));
+  return mac;
+}
+
+bool ClusterAuth::same_proof(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && sodium_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+void ClusterAuth::random_bytes(std::span<std::byte> out) {
+  need_sodium();
+  randombytes_buf(out.data(), out.size());
+}
+
 }  // namespace commsched

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -35,6 +37,15 @@ struct ClusterAuth {
   static std::array<uint8_t, 32> derive(std::string_view secret, std::string_view purpose);
   // A fresh random secret (32 random bytes, hex) for one run.
   static std::string generate_secret();
+  // A handshake proof: HMAC-SHA256 with the key derive(secret, purpose) over tag || first || second. Each side signs
+  // both sides' fresh nonces (or whole hellos) with its own tag first, so a proof can be neither replayed (fresh
+  // nonces) nor reflected back to its sender (the tags differ).
+  static std::string proof(std::string_view secret, std::string_view purpose, std::string_view tag,
+                           std::span<const std::byte> first, std::span<const std::byte> second);
+  // Constant-time comparison of two proofs (false when the sizes differ).
+  static bool same_proof(std::string_view a, std::string_view b);
+  // Fills `out` from the system's cryptographic random source (nonces, connection tokens).
+  static void random_bytes(std::span<std::byte> out);
 };
 
 // Whether a bind host stays on this machine: 127.x.x.x, ::1, "localhost" or the loopback interface "lo".

@@ -4,12 +4,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 
 #include "comm_backends/cluster_auth.h"
@@ -29,22 +29,14 @@ constexpr const char* kServerTag = "commsched store server v1";
 
 std::string random_nonce() {
   std::string n(kNonceBytes, '\0');
-  randombytes_buf(n.data(), n.size());
+  ClusterAuth::random_bytes(std::as_writable_bytes(std::span(n)));
   return n;
 }
 
-// HMAC-SHA256 over tag || first || second with the store's key: each side signs both nonces, its own tag first, so
-// a proof can be neither replayed (fresh nonces) nor reflected back (the tags differ).
+// Each side signs both nonces, its own tag first (ClusterAuth::proof says why that is enough).
 std::string proof(const std::string& secret, const char* tag, const std::string& first, const std::string& second) {
-  const auto key = ClusterAuth::derive(secret, "commsched store hmac v1");
-  crypto_auth_hmacsha256_state st;
-  crypto_auth_hmacsha256_init(&st, key.data(), key.size());
-  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(tag), std::strlen(tag));
-  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(first.data()), first.size());
-  crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(second.data()), second.size());
-  std::string mac(crypto_auth_hmacsha256_BYTES, '\0');
-  crypto_auth_hmacsha256_final(&st, reinterpret_cast<unsigned char*>(mac.data()));
-  return mac;
+  return ClusterAuth::proof(secret, "commsched store hmac v1", tag, std::as_bytes(std::span(first)),
+                            std::as_bytes(std::span(second)));
 }
 
 void set_receive_timeout(int fd, double s) {
@@ -52,9 +44,7 @@ void set_receive_timeout(int fd, double s) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-bool same(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && sodium_memcmp(a.data(), b.data(), a.size()) == 0;
-}
+bool same(const std::string& a, const std::string& b) { return ClusterAuth::same_proof(a, b); }
 
 std::string peer_address(int fd) {
   sockaddr_in a{};
@@ -75,7 +65,6 @@ struct TcpStoreServer::Client {
 };
 
 TcpStoreServer::TcpStoreServer(const std::string& host, int port, std::string secret) : secret_(std::move(secret)) {
-  if (!secret_.empty() && sodium_init() < 0) throw std::runtime_error("rendezvous store: libsodium failed to initialise");
   listener_ = listen_tcp(host, port);
   port_ = bound_port(listener_.get());
   set_nonblocking(listener_.get(), true);
@@ -207,7 +196,6 @@ TcpStoreClient::TcpStoreClient(const std::string& host, int port, std::chrono::m
 }
 
 void TcpStoreClient::authenticate(const std::string& secret) {
-  if (sodium_init() < 0) throw std::runtime_error(where_ + ": libsodium failed to initialise");
   std::string server_nonce;
   try {
     const std::string challenge = recv_frame();

@@ -4,14 +4,26 @@
 // the lanes of each new connection are logged.
 //
 // Connections: each side keeps one TCP socket per peer, on the IP socket address of the endpoint ("tcp://host:port",
-// as with ZeroMQ). Over it the two sides exchange a versioned hello carrying their UCP worker address and the id the
-// other side must put in front of every message, then create UCP endpoints to each other; afterwards the socket only
-// tells liveness: a closed or killed peer's socket ends at once (EOF), a frozen peer's stays open and the protocol's
+// as with ZeroMQ). Over it the two sides exchange a versioned hello carrying their UCP worker address and the id and
+// token the other side must put in front of every message, then create UCP endpoints to each other; afterwards the
+// socket only tells liveness: a closed or killed peer's socket ends at once (EOF), a frozen peer's stays open and the protocol's
 // heartbeat timeout finds it. We do not use UCX's own client-server mode: in UCX 1.13 its endpoints (with peer error
 // handling) never use shared memory. Endpoints run without UCX error handling (shared memory has none): the socket is
 // the failure detector, and a lost peer's endpoint is force-closed. A connection we dial is redialled every 100 ms
 // until it first stands (the listener may not be up yet), as ZeroMQ does; sends made meanwhile wait in order.
 // Foreign bytes on the port fail the hello check and that connection is dropped (logged), the others are served.
+//
+// Authentication (TransportOptions::auth_secret): the handshake is
+//   dialer -> acceptor   hello_d
+//   acceptor -> dialer   hello_a, proof_a = HMAC(key, "accept" || hello_d || hello_a)
+//   dialer -> acceptor   proof_d = HMAC(key, "dial" || hello_a || hello_d)
+// where each hello carries a fresh random nonce, so a proof can be neither replayed nor reflected, and covers the
+// sender's UCP address and token, so neither can be swapped. The dialer trusts the acceptor once proof_a checks, the
+// acceptor the dialer once proof_d does; a side without the secret (or with another one) is refused and logged before
+// it is a peer. Every UCX message carries the receiver's per-connection random token, and messages of a connection
+// that never proved itself are never delivered, so knowing a worker address and guessing a peer id is not enough to
+// inject one. The UCX data path itself is not encrypted (as RDMA is not): use the ZeroMQ transport (CURVE) on
+// networks that can be snooped. Without a secret the same handshake runs with empty proofs, and both sides must agree.
 //
 // Threading: the worker is UCS_THREAD_MODE_SERIALIZED (made on one thread, then driven by the I/O thread only);
 // every UCX callback runs inside ucp_worker_progress() on that thread. wake() touches only our own eventfd.
@@ -39,6 +51,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/buffer_pool.h"
 #include "comm_backends/ps/net_util.h"
 #include "comm_backends/ps/token_bucket.h"
@@ -52,10 +65,17 @@ constexpr unsigned kAmId = 0;
 // How long a graceful close() may spend delivering last words (bye, peer_lost) to a live peer.
 constexpr auto kGracefulLinger = std::chrono::milliseconds(500);
 constexpr auto kRedialDelay = std::chrono::milliseconds(100);
-// The hello on a new connection's socket: magic, the id the receiver puts before each message to us, our address.
-constexpr char kHelloMagic[8] = {'c', 's', 'u', 'c', 'x', '/', '1', '\n'};
-constexpr size_t kHelloFixed = 8 + 8 + 4;
+// The hello on a new connection's socket: magic, the id and token the receiver puts before each message to us, our
+// nonce, flags, the length of our address, our address.
+constexpr char kHelloMagic[8] = {'c', 's', 'u', 'c', 'x', '/', '2', '\n'};
+constexpr size_t kHelloFixed = 8 + 8 + 8 + 16 + 4 + 4;
+constexpr size_t kProofBytes = 32;
+constexpr uint32_t kFlagAuthenticates = 1;
 constexpr uint32_t kMaxWorkerAddress = 64 * 1024;
+constexpr size_t kPrefix = 16;  // before each message's header frame: the receiver's id and token for the sender
+// Messages a connection may have sent before it finished proving itself (the dialer's first words race its proof).
+constexpr size_t kMaxUnprovenMessages = 4096;
+constexpr const char* kProofPurpose = "commsched ucx hello v2";
 
 std::string ucs_err(const std::string& what, ucs_status_t s) { return what + ": " + ucs_status_string(s); }
 
@@ -140,7 +160,7 @@ class UcxTransport;
 
 struct OutMsg {  // one message until UCX lets go of its payload
   PeerId peer = 0;
-  std::vector<std::byte> header;  // the peer's id for us, then the header frame
+  std::vector<std::byte> header;  // the peer's id and token for us, then the header frame
   OutPayload payload;
   UcxTransport* owner = nullptr;
   void release() {
@@ -159,11 +179,16 @@ struct InMsg {  // one arrived message until it is complete and every earlier me
 };
 
 struct Peer {
-  enum class State { dialing, hello, up, failed };  // dialing: TCP connect in flight; hello: waiting for theirs
+  // dialing: TCP connect in flight; hello: waiting for theirs; proving: we accepted, waiting for the dialer's proof
+  enum class State { dialing, hello, proving, up, failed };
   State state = State::hello;
+  bool was_up = false;  // proved itself once: only then are its messages delivered
   int fd = -1;
   ucp_ep_h ep = nullptr;
-  uint64_t their_id = 0;  // what this peer wants in front of our messages
+  uint64_t their_id = 0;     // what this peer wants in front of our messages
+  uint64_t their_token = 0;  // ... and the token it issued us
+  uint64_t token = 0;        // the token we issued it (random per connection)
+  std::vector<std::byte> my_hello, their_hello;  // both hellos, signed by the proofs
   std::string addr;
   std::optional<sockaddr_in> dial;  // connections we made: redialled until they first stand
   Clock::time_point redial_at{};
@@ -178,6 +203,7 @@ struct Peer {
 class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(const TransportOptions& o) : opts_(o), bucket_(o.emulate_rate_bps, 256.0 * 1024) {
+    if (!opts_.auth_secret.empty()) (void)ClusterAuth::derive(opts_.auth_secret, kProofPurpose);  // sodium ready
     ucp_config_t* config = nullptr;
     if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw std::runtime_error(ucs_err("ucp_config_read", s));
     ucp_params_t p{};
@@ -251,8 +277,8 @@ class UcxTransport final : public Transport {
     }
     auto m = std::make_unique<OutMsg>();
     m->peer = peer;
-    m->header.resize(8 + header.size());  // room for the peer's id for us, filled in when posted
-    std::copy(header.begin(), header.end(), m->header.begin() + 8);
+    m->header.resize(kPrefix + header.size());  // room for the peer's id and token for us, filled in when posted
+    std::copy(header.begin(), header.end(), m->header.begin() + kPrefix);
     m->payload = std::move(payload);
     m->owner = this;
     if (bucket_.enabled()) {
@@ -401,21 +427,54 @@ class UcxTransport final : public Transport {
   }
 
   // Blocking write of a few hundred bytes on a fresh socket: fits in its buffer at once.
-  void send_hello(PeerId id, Peer& p) {
-    std::vector<std::byte> h(kHelloFixed);
-    std::memcpy(h.data(), kHelloMagic, 8);
-    const uint64_t mine = id;
-    const uint32_t len = static_cast<uint32_t>(address_.size());
-    std::memcpy(h.data() + 8, &mine, 8);
-    std::memcpy(h.data() + 16, &len, 4);
-    h.insert(h.end(), address_.begin(), address_.end());
+  void write_all(PeerId id, Peer& p, std::span<const std::byte> bytes) {
     size_t off = 0;
-    while (off < h.size()) {
-      const ssize_t n = ::send(p.fd, h.data() + off, h.size() - off, MSG_NOSIGNAL);
+    while (off < bytes.size() && p.fd >= 0) {
+      const ssize_t n = ::send(p.fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
       if (n > 0) off += static_cast<size_t>(n);
       else if (n < 0 && (errno == EAGAIN || errno == EINTR)) ::poll(nullptr, 0, 1);
       else return socket_ended(id, p, "connection closed during the hello");
     }
+  }
+
+  // Our hello to this peer: a fresh token (what it must put before its messages to us) and a fresh nonce.
+  void send_hello(PeerId id, Peer& p) {
+    std::vector<std::byte>& h = p.my_hello;
+    h.assign(kHelloFixed, std::byte{0});
+    std::memcpy(h.data(), kHelloMagic, 8);
+    ClusterAuth::random_bytes({reinterpret_cast<std::byte*>(&p.token), sizeof p.token});
+    const uint64_t mine = id;
+    const uint32_t flags = authenticates() ? kFlagAuthenticates : 0;
+    const uint32_t len = static_cast<uint32_t>(address_.size());
+    std::memcpy(h.data() + 8, &mine, 8);
+    std::memcpy(h.data() + 16, &p.token, 8);
+    ClusterAuth::random_bytes(std::span(h).subspan(24, 16));
+    std::memcpy(h.data() + 40, &flags, 4);
+    std::memcpy(h.data() + 44, &len, 4);
+    h.insert(h.end(), address_.begin(), address_.end());
+    std::vector<std::byte> out = h;
+    if (!p.dial) append(out, proof_for(p, "accept"));  // the acceptor answers with its hello and its proof at once
+    write_all(id, p, out);
+  }
+
+  bool authenticates() const { return !opts_.auth_secret.empty(); }
+
+  // Our proof for this connection: over their hello, then ours. Empty-secret runs send zeros (never checked).
+  std::string proof_for(const Peer& p, std::string_view tag) const {
+    if (!authenticates()) return std::string(kProofBytes, '\0');
+    return ClusterAuth::proof(opts_.auth_secret, kProofPurpose, tag, p.their_hello, p.my_hello);
+  }
+
+  // Whether the peer's proof (over our hello, then theirs) shows it holds our secret.
+  bool proof_holds(const Peer& p, std::string_view tag, std::span<const std::byte> proof) const {
+    if (!authenticates()) return true;
+    const std::string want = ClusterAuth::proof(opts_.auth_secret, kProofPurpose, tag, p.my_hello, p.their_hello);
+    return ClusterAuth::same_proof(want, {reinterpret_cast<const char*>(proof.data()), proof.size()});
+  }
+
+  static void append(std::vector<std::byte>& out, const std::string& bytes) {
+    const auto* b = reinterpret_cast<const std::byte*>(bytes.data());
+    out.insert(out.end(), b, b + bytes.size());
   }
 
   void accept_all() {
@@ -434,7 +493,7 @@ class UcxTransport final : public Transport {
     }
   }
 
-  // Socket readable: the hello while connecting, afterwards only the end of the connection.
+  // Socket readable: the handshake while connecting, afterwards only the end of the connection.
   void readable(PeerId id, Peer& p) {
     std::byte buf[4096];
     for (;;) {
@@ -444,41 +503,82 @@ class UcxTransport final : public Transport {
         if (errno == EAGAIN || errno == EINTR) return;
         return socket_ended(id, p, std::strerror(errno));
       }
-      if (p.state != Peer::State::hello) return refuse(id, p, "bytes after the hello (not a commsched UCX peer)");
+      if (p.state != Peer::State::hello && p.state != Peer::State::proving)
+        return refuse(id, p, "bytes after the hello (not a commsched UCX peer)");
       p.rx.insert(p.rx.end(), buf, buf + n);
-      if (!parse_hello(id, p)) return;
+      if (!handshake(id, p)) return;
     }
   }
 
-  // True while the hello is incomplete (more to read); false once handled or refused.
-  bool parse_hello(PeerId id, Peer& p) {
+  // True while the handshake waits for more bytes; false once it is done or refused.
+  bool handshake(PeerId id, Peer& p) {
+    if (p.state == Peer::State::proving) return take_dialer_proof(id, p);
     const size_t have = std::min(p.rx.size(), sizeof kHelloMagic);
-    if (std::memcmp(p.rx.data(), kHelloMagic, have) != 0)
-      return refuse(id, p, "not a commsched UCX hello (foreign or malformed bytes)"), false;
+    if (std::memcmp(p.rx.data(), kHelloMagic, have) != 0) {
+      const bool old = have == sizeof kHelloMagic && std::memcmp(p.rx.data(), kHelloMagic, 6) == 0;
+      return refuse(id, p, old ? "speaks another version of the commsched UCX hello (mixed commsched builds?)"
+                               : "not a commsched UCX hello (foreign or malformed bytes)"), false;
+    }
     if (p.rx.size() < kHelloFixed) return true;
-    uint32_t len = 0;
+    uint32_t flags = 0, len = 0;
     std::memcpy(&p.their_id, p.rx.data() + 8, 8);
-    std::memcpy(&len, p.rx.data() + 16, 4);
+    std::memcpy(&p.their_token, p.rx.data() + 16, 8);
+    std::memcpy(&flags, p.rx.data() + 40, 4);
+    std::memcpy(&len, p.rx.data() + 44, 4);
     if (len == 0 || len > kMaxWorkerAddress)
       return refuse(id, p, "hello with a worker address of " + std::to_string(len) + " bytes"), false;
-    if (p.rx.size() < kHelloFixed + len) return true;
-    if (p.rx.size() > kHelloFixed + len) return refuse(id, p, "bytes after the hello"), false;
+    const size_t need = kHelloFixed + len + (p.dial ? kProofBytes : 0);  // the acceptor's proof follows its hello
+    if (p.rx.size() < need) return true;
+    if (p.rx.size() > need) return refuse(id, p, "bytes after the hello"), false;
+    p.their_hello.assign(p.rx.begin(), p.rx.begin() + static_cast<long>(kHelloFixed + len));
+    // The acceptor answers before judging, so that a dialer it refuses learns why from the flags of this hello.
+    if (!p.dial) send_hello(id, p);
+    if (p.state == Peer::State::failed) return false;
+    if (const bool theirs = flags & kFlagAuthenticates; theirs != authenticates())
+      return refuse(id, p, theirs ? "it authenticates with a shared secret and this process has none (set the same "
+                                    "COMMSCHED_SECRET or COMMSCHED_KEY_FILE on every process)"
+                                  : "it did not authenticate: a peer without the shared secret (COMMSCHED_SECRET / "
+                                    "COMMSCHED_KEY_FILE) is refused"), false;
+    if (!p.dial) {  // accepted: it is a peer once its proof checks
+      p.rx.clear();
+      p.state = Peer::State::proving;
+      return false;
+    }
+    if (!proof_holds(p, "accept", std::span(p.rx).subspan(kHelloFixed + len)))
+      return refuse(id, p, "failed authentication: it holds a different shared secret (COMMSCHED_SECRET)"), false;
+    std::vector<std::byte> proof;
+    append(proof, proof_for(p, "dial"));
+    write_all(id, p, proof);
+    if (p.state == Peer::State::failed) return false;
+    stand_up(id, p);
+    return false;
+  }
+
+  bool take_dialer_proof(PeerId id, Peer& p) {
+    if (p.rx.size() < kProofBytes) return true;
+    if (p.rx.size() > kProofBytes) return refuse(id, p, "bytes after the hello"), false;
+    if (!proof_holds(p, "dial", p.rx))
+      return refuse(id, p, "failed authentication: it holds a different shared secret (COMMSCHED_SECRET)"), false;
+    stand_up(id, p);
+    return false;
+  }
+
+  // The handshake is done: reach the peer's UCP worker, deliver what it sent meanwhile, post what waited for it.
+  void stand_up(PeerId id, Peer& p) {
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.address = reinterpret_cast<const ucp_address_t*>(p.rx.data() + kHelloFixed);
+    ep.address = reinterpret_cast<const ucp_address_t*>(p.their_hello.data() + kHelloFixed);
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // the socket detects failures (see the top of the file)
     if (auto s = ucp_ep_create(worker_, &ep, &p.ep); s != UCS_OK) {
       p.ep = nullptr;
-      return refuse(id, p, ucs_err("cannot reach its UCX worker address", s)), false;
+      return refuse(id, p, ucs_err("cannot reach its UCX worker address", s));
     }
-    p.rx.clear();
-    p.rx.shrink_to_fit();
-    if (!p.dial) send_hello(id, p);  // the accepting side answers
-    if (p.state == Peer::State::failed) return false;
+    for (auto* v : {&p.rx, &p.my_hello, &p.their_hello}) v->clear(), v->shrink_to_fit();
     p.state = Peer::State::up;
+    p.was_up = true;
     log_lanes(p);
+    deliver(id);
     while (!p.waiting.empty() && p.state == Peer::State::up) post(id, p, pop_front(p.waiting));
-    return false;
   }
 
   void refuse(PeerId id, Peer& p, const std::string& why) {
@@ -488,14 +588,18 @@ class UcxTransport final : public Transport {
     e.detail = "connection from " + p.addr + " dropped: " + why;
     events_.push_back(std::move(e));
     close_fd(p);
+    p.inbox.clear();  // whatever it sent before failing its proof is never delivered
     p.state = Peer::State::failed;
     p.reported = true;
   }
 
   void socket_ended(PeerId id, Peer& p, const std::string& why) {
     if (p.dial && p.state != Peer::State::up) return schedule_redial(p);  // not there yet: dial again
-    if (p.state != Peer::State::up) {  // an accepted connection that never said hello
+    if (p.state == Peer::State::proving)  // it had our hello and proof, and left instead of proving itself
+      return refuse(id, p, why + " during the handshake, before proving it holds the shared secret");
+    if (p.state != Peer::State::up) {  // an accepted connection that never said hello (a port probe)
       close_fd(p);
+      p.inbox.clear();
       p.state = Peer::State::failed;
       p.reported = true;
       return;
@@ -553,8 +657,9 @@ class UcxTransport final : public Transport {
     if (lanes == last_lanes_) return;  // say it once per distinct choice, not per peer
     last_lanes_ = lanes;
     const char* tls = std::getenv("UCX_TLS");
-    std::fprintf(stderr, "[commsched ps ucx] connection to %s over UCX transports: %s (UCX_TLS=%s)\n", p.addr.c_str(),
-                 lanes.c_str(), tls ? tls : "unset: UCX's choice");
+    std::fprintf(stderr, "[commsched ps ucx] connection to %s over UCX transports: %s (UCX_TLS=%s), %s\n",
+                 p.addr.c_str(), lanes.c_str(), tls ? tls : "unset: UCX's choice",
+                 authenticates() ? "peer authenticated by the shared secret" : "unauthenticated (no shared secret)");
     std::fflush(stderr);
   }
 
@@ -564,7 +669,7 @@ class UcxTransport final : public Transport {
     if (backlog_.empty()) return;
     const auto now = Clock::now();
     while (!backlog_.empty() && bucket_.wait_s(now) <= 0) {
-      bucket_.charge(backlog_.front()->header.size() - 8 + backlog_.front()->payload.size, now);
+      bucket_.charge(backlog_.front()->header.size() - kPrefix + backlog_.front()->payload.size, now);
       dispatch(pop_front(backlog_));
     }
   }
@@ -582,6 +687,7 @@ class UcxTransport final : public Transport {
 
   void post(PeerId id, Peer& p, std::unique_ptr<OutMsg> m) {
     std::memcpy(m->header.data(), &p.their_id, 8);
+    std::memcpy(m->header.data() + 8, &p.their_token, 8);
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.send = &UcxTransport::on_sent;
@@ -612,13 +718,23 @@ class UcxTransport final : public Transport {
   }
 
   ucs_status_t arrived(const void* header, size_t hlen, void* data, size_t len, const ucp_am_recv_param_t& prm) {
-    if (hlen < 8) return UCS_OK;
+    if (hlen < kPrefix) return UCS_OK;
     PeerId id = 0;
+    uint64_t token = 0;
     std::memcpy(&id, header, 8);
+    std::memcpy(&token, static_cast<const std::byte*>(header) + 8, 8);
     auto it = peers_.find(id);
-    if (it == peers_.end() || it->second.state != Peer::State::up) return UCS_OK;  // a connection we dropped
+    // Not a connection of ours (dropped, or a stranger that guessed an id): its token is not the one we issued.
+    if (it == peers_.end() || it->second.token != token) return UCS_OK;
     Peer& p = it->second;
-    hlen -= 8;
+    // The dialer is up once it has sent its proof, so its first messages may overtake the proof: keep them (up to a
+    // bound) until the proof is read; they are delivered only if it holds.
+    if (p.state != Peer::State::up && p.state != Peer::State::proving) return UCS_OK;
+    if (p.state == Peer::State::proving && p.inbox.size() >= kMaxUnprovenMessages) {
+      refuse(id, p, "sent " + std::to_string(kMaxUnprovenMessages) + " messages without finishing its handshake");
+      return UCS_OK;
+    }
+    hlen -= kPrefix;
     if (opts_.max_message_bytes > 0 && hlen + len > opts_.max_message_bytes) {
       lose(id, p, "dropped: sent a message of " + std::to_string(hlen + len) + " bytes, over the limit of " +
                       std::to_string(opts_.max_message_bytes));
@@ -627,7 +743,7 @@ class UcxTransport final : public Transport {
     auto m = std::make_shared<InMsg>();
     m->owner = this;
     m->in.peer = id;
-    const auto* h = static_cast<const std::byte*>(header) + 8;
+    const auto* h = static_cast<const std::byte*>(header) + kPrefix;
     m->in.header.assign(h, h + hlen);
     m->size = len;
     if (len > 0) m->buf = pool_->acquire(len);
@@ -670,10 +786,15 @@ class UcxTransport final : public Transport {
   }
 
   // Moves the peer's complete messages, in arrival order, to the event queue; its disconnection after the last.
+  // Nothing of a connection that has not proved itself.
   void deliver(PeerId id) {
     auto it = peers_.find(id);
     if (it == peers_.end()) return;
     Peer& p = it->second;
+    if (!p.was_up) {
+      if (p.state == Peer::State::failed) p.inbox.clear();
+      if (p.state != Peer::State::failed || p.reported) return;
+    }
     while (!p.inbox.empty() && (p.inbox.front()->state != InMsg::State::receiving || p.state == Peer::State::failed)) {
       std::shared_ptr<InMsg> m = pop_front(p.inbox);
       if (m->state != InMsg::State::ready) continue;  // cut off by the peer's loss

@@ -46,14 +46,11 @@ int free_loopback_port() {
 
 void say(const std::string& line) { std::fprintf(stderr, "[commsched launch] %s\n", line.c_str()); }
 
-// A one-host cluster: UCX shared memory when UCX is built in and the run is not authenticated (COMMSCHED_AUTH=off:
-// the UCX transport does not authenticate peers yet, and every other launch gets a per-run secret), unless the caller
-// chose a transport (COMMSCHED_PS_TRANSPORT) or UCX's transports (UCX_TLS) already. ZeroMQ with CURVE otherwise, and
-// across nodes.
+// A one-host cluster: UCX shared memory when UCX is built in (authenticated by the run's secret like ZeroMQ), unless
+// the caller chose a transport (COMMSCHED_PS_TRANSPORT); a UCX_TLS the caller set is kept. ZeroMQ with CURVE
+// otherwise, and across nodes (where the wire may be snooped, CURVE also encrypts).
 std::map<std::string, std::string> transport_env() {
-  const char* auth = std::getenv("COMMSCHED_AUTH");
-  const bool authenticated = !(auth && std::string_view(auth) == "off");
-  if (!ps::ucx_built_in() || std::getenv("COMMSCHED_PS_TRANSPORT") || authenticated) return {};
+  if (!ps::ucx_built_in() || std::getenv("COMMSCHED_PS_TRANSPORT")) return {};
   std::map<std::string, std::string> env = {{"COMMSCHED_PS_TRANSPORT", "ucx"}};
   if (!std::getenv("UCX_TLS")) env["UCX_TLS"] = "sm,self";
   return env;

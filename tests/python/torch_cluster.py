@@ -53,14 +53,13 @@ def run_process(cmd, env, timeout):
 
 
 def launch(workers, script_args, env=None, timeout=120, deterministic=True, servers=1, transport=None):
-    """transport: None (launch's choice: ZeroMQ with the run's secret), "zmq" or "ucx" (UCX shared memory; the UCX
-    transport does not authenticate peers yet, so the run goes without a secret: COMMSCHED_AUTH=off)."""
+    """transport: None (launch's choice: UCX shared memory where built in, else ZeroMQ; with the run's secret either
+    way), "zmq" or "ucx" (UCX shared memory)."""
     env = dict(env or {})
     if transport:
         env["COMMSCHED_PS_TRANSPORT"] = transport
         if transport == "ucx":
             env.setdefault("UCX_TLS", "sm,self")
-            env.setdefault("COMMSCHED_AUTH", "off")
     cmd = [commsched_bin(), "launch", "-w", str(workers), "-s", str(servers)]
     if deterministic:
         cmd.append("--deterministic")

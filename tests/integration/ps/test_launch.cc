@@ -139,10 +139,9 @@ TEST(PsLaunch, EveryRunHasItsOwnSecretSharedByAllItsProcesses) {
   EXPECT_NE(secrets[0], secrets[1]);
 }
 
-// On one host without authentication (COMMSCHED_AUTH=off) the cluster runs over UCX shared memory when UCX is built
-// in (ZeroMQ otherwise), and the sums stay exact. With the per-run secret (the default) it stays on ZeroMQ: the UCX
-// transport does not authenticate peers yet.
-TEST(PsLaunch, OneHostUsesUcxSharedMemoryWhenBuiltInAndUnauthenticated) {
+// On one host the cluster runs over UCX shared memory when UCX is built in (ZeroMQ otherwise), with the per-run
+// secret (the default: the UCX handshake proves it) and without one (COMMSCHED_AUTH=off), and the sums stay exact.
+TEST(PsLaunch, OneHostUsesUcxSharedMemoryWhenBuiltIn) {
   if (std::getenv("COMMSCHED_PS_TRANSPORT") || std::getenv("UCX_TLS") || std::getenv("COMMSCHED_AUTH"))
     GTEST_SKIP() << "COMMSCHED_PS_TRANSPORT, UCX_TLS or COMMSCHED_AUTH is set in this environment: launch keeps the "
                     "caller's choice";
@@ -160,7 +159,7 @@ TEST(PsLaunch, OneHostUsesUcxSharedMemoryWhenBuiltInAndUnauthenticated) {
       std::ifstream f(file + std::to_string(w));
       std::string line;
       std::getline(f, line);
-      EXPECT_EQ(line, commsched::ps::ucx_built_in() && auth_off ? "ucx sm,self" : " ") << "worker " << w;
+      EXPECT_EQ(line, commsched::ps::ucx_built_in() ? "ucx sm,self" : " ") << "worker " << w << (auth_off ? " (no secret)" : " (per-run secret)");
       std::remove((file + std::to_string(w)).c_str());
     }
     ::unsetenv("COMMSCHED_AUTH");

@@ -305,6 +305,45 @@ TEST_P(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, PsCluster, ::testing::ValuesIn(kTransports), transport_name);
 
+// Starts the cluster, waits until server 0 listens, and returns the well-formed hello of a worker claiming rank 1.
+std::array<std::byte, commsched::ps::kHeaderBytes> start_until_listening(LocalCluster& c) {
+  c.start();
+  for (int i = 0; i < 1000 && c.read_log("server 0").find("listening") == std::string::npos; ++i)
+    std::this_thread::sleep_for(5ms);
+  std::array<std::byte, commsched::ps::kHeaderBytes> hello;
+  commsched::ps::encode_header(
+      commsched::ps::make_header(commsched::ps::MsgType::hello, commsched::ps::PeerRole::worker, 1), hello);
+  return hello;
+}
+
+// The same over UCX shared memory: a UCX peer without the secret and one with another secret both dial server 0 and
+// send a well-formed hello as worker 1. The first is dropped for not authenticating, the second leaves on finding the
+// server's proof wrong (the server logs a connection that left before proving itself); neither takes a rank.
+TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
+  if (!commsched::ps::ucx_built_in()) GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)";
+  const std::string secret = "integration-test-secret-0123456789";
+  LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact"},
+                 {{"COMMSCHED_SECRET", secret}, {"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", "sm,self"}});
+  const auto hello = start_until_listening(c);
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(c.root_port());
+  commsched::ps::TransportOptions wrong;
+  wrong.auth_secret = "some-other-secret-0123456789";
+  auto plain = commsched::ps::make_ucx_transport({});
+  auto stranger = commsched::ps::make_ucx_transport(wrong);
+  plain->send(plain->connect(ep), hello);
+  stranger->send(stranger->connect(ep), hello);
+  const auto end = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < end) (void)plain->receive(5ms), (void)stranger->receive(5ms);
+  plain->close(false);
+  stranger->close(false);
+  ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
+  expect_all_ok(c);
+  const std::string log = c.read_log("server 0");
+  EXPECT_NE(log.find("did not authenticate"), std::string::npos) << log;                 // the plain peer
+  EXPECT_NE(log.find("before proving it holds the shared secret"), std::string::npos) << log;  // the stranger
+  EXPECT_EQ(log.find("already connected"), std::string::npos) << log;                     // no rank was taken
+}
+
 // With a shared secret, processes that do not have it cannot take a rank: a plain ZeroMQ peer and a CURVE peer with
 // its own key pair (knowing the server's public key) both say a well-formed hello as worker 1, as soon as server 0
 // listens. Both are refused during the handshake and logged with their reason; the real workers get every rank and
@@ -313,12 +352,7 @@ TEST(PsClusterAuth, PeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   const std::string secret = "integration-test-secret-0123456789";
   LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact"},
                  {{"COMMSCHED_SECRET", secret}});
-  c.start();
-  for (int i = 0; i < 1000 && c.read_log("server 0").find("listening") == std::string::npos; ++i)
-    std::this_thread::sleep_for(5ms);
-  std::array<std::byte, commsched::ps::kHeaderBytes> hello;
-  commsched::ps::encode_header(
-      commsched::ps::make_header(commsched::ps::MsgType::hello, commsched::ps::PeerRole::worker, 1), hello);
+  const auto hello = start_until_listening(c);
   const std::string ep = "tcp://127.0.0.1:" + std::to_string(c.root_port());
   void* ctx = zmq_ctx_new();
   void* plain = zmq_socket(ctx, ZMQ_DEALER);

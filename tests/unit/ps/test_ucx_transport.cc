@@ -1,6 +1,7 @@
 // UCX transport, two ends in one process, over each UCX transport set we support on one host (UCX_TLS):
 // exact bytes and order for eager and rendezvous sizes, every zero-copy payload released, a closed peer reported,
-// a dial before the listener is up redialled, oversized messages dropping their sender, wake().
+// a dial before the listener is up redialled, oversized messages dropping their sender, wake(), and the shared-secret
+// handshake (peers with the secret talk; without it, or with another one, they are refused by name).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -175,6 +176,85 @@ TEST_P(UcxTransportTest, WakeEndsAWaitingReceive) {
   EXPECT_FALSE(t->receive(10s));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   waker.join();
+}
+
+TransportOptions with_secret(const std::string& secret) {
+  TransportOptions o;
+  o.auth_secret = secret;
+  return o;
+}
+
+const std::string kSecret = "unit-test-secret-0123456789abcdef";
+
+// Both ends hold the secret: messages flow both ways as without one.
+TEST_P(UcxTransportTest, PeersWithTheSecretTalk) {
+  auto server = make(with_secret(kSecret));
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make(with_secret(kSecret));
+  const PeerId p = client->connect(ep);
+  for (int i = 0; i < 3; ++i) client->send(p, header_of(i));
+  auto got = pump(*client, *server, [](auto& v) { return messages(v) == 3; });
+  ASSERT_EQ(messages(got), 3u);
+  for (int i = 0; i < 3; ++i) {
+    auto want = header_of(i);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got[static_cast<size_t>(i)].header.begin())) << i;
+  }
+  server->send(got[0].peer, header_of(7));
+  auto back = pump(*server, *client, [](auto& v) { return messages(v) == 1; });
+  ASSERT_EQ(messages(back), 1u);
+}
+
+// A dialer without the secret: the server drops the connection and says why; nothing it sent is delivered, and the
+// dialer learns from the server's hello that the server wants a secret.
+TEST_P(UcxTransportTest, DialerWithoutTheSecretIsRefusedByName) {
+  auto server = make(with_secret(kSecret));
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make();
+  const PeerId p = client->connect(ep);
+  for (int i = 0; i < 3; ++i) client->send(p, header_of(i));
+  auto got = pump(*client, *server, [](auto& v) { return !v.empty(); }, 10s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].kind, Incoming::Kind::dropped);
+  EXPECT_NE(got[0].detail.find("did not authenticate"), std::string::npos) << got[0].detail;
+  auto lost = pump(*server, *client, [](auto& v) { return !v.empty(); }, 10s);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].kind, Incoming::Kind::disconnected);
+  EXPECT_NE(lost[0].detail.find("authenticates with a shared secret and this process has none"), std::string::npos)
+      << lost[0].detail;
+  got = pump(*client, *server, [](auto& v) { return !v.empty(); }, 500ms);
+  EXPECT_EQ(messages(got), 0u);
+}
+
+// A dialer with another secret: it finds the server's proof wrong and leaves, naming the server; the server logs a
+// connection that left before proving itself. Nothing is delivered either way.
+TEST_P(UcxTransportTest, DialerWithAnotherSecretIsRefused) {
+  auto server = make(with_secret(kSecret));
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make(with_secret("another-secret-0123456789abcdef"));
+  const PeerId p = client->connect(ep);
+  client->send(p, header_of(1));
+  auto lost = pump(*server, *client, [](auto& v) { return !v.empty(); }, 10s);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].kind, Incoming::Kind::disconnected);
+  EXPECT_EQ(lost[0].peer, p);
+  EXPECT_NE(lost[0].detail.find("different shared secret"), std::string::npos) << lost[0].detail;
+  auto got = pump(*client, *server, [](auto& v) { return !v.empty(); }, 10s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].kind, Incoming::Kind::dropped);
+  EXPECT_NE(got[0].detail.find("before proving it holds the shared secret"), std::string::npos) << got[0].detail;
+}
+
+// A server without a secret refuses a dialer that authenticates (both sides must agree), naming the mismatch.
+TEST_P(UcxTransportTest, ServerWithoutASecretRefusesAnAuthenticatingDialer) {
+  auto server = make();
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make(with_secret(kSecret));
+  client->send(client->connect(ep), header_of(1));
+  auto got = pump(*client, *server, [](auto& v) { return !v.empty(); }, 10s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].kind, Incoming::Kind::dropped);
+  EXPECT_NE(got[0].detail.find("authenticates with a shared secret and this process has none"), std::string::npos)
+      << got[0].detail;
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("sm,self", "tcp"), [](const auto& info) {
