@@ -1,7 +1,5 @@
 #include "comm_backends/collective/negotiator.h"
 
-#include "scheduler/policy_factory.h"
-
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -12,6 +10,8 @@
 #include <cerrno>
 #include <sstream>
 #include <stdexcept>
+
+#include "scheduler/policy_factory.h"
 
 namespace commsched::collective {
 namespace {
