@@ -63,12 +63,22 @@ std::vector<typename T::Acc> accumulated(const void* in, uint64_t n, const void*
   return acc;
 }
 
+// The same from values already in the accumulation type (a parameter server's sum).
 template <class T>
-void topk_encode(const void* in, uint64_t n, void* residual, double ratio, std::byte* out) {
+std::vector<typename T::Acc> accumulated_sum(const void* in, uint64_t n, const void* residual) {
+  const auto* x = static_cast<const typename T::Acc*>(in);
+  std::vector<typename T::Acc> acc(x, x + n);
+  if (const auto* r = static_cast<const typename T::Acc*>(residual))
+    for (uint64_t i = 0; i < n; ++i) acc[i] += r[i];
+  return acc;
+}
+
+template <class T>
+void topk_encode(std::vector<typename T::Acc> acc, void* residual, double ratio, std::byte* out) {
   using A = typename T::Acc;
   using S = typename T::Store;
+  const uint64_t n = acc.size();
   const uint64_t k = topk_count(ratio, n);
-  std::vector<A> acc = accumulated<T>(in, n, residual);
   std::vector<uint32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0u);
   // Ties broken by index so the choice is deterministic on every worker and every run.
@@ -108,9 +118,9 @@ void topk_each(const std::byte* wire, uint64_t n, double ratio, Fn&& fn) {
 uint64_t sign_words(uint64_t n) { return (n + 31) / 32; }
 
 template <class T>
-void sign_encode(const void* in, uint64_t n, void* residual, std::byte* out) {
+void sign_encode(std::vector<typename T::Acc> acc, void* residual, std::byte* out) {
   using A = typename T::Acc;
-  std::vector<A> acc = accumulated<T>(in, n, residual);
+  const uint64_t n = acc.size();
   double l1 = 0;
   for (A v : acc) l1 += std::abs(static_cast<double>(v));
   const float scale = n ? static_cast<float>(l1 / static_cast<double>(n)) : 0.0f;
@@ -226,10 +236,42 @@ void encode(const Spec& s, DType d, const void* in, uint64_t n, void* residual, 
       case Scheme::none: std::memcpy(out, in, n * sizeof(typename T::Store)); break;
       case Scheme::fp16:
       case Scheme::bf16: cast_between<T>(cast_target(s.scheme), true, in, out, n); break;
-      case Scheme::topk: topk_encode<T>(in, n, residual, s.ratio, out); break;
-      case Scheme::signsgd: sign_encode<T>(in, n, residual, out); break;
+      case Scheme::topk: topk_encode<T>(accumulated<T>(in, n, residual), residual, s.ratio, out); break;
+      case Scheme::signsgd: sign_encode<T>(accumulated<T>(in, n, residual), residual, out); break;
     }
   });
+}
+
+void encode_sum(const Spec& s, DType d, const void* acc, uint64_t n, void* residual, std::byte* out) {
+  if (sums_on_wire(s.scheme) || s.scheme == Scheme::none)
+    throw InvalidArgument("compression: encode_sum is for schemes a reduction decodes (topk, signsgd), not '" +
+                          std::string(scheme_name(s.scheme)) + "'");
+  with_type(d, [&](auto t) {
+    using T = decltype(t);
+    if (s.scheme == Scheme::topk) topk_encode<T>(accumulated_sum<T>(acc, n, residual), residual, s.ratio, out);
+    else sign_encode<T>(accumulated_sum<T>(acc, n, residual), residual, out);
+  });
+}
+
+std::string wire_spec(Scheme scheme, DType d, uint64_t n, uint64_t wire_bytes, Spec& out) {
+  const std::string what = std::string(scheme_name(scheme)) + " message of " + std::to_string(wire_bytes) +
+                           " bytes for " + std::to_string(n) + " elements";
+  if (scheme != Scheme::topk && scheme != Scheme::signsgd) return "scheme '" + std::string(scheme_name(scheme)) +
+                                                                   "' is not decoded by a reduction";
+  if (!compressible(d)) return std::string(scheme_name(scheme)) + " of a tensor that is not floating-point";
+  out = Spec{scheme, 1.0};
+  if (scheme == Scheme::signsgd)
+    return wire_bytes == encoded_bytes(out, d, n) ? std::string() : what + " (expected " +
+                                                                        std::to_string(encoded_bytes(out, d, n)) + ")";
+  const uint64_t pair = sizeof(uint32_t) + elem_size(d);
+  const uint64_t k = wire_bytes / pair;
+  if (wire_bytes % pair != 0 || k == 0 || k > n) return what + " (not 1 to n index/value pairs)";
+  // The ratio whose topk_count is exactly k (k/n itself, nudged where rounding would miss).
+  double ratio = static_cast<double>(k) / static_cast<double>(n);
+  while (topk_count(ratio, n) > k) ratio = std::nextafter(ratio, 0.0);
+  while (topk_count(ratio, n) < k) ratio = std::nextafter(ratio, 2.0);
+  out.ratio = ratio;
+  return {};
 }
 
 void decode(const Spec& s, DType d, const std::byte* wire, uint64_t n, void* out) {

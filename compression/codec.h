@@ -9,6 +9,8 @@
 //   signsgd      one bit per element (the sign of gradient + residual) and one f32 scale, mean |gradient + residual|;
 //                the residual keeps the difference (error feedback, as in EF-signSGD). Wire: [f32 scale][u32 words].
 // Only floating-point dtypes are compressed; values keep their dtype on the wire (so f64 stays exact in top-k).
+// A parameter server sums top-k and signSGD pushes with decode_add and answers with encode_sum (same scheme, same
+// size; wire_spec recovers the Spec from a message's size), see comm_backends/ps/slot_table.h.
 #pragma once
 
 #include <cstddef>
@@ -56,5 +58,14 @@ void decode(const Spec& s, DType d, const std::byte* wire, uint64_t n, void* out
 // Adds the decoded `wire` into n elements of dtype `acc_dtype` at `acc` (a parameter server's sum); acc_dtype is
 // residual_dtype(d).
 void decode_add(const Spec& s, DType d, const std::byte* wire, uint64_t n, void* acc);
+
+// Encodes n accumulated values at `acc` (residual_dtype(d), as decode_add leaves them) into the wire format of a `d`
+// tensor: a parameter server answering with the encoded sum. topk and signsgd only; `residual` as in encode (the
+// server's own error feedback, or null).
+void encode_sum(const Spec& s, DType d, const void* acc, uint64_t n, void* residual, std::byte* out);
+// The Spec that a `scheme` message of `wire_bytes` for n elements of d was encoded with (top-k: k from the size),
+// so a receiver that was told only the scheme decodes it and answers in the same size. Returns "" and sets `out`,
+// or a description of why the size is impossible (malformed or mismatched).
+std::string wire_spec(Scheme scheme, DType d, uint64_t n, uint64_t wire_bytes, Spec& out);
 
 }  // namespace commsched::compression

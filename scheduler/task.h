@@ -63,6 +63,9 @@ struct PartitionView {
   uint64_t bytes = 0;            // a multiple of the element size
   // Set by a stage (an encoder): the partition's bytes live in the stage's buffer, not in the task's buffer.
   std::byte* payload = nullptr;
+  // Set by an encoder whose wire is not a sequence of elements (top-k, signSGD): the range's bytes before encoding.
+  // 0 otherwise. A backend that sums such a range must decode it (CommBackend::reduces_encoded), never cut it.
+  uint64_t dense_bytes = 0;
 
   std::byte* data() const { return payload ? payload : static_cast<std::byte*>(task->buffer.data) + offset; }
   uint64_t elements() const { return bytes / dtype_size(task->dtype); }

@@ -12,7 +12,8 @@
 # interleaved (wfbp, bytescheduler, bytescheduler + cross-iteration, wfbp, ...) so drift on a shared machine hits all
 # alike. Each run starts a fresh cluster (servers and workers, rendezvous on server 0).
 # Environment: WORKERS (4), SERVERS (2), MODEL (resnet18), IMAGE (32), BATCH (8 per worker), WARMUP (2),
-# BATCHES_PER_ITER (2), ITERS (4), THREADS (1 torch thread per worker), CONFIGS ("wfbp bytescheduler bytescheduler+xi"),
+# BATCHES_PER_ITER (2), ITERS (4), THREADS (1 torch thread per worker), CONFIGS ("wfbp bytescheduler bytescheduler+xi";
+# a config is POLICY[+xi][@SCHEME], SCHEME a COMMSCHED_COMPRESSION value such as fp16, topk:0.01, signsgd),
 # RUN_TIMEOUT (300 s per run), PYTHON (/usr/bin/python3), OUT_DIR (a temporary folder; the per-run JSON is kept there
 # when set). Engine knobs (COMMSCHED_PARTITION_BYTES, COMMSCHED_CREDIT_BYTES, ...) pass through from the environment;
 # unset, they are the defaults (4MiB partitions, 16MiB credit).
@@ -76,13 +77,15 @@ RUNS="$OUT_DIR/runs.txt"
 : > "$RUNS"
 # run_once CONFIG REP: one fresh cluster; appends "CONFIG REP total_img_s" (or "CONFIG REP FAILED") to $RUNS.
 run_once() {
-  local config=$1 rep=$2 policy=${1%+xi} xi=() servers=() workers=() rc=0 src=0
-  xi=(--no-cross-iteration); [[ $config == *+xi ]] && xi=(--cross-iteration)
+  local config=$1 rep=$2 policy=${1%%[+@]*} xi=() servers=() workers=() rc=0 src=0 scheme=none
+  xi=(--no-cross-iteration); [[ ${config%%@*} == *+xi ]] && xi=(--cross-iteration)
+  [[ $config == *@* ]] && scheme=${config#*@}
   PORT=$((PORT + 1))
   local result="$OUT_DIR/$config.$rep.json" log="$OUT_DIR/$config.$rep.log"
   local envs=(COMMSCHED_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"  # beyond loopback: authenticate
               COMMSCHED_NUM_WORKERS="$WORKERS" COMMSCHED_NUM_SERVERS="$SERVERS" COMMSCHED_ROOT_ADDR="$ROOT"
               COMMSCHED_ROOT_PORT="$PORT" COMMSCHED_BACKEND=ps PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+              COMMSCHED_COMPRESSION="$scheme"
               OMP_NUM_THREADS="$THREADS")
   for ((s = 0; s < SERVERS; ++s)); do
     ip netns exec "${HOSTS[s]}" env "${envs[@]}" COMMSCHED_ROLE=server COMMSCHED_RANK="$s" \

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "compression/codec.h"
+
 namespace commsched::ps {
 namespace {
 
@@ -109,7 +111,23 @@ void encode_header(const Header& h, std::span<std::byte, kHeaderBytes> out) {
   put<uint64_t>(out, 56, h.round);
   put<uint64_t>(out, 64, h.request_id);
   put<uint32_t>(out, 72, h.aux);
+  put<uint8_t>(out, 10, h.codec);
+  put<uint32_t>(out, 76, h.elements);
 }
+
+namespace {
+// A codec only on data that a server sums, only one it decodes, and always with the element count it needs.
+std::string check_codec(const Header& h) {
+  if (h.codec == 0) return h.elements == 0 ? std::string() : "element count " + std::to_string(h.elements) +
+                                                                 " without a codec";
+  const auto s = static_cast<compression::Scheme>(h.codec);
+  if (h.type != MsgType::push_pull && h.type != MsgType::sum)
+    return std::string(msg_type_name(h.type)) + " with codec " + std::to_string(h.codec);
+  if (h.codec > compression::kMaxScheme || compression::sums_on_wire(s))
+    return "codec " + std::to_string(h.codec) + " is not one a server decodes (topk, signsgd)";
+  return {};
+}
+}  // namespace
 
 Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> payload_bytes,
                       const DecodeLimits& limits) {
@@ -126,7 +144,7 @@ Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> 
   if (type == 0 || type > kMaxMsgType) return fail("unknown message type " + std::to_string(type));
   const auto role = get<uint8_t>(frame, 8);
   if (role > static_cast<uint8_t>(PeerRole::tool)) return fail("unknown sender role " + std::to_string(role));
-  if (get<uint16_t>(frame, 10) != 0 || get<uint32_t>(frame, 76) != 0) return fail("reserved header bytes not zero");
+  if (get<uint8_t>(frame, 11) != 0) return fail("reserved header bytes not zero");
   Header h;
   h.type = static_cast<MsgType>(type);
   h.sender_role = static_cast<PeerRole>(role);
@@ -141,6 +159,9 @@ Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> 
   h.round = get<uint64_t>(frame, 56);
   h.request_id = get<uint64_t>(frame, 64);
   h.aux = get<uint32_t>(frame, 72);
+  h.codec = get<uint8_t>(frame, 10);
+  h.elements = get<uint32_t>(frame, 76);
+  if (auto why = check_codec(h); !why.empty()) return fail(why);
   const auto dtype = get<uint8_t>(frame, 7);
   if (is_data_type(h.type)) {
     if (!is_valid_dtype(dtype)) return fail("unknown dtype " + std::to_string(dtype) + " for key " + std::to_string(h.key));

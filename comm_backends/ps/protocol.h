@@ -2,9 +2,9 @@
 // frame. Pure byte manipulation; no transport header is included here, so ZeroMQ and RDMA share it.
 //
 // Layout (little-endian):
-//   0 magic u32 'CSPS' | 4 version u16 | 6 type u8 | 7 dtype u8 | 8 sender_role u8 | 9 flags u8 | 10 reserved u16 (0)
-//  12 sender_rank u32  | 16 key u64   | 24 offset u64 | 32 length u64 | 40 tensor_bytes u64 | 48 iteration u64
-//  56 round u64        | 64 request_id u64 | 72 aux u32 | 76 reserved u32 (0)
+//   0 magic u32 'CSPS' | 4 version u16 | 6 type u8 | 7 dtype u8 | 8 sender_role u8 | 9 flags u8 | 10 codec u8
+//  11 reserved u8 (0)  | 12 sender_rank u32 | 16 key u64 | 24 offset u64 | 32 length u64 | 40 tensor_bytes u64
+//  48 iteration u64    | 56 round u64 | 64 request_id u64 | 72 aux u32 | 76 elements u32
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,7 @@
 namespace commsched::ps {
 
 inline constexpr uint32_t kMagic = 0x53505343;  // "CSPS" read as little-endian bytes
-inline constexpr uint16_t kVersion = 2;  // 2: `received` and kFlagAckReceipt
+inline constexpr uint16_t kVersion = 3;  // 2: `received` and kFlagAckReceipt; 3: codec and elements
 inline constexpr size_t kHeaderBytes = 80;
 
 enum class MsgType : uint8_t {
@@ -62,6 +62,11 @@ struct Header {
   uint64_t round = 0;          // per-key submission counter: pushes of the same round are summed together
   uint64_t request_id = 0;     // worker-chosen; echoed in the answer
   uint32_t aux = 0;            // per-type extra (owning server, broadcast root, number of servers)
+  // push_pull/sum only: the compression::Scheme the payload is encoded with when the server decodes it to sum (topk,
+  // signsgd; the sum comes back encoded the same way and the same size), 0 for plain data. Casts (fp16/bf16) travel
+  // as plain data of the narrow dtype. `dtype` stays the tensor's.
+  uint8_t codec = 0;
+  uint32_t elements = 0;       // with a codec: the range's element count before encoding (0 without)
 };
 
 // A header of type `t` from this sender; the other fields are zero.

@@ -57,6 +57,10 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cf
 
 PsBackend::~PsBackend() { shutdown(); }
 
+bool PsBackend::reduces_encoded(compression::Scheme s) const {
+  return s == compression::Scheme::topk || s == compression::Scheme::signsgd;  // SlotTable decodes them
+}
+
 bool PsBackend::supports(Op op, Device device) const {
   return device == Device::cpu && (op == Op::push_pull || op == Op::broadcast);
 }
@@ -203,6 +207,9 @@ void PsBackend::dispatch(Queued& q) {
     if (!p.task || p.bytes == 0) bad = "empty partition";
     else if (!supports(p.task->op, p.task->buffer.device))
       bad = "task '" + p.task->name + "': ps backend supports push_pull and broadcast on cpu buffers only";
+    else if (p.dense_bytes / dtype_size(p.task->dtype) > UINT32_MAX)
+      bad = "task '" + p.task->name + "': a compressed partition of " + std::to_string(p.dense_bytes) +
+            " bytes has more than 2^32 elements; set a partition size (COMMSCHED_PARTITION_BYTES)";
   }
   if (batch.empty() || !bad.empty()) {
     if (done) done(Status::Error(bad.empty() ? "empty batch" : bad, Status::Code::invalid));
@@ -212,10 +219,12 @@ void PsBackend::dispatch(Queued& q) {
   std::vector<PartitionView> pieces;
   for (const PartitionView& p : batch) {
     const uint64_t es = dtype_size(p.task->dtype);
-    const uint64_t chunk = cfg_.chunk_bytes == 0 ? p.bytes : std::max<uint64_t>(es, cfg_.chunk_bytes / es * es);
+    // An encoded range (top-k, signSGD) is one message: only the server's decoder knows where its elements are.
+    const uint64_t chunk = cfg_.chunk_bytes == 0 || p.dense_bytes ? p.bytes
+                                                                  : std::max<uint64_t>(es, cfg_.chunk_bytes / es * es);
     for (uint64_t at = 0; at < p.bytes; at += chunk)
       pieces.push_back(PartitionView{p.task, p.index, p.offset + at, std::min(chunk, p.bytes - at),
-                                     p.payload ? p.payload + at : nullptr});  // a stage's buffer, chunked alike
+                                     p.payload ? p.payload + at : nullptr, p.dense_bytes});  // a stage's buffer, chunked alike
   }
   const size_t acks = q.sent ? pieces.size() : 0;
   auto state = std::make_shared<BatchState>(BatchState{std::move(done), std::move(q.sent), pieces.size(), acks, Status::Ok()});
@@ -267,6 +276,10 @@ void PsBackend::send_request(uint64_t id, int server) {
   h.round = t.round;
   h.request_id = id;
   h.aux = bcast ? static_cast<uint32_t>(t.root) : 0;
+  if (r.part.dense_bytes && !bcast) {  // the server decodes, sums and encodes it again (SlotTable)
+    h.codec = static_cast<uint8_t>(t.compression.scheme);
+    h.elements = static_cast<uint32_t>(r.part.dense_bytes / dtype_size(t.dtype));
+  }
   if (r.batch->sent) h.flags |= kFlagAckReceipt;
   OutPayload p;
   if (!bcast || t.root == env_.rank) p = OutPayload{r.part.data(), r.part.bytes, {}};  // zero-copy from the tensor

@@ -41,6 +41,7 @@ class PsBackend final : public CommBackend {
   bool reports_sent() const override { return true; }
   void start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override;
   bool supports(Op op, Device device) const override;
+  bool reduces_encoded(compression::Scheme s) const override;
   // Says goodbye to every server (so they may exit 0) and stops. Do not call from a `done` callback.
   void shutdown() override;
 

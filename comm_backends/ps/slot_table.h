@@ -5,6 +5,12 @@
 // Deterministic mode keeps every push and sums in rank order once the last arrives: bitwise reproducible.
 // Accumulators and sums come from a BufferPool, so memory is reused across rounds; slots are erased when answered,
 // so partition boundaries may change from one round to the next.
+//
+// Compressed pushes (Header::codec: top-k, signSGD) are decoded into a dense accumulator (f32, or f64 for f64
+// tensors), summed (deterministic mode: in rank order), and the sum is encoded again with the same scheme and size.
+// Top-k keeps the server's own error feedback: what the answer leaves out is kept per range and added to the next
+// round's sum, so everything a worker sent reaches the workers exactly once. signSGD answers with the scaled sign of
+// the sum (a majority vote weighted by each worker's scale).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +23,7 @@
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/sum_kernels.h"
 #include "comm_backends/ps/transport.h"
+#include "compression/codec.h"
 
 namespace commsched::ps {
 
@@ -62,9 +69,17 @@ class SlotTable {
     std::shared_ptr<std::byte> acc;               // streaming accumulator (accumulator type)
     std::shared_ptr<Payload> bcast_data;          // the broadcast root's payload
     std::string error;                            // set once the slot is poisoned by a mismatch
+    compression::Spec spec;                       // compressed pushes: the scheme, from the first push
   };
 
+  struct Range {  // a compressed range's server-side residual: one per (key, offset)
+    uint64_t elements = 0;
+    std::vector<std::byte> residual;
+  };
   std::string mismatch(const Slot& s, const Header& h) const;
+  static std::string malformed(const Header& h, const std::string& why);
+  void accumulate_encoded(Slot& s, const Header& h, std::shared_ptr<Payload> p);
+  std::shared_ptr<const std::byte> finish_encoded(Slot& s);
   void accumulate(Slot& s, const Header& h, std::shared_ptr<Payload> p);
   std::shared_ptr<const std::byte> finish_sum(Slot& s);
   Outcome answer(Slot& s, std::vector<Waiter> waiters);
@@ -75,6 +90,7 @@ class SlotTable {
   Summer& summer_;
   std::shared_ptr<BufferPool> pool_;
   std::unordered_map<Key, Slot, KeyHash> slots_;
+  std::unordered_map<Key, Range, KeyHash> ranges_;  // round 0 in the key: one per (key, offset)
 };
 
 }  // namespace commsched::ps

@@ -36,10 +36,7 @@ std::string ps_seed(const ps::Header& h, std::optional<uint64_t> payload) {
 int main(int argc, char** argv) {
   const fs::path out = argc > 1 ? argv[1] : "tests/fuzz/corpus";
   using ps::MsgType;
-  int i = 0;
-  for (MsgType t : {MsgType::hello, MsgType::peers, MsgType::assign_req, MsgType::assign_rep, MsgType::push_pull,
-                    MsgType::sum, MsgType::bcast, MsgType::bcast_data, MsgType::ping, MsgType::error,
-                    MsgType::peer_lost, MsgType::bye, MsgType::received}) {
+  auto header = [](MsgType t) {
     ps::Header h = ps::make_header(t, ps::PeerRole::worker, 3);
     h.key = 42;
     h.dtype = DType::f16;
@@ -49,9 +46,21 @@ int main(int argc, char** argv) {
     h.round = 7;
     h.request_id = 99;
     h.flags = t == MsgType::push_pull ? ps::kFlagAckReceipt : 0;
+    return h;
+  };
+  int i = 0;
+  for (MsgType t : {MsgType::hello, MsgType::peers, MsgType::assign_req, MsgType::assign_rep, MsgType::push_pull,
+                    MsgType::sum, MsgType::bcast, MsgType::bcast_data, MsgType::ping, MsgType::error,
+                    MsgType::peer_lost, MsgType::bye, MsgType::received}) {
     const bool data = ps::carries_data(t);
-    write(out / "ps_header", "type" + std::to_string(i++), ps_seed(h, data ? std::optional<uint64_t>(4096) : std::nullopt));
+    write(out / "ps_header", "type" + std::to_string(i++),
+          ps_seed(header(t), data ? std::optional<uint64_t>(4096) : std::nullopt));
   }
+  ps::Header topk = header(MsgType::push_pull);  // 512 top-k pairs of a 2048-element f32 range, decoded by a server
+  topk.dtype = DType::f32;
+  topk.codec = 3;
+  topk.elements = 2048;
+  write(out / "ps_header", "push_pull_topk", ps_seed(topk, 4096));
 
   using namespace collective;
   PartitionDesc d{7, 0, 4000, 8000, DType::f32, Op::allreduce, 0};

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "comm_backends/ps/protocol.h"
+#include "compression/codec.h"
 
 using namespace commsched;
 using namespace commsched::ps;
@@ -59,6 +60,30 @@ TEST(PsProtocol, RoundTripsEveryField) {
   EXPECT_EQ(d.header->round, 9u);
   EXPECT_EQ(d.header->request_id, 42u);
   EXPECT_EQ(d.header->aux, 5u);
+  EXPECT_EQ(d.header->codec, 0u);
+  EXPECT_EQ(d.header->elements, 0u);
+  Header c = h;  // a compressed push: the codec and the element count before encoding travel too
+  c.codec = static_cast<uint8_t>(commsched::compression::Scheme::topk);
+  c.elements = 2048;
+  d = decode_header(encode(c), 1024);
+  ASSERT_TRUE(d.header) << d.error;
+  EXPECT_EQ(d.header->codec, c.codec);
+  EXPECT_EQ(d.header->elements, 2048u);
+}
+
+// A codec only where a server decodes one (push_pull, sum; topk, signsgd), and an element count only with one.
+TEST(PsProtocol, RejectsCodecsWhereNoServerDecodesThem) {
+  using commsched::compression::Scheme;
+  Header h = data_header();
+  h.elements = 10;
+  EXPECT_NE(error_of(encode(h), 1024).find("without a codec"), std::string::npos);
+  h.codec = static_cast<uint8_t>(Scheme::fp16);
+  EXPECT_NE(error_of(encode(h), 1024).find("not one a server decodes"), std::string::npos);
+  h.codec = 99;
+  EXPECT_NE(error_of(encode(h), 1024).find("not one a server decodes"), std::string::npos);
+  h.codec = static_cast<uint8_t>(Scheme::signsgd);
+  h.type = MsgType::bcast;
+  EXPECT_NE(error_of(encode(h), 1024).find("bcast with codec"), std::string::npos);
 }
 
 TEST(PsProtocol, RejectsTruncatedAndOversizedFrames) {
@@ -92,7 +117,7 @@ TEST(PsProtocol, RejectsBadMagicVersionTypeRoleReserved) {
   bad[9] = std::byte{kFlagAckReceipt};
   EXPECT_TRUE(decode_header(bad, 1024).header.has_value());
   bad = b;
-  bad[77] = std::byte{1};
+  bad[11] = std::byte{1};
   EXPECT_NE(error_of(bad, 1024).find("reserved"), std::string::npos);
 }
 

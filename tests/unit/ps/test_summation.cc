@@ -7,27 +7,15 @@
 
 #include "comm_backends/ps/slot_table.h"
 #include "comm_backends/ps/sum_kernels.h"
+#include "tests/unit/ps/vec_payload.h"
 
 using namespace commsched;
 using namespace commsched::ps;
+using commsched::ps::testing::bytes_of;
+using commsched::ps::testing::VecPayload;
 
 namespace {
 
-class VecPayload final : public Payload {
- public:
-  explicit VecPayload(std::vector<std::byte> b) : b_(std::move(b)) {}
-  std::span<const std::byte> bytes() const override { return b_; }
-
- private:
-  std::vector<std::byte> b_;
-};
-
-template <typename T>
-std::vector<std::byte> bytes_of(const std::vector<T>& v) {
-  std::vector<std::byte> b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
 
 }  // namespace
 
