@@ -25,4 +25,16 @@ if [ "$skipped" -gt "$allowed" ]; then
   echo "gpu_checks: $skipped NCCL test(s) skipped on a machine with $gpus GPU(s)" >&2
   exit 1
 fi
+
+# The conformance suite's NCCL cases (one GPU per rank): the cases with no more ranks than GPUs must run, not skip.
+cmake --build "$BUILD" --target conformance_test conformance_rank -j"$JOBS"
+conf="$("$BUILD"/tests/integration/conformance/conformance_test --gtest_filter='Nccl/*' 2>&1)" || { echo "$conf"; exit 1; }
+echo "$conf" | grep -E '^\[ +(OK|SKIPPED|FAILED) +\]' || true
+for n in 1 2 3 4; do
+  [ "$n" -gt "$gpus" ] && break
+  if grep -q "^\[  SKIPPED \] Nccl/.*/nccl_${n}ranks_" <<<"$conf"; then
+    echo "gpu_checks: NCCL conformance cases with $n rank(s) skipped on a machine with $gpus GPU(s)" >&2
+    exit 1
+  fi
+done
 echo "gpu_checks: all GPU checks passed ($gpus GPU(s))"

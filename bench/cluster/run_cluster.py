@@ -3,7 +3,7 @@
 
 Each cell (model x bandwidth x workers x policy) is run --trials times as `commsched launch -- commsched
 synthetic-worker` (what `commsched run --backend ps` runs): W worker and S server processes on this machine, compute
-emulated by sleeping per layer (plugins/api/synthetic_model), links EMULATED by the transport's token bucket on every
+emulated by sleeping per layer (workload/synthetic_model), links EMULATED by the transport's token bucket on every
 process's sends (COMMSCHED_EMULATE_RATE), or with --links netns (root) over REAL shaped links: every process in its own
 network namespace on a bridge, each host's link shaped by tbf both ways (netns_trial.sh). The mean of the trial means
 and its 95% interval (Student t) are reported next to `commsched bench --mode sim` for the same cell and knobs, with

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "comm_backends/gloo/gloo_backend.h"
-#include "tests/integration/collective/rank_processes.h"
+#include "plugins/launch/process_group.h"
 
 using namespace commsched;
 using Clock = std::chrono::steady_clock;
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> args = {"--rank-process", "--iters", std::to_string(iters), "--blocks", std::to_string(blocks)};
     for (const auto& c : only) args.insert(args.end(), {"--case", c});
     if (breakdown) args.push_back("--breakdown");
-    testing::RankProcesses procs("/proc/self/exe", args, ranks);
+    RankProcesses procs("/proc/self/exe", args, ranks);
     int rc = 0;
     for (const auto& e : procs.wait(std::chrono::seconds(600)))
       if (!e.exited || e.code != 0) {

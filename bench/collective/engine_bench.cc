@@ -1,7 +1,7 @@
-// The scheduler against its baselines on all-reduce: real Engine + GlooBackend, ranks as processes on loopback, a model
-// profile's compute emulated with sleeps (backward produces gradients last layer first; the next forward of layer L
-// waits for L's gradients). Reports the mean iteration time per policy; policies alternate runs (A B A B ...) so drift
-// on a shared machine hits them alike.
+// The scheduler against its baselines on all-reduce: a Context over Gloo per rank, ranks as processes on loopback, a
+// model profile's compute emulated with sleeps by the emulated training loop of workload/synthetic_model (backward
+// produces gradients last layer first; the next forward of layer L waits for L's gradients). Reports the mean
+// iteration time per policy; policies alternate runs (A B A B ...) so drift on a shared machine hits them alike.
 //
 // Credit: --credit is the global credit of the order negotiation, given to bytescheduler only (the engine hands its
 // credit knob to the backend, which keeps it on rank 0; per-rank credits deadlock a collective, see coordinator.h), so
@@ -10,23 +10,19 @@
 //   engine_bench --profile bench/profiles/resnet50.json [--ranks 2] [--iters 8] [--warmup 2] [--repeats 2]
 //                [--policies bytescheduler,wfbp] [--partition 4MiB] [--credit 16MiB] [--compute-scale 1]
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <sstream>
-#include <thread>
 
-#include "bench/sim/profile.h"
-#include "comm_backends/gloo/gloo_backend.h"
-#include "scheduler/engine.h"
+#include "plugins/api/context.h"
 #include "scheduler/policy_factory.h"
-#include "tests/integration/collective/rank_processes.h"
+#include "plugins/launch/process_group.h"
+#include "workload/profile.h"
+#include "workload/synthetic_model.h"
 
 using namespace commsched;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -40,82 +36,36 @@ struct Args {
   bool rank_process = false;
 };
 
-// Marks gradients of the current iteration done; the forward pass waits on them layer by layer.
-class Readiness {
- public:
-  explicit Readiness(size_t n) : done_(n, true) {}
-  void reset(size_t i) {
-    std::lock_guard l(mu_);
-    done_[i] = false;
-  }
-  void mark(size_t i, const Status& st) {
-    std::lock_guard l(mu_);
-    done_[i] = true;
-    if (!st.ok() && error_.empty()) error_ = st.message;
-    cv_.notify_all();
-  }
-  void wait(const std::vector<size_t>& tensors) {
-    std::unique_lock l(mu_);
-    cv_.wait(l, [&] {
-      for (size_t i : tensors)
-        if (!done_[i]) return false;
-      return true;
-    });
-    if (!error_.empty()) throw std::runtime_error(error_);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<bool> done_;
-  std::string error_;
-};
-
-void sleep_ns(Nanos ns, double scale) {
-  if (ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(ns) * scale)));
-}
-
+// One rank: a Context over Gloo (the cluster contract comes from the rank harness) runs the profile's emulated
+// training loop (workload/synthetic_model, the one `commsched run` runs too); rank 0 writes the mean iteration time.
 int run_rank(const Args& a) {
-  const ClusterEnv env = ClusterEnv::from_env();
   const sim::ModelProfile model = sim::load_profile(a.profile);
+  ContextOptions options;
+  options.backend = "gloo";
+  options.tune = false;
   EngineConfig cfg;
   cfg.policy = parse_policy("--policy", a.policy);
   cfg.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
   cfg.knobs.credit_bytes = a.policy == "bytescheduler" ? parse_bytes("--credit", a.credit, true) : 0;
-  Engine engine(make_policy(cfg), std::make_shared<GlooBackend>(env), cfg);
-  std::vector<std::vector<std::byte>> grads;
-  for (const auto& t : model.tensors) grads.emplace_back(t.bytes());
-  Readiness ready(model.tensors.size());
-  std::vector<Clock::time_point> starts;
-  for (int it = 0; it <= a.warmup + a.iters; ++it) {
-    starts.push_back(Clock::now());
-    for (const auto& layer : model.layers) {
-      ready.wait(layer.tensors);
-      sleep_ns(layer.forward, a.compute_scale);
-    }
-    if (it == a.warmup + a.iters) break;  // the last forward closes the last measured iteration
-    for (auto l = model.layers.rbegin(); l != model.layers.rend(); ++l) {
-      sleep_ns(l->backward, a.compute_scale);
-      for (size_t i : l->tensors) {
-        const auto& t = model.tensors[i];
-        ready.reset(i);
-        engine.submit(Task{t.name, static_cast<int32_t>(i), Op::allreduce, t.dtype, t.elements,
-                           Buffer{grads[i].data(), Device::cpu, 0}, 0, [&ready, i](const Status& st) { ready.mark(i, st); }});
-      }
-    }
-    engine.backward_done();
-  }
-  engine.wait_all();
-  const double ms = std::chrono::duration<double, std::milli>(starts.back() - starts[a.warmup]).count() / a.iters;
-  if (env.rank == 0) std::ofstream(a.out) << ms << "\n";
-  engine.shutdown();
+  cfg.partition_set = cfg.credit_set = true;
+  options.engine_config = cfg;
+  Context ctx(options);
+  SyntheticOptions run;
+  run.iterations = a.iters;
+  run.warmup = a.warmup;
+  run.compute_scale = a.compute_scale;
+  run.op = Op::allreduce;
+  const SyntheticResult r = run_synthetic_model(ctx.engine(), model, run);
+  ctx.shutdown();
+  if (!r.error.empty() || !r.data_ok) throw std::runtime_error("rank " + std::to_string(ctx.rank()) + ": " + r.error);
+  if (ctx.rank() == 0) std::ofstream(a.out) << r.mean_s * 1e3 << "\n";
   return 0;
 }
 
 double launch(const Args& a, const std::string& policy) {
   const std::string out = "/tmp/commsched_engine_bench_" + std::to_string(::getpid()) + ".txt";
   std::remove(out.c_str());
-  testing::RankProcesses procs("/proc/self/exe",
+  RankProcesses procs("/proc/self/exe",
                                {"--rank-process", "--profile", a.profile, "--policy", policy, "--out", out, "--iters",
                                 std::to_string(a.iters), "--warmup", std::to_string(a.warmup), "--partition", a.partition,
                                 "--credit", a.credit, "--compute-scale", std::to_string(a.compute_scale)},

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "bench/sim/sim_policy.h"
-#include "bench/sim/simulator.h"
+#include "simulator/sim_policy.h"
+#include "simulator/simulator.h"
 #include "scheduler/config.h"
 
 namespace commsched::tuner::bench {

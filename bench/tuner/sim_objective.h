@@ -1,4 +1,4 @@
-// The tuner benchmark's objective: the simulated iteration time of the real ByteScheduler policy (bench/sim) for a
+// The tuner benchmark's objective: the simulated iteration time of the real ByteScheduler policy (simulator/) for a
 // model profile on a parameter-server network, as a KnobControl that an OnlineTuner can drive like the engine.
 #pragma once
 
@@ -9,8 +9,8 @@
 #include <random>
 #include <utility>
 
-#include "bench/sim/network.h"
-#include "bench/sim/profile.h"
+#include "simulator/network.h"
+#include "workload/profile.h"
 #include "scheduler/policy.h"
 
 namespace commsched::tuner::bench {

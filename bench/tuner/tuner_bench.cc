@@ -1,6 +1,6 @@
 // tuner_bench: how quickly does the online tuner find a configuration within 5% of the grid-search optimum?
 //
-// Objective: the simulated iteration time (bench/sim, the real PriorityCreditPolicy on a parameter-server network
+// Objective: the simulated iteration time (simulator/, the real PriorityCreditPolicy on a parameter-server network
 // model) of 3 model profiles x 2 bandwidths (default 10 and 25 Gbit/s), 8 workers. The optimum is the best of a fine grid over the tuner's search
 // space (11 partition sizes 64 KiB..64 MiB x credit 1x..64x and unlimited = 88 configurations). Each tuner sees noisy
 // measurements (log-normal, --noise) and is judged on the true time of the configuration it would keep (best score so
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/sim/profile.h"
+#include "workload/profile.h"
 #include "bench/tuner/sim_objective.h"
 #include "scheduler/config.h"
 #include "tuner/online_tuner.h"

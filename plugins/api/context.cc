@@ -1,10 +1,8 @@
 #include "plugins/api/context.h"
 
 #include <iostream>
-
 #include <stdexcept>
 
-#include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/ps_config.h"
 #include "plugins/api/live_tuner.h"
@@ -81,27 +79,47 @@ BackendKind parse_backend_kind(std::string_view var, std::string_view value) {
   throw InvalidArgument(std::string(var) + "='" + std::string(value) + "': expected one of ps, gloo, loopback, nccl");
 }
 
-Context::Context(const ContextOptions& options)
-    : env_(options.cluster ? *options.cluster : ClusterEnv::from_env()), config_(EngineConfig::from_env()) {
+Context::Context(const ContextOptions& options) : Context(options, nullptr) {}
+
+Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> backend)
+    : env_(options.cluster ? *options.cluster : ClusterEnv::from_env()),
+      config_(options.engine_config ? *options.engine_config : EngineConfig::from_env()) {
   env_.validate();
   if (env_.role != Role::worker)
     throw InvalidArgument("COMMSCHED_ROLE=server: this process is a parameter server; run `commsched server` there "
                           "(commsched launch does), not a training script");
   for (const auto& [name, value] : options.engine) config_.set(name, value);
   config_.validate();
-  backend_kind_ = choose_backend(env_, options);
+  backend_kind_ = backend ? BackendKind::loopback : choose_backend(env_, options);
   reduce_op_ = backend_kind_ == BackendKind::ps ? Op::push_pull : Op::allreduce;
   if (backend_kind_ == BackendKind::ps) {
     const std::string why = apply_auto_knobs(config_, {env_.num_workers, env_.num_servers});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << '\n';
   }
-  std::shared_ptr<CommBackend> backend = make_backend(backend_kind_, env_);
+  if (!backend) backend = make_backend(backend_kind_, env_);
   rank_ = backend->rank();
   size_ = backend->size();
   engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_);
   if (options.tune) tune_ = *options.tune;
   else if (auto v = env_value("COMMSCHED_TUNE")) tune_ = parse_bool("COMMSCHED_TUNE", *v);
-  if (tune_) tuner_options_ = tuner::TunerOptions::from_env();  // a bad COMMSCHED_TUNER_* value fails here
+  // A bad COMMSCHED_TUNER_* value fails here, not at the first step.
+  if (tune_) tuner_options_ = options.tuner ? *options.tuner : tuner::TunerOptions::from_env();
+}
+
+std::vector<std::unique_ptr<Context>> Context::loopback_group(int ranks, LinkModel link, const ContextOptions& options) {
+  if (ranks < 1) throw InvalidArgument("loopback group: ranks=" + std::to_string(ranks) + ", expected at least 1");
+  std::vector<std::shared_ptr<CommBackend>> backends = make_loopback_group(ranks, link);
+  std::vector<std::unique_ptr<Context>> group;
+  for (int r = 0; r < ranks; ++r) {
+    ContextOptions o = options;
+    o.cluster = ClusterEnv{};
+    o.cluster->num_workers = ranks;
+    o.cluster->rank = r;
+    o.cluster->local_rank = r;
+    o.cluster->local_size = ranks;
+    group.push_back(std::unique_ptr<Context>(new Context(o, backends[r])));
+  }
+  return group;
 }
 
 void Context::set_model(std::span<const uint64_t> tensor_bytes) { model_signature_ = tuner::model_signature(tensor_bytes); }
@@ -115,21 +133,34 @@ Engine& Context::engine() {
 
 void Context::iteration_end() {
   const Clock::time_point now = Clock::now();
-  if (stats_.steps > 0) {
-    stats_.last_step_s = std::chrono::duration<double>(now - last_step_end_).count();
-    stats_.total_step_s += stats_.last_step_s;
-  }
+  const double seconds = stats_.steps > 0 ? std::chrono::duration<double>(now - last_step_end_).count() : 0;
   last_step_end_ = now;
+  end_step(seconds);
+}
+
+void Context::iteration_end_measured(double step_seconds) {
+  if (!(step_seconds > 0))
+    throw InvalidArgument("Context::iteration_end_measured: step time " + std::to_string(step_seconds) +
+                          " s, expected > 0");
+  last_step_end_ = Clock::now();
+  end_step(step_seconds);
+}
+
+void Context::end_step(double step_seconds) {
   ++stats_.steps;
+  stats_.last_step_s = step_seconds;
+  stats_.total_step_s += step_seconds;
   // The tuner switches knobs through engine_->set_knobs(); they take effect at the next backward_done(), which every
-  // worker reaches in the same step. The first call has no step time yet, on every rank alike.
-  if (!tune_ || !engine_ || stats_.last_step_s <= 0) return;
+  // worker reaches in the same step. A step without a time (the first clocked one) is skipped on every rank alike.
+  if (!tune_ || !engine_ || step_seconds <= 0) return;
   if (!tuner_) {
     const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
     tuner_ = std::make_unique<LiveTuner>(*engine_, key, *tuner_options_);
   }
-  tuner_->on_step(stats_.last_step_s);  // after tuning too: the tuner watches for drift (COMMSCHED_TUNER_DRIFT)
+  tuner_->on_step(step_seconds);  // after tuning too: the tuner watches for drift (COMMSCHED_TUNER_DRIFT)
 }
+
+bool Context::tuning_finished() const { return !tune_ || (tuner_ && tuner_->finished()); }
 
 void Context::shutdown() {
   if (!engine_) return;

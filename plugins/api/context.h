@@ -1,6 +1,8 @@
-// Context: the composition root of the public API (DESIGN.md, "Conventions"). It reads the configuration (the
-// cluster contract, the engine options, the backend choice), builds the backend, the policy and the Engine, and owns
-// them. The Python module holds one default Context for the Horovod-style API; C++ programs may build their own.
+// Context: the composition root (DESIGN.md, "Conventions"). It reads the configuration (the cluster contract, the
+// engine options, the backend choice), builds the backend, the policy, the Engine and the online tuner, and owns them.
+// It is the only place that does: the Python module (one default Context for the Horovod-style API), `commsched run`
+// (loopback ranks as threads: Context::loopback_group) and its parameter-server workers, and the benchmarks that run
+// the engine (bench/collective/engine_bench) all ask a Context for their engine. C++ programs may build their own.
 //
 //   COMMSCHED_BACKEND   ps | gloo | loopback | nccl
 //                       default: ps when the cluster contract names servers (COMMSCHED_NUM_SERVERS > 0, as
@@ -17,8 +19,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/loopback/loopback_backend.h"
 #include "scheduler/config.h"
 #include "scheduler/engine.h"
 #include "tuner/tuner_config.h"
@@ -43,6 +47,13 @@ struct ContextOptions {
   // The cluster this Context joins; unset: ClusterEnv::from_env(). The Python plugin's process sets give each set
   // its own Context over a sub-cluster of the workers (its own rendezvous port, ranks renumbered within the set).
   std::optional<ClusterEnv> cluster;
+  // A complete engine configuration in place of the environment's (EngineConfig::from_env()), for entry points with
+  // flags of their own (`commsched run`, benchmarks); `engine` still applies over it. Knobs it marks unset
+  // (partition_set / credit_set false) get the automatic ones on a parameter server, as the environment's do.
+  std::optional<EngineConfig> engine_config;
+  // The tuner's options when tuning; unset: TunerOptions::from_env(). An entry point with defaults of its own passes
+  // TunerOptions::from_env(its defaults), so COMMSCHED_TUNER_* still override them.
+  std::optional<tuner::TunerOptions> tuner;
 };
 
 // Wall time of the optimizer steps seen so far (what the auto-tuner will consume).
@@ -58,6 +69,11 @@ class Context {
   // starts the engine. Throws InvalidArgument for a bad configuration (naming the variable and value) and
   // std::runtime_error when the backend cannot connect.
   explicit Context(const ContextOptions& options = {});
+  // `ranks` Contexts over one in-process loopback group whose links follow `link` (ranks as threads of one process:
+  // `commsched run --backend loopback`, tests); element r is rank r. `options.cluster` and `options.backend` are
+  // ignored (the group is the cluster).
+  static std::vector<std::unique_ptr<Context>> loopback_group(int ranks, LinkModel link,
+                                                              const ContextOptions& options = {});
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -78,6 +94,9 @@ class Context {
   // Called by the plugin once per optimizer step (after the step's gradients were submitted). Measures the step's wall
   // time; this is where the online auto-tuner observes throughput and changes knobs.
   void iteration_end();
+  // As iteration_end(), with the step's wall time measured by the caller (> 0; an emulated training loop that times
+  // its own iterations). The tuner starts at the first such call.
+  void iteration_end_measured(double step_seconds);
   StepStats step_stats() const { return stats_; }
 
   // The model's gradient sizes in bytes, in forward order: its signature keys the tuner's store of best
@@ -86,6 +105,8 @@ class Context {
   bool tuning() const { return tune_; }
   // The auto-tuner, once the first step has ended with tuning on; null otherwise.
   const LiveTuner* tuner() const { return tuner_.get(); }
+  // Whether the tuner has no more trials to run: true when tuning is off, false before its first step.
+  bool tuning_finished() const;
 
   // Waits for nothing: pending tasks fail with 'cancelled'. Idempotent; the destructor calls it.
   void shutdown();
@@ -93,6 +114,10 @@ class Context {
 
  private:
   using Clock = std::chrono::steady_clock;
+
+  // `backend`: a backend built by the caller (a loopback group's rank); null: the one the configuration names.
+  Context(const ContextOptions& options, std::shared_ptr<CommBackend> backend);
+  void end_step(double step_seconds);
 
   ClusterEnv env_;
   EngineConfig config_;

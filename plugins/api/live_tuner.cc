@@ -1,8 +1,7 @@
 #include "plugins/api/live_tuner.h"
 
-#include <condition_variable>
+#include <future>
 #include <limits>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -40,38 +39,24 @@ void LiveTuner::on_step(double seconds) { tuner_->on_iteration_end(steps_++, sec
 
 tuner::Decision LiveTuner::agree(const tuner::Decision& mine) {
   ++agreements_;
-  CommBackend& backend = engine_.backend();
+  const CommBackend& backend = engine_.backend();
   if (backend.size() == 1) return mine;
   int64_t message[3] = {0, 0, 0};
   if (backend.rank() == 0) encode_decision(mine, std::span<int64_t, 3>(message));
-  TaskDesc desc;
-  desc.id = std::numeric_limits<uint64_t>::max();
-  desc.name = kDecisionTask;
-  desc.key = task_key(desc.name);
-  desc.priority = std::numeric_limits<int32_t>::min();
-  desc.op = Op::broadcast;
-  desc.dtype = DType::i64;
-  desc.count = 3;
-  desc.buffer.data = message;
-  desc.root = 0;
-  desc.iteration = engine_.iteration();
-  desc.round = agreements_ - 1;  // every rank agrees at the same steps, so the rounds match
-  desc.num_partitions = 1;
-
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status status;
-  backend.start({PartitionView{&desc, 0, 0, desc.bytes()}}, [&](const Status& s) {
-    std::lock_guard lk(mu);
-    status = s;
-    done = true;
-    cv.notify_all();
-  });
-  {
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return done; });  // backends complete or fail every batch (a lost peer within the timeout)
-  }
+  std::promise<Status> done;
+  Task t;
+  t.name = kDecisionTask;  // the same name on every rank; the engine numbers its rounds alike everywhere
+  t.priority = std::numeric_limits<int32_t>::min();
+  t.op = Op::broadcast;
+  t.dtype = DType::i64;
+  t.count = 3;
+  t.buffer.data = message;
+  t.root = 0;
+  t.on_done = [&done](const Status& s) { done.set_value(s); };
+  engine_.submit(std::move(t));
+  engine_.flush();
+  // The engine completes or fails every task (a lost peer within the backend's timeout), so this returns.
+  const Status status = done.get_future().get();
   if (!status.ok())
     throw std::runtime_error("auto-tuner: broadcasting rank 0's decision through the " + std::string(backend.name()) +
                              " backend failed: " + status.message);

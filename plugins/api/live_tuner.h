@@ -3,11 +3,13 @@
 // It measures each training step (the caller reports its wall time), runs the tuner's trials and switches the
 // engine's partition size and credit with Engine::set_knobs, which takes effect at the next backward_done(): the same
 // step on every rank, because every rank counts the same steps. Rank 0 decides; its decision (partition, credit,
-// final) reaches the other ranks as a 24-byte broadcast through the engine's own backend, so it works for every
-// backend that can broadcast (parameter server, Gloo, NCCL, loopback) without a side channel.
+// final) reaches the other ranks as a 24-byte broadcast task submitted to the engine like any other, so it works for
+// every backend that can broadcast (parameter server, Gloo, NCCL, loopback) without a side channel, and the engine
+// keeps its view of everything the backend carries (credit, collective order negotiation, timeline).
 //
-// The broadcast goes to the backend directly, not through the engine's policy: a policy may hold tasks until the end
-// of backward (BSP) or a fusion cycle, and the caller is blocked in the agreement meanwhile.
+// The task is the most urgent there is and is followed by Engine::flush(): a policy that holds tasks until the end of
+// backward (BSP, MG-WFBP) sends it at once, without ending the iteration or learning a merge plan from it, while the
+// caller is blocked in the agreement.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +26,9 @@ class LiveTuner {
   // `key` names the model and cluster shape for the store of best configurations (see tuner::model_signature).
   LiveTuner(Engine& engine, tuner::TuningKey key, tuner::TunerOptions options, tuner::LogFn log = {});
 
-  // One training step has ended, taking `seconds` of wall time (> 0). Blocks at a trial boundary until rank 0's
-  // decision has arrived. Throws std::runtime_error naming the backend when the agreement broadcast fails.
+  // One training step has ended, taking `seconds` of wall time (> 0), after its backward_done(). Blocks at a trial
+  // boundary until rank 0's decision has arrived. Throws std::runtime_error naming the backend when the agreement
+  // broadcast fails.
   void on_step(double seconds);
 
   const tuner::OnlineTuner& tuner() const { return *tuner_; }

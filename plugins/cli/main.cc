@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "bench/sim/bench_cli.h"
+#include "simulator/bench_cli.h"
 #include "plugins/cli/run_command.h"
 #include "plugins/cli/trace_merge.h"
 #include "plugins/launch/launch_cli.h"

@@ -12,15 +12,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "comm_backends/cluster_env.h"
-#include "comm_backends/loopback/loopback_backend.h"
-#include "comm_backends/ps/ps_backend.h"
-#include "comm_backends/ps/ps_config.h"
+#include "plugins/api/context.h"
 #include "plugins/api/live_tuner.h"
-#include "plugins/api/synthetic_model.h"
 #include "plugins/launch/launcher.h"
 #include "scheduler/config.h"
 #include "scheduler/policy_factory.h"
+#include "workload/synthetic_model.h"
 
 namespace commsched {
 namespace {
@@ -53,11 +50,12 @@ std::string policy_of(const std::string& row) {
   return is_tuned(row) ? row.substr(0, row.size() - kTunedSuffix.size()) : row;
 }
 
-EngineConfig engine_config(const RunArgs& a, const std::string& row, int /*rank: the Timeline puts it in the file name*/) {
+EngineConfig engine_config(const RunArgs& a, const std::string& row) {  // the Timeline puts the rank in the file name
   EngineConfig c;
   c.policy = parse_policy("--policies", policy_of(row));
   c.knobs.partition_bytes = parse_bytes("--partition", a.partition, true);
   c.knobs.credit_bytes = parse_bytes("--credit", a.credit, true);
+  c.partition_set = c.credit_set = true;  // the flags always give both: no automatic knobs
   c.small_tensor_bytes = a.small_tensor == "0" ? 0 : parse_bytes("--small-tensor", a.small_tensor, true);
   c.compression = compression::parse_spec("--compression", a.compression);
   if (!a.timeline_dir.empty()) {
@@ -89,52 +87,59 @@ tuner::TunerOptions run_tuner_options(const RunArgs& a) {
   return tuner::TunerOptions::from_env(o);
 }
 
-// Runs the profile on `engine`; with auto-tuning, a LiveTuner runs first (unmeasured) and the knobs it keeps are
-// reported with the result.
-nlohmann::json run_model(Engine& engine, const RunArgs& a, const sim::ModelProfile& profile, const std::string& row,
-                         const tuner::TuningKey& key) {
+// What a row's Context is made of: the flags' engine configuration, and the online tuner for a "+tune" row.
+ContextOptions context_options(const RunArgs& a, const std::string& row) {
+  ContextOptions o;
+  o.engine_config = engine_config(a, row);
+  o.tune = is_tuned(row);
+  if (is_tuned(row)) o.tuner = run_tuner_options(a);
+  return o;
+}
+
+std::vector<uint64_t> tensor_bytes(const sim::ModelProfile& profile) {
+  std::vector<uint64_t> sizes;
+  for (const auto& t : profile.tensors) sizes.push_back(t.bytes());
+  return sizes;
+}
+
+// Runs the profile on the Context's engine; with auto-tuning, the Context's tuner runs first (unmeasured) and the
+// knobs it keeps are reported with the result.
+nlohmann::json run_model(Context& ctx, const RunArgs& a, const sim::ModelProfile& profile) {
   SyntheticOptions o = synthetic_options(a);
-  std::unique_ptr<LiveTuner> live;
-  if (is_tuned(row)) {
-    live = std::make_unique<LiveTuner>(engine, key, run_tuner_options(a));
-    o.tuning_step = [&live](double seconds) {
-      live->on_step(seconds);
-      return !live->finished();
+  if (ctx.tuning()) {
+    ctx.set_model(tensor_bytes(profile));  // keys the tuner's store of best configurations
+    o.tuning_step = [&ctx](double seconds) {
+      ctx.iteration_end_measured(seconds);
+      return !ctx.tuning_finished();
     };
   }
+  Engine& engine = ctx.engine();
   const SyntheticResult r = run_synthetic_model(engine, profile, o);
   nlohmann::json j = {{"mean_s", r.mean_s}, {"ci95_s", r.ci95_s}, {"median_s", r.median_s}, {"compute_s", r.compute_s},
                       {"bytes_per_iteration", r.bytes_per_iteration}, {"data_ok", r.data_ok},
                       {"tensors_fully_checked", r.tensors_fully_checked}, {"error", r.error},
                       {"iterations", r.iteration_s}};
-  if (live) {
+  if (ctx.tuning()) {
     const Knobs k = engine.knobs();
-    j["tuning"] = {{"iterations", r.tuning_iterations}, {"trials", live->tuner().trials_done()},
+    const int trials = ctx.tuner() ? ctx.tuner()->tuner().trials_done() : 0;
+    j["tuning"] = {{"iterations", r.tuning_iterations}, {"trials", trials},
                    {"partition_bytes", k.partition_bytes}, {"credit_bytes", k.credit_bytes}};
   }
   return j;
 }
 
-tuner::TuningKey tuning_key(const sim::ModelProfile& profile, int workers, int servers, const std::string& backend) {
-  std::vector<uint64_t> sizes;
-  for (const auto& t : profile.tensors) sizes.push_back(t.bytes());
-  return tuner::TuningKey{tuner::model_signature(sizes), workers, servers, backend};
-}
-
 // Loopback: ranks as threads of this process, each with its own modelled link.
 nlohmann::json run_loopback(const RunArgs& a, const sim::ModelProfile& profile, const std::string& policy) {
   LinkModel link{parse_rate_bps("--bandwidth", a.bandwidth), parse_seconds("--latency", a.latency)};
-  auto backends = make_loopback_group(a.ranks, link);
+  std::vector<std::unique_ptr<Context>> group = Context::loopback_group(a.ranks, link, context_options(a, policy));
   std::vector<nlohmann::json> results(a.ranks);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(a.ranks);
-  const tuner::TuningKey key = tuning_key(profile, a.ranks, 0, "loopback");
   for (int r = 0; r < a.ranks; ++r)
     threads.emplace_back([&, r] {
       try {
-        const EngineConfig cfg = engine_config(a, policy, r);
-        Engine engine(make_policy(cfg), backends[r], cfg);
-        results[r] = run_model(engine, a, profile, policy, key);
+        results[r] = run_model(*group[r], a, profile);
+        group[r]->shutdown();
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -221,7 +226,7 @@ void print_row(const std::string& row, const nlohmann::json& r) {
   std::printf("  %-19s iteration %8.1f ms  ± %5.1f ms (95%%)   median %8.1f ms   data %s\n", row.c_str(),
               r["mean_s"].get<double>() * 1e3, r["ci95_s"].get<double>() * 1e3, r["median_s"].get<double>() * 1e3,
               r["data_ok"].get<bool>() ? "exact" : "WRONG");
-  // Say exactly what "exact" covers (plugins/api/synthetic_model.h).
+  // Say exactly what "exact" covers (workload/synthetic_model.h).
   if (r.contains("tensors_fully_checked"))
     std::printf("  %-19s data check: every element of %llu tensor reductions (warm-up and trailing iterations); "
                 "first element of each tensor in measured iterations\n", "",
@@ -308,21 +313,17 @@ void add_synthetic_worker_subcommand(CLI::App& app) {
   s->add_option("--policy", *policy, "policy")->capture_default_str();
   s->add_option("--result", a->result_file, "rank 0 writes its result here");
   s->callback([a, policy] {
-    const ClusterEnv env = ClusterEnv::from_env();
-    const PsConfig ps = PsConfig::from_env();
     const sim::ModelProfile profile = sim::load_profile(resolve_profile_path(a->model));
-    const EngineConfig cfg = engine_config(*a, *policy, env.rank);
-    auto backend = std::make_shared<PsBackend>(env, ps);
-    nlohmann::json r;
-    {
-      Engine engine(make_policy(cfg), backend, cfg);
-      r = run_model(engine, *a, profile, *policy, tuning_key(profile, env.num_workers, env.num_servers, "ps"));
-    }
+    ContextOptions options = context_options(*a, *policy);
+    options.backend = "ps";  // the cluster contract (COMMSCHED_*) comes from the launcher
+    Context ctx(options);
+    const nlohmann::json r = run_model(ctx, *a, profile);
+    ctx.shutdown();
     if (const std::string error = r["error"].get<std::string>(); !error.empty()) {
-      std::cerr << "commsched worker " << env.rank << ": " << error << std::endl;
+      std::cerr << "commsched worker " << ctx.rank() << ": " << error << std::endl;
       throw CLI::RuntimeError(1);
     }
-    if (env.rank == 0 && !a->result_file.empty()) {
+    if (ctx.rank() == 0 && !a->result_file.empty()) {
       std::ofstream out(a->result_file);
       out << r.dump() << "\n";
     }

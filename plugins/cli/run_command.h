@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "bench/sim/bench_cli.h"
+#include "simulator/bench_cli.h"
 
 namespace commsched {
 

@@ -1,10 +1,6 @@
 #include "plugins/launch/launcher.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +14,7 @@
 
 #include "comm_backends/ps/transport.h"
 #include "plugins/launch/node_link.h"
+#include "plugins/launch/process_group.h"
 #include "plugins/launch/run_keys.h"
 #include "scheduler/types.h"
 
@@ -25,24 +22,9 @@ namespace commsched {
 namespace {
 
 struct Child {
-  std::string name;
-  pid_t pid = -1;
+  size_t member = 0;  // index in the process group
   bool worker = false;
-  std::optional<int> code;
 };
-
-int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("commsched launch: cannot find a free loopback port");
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 void say(const std::string& line) { std::fprintf(stderr, "[commsched launch] %s\n", line.c_str()); }
 
@@ -127,40 +109,24 @@ class Cluster {
     if (!worker) argv.insert(argv.begin(), exe);
     const std::map<std::string, std::string> env = child_env(worker, rank);
     rank = std::stoi(env.at("COMMSCHED_RANK"));
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error("commsched launch: fork failed: " + std::string(std::strerror(errno)));
-    if (pid == 0) {
-      setpgid(0, pgid_);
-      sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-      for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execvp(exe.c_str(), args.data());
-      std::fprintf(stderr, "[commsched launch] cannot run '%s': %s\n", exe.c_str(), std::strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pgid_);  // from both sides: no window in which the child is outside the group
-    if (pgid_ == 0) pgid_ = pid;
-    children_.push_back(Child{role + " " + std::to_string(rank), pid, worker, {}});
+    if (!group_) group_.emplace(old_mask_, "commsched launch");  // children start with the caller's signal mask
+    const size_t at = group_->spawn(ProcessSpec{role + " " + std::to_string(rank), argv, env, ""});
+    children_.push_back(Child{at, worker});
   }
 
   // Reaps exited children; returns the first non-zero exit seen (if any).
   std::optional<std::pair<std::string, int>> reap() {
     std::optional<std::pair<std::string, int>> bad;
-    for (auto& c : children_) {
-      if (c.code) continue;
-      int st = 0;
-      if (waitpid(c.pid, &st, WNOHANG) != c.pid) continue;
-      c.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      if (*c.code != 0 && !bad) bad = std::make_pair(c.name, *c.code);
+    for (size_t i : group_->reap()) {
+      const ProcessState& m = group_->members()[i];
+      if (*m.code != 0 && !bad) bad = std::make_pair(m.name, *m.code);
     }
     return bad;
   }
 
   bool all_exited(bool workers_only) const {
-    for (auto& c : children_)
-      if (!c.code && (c.worker || !workers_only)) return false;
+    for (const Child& c : children_)
+      if (!group_->members()[c.member].code && (c.worker || !workers_only)) return false;
     return true;
   }
 
@@ -224,18 +190,7 @@ class Cluster {
   }
 
   void teardown(int sig) {
-    if (pgid_ > 0) ::kill(-pgid_, sig);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(o_.grace_s));
-    while (!all_exited(false) && std::chrono::steady_clock::now() < deadline) {
-      reap();
-      usleep(20'000);
-    }
-    if (!all_exited(false)) {
-      ::kill(-pgid_, SIGKILL);
-      for (auto& c : children_)
-        if (!c.code) waitpid(c.pid, nullptr, 0), c.code = 137;
-    }
+    group_->terminate(sig, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o_.grace_s)));
   }
 
   LaunchOptions o_;
@@ -244,7 +199,7 @@ class Cluster {
   std::string root_host_ = "127.0.0.1";
   sigset_t old_mask_{};
   int port_ = 0;
-  pid_t pgid_ = 0;
+  std::optional<ProcessGroup> group_;  // created at the first spawn, once old_mask_ is known
   std::vector<Child> children_;
 };
 

@@ -1,8 +1,8 @@
-// Model profile JSON loading (bench/sim/profile): any text must either give a profile whose layers and tensors are
+// Model profile JSON loading (workload/profile): any text must either give a profile whose layers and tensors are
 // consistent or throw InvalidArgument naming the culprit; never crash, never another exception type.
 #include <string>
 
-#include "bench/sim/profile.h"
+#include "workload/profile.h"
 #include "scheduler/types.h"
 #include "tests/fuzz/fuzz_target.h"
 

@@ -68,7 +68,7 @@ def test_cluster_mode_refuses_what_it_cannot_run(tmp_path):
     assert rc != 0 and "only --network ps" in text
     rc, text = run_process(base + ["--partitions", "1MiB,4MiB"], child_env({}), timeout=60)
     assert rc != 0 and "--partitions: cluster mode runs one knob setting, got 2" in text
-    sim_only = pathlib.Path(commsched_bin()).parent.parent / "bench" / "sim" / "commsched-sim"
+    sim_only = pathlib.Path(commsched_bin()).parent.parent / "simulator" / "commsched-sim"
     if sim_only.exists():  # the standalone simulator cannot launch clusters and says where to go
         rc, text = run_process([str(sim_only)] + base[1:], child_env({}), timeout=60)
         assert rc != 0 and "use `commsched bench --mode cluster`" in text

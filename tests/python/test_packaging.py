@@ -1,5 +1,6 @@
 """The installed CMake package: a project outside the tree finds commsched with find_package and links the
-conventional targets (commsched::api, commsched::scheduler), then sums a tensor through it."""
+conventional targets (commsched::api, commsched::workload, commsched::scheduler), then sums a tensor through a Context
+and runs the emulated training loop on it."""
 import pathlib
 import subprocess
 
@@ -14,3 +15,4 @@ def test_cmake_consumer_builds_against_the_installed_package():
                          text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "consumer: summed 1000 floats through commsched (1 rank)" in res.stdout
+    assert "consumer: emulated 2 iterations of a 2-tensor profile" in res.stdout  # commsched::workload

@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "tests/integration/collective/rank_processes.h"
+#include "plugins/launch/process_group.h"
 
 #ifndef GLOO_RANK_BIN
 #error "GLOO_RANK_BIN must name the gloo_rank executable"

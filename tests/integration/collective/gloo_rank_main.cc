@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
@@ -22,6 +21,7 @@
 #include "comm_backends/gloo/gloo_backend.h"
 #include "scheduler/engine.h"
 #include "scheduler/policy_factory.h"
+#include "scheduler/completion_waiter.h"
 #include "tests/integration/collective/workload.h"
 
 using namespace commsched;
@@ -29,12 +29,7 @@ using commsched::testing::WorkloadTask;
 
 namespace {
 
-struct Outcome {
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t pending = 0;
-  std::vector<Status> failures;
-};
+using Outcome = CompletionWaiter;
 
 // Submits every partition of `tasks` (batches of one or two partitions) in a rank-specific random order and waits.
 // Returns false when the wait times out.
@@ -51,19 +46,10 @@ bool run_iteration(GlooBackend& backend, std::vector<std::unique_ptr<WorkloadTas
       i += n;
     }
   std::shuffle(batches.begin(), batches.end(), rng);
-  {
-    std::lock_guard lock(out.mu);
-    out.pending = batches.size();
-    out.failures.clear();
-  }
-  for (auto& b : batches)
-    backend.start(std::move(b), [&out](const Status& st) {
-      std::lock_guard lock(out.mu);
-      if (!st.ok()) out.failures.push_back(st);
-      if (--out.pending == 0) out.cv.notify_all();
-    });
-  std::unique_lock lock(out.mu);
-  return out.cv.wait_for(lock, limit, [&] { return out.pending == 0; });
+  out.reset();
+  for (auto& b : batches) backend.start(std::move(b), out.callback());
+  out.wait(limit);
+  return out.outstanding() == 0;
 }
 
 int scenario_random(const ClusterEnv& env, uint64_t seed, int iterations) {
@@ -76,8 +62,8 @@ int scenario_random(const ClusterEnv& env, uint64_t seed, int iterations) {
       std::cerr << "rank " << env.rank << ": iteration " << it << " did not finish within 60 s\n";
       return 2;
     }
-    if (!out.failures.empty()) {
-      std::cerr << "rank " << env.rank << ": iteration " << it << " failed: " << out.failures.front().message << "\n";
+    if (!out.failures().empty()) {
+      std::cerr << "rank " << env.rank << ": iteration " << it << " failed: " << out.failures().front().message << "\n";
       return 3;
     }
     if (std::string bad = testing::check_results(tasks, env.num_workers); !bad.empty()) {
@@ -144,7 +130,7 @@ int scenario_kill(const ClusterEnv& env, uint64_t seed, int victim, int signal) 
   Outcome out;
   auto first = testing::make_workload(seed, 8, 4000, 16 << 10, env.num_workers, 0);
   testing::fill_inputs(first, env.rank);
-  if (!run_iteration(backend, first, seed + env.rank, out, std::chrono::seconds(60)) || !out.failures.empty()) {
+  if (!run_iteration(backend, first, seed + env.rank, out, std::chrono::seconds(60)) || !out.failures().empty()) {
     std::cerr << "rank " << env.rank << ": the clean iteration failed\n";
     return 2;
   }
@@ -159,17 +145,17 @@ int scenario_kill(const ClusterEnv& env, uint64_t seed, int victim, int signal) 
   }
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string victim_name = "rank " + std::to_string(victim);
-  for (const Status& st : out.failures)
+  for (const Status& st : out.failures())
     if (st.code != Status::Code::peer_lost || st.message.find(victim_name) == std::string::npos) {
       std::cerr << "rank " << env.rank << ": expected peer_lost naming " << victim_name << ", got code "
                 << static_cast<int>(st.code) << ": " << st.message << "\n";
       return 3;
     }
-  if (out.failures.empty()) {
+  if (out.failures().empty()) {
     std::cerr << "rank " << env.rank << ": work succeeded although " << victim_name << " was dead\n";
     return 3;
   }
-  std::cout << "rank " << env.rank << " saw after " << waited << " s: " << out.failures.front().message << "\n";
+  std::cout << "rank " << env.rank << " saw after " << waited << " s: " << out.failures().front().message << "\n";
   return 0;
 }
 

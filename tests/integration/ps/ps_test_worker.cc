@@ -16,7 +16,6 @@
 // Exit codes: 0 ok, 1 wrong sums, 3 a batch failed (message on stderr), 4 bad usage.
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -32,6 +31,7 @@
 #include "comm_backends/ps/server.h"
 #include "comm_backends/ps/sum_kernels.h"
 #include "plugins/api/live_tuner.h"
+#include "scheduler/completion_waiter.h"
 #include "scheduler/engine.h"
 #include "scheduler/priority_credit_policy.h"
 #include "scheduler/task.h"
@@ -107,21 +107,11 @@ std::vector<Tensor> make_tensors(const Options& o, int rank, bool random_floats)
 
 // Submits every partition of `ts` (batches of up to 3 partitions) and waits for all of them.
 Status run_round(CommBackend& b, std::vector<Tensor>& ts, uint64_t partition_bytes) {
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t pending = 0;
-  Status first;
-  auto done = [&](const Status& st) {
-    std::lock_guard lock(mu);
-    if (!st.ok() && first.ok()) first = st;
-    --pending;
-    cv.notify_all();
-  };
+  CompletionWaiter waiter;
   std::vector<PartitionView> batch;
   auto flush = [&] {
     if (batch.empty()) return;
-    { std::lock_guard lock(mu); ++pending; }
-    b.start(std::move(batch), done);
+    b.start(std::move(batch), waiter.callback());
     batch.clear();
   };
   for (auto& t : ts) {
@@ -132,9 +122,8 @@ Status run_round(CommBackend& b, std::vector<Tensor>& ts, uint64_t partition_byt
     }
   }
   flush();
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return pending == 0; });
-  return first;
+  // Bounded: a PS failure completes every batch with an error well inside this (peer loss within seconds).
+  return waiter.wait(std::chrono::minutes(5));
 }
 
 int fail(const Status& st, int rank) {

@@ -1,12 +1,12 @@
-// The coordinator decides all-reduce as the simulator does: the simulator (bench/sim) drives rank 0's Coordinator, in
+// The coordinator decides all-reduce as the simulator does: the simulator (simulator/) drives rank 0's Coordinator, in
 // place of the policy it wraps, through whole training iterations on a ring all-reduce, and every iteration starts
 // at the very nanosecond it starts when the simulator drives the policy directly.
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "bench/sim/sim_policy.h"
-#include "bench/sim/simulator.h"
+#include "simulator/sim_policy.h"
+#include "simulator/simulator.h"
 #include "comm_backends/collective/coordinator.h"
 #include "scheduler/config.h"
 

@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <future>
-#include <latch>
 #include <mutex>
 #include <numeric>
 
-#include "tests/integration/collective/rank_processes.h"
+#include "plugins/launch/process_group.h"
+#include "scheduler/completion_waiter.h"
 #include "tests/integration/collective/workload.h"
 
 namespace commsched {
@@ -48,20 +48,11 @@ std::string run_on_gpu(NcclBackend& backend, int rank, int size, uint64_t seed) 
     t->desc.buffer = Buffer{d, Device::cuda, backend.device()};
     device_buffers.push_back(d);
   }
-  std::latch done(static_cast<ptrdiff_t>(std::accumulate(tasks.begin(), tasks.end(), size_t{0},
-                                                         [](size_t n, const auto& t) { return n + t->parts.size(); })));
-  std::mutex mu;
-  std::string error;
+  CompletionWaiter done;
   for (auto& t : tasks)
     for (uint32_t i = 0; i < t->parts.size(); ++i)
-      backend.start({PartitionView{&t->desc, i, t->parts[i].offset, t->parts[i].bytes}}, [&](const Status& st) {
-        if (!st.ok()) {
-          std::lock_guard lock(mu);
-          error = st.message;
-        }
-        done.count_down();
-      });
-  done.wait();
+      backend.start({PartitionView{&t->desc, i, t->parts[i].offset, t->parts[i].bytes}}, done.callback());
+  const std::string error = done.wait(std::chrono::seconds(120)).message;
   for (size_t i = 0; i < tasks.size(); ++i) {
     cudaMemcpy(tasks[i]->data.data(), device_buffers[i], tasks[i]->data.size(), cudaMemcpyDeviceToHost);
     cudaFree(device_buffers[i]);
@@ -72,7 +63,7 @@ std::string run_on_gpu(NcclBackend& backend, int rank, int size, uint64_t seed) 
 
 TEST(NcclBackend, OneGpuCommunicatorMovesEveryDtypeIncludingFusedGroups) {
   REQUIRE_GPUS(1);
-  NcclBackend backend(env_for(0, 1, testing::free_port()));
+  NcclBackend backend(env_for(0, 1, free_loopback_port()));
   EXPECT_TRUE(backend.supports(Op::allreduce, Device::cuda));
   EXPECT_FALSE(backend.supports(Op::allreduce, Device::cpu));
   EXPECT_EQ(run_on_gpu(backend, 0, 1, 3), "");
@@ -81,7 +72,7 @@ TEST(NcclBackend, OneGpuCommunicatorMovesEveryDtypeIncludingFusedGroups) {
 
 TEST(NcclBackend, RejectsHostBuffersWithAClearError) {
   REQUIRE_GPUS(1);
-  NcclBackend backend(env_for(0, 1, testing::free_port()));
+  NcclBackend backend(env_for(0, 1, free_loopback_port()));
   float x[4] = {};
   TaskDesc t;
   t.name = "host.tensor";
@@ -97,7 +88,7 @@ TEST(NcclBackend, RejectsHostBuffersWithAClearError) {
 
 TEST(NcclBackend, TwoGpusAsTwoRanksSumExactly) {
   REQUIRE_GPUS(2);
-  const int port = testing::free_port();
+  const int port = free_loopback_port();
   std::vector<std::future<std::string>> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.push_back(std::async(std::launch::async, [r, port] {

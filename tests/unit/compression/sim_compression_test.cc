@@ -1,7 +1,7 @@
 // The simulator's compression model: compressed bytes on the wrapped network, encode and decode time around them.
 #include <gtest/gtest.h>
 
-#include "bench/sim/compression_model.h"
+#include "simulator/compression_model.h"
 
 namespace commsched::sim {
 namespace {

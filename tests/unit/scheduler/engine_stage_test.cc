@@ -14,25 +14,11 @@
 namespace commsched {
 namespace {
 
+using testing::config_with;
+using testing::make_task;
 using testing::RecordingBackend;
+using testing::ThrowingBackend;
 using namespace std::chrono_literals;
-
-EngineConfig config_with(uint64_t partition, uint64_t credit) {
-  EngineConfig c;
-  c.knobs.partition_bytes = partition;
-  c.knobs.credit_bytes = credit;
-  return c;
-}
-
-Task make_task(std::string name, int prio, std::vector<float>& buf, TaskCallback cb = {}) {
-  Task t;
-  t.name = std::move(name);
-  t.priority = prio;
-  t.count = buf.size();
-  t.buffer.data = buf.data();
-  t.on_done = std::move(cb);
-  return t;
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -239,20 +225,6 @@ TEST(EngineFaults, PolicyFailureFailsPendingAndLaterTasksNamingThePolicy) {
     EXPECT_GE(failed.load(), 4) << call;
   }
 }
-
-// A backend that throws from start() for the task named `victim`.
-class ThrowingBackend final : public CommBackend {
- public:
-  std::string_view name() const override { return "throwing"; }
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  bool supports(Op, Device) const override { return true; }
-  void start(std::vector<PartitionView> batch, BatchDone done) override {
-    if (batch.front().task->name == "victim") throw std::runtime_error("injected backend failure");
-    done(Status::Ok());
-  }
-  void shutdown() override {}
-};
 
 TEST(EngineFaults, BackendFailureFailsItsBatchNamingTheBackendAndTheEngineGoesOn) {
   Engine engine(std::make_unique<PriorityCreditPolicy>(1024, 0, false), std::make_shared<ThrowingBackend>(), config_with(1024, 1024));

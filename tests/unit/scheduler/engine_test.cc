@@ -17,26 +17,10 @@
 namespace commsched {
 namespace {
 
+using testing::config_with;
+using testing::HeldBackend;
+using testing::make_task;
 using testing::RecordingBackend;
-
-EngineConfig config_with(uint64_t partition, uint64_t credit) {
-  EngineConfig c;
-  c.knobs.partition_bytes = partition;
-  c.knobs.credit_bytes = credit;
-  return c;
-}
-
-Task make_task(std::string name, int prio, std::vector<float>& buf, TaskCallback cb = {}) {
-  Task t;
-  t.name = std::move(name);
-  t.priority = prio;
-  t.op = Op::push_pull;
-  t.dtype = DType::f32;
-  t.count = buf.size();
-  t.buffer.data = buf.data();
-  t.on_done = std::move(cb);
-  return t;
-}
 
 TEST(Engine, UrgentTaskOvertakesBigTaskInFlight) {
   auto backend = std::make_shared<RecordingBackend>(std::chrono::microseconds(0), /*auto_complete=*/false);
@@ -176,58 +160,6 @@ TEST(Engine, BadInputIsRejectedAndEngineKeepsServing) {
   engine.wait_all();
   EXPECT_EQ(ok.load(), 2);
 }
-
-// A backend whose batches are sent at once (if `sent_notices`) but complete only when the test says so: the stand-in
-// for a parameter server whose sums wait on the other workers.
-class HeldBackend : public CommBackend {
- public:
-  explicit HeldBackend(bool sent_notices, bool manages_credit = false)
-      : sent_notices_(sent_notices), manages_credit_(manages_credit) {}
-  std::string_view name() const override { return "held"; }
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  bool supports(Op, Device d) const override { return d == Device::cpu; }
-  bool reports_sent() const override { return sent_notices_; }
-  bool manages_credit() const override { return manages_credit_; }
-  void set_credit_bytes(uint64_t c) override {
-    std::lock_guard lk(mu_);
-    credits_.push_back(c);
-  }
-  std::vector<uint64_t> credits() {
-    std::lock_guard lk(mu_);
-    return credits_;
-  }
-  void start(std::vector<PartitionView> batch, BatchDone done) override { start_with_sent(std::move(batch), {}, std::move(done)); }
-  void start_with_sent(std::vector<PartitionView>, BatchDone sent, BatchDone done) override {
-    {
-      std::lock_guard lk(mu_);
-      held_.push_back(std::move(done));
-    }
-    if (sent) sent(Status::Ok());
-  }
-  void shutdown() override { complete_all(Status::Error("held backend shut down", Status::Code::cancelled)); }
-  size_t started() {
-    std::lock_guard lk(mu_);
-    return held_.size() + completed_;
-  }
-  void complete_all(const Status& st = Status::Ok()) {
-    std::vector<BatchDone> todo;
-    {
-      std::lock_guard lk(mu_);
-      todo.swap(held_);
-      completed_ += todo.size();
-    }
-    for (auto& d : todo) d(st);
-  }
-
- private:
-  bool sent_notices_;
-  bool manages_credit_;
-  std::vector<uint64_t> credits_;
-  std::mutex mu_;
-  std::vector<BatchDone> held_;
-  size_t completed_ = 0;
-};
 
 // Forwards to a policy and signals each time the scheduler has finished a run (it asks next_wakeup() after the
 // run's dispatches): a test waits for the scheduler's decision instead of sleeping.

@@ -6,11 +6,14 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm_backends/comm_backend.h"
+#include "scheduler/engine.h"
+#include "scheduler/task.h"
 
 namespace commsched::testing {
 
@@ -128,6 +131,93 @@ class RecordingBackend : public CommBackend {
   bool misaligned_ = false;
   bool stop_ = false;
   std::thread worker_;
+};
+
+// The engine configuration most tests need: a partition size and a credit (0: none).
+inline EngineConfig config_with(uint64_t partition, uint64_t credit) {
+  EngineConfig c;
+  c.knobs.partition_bytes = partition;
+  c.knobs.credit_bytes = credit;
+  return c;
+}
+
+// A push_pull task of f32 over `buf`.
+inline Task make_task(std::string name, int prio, std::vector<float>& buf, TaskCallback cb = {}) {
+  Task t;
+  t.name = std::move(name);
+  t.priority = prio;
+  t.op = Op::push_pull;
+  t.dtype = DType::f32;
+  t.count = buf.size();
+  t.buffer.data = buf.data();
+  t.on_done = std::move(cb);
+  return t;
+}
+
+// A backend whose batches are sent at once (if `sent_notices`) but complete only when the test says so: the stand-in
+// for a parameter server whose sums wait on the other workers.
+class HeldBackend final : public CommBackend {
+ public:
+  explicit HeldBackend(bool sent_notices, bool manages_credit = false)
+      : sent_notices_(sent_notices), manages_credit_(manages_credit) {}
+  std::string_view name() const override { return "held"; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  bool supports(Op, Device d) const override { return d == Device::cpu; }
+  bool reports_sent() const override { return sent_notices_; }
+  bool manages_credit() const override { return manages_credit_; }
+  void set_credit_bytes(uint64_t c) override {
+    std::lock_guard lk(mu_);
+    credits_.push_back(c);
+  }
+  std::vector<uint64_t> credits() {
+    std::lock_guard lk(mu_);
+    return credits_;
+  }
+  void start(std::vector<PartitionView> batch, BatchDone done) override { start_with_sent(std::move(batch), {}, std::move(done)); }
+  void start_with_sent(std::vector<PartitionView>, BatchDone sent, BatchDone done) override {
+    {
+      std::lock_guard lk(mu_);
+      held_.push_back(std::move(done));
+    }
+    if (sent) sent(Status::Ok());
+  }
+  void shutdown() override { complete_all(Status::Error("held backend shut down", Status::Code::cancelled)); }
+  size_t started() {
+    std::lock_guard lk(mu_);
+    return held_.size() + completed_;
+  }
+  void complete_all(const Status& st = Status::Ok()) {
+    std::vector<BatchDone> todo;
+    {
+      std::lock_guard lk(mu_);
+      todo.swap(held_);
+      completed_ += todo.size();
+    }
+    for (auto& d : todo) d(st);
+  }
+
+ private:
+  bool sent_notices_;
+  bool manages_credit_;
+  std::vector<uint64_t> credits_;
+  std::mutex mu_;
+  std::vector<BatchDone> held_;
+  size_t completed_ = 0;
+};
+
+// A backend that throws from start() for the task named `victim`.
+class ThrowingBackend final : public CommBackend {
+ public:
+  std::string_view name() const override { return "throwing"; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  bool supports(Op, Device) const override { return true; }
+  void start(std::vector<PartitionView> batch, BatchDone done) override {
+    if (batch.front().task->name == "victim") throw std::runtime_error("injected backend failure");
+    done(Status::Ok());
+  }
+  void shutdown() override {}
 };
 
 }  // namespace commsched::testing

@@ -1,11 +1,11 @@
-#include "bench/sim/grid.h"
+#include "simulator/grid.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <sstream>
 
-#include "bench/sim/report.h"
+#include "simulator/report.h"
 #include "tests/unit/sim/sim_test_util.h"
 
 namespace commsched::sim {

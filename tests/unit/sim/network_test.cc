@@ -1,4 +1,4 @@
-#include "bench/sim/network.h"
+#include "simulator/network.h"
 
 #include <gtest/gtest.h>
 

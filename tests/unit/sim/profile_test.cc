@@ -1,4 +1,4 @@
-#include "bench/sim/profile.h"
+#include "workload/profile.h"
 
 #include <gtest/gtest.h>
 

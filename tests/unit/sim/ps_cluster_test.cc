@@ -1,10 +1,10 @@
-#include "bench/sim/ps_cluster.h"
+#include "simulator/ps_cluster.h"
 
 #include <gtest/gtest.h>
 
-#include "bench/sim/profile.h"
-#include "bench/sim/sim_policy.h"
-#include "bench/sim/simulator.h"
+#include "workload/profile.h"
+#include "simulator/sim_policy.h"
+#include "simulator/simulator.h"
 #include "tests/unit/sim/sim_test_util.h"
 
 namespace commsched::sim {

@@ -1,7 +1,7 @@
 // Synthetic profiles for the simulator tests.
 #pragma once
 
-#include "bench/sim/profile.h"
+#include "workload/profile.h"
 
 namespace commsched::sim::testing {
 

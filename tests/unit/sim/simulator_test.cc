@@ -1,10 +1,10 @@
-#include "bench/sim/simulator.h"
+#include "simulator/simulator.h"
 
 #include <algorithm>
 
 #include <gtest/gtest.h>
 
-#include "bench/sim/sim_policy.h"
+#include "simulator/sim_policy.h"
 #include "scheduler/fifo_policy.h"
 #include "scheduler/priority_credit_policy.h"
 #include "tests/unit/sim/sim_test_util.h"

@@ -1,0 +1,97 @@
+// Child processes as one POSIX process group: start them (argv, environment, optional log file), reap them without
+// blocking, signal them all at once, and always clean up: whatever still runs when the group goes out of scope is
+// SIGKILLed and reaped. The launcher, the benches that run ranks as processes and the multi-process tests all start
+// their processes here, so "no process is ever left behind" is written once.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace commsched {
+
+struct ProcessSpec {
+  std::string name;                          // "worker 2", "rank 0": how reports name the process
+  std::vector<std::string> argv;             // argv[0] is the program, looked up on PATH when it has no '/'
+  std::map<std::string, std::string> env;    // set on top of this process's environment
+  std::string log;                           // stdout+stderr go to this file; empty: inherited
+};
+
+struct ProcessState {
+  std::string name;
+  pid_t pid = -1;
+  std::string log;
+  // Set once reaped: the exit status, or 128+signal when killed (the shell's convention).
+  std::optional<int> code;
+  int signal = 0;                            // the terminating signal, 0 after a normal exit
+  std::chrono::steady_clock::time_point exited;
+};
+
+class ProcessGroup {
+ public:
+  // `child_mask`: the signal mask children start with (a caller that blocks signals to wait for them synchronously
+  // hands its old mask, so children get the ordinary one). `tag` prefixes the message a child prints when its
+  // program cannot be run.
+  explicit ProcessGroup(std::optional<sigset_t> child_mask = std::nullopt, std::string tag = "commsched");
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  // Starts one process in the group; returns its index in members(). Throws std::runtime_error when fork fails.
+  size_t spawn(const ProcessSpec& spec);
+  // Reaps every member that has exited, without blocking; returns the indices reaped by this call, in order.
+  std::vector<size_t> reap();
+  // Polls reap() until every member has exited or `limit` passes; true when all exited.
+  bool wait_all(std::chrono::milliseconds limit);
+  // Sends `sig` to every process of the group.
+  void signal_all(int sig);
+  // Sends `sig`, waits up to `grace` for the group to exit, then SIGKILLs and reaps what is left.
+  void terminate(int sig, std::chrono::milliseconds grace);
+  // SIGKILLs every member not yet reaped and reaps it (blocking).
+  void kill_all();
+
+  const std::vector<ProcessState>& members() const { return members_; }
+  ProcessState& member(size_t i) { return members_.at(i); }
+  int alive();  // members not yet reaped (after a reap())
+
+ private:
+  std::optional<sigset_t> child_mask_;
+  std::string tag_;
+  pid_t pgid_ = 0;
+  std::vector<ProcessState> members_;
+};
+
+// A loopback TCP port nobody listens on. Picked below the kernel's ephemeral range (32768 and up by default): a port
+// found by bind(0) and closed again may be handed to the next bind(0) (another process's listener, seen with UCX:
+// server 1 listened on the root's port before server 0 could bind it), while one below the range never is.
+int free_loopback_port();
+
+// The environment contract (see comm_backends/cluster_env.h) of rank `rank` of `n` meeting at 127.0.0.1:`port`, all
+// on this host (local rank = rank: one GPU each where there are GPUs).
+std::map<std::string, std::string> rank_env(int n, int rank, int port);
+
+struct RankExit {
+  int rank = -1;
+  bool exited = false;  // normal exit (see code) as opposed to a signal
+  int code = -1;        // exit code, or the signal number
+  std::chrono::steady_clock::time_point when;
+};
+
+// N copies of one program on loopback, rank i with rank_env(n, i, port) on a fresh port, plus `env` for all.
+class RankProcesses {
+ public:
+  RankProcesses(const std::string& binary, const std::vector<std::string>& args, int n,
+                const std::map<std::string, std::string>& env = {});
+  // Waits until every rank has exited or `limit` passes (then kills the rest). Returns one entry per rank.
+  std::vector<RankExit> wait(std::chrono::seconds limit);
+
+ private:
+  ProcessGroup group_;
+};
+
+}  // namespace commsched

@@ -1,0 +1,199 @@
+#include "simulator/grid.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "simulator/sim_policy.h"
+#include "scheduler/auto_knobs.h"
+#include "tuner/bayes_opt.h"
+
+namespace commsched::sim {
+
+void use_default_knob_grid(GridSpec& spec) {
+  constexpr uint64_t KiB = 1 << 10, MiB = 1 << 20;
+  if (spec.network == NetworkKind::allreduce) {
+    // At 256 workers and 5 us per step a collective pays 2(W-1)alpha = 2.55 ms, the time 16 MB take at 100 Gbit/s:
+    // the best messages are then hundreds of MiB (VGG-16's fc6 whole, or in two), beyond the 64 MiB this grid
+    // stopped at (bytescheduler was 0.969x MG-WFBP on VGG-16 at 100 Gbit/s with its best knob in the grid's corner).
+    spec.partitions = {1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB};
+    spec.credit_multipliers = {0, 1, 2};
+    spec.small_tensor_bytes = {0, 1 * MiB, 8 * MiB, 32 * MiB, 128 * MiB};
+    spec.tune_min_partition = 256 * KiB;
+    spec.tune_max_partition = 1024 * MiB;
+  } else {
+    spec.partitions = {256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB};
+    spec.credit_multipliers = {0, 1, 2, 4, 8};
+    spec.small_tensor_bytes = {0, 64 * KiB, 8 * MiB};
+    spec.tune_min_partition = 64 * KiB;
+    spec.tune_max_partition = 64 * MiB;
+  }
+}
+
+PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers) {
+  const int servers = spec.servers > 0 ? spec.servers : workers;
+  return PsParams{workers, servers, bandwidth_bps, bandwidth_bps, spec.latency_s, spec.ps_chunk_bytes, true,
+                  spec.ps_ingress_limited};
+}
+
+std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers) {
+  if (spec.network == NetworkKind::allreduce)
+    return with_compression(std::make_unique<RingAllreduceNetwork>(RingParams{workers, bandwidth_bps, spec.ring_alpha_s}),
+                            spec.compression);
+  return with_compression(std::make_unique<PsNetwork>(ps_params(spec, bandwidth_bps, workers)), spec.compression);
+}
+
+namespace {
+
+struct Candidate {
+  EngineConfig config;
+  std::string knobs;
+};
+
+std::string describe_knobs(const EngineConfig& c, bool one_batch) {
+  const std::string credit = one_batch ? "one batch in flight" : "credit " + format_bytes(c.knobs.credit_bytes);
+  return "partition " + format_bytes(c.knobs.partition_bytes) + ", " + credit +
+         (c.small_tensor_bytes ? ", fuse <= " + format_bytes(c.small_tensor_bytes) : "");
+}
+
+// A point of the tuner's unit cube as ByteScheduler knobs (see GridSpec::tune_trials). The first fifth of the credit
+// and fusion coordinates mean "one batch in flight" and "fusion off", so the optimiser can reach both.
+Candidate knobs_at(const GridSpec& spec, const EngineConfig& base, const std::vector<double>& u) {
+  auto log_scale = [](double lo, double hi, double v) { return lo * std::pow(hi / lo, std::clamp(v, 0.0, 1.0)); };
+  constexpr double kOffBand = 0.2;
+  EngineConfig c = base;
+  const auto part = static_cast<uint64_t>(
+      log_scale(double(spec.tune_min_partition), double(spec.tune_max_partition), u[0]));
+  c.knobs.partition_bytes = std::max<uint64_t>(4096, part / 4096 * 4096);
+  const bool one_batch = u[1] < kOffBand;
+  const double mult = one_batch ? 0 : log_scale(1, 16, (u[1] - kOffBand) / (1 - kOffBand));
+  c.knobs.credit_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(double(c.knobs.partition_bytes) * mult));
+  c.small_tensor_bytes =
+      u[2] < kOffBand ? 0 : static_cast<uint64_t>(log_scale(64 << 10, 512 << 20, (u[2] - kOffBand) / (1 - kOffBand)));
+  return {c, describe_knobs(c, one_batch) + " (tuned)"};
+}
+
+std::vector<Candidate> candidates(const GridSpec& spec, PolicyKind policy) {
+  EngineConfig c = spec.base;
+  c.policy = policy;
+  if (policy == PolicyKind::fusion)
+    return {{c, "threshold " + format_bytes(c.fusion_bytes) + ", cycle " + std::to_string(c.fusion_cycle_s * 1e3) +
+                    " ms"}};
+  if (policy != PolicyKind::bytescheduler) return {{c, ""}};
+  std::vector<Candidate> out;
+  for (uint64_t part : spec.partitions)
+    for (double mult : spec.credit_multipliers)
+      for (uint64_t small : spec.small_tensor_bytes) {
+        c.knobs.partition_bytes = part;
+        // A credit below one partition still lets one batch go when nothing is in flight: one message at a time.
+        c.knobs.credit_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(part * mult));
+        c.small_tensor_bytes = small;
+        out.push_back({c, describe_knobs(c, mult == 0)});
+      }
+  return out;
+}
+
+SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
+                          NetworkModel& net, const EngineConfig& config, bool timeline) {
+  SimOptions opt = spec.sim;
+  opt.partition_bytes = config.knobs.partition_bytes;
+  opt.record_timeline = timeline;
+  if (spec.network == NetworkKind::ps && workers <= spec.ps_each_worker_max)
+    return simulate_each_worker(model, ps_params(spec, bandwidth_bps, workers),
+                                [&] { return make_sim_policy(config, net, /*symmetric_workers=*/false); }, opt);
+  auto policy = make_sim_policy(config, net);
+  return simulate(model, net, *policy, opt);
+}
+
+}  // namespace
+
+CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
+                    PolicyKind policy) {
+  auto net = make_network(spec, bandwidth_bps, workers);
+  CellResult best;
+  best.iteration_s = std::numeric_limits<double>::infinity();
+  auto consider = [&](const Candidate& cand) {
+    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cand.config, false);
+    if (r.iteration_s < best.iteration_s)
+      best = {model.name, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r.iteration_s, 0, r.compute_s,
+              r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(spec.sim.iterations), r.links};
+    return r.iteration_s;
+  };
+  if (policy == PolicyKind::bytescheduler && spec.tune_trials > 0) {
+    EngineConfig base = spec.base;
+    base.policy = policy;
+    tuner::BayesOptOptions o;
+    o.dim = 3;
+    tuner::BayesOpt bo(o);
+    for (int i = 0; i < spec.tune_trials; ++i) {
+      const std::vector<double> u = bo.ask();
+      bo.tell(u, consider(knobs_at(spec, base, u)));
+    }
+  } else {
+    for (const Candidate& cand : candidates(spec, policy)) consider(cand);
+  }
+  best.policy = std::string(policy_name(policy));
+  return best;
+}
+
+CellResult run_auto_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers) {
+  auto net = make_network(spec, bandwidth_bps, workers);
+  EngineConfig c = spec.base;
+  c.policy = PolicyKind::bytescheduler;
+  if (spec.network == NetworkKind::ps) apply_auto_knobs(c, {workers, ps_params(spec, bandwidth_bps, workers).servers});
+  const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, c, false);
+  return {model.name, bandwidth_bps, workers, std::string(kAutoKnobsRow), describe_knobs(c, false) + " (automatic)", c,
+          r.iteration_s, 0, r.compute_s, r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s,
+          r.batches / uint64_t(spec.sim.iterations), r.links};
+}
+
+std::vector<CellResult> run_grid(const GridSpec& spec) {
+  std::vector<CellResult> out;
+  const size_t total = spec.models.size() * spec.bandwidths_bps.size() * spec.workers.size();
+  size_t done = 0;
+  for (const ModelProfile& model : spec.models)
+    for (double bw : spec.bandwidths_bps)
+      for (int w : spec.workers) {
+        const size_t first = out.size();
+        for (PolicyKind p : spec.policies) {
+          if (p == PolicyKind::bytescheduler) out.push_back(run_auto_cell(spec, model, bw, w));
+          out.push_back(run_cell(spec, model, bw, w, p));
+        }
+        set_speedups_vs_wfbp(std::span(out).subspan(first));
+        if (spec.on_cell) spec.on_cell(++done, total);
+      }
+  return out;
+}
+
+void set_speedups_vs_wfbp(std::span<CellResult> cell) {
+  double wfbp = 0;
+  for (const CellResult& c : cell)
+    if (c.policy == "wfbp") wfbp = c.iteration_s;
+  if (wfbp > 0)
+    for (CellResult& c : cell) c.speedup_vs_wfbp = wfbp / c.iteration_s;
+}
+
+std::vector<PolicyTimeline> run_timelines(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps,
+                                          int workers, const std::vector<CellResult>& best) {
+  auto net = make_network(spec, bandwidth_bps, workers);
+  std::vector<PolicyTimeline> out;
+  for (PolicyKind p : spec.policies) {
+    // Re-run the configuration the grid reported for this cell.
+    std::vector<Candidate> cands = candidates(spec, p);
+    Candidate chosen = cands.front();
+    for (const CellResult& c : best)
+      if (c.model == model.name && c.bandwidth_bps == bandwidth_bps && c.workers == workers &&
+          c.policy == policy_name(p))
+        chosen = {c.config, c.knobs};
+    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, chosen.config, true);
+    const int shown = spec.sim.iterations - 1;
+    PolicyTimeline t{std::string(policy_name(p)), chosen.knobs, r.iteration_start_s[shown], {}};
+    for (const Span& s : r.spans)
+      if (s.iteration == shown) t.spans.push_back(s);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace commsched::sim

@@ -1,0 +1,136 @@
+// The parameter server with every worker simulated on its own, as comm_backends/ps runs it. PsNetwork (network.h)
+// assumes symmetric workers, which push the same chunk at the same moment; real workers do not: the server answers
+// the workers of a chunk one after another, in the order their pushes arrived (comm_backends/ps/slot_table), so the
+// first to push is first to get the sum, starts its next forward earlier, and the workers drift apart; under
+// ByteScheduler each then dispatches in its own order, and a sum waits for the slowest push of it.
+//
+// Per worker: an uplink (its pushes, FIFO in dispatch order) and a downlink. Per server: a send queue (receipts and sums,
+// FIFO) and a downlink. Each partition of a batch is its own request, cut into chunks of at most chunk_bytes; each
+// chunk (key, offset) lives whole on the server the root's Sharder gives it (least loaded by bytes, on first sight).
+// A server acknowledges a push the moment it has arrived (`received`, queued in its send queue behind what is already
+// there; the worker's engine releases credit when every chunk of the batch is acknowledged) and, once all W workers'
+// pushes of that chunk's round are in, sends the sum to each of them in arrival order.
+//
+// Two link models:
+// - server_ingress_limited (real NICs): a message leaves its sender's link in FIFO order, taking bytes / rate; when it
+//   starts to flow it also takes the receiver's downlink (FIFO among the senders into it), and it arrives a latency
+//   after the later of the two ends.
+// - emulated (server_ingress_limited = false), as COMMSCHED_EMULATE_RATE runs the real cluster: every process paces its
+//   own sends with a token bucket (comm_backends/ps/token_bucket.h, burst emulated_burst_bytes); a message leaves
+//   whole as soon as the bucket is out of debt, arrives a latency later, and the bucket then owes its size. Nothing
+//   limits what a process receives.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "simulator/fabric.h"
+#include "simulator/network.h"
+
+namespace commsched::sim {
+
+// One process's sends: FIFO; paced by a token bucket, or a store-and-forward link.
+class Sender {
+ public:
+  Sender(double bps, double burst_bytes, bool paced) : Bps_(bps / 8.0), burst_(burst_bytes), paced_(paced) {}
+  // A message of `bytes` queued at `ready` (calls in non-decreasing `ready`): when it starts to leave.
+  // Paced: when it leaves whole; the bucket then owes `bytes`. Link: the link is busy until start + bytes / rate.
+  Nanos send(Nanos ready, uint64_t bytes);
+  // When a message queued at `ready` would start to leave (nothing is queued).
+  Nanos start_of(Nanos ready) const;
+  Nanos duration(uint64_t bytes) const;
+  // Time spent moving bytes so far (link model: bytes / rate per message; paced: the same, at the bucket's rate).
+  Nanos busy() const { return busy_; }
+  // Link model only: the link is busy until `until` (a message that also waited for its receiver).
+  void occupy_until(Nanos until) { free_at_ = std::max(free_at_, until); }
+  bool paced() const { return paced_; }
+  void reset() {
+    free_at_ = 0;
+    tokens_ = 0;
+    busy_ = 0;
+  }
+
+ private:
+  double Bps_;
+  double burst_;
+  bool paced_;
+  Nanos free_at_ = 0;  // paced: when the last message left (FIFO); link: when the link frees up
+  double tokens_ = 0;  // paced: the bucket's tokens (bytes) at free_at_, negative when in debt
+  Nanos busy_ = 0;
+};
+
+// A receiver's downlink (link model): FIFO among the senders into it, with its busy time counted.
+class Downlink {
+ public:
+  Nanos reserve(Nanos ready, Nanos duration) {
+    busy_ += duration;
+    return link_.reserve(ready, duration);
+  }
+  Nanos busy() const { return busy_; }
+
+ private:
+  Link link_;
+  Nanos busy_ = 0;
+};
+
+class PsClusterFabric final : public Fabric {
+ public:
+  explicit PsClusterFabric(PsParams p);
+  int simulated_workers() const override { return p_.workers; }
+  void start(EventLoop& loop, BatchSink& sink) override;
+  Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) override;
+  LinkUse link_use(Nanos until) const override;
+
+ private:
+  using ChunkKey = std::pair<int32_t, uint64_t>;  // key, offset
+  struct ChunkHash {
+    size_t operator()(const ChunkKey& k) const {
+      return std::hash<uint64_t>()(k.second * 0x9E3779B97F4A7C15ull ^ uint32_t(k.first));
+    }
+  };
+  struct ServerState {
+    Sender out;
+    Downlink in;        // link model only
+    uint64_t load = 0;  // bytes assigned (the Sharder's measure)
+  };
+  struct WorkerState {
+    Sender up;
+    Downlink down;                                       // link model only
+    std::unordered_map<ChunkKey, int, ChunkHash> rounds;  // pushes so far per chunk
+    std::vector<std::pair<uint32_t, uint32_t>> batches;  // per batch id: receipts and sums still to come
+  };
+  struct Waiter {
+    int worker;
+    size_t batch;
+  };
+  struct SlotKey {
+    ChunkKey chunk;
+    int round;
+    bool operator==(const SlotKey&) const = default;
+  };
+  struct SlotHash {
+    size_t operator()(const SlotKey& k) const { return ChunkHash()(k.chunk) * 31 + size_t(k.round); }
+  };
+
+  size_t owner(int32_t key, uint64_t offset, uint64_t bytes);
+  void on_push(size_t server, SlotKey slot, uint64_t bytes, Waiter from);
+  // Queues `bytes` on `from` now (into `into`, the receiver's downlink, at into_bps); `arrived` runs when the last
+  // byte is in. Returns when the message starts to leave.
+  Nanos transmit(Sender& from, Downlink& into, double into_bps, uint64_t bytes, Nanos now, std::function<void()> arrived);
+  void on_receipt(Waiter w);
+  void on_sum(Waiter w);
+
+  PsParams p_;
+  Nanos latency_;
+  EventLoop* loop_ = nullptr;
+  BatchSink* sink_ = nullptr;
+  std::vector<WorkerState> workers_;
+  std::vector<ServerState> servers_;
+  std::unordered_map<ChunkKey, size_t, ChunkHash> owner_;
+  std::unordered_map<SlotKey, std::vector<Waiter>, SlotHash> slots_;
+};
+
+}  // namespace commsched::sim

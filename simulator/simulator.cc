@@ -1,0 +1,301 @@
+#include "simulator/simulator.h"
+
+#include <limits>
+#include <memory>
+#include <optional>
+
+#include "simulator/fabric.h"
+#include "simulator/ps_cluster.h"
+#include "scheduler/task.h"
+
+namespace commsched::sim {
+namespace {
+
+struct TaskState {
+  size_t layer;
+  int iteration;
+  uint32_t parts_left;
+};
+
+// A NetworkModel knows at dispatch when a batch completes (symmetric workers): one representative worker.
+class ModelFabric final : public Fabric {
+ public:
+  explicit ModelFabric(NetworkModel& net) : net_(net) {}
+  int simulated_workers() const override { return 1; }
+  void start(EventLoop& loop, BatchSink& sink) override {
+    net_.reset();
+    loop_ = &loop;
+    sink_ = &sink;
+  }
+  Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) override {
+    const Transfer t = net_.transfer(batch, now);
+    loop_->at(t.released(), [this, worker, id, at = t.released()] { sink_->batch_sent(worker, id, at); });
+    loop_->at(t.end, [this, worker, id, at = t.end] { sink_->batch_done(worker, id, at); });
+    return t.begin;
+  }
+
+ private:
+  NetworkModel& net_;
+  EventLoop* loop_ = nullptr;
+  BatchSink* sink_ = nullptr;
+};
+
+class Run;
+
+// One worker: its compute stream, its policy and the batches it dispatched.
+class Worker {
+ public:
+  Worker(Run& run, int rank, Policy& policy) : run_(run), rank_(rank), policy_(policy) {}
+
+  void try_start_compute(Nanos now);
+  void on_batch_sent(size_t index, Nanos now);
+  void on_batch_done(size_t index, Nanos now);
+  void pump(Nanos now);
+
+  bool finished() const { return finished_; }
+  int iteration() const { return iteration_; }
+  const Policy& policy() const { return policy_; }
+  size_t batches() const { return batches_.size(); }
+  const std::vector<double>& iteration_starts() const { return starts_; }
+
+ private:
+  void on_compute_done(Nanos now);
+  void submit_layer(size_t layer, Nanos now);
+  void record(Span::Lane lane, int iteration, Nanos start, Nanos end, int32_t first, int32_t last, uint64_t bytes,
+              uint32_t parts);
+
+  Run& run_;
+  const int rank_;
+  Policy& policy_;
+  std::optional<Nanos> wake_scheduled_;
+
+  // Compute stream: iteration, phase and layer of the next (or running) step.
+  int iteration_ = 0;
+  bool backward_ = false;
+  size_t layer_ = 0;
+  bool computing_ = false;
+  Nanos step_start_ = 0;
+  bool finished_ = false;
+  std::vector<uint32_t> layer_pending_;  // unfinished tasks per layer, from the previous iteration
+  std::vector<double> starts_;           // seconds
+
+  std::vector<TaskState> tasks_;  // by task id
+  std::vector<Batch> batches_;
+  std::vector<Nanos> batch_start_;
+  std::vector<PartRef> parts_scratch_;
+};
+
+class Run final : public BatchSink {
+ public:
+  Run(const ModelProfile& m, Fabric& f, std::vector<Policy*> policies, const SimOptions& o)
+      : model_(m), fabric_(f), opt_(o) {
+    workers_.reserve(policies.size());
+    for (size_t w = 0; w < policies.size(); ++w) workers_.emplace_back(*this, int(w), *policies[w]);
+  }
+
+  SimResult go(const NetworkModel& bounds);
+
+  void batch_sent(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_sent(id, now); }
+  void batch_done(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_done(id, now); }
+
+ private:
+  friend class Worker;
+  const ModelProfile& model_;
+  Fabric& fabric_;
+  const SimOptions& opt_;
+  EventLoop loop_;
+  std::vector<Worker> workers_;
+  std::vector<Span> spans_;  // worker 0's
+};
+
+void Worker::record(Span::Lane lane, int iteration, Nanos start, Nanos end, int32_t first, int32_t last,
+                    uint64_t bytes, uint32_t parts) {
+  if (run_.opt_.record_timeline && rank_ == 0)
+    run_.spans_.push_back({lane, iteration, start, end, first, last, bytes, parts});
+}
+
+// Starts the next compute step if the stream is idle and the step's inputs are there.
+void Worker::try_start_compute(Nanos now) {
+  if (computing_ || finished_) return;
+  const ModelProfile& model = run_.model_;
+  if (layer_pending_.empty()) layer_pending_.assign(model.layers.size(), 0);
+  const LayerProfile& l = model.layers[layer_];
+  if (!backward_) {
+    if (layer_pending_[layer_] > 0) return;  // this layer's parameters are still being synchronised
+    if (layer_ == 0) {
+      starts_.push_back(now * 1e-9);
+      if (iteration_ == run_.opt_.iterations) {  // one past the last: only its start matters
+        finished_ = true;
+        return;
+      }
+    }
+  }
+  computing_ = true;
+  step_start_ = now;
+  run_.loop_.at(now + (backward_ ? l.backward : l.forward), [this] { on_compute_done(run_.loop_.now()); });
+}
+
+void Worker::on_compute_done(Nanos now) {
+  computing_ = false;
+  const auto lane = backward_ ? Span::Lane::backward : Span::Lane::forward;
+  record(lane, iteration_, step_start_, now, int32_t(layer_), int32_t(layer_), 0, 0);
+  if (!backward_) {
+    if (layer_ + 1 < run_.model_.layers.size()) {
+      ++layer_;
+    } else {
+      backward_ = true;  // the last layer's backward follows its forward
+    }
+  } else {
+    submit_layer(layer_, now);
+    if (layer_ > 0) {
+      --layer_;
+    } else {
+      policy_.on_backward_done(now);
+      backward_ = false;
+      ++iteration_;
+    }
+  }
+  pump(now);
+  try_start_compute(now);
+}
+
+void Worker::submit_layer(size_t layer, Nanos now) {
+  const ModelProfile& model = run_.model_;
+  const bool split = policy_.splits_tasks();
+  for (size_t t : model.layers[layer].tensors) {
+    const TensorProfile& tp = model.tensors[t];
+    const uint64_t id = tasks_.size();
+    const auto ranges = partition_ranges(tp.elements, tp.dtype, split ? run_.opt_.partition_bytes : 0);
+    if (ranges.empty()) continue;
+    parts_scratch_.clear();
+    for (uint32_t i = 0; i < ranges.size(); ++i)
+      parts_scratch_.push_back({id, i, int32_t(t), id, ranges[i].offset, ranges[i].bytes});
+    tasks_.push_back({layer, iteration_, uint32_t(ranges.size())});
+    ++layer_pending_[layer];
+    policy_.on_task_arrived({id, int32_t(t), id, tp.bytes(), parts_scratch_}, now);
+  }
+}
+
+// The push has arrived (PS receipt) or the whole exchange is over: the engine releases the batch's credit here
+// (scheduler/engine.cc, on_batch_sent), so the policy hears on_batch_done now, not when the result is back.
+void Worker::on_batch_sent(size_t index, Nanos now) {
+  policy_.on_batch_done(batches_[index], now);
+  pump(now);
+  try_start_compute(now);
+}
+
+void Worker::on_batch_done(size_t index, Nanos now) {
+  const Batch& b = batches_[index];
+  record(Span::Lane::comm, tasks_[b.front().task_id].iteration, batch_start_[index], now, b.front().priority,
+         b.back().priority, batch_bytes(b), uint32_t(b.size()));
+  for (const PartRef& p : b) {
+    TaskState& t = tasks_.at(p.task_id);
+    if (--t.parts_left == 0) --layer_pending_[t.layer];
+  }
+  pump(now);
+  try_start_compute(now);
+}
+
+// Asks the policy what to send now, sends it, and arranges the next wake-up it asks for.
+void Worker::pump(Nanos now) {
+  std::vector<Batch> out;
+  auto wake_up = [this](Nanos at) {
+    run_.loop_.at(at, [this, at] {
+      if (wake_scheduled_ && *wake_scheduled_ <= at) wake_scheduled_.reset();
+      pump(at);
+      try_start_compute(at);
+    });
+  };
+  for (int guard = 0; guard < 2; ++guard) {
+    out.clear();
+    policy_.poll(now, out);
+    for (Batch& b : out) {
+      if (b.empty()) continue;
+      batches_.push_back(std::move(b));
+      // The timeline shows time on the wire, not time queued behind others.
+      batch_start_.push_back(run_.fabric_.dispatch(rank_, batches_.size() - 1, batches_.back(), now));
+    }
+    const auto wake = policy_.next_wakeup();
+    if (!wake) return;
+    if (*wake > now) {
+      if (!wake_scheduled_ || *wake < *wake_scheduled_) {
+        wake_scheduled_ = *wake;
+        wake_up(*wake);
+      }
+      return;
+    }
+  }
+  // A policy that keeps asking for "now" without dispatching: look again a nanosecond later rather than spin.
+  wake_up(now + 1);
+}
+
+SimResult Run::go(const NetworkModel& bounds) {
+  if (opt_.iterations < 1 || opt_.warmup < 0 || opt_.warmup >= opt_.iterations)
+    throw InvalidArgument("simulate: need iterations >= 1 and 0 <= warmup < iterations, got " +
+                          std::to_string(opt_.iterations) + " and " + std::to_string(opt_.warmup));
+  if (model_.layers.empty()) throw InvalidArgument("simulate: profile '" + model_.name + "' has no layers");
+  fabric_.start(loop_, *this);
+  SimResult result;
+  result.policy = std::string(workers_.front().policy().name());
+  for (Worker& w : workers_) w.try_start_compute(0);
+  // After the last iteration's start the compute stops; the queue still drains so its communication is recorded.
+  loop_.run();
+  for (size_t i = 0; i < workers_.size(); ++i)
+    if (!workers_[i].finished())
+      throw InvalidArgument("simulate: policy '" + result.policy + "' stalled" +
+                            (workers_.size() > 1 ? " on worker " + std::to_string(i) : std::string()) +
+                            " in iteration " + std::to_string(workers_[i].iteration()) + " with " +
+                            std::to_string(workers_[i].policy().queued_partitions()) +
+                            " partitions queued and nothing in flight");
+  // The mean of every worker's period. Coupled workers share the period in the long run, but over a few iterations
+  // the one served first can pull ahead (its own period reads short) while the last falls behind.
+  result.iteration_start_s = workers_.front().iteration_starts();
+  for (const Worker& w : workers_) {
+    const auto& s = w.iteration_starts();
+    result.iteration_s += (s[opt_.iterations] - s[opt_.warmup]) / (opt_.iterations - opt_.warmup);
+  }
+  result.iteration_s /= double(workers_.size());
+  result.compute_s = model_.compute_per_iteration() * 1e-9;
+  result.comm_bound_s = bounds.comm_lower_bound_s(model_.total_bytes());
+  result.lower_bound_s = std::max(result.compute_s, result.comm_bound_s);
+  result.dependency_bound_s = dependency_bound_s(model_, bounds);
+  result.batches = workers_.front().batches();
+  result.spans = std::move(spans_);
+  result.links = fabric_.link_use(loop_.now());  // the whole run: warm-up and the final drain included
+  return result;
+}
+
+}  // namespace
+
+double dependency_bound_s(const ModelProfile& model, const NetworkModel& network) {
+  const double compute = model.compute_per_iteration() * 1e-9;
+  double bound = std::max(compute, network.comm_lower_bound_s(model.total_bytes()));
+  uint64_t bytes = 0;      // gradients of layers 0..i
+  double overlap = 0;      // backward + forward of layers 0..i-1, in seconds
+  for (const LayerProfile& l : model.layers) {
+    for (size_t t : l.tensors) bytes += model.tensors[t].bytes();
+    bound = std::max(bound, compute + network.comm_lower_bound_s(bytes) - overlap);
+    overlap += (l.forward + l.backward) * 1e-9;
+  }
+  return bound;
+}
+
+SimResult simulate(const ModelProfile& model, NetworkModel& network, Policy& policy, const SimOptions& options) {
+  ModelFabric fabric(network);
+  return Run(model, fabric, {&policy}, options).go(network);
+}
+
+SimResult simulate_each_worker(const ModelProfile& model, const PsParams& params, const PolicyFactory& make_policy,
+                               const SimOptions& options) {
+  PsClusterFabric fabric(params);
+  std::vector<std::unique_ptr<Policy>> owned;
+  std::vector<Policy*> policies;
+  for (int w = 0; w < fabric.simulated_workers(); ++w) {
+    owned.push_back(make_policy());
+    policies.push_back(owned.back().get());
+  }
+  const PsNetwork bounds(params);
+  return Run(model, fabric, std::move(policies), options).go(bounds);
+}
+
+}  // namespace commsched::sim

@@ -1,0 +1,93 @@
+// ProcessGroup, the one mechanism behind the launcher, the benches' rank processes and LocalCluster.
+#include "plugins/launch/process_group.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace commsched {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool running(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(ProcessGroup, ReportsExitCodesSignalsAndWritesLogsWithTheEnvironment) {
+  char dir[] = "/tmp/commsched-pg-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/a.log";
+  ProcessGroup g;
+  g.spawn({"exits 3", {"/bin/sh", "-c", "echo \"value=$PG_TEST_VALUE\"; exit 3"}, {{"PG_TEST_VALUE", "42"}}, log});
+  g.spawn({"killed", {"/bin/sh", "-c", "kill -9 $$"}, {}, ""});
+  g.spawn({"missing", {"/nonexistent/program"}, {}, std::string(dir) + "/b.log"});
+  ASSERT_TRUE(g.wait_all(20s));
+  EXPECT_EQ(g.members()[0].code, 3);
+  EXPECT_EQ(g.members()[0].signal, 0);
+  EXPECT_EQ(slurp(log), "value=42\n");
+  EXPECT_EQ(g.members()[1].code, 128 + SIGKILL);
+  EXPECT_EQ(g.members()[1].signal, SIGKILL);
+  EXPECT_EQ(g.members()[2].code, 127);
+  EXPECT_NE(slurp(std::string(dir) + "/b.log").find("cannot run '/nonexistent/program'"), std::string::npos);
+  std::remove(log.c_str());
+  std::remove((std::string(dir) + "/b.log").c_str());
+  ::rmdir(dir);
+}
+
+TEST(ProcessGroup, LeavesNothingBehindWhenDestroyedAndTerminateEscalates) {
+  pid_t left = -1, stubborn = -1;
+  {
+    ProcessGroup g;
+    left = g.member(g.spawn({"sleeper", {"/bin/sleep", "60"}, {}, ""})).pid;
+    EXPECT_FALSE(g.wait_all(50ms));
+  }
+  EXPECT_FALSE(running(left)) << "the group's destructor kills and reaps what still runs";
+
+  const std::string ready = "/tmp/commsched-pg-test-ready-" + std::to_string(::getpid());
+  ProcessGroup g;
+  stubborn = g.member(g.spawn({"ignores TERM", {"/bin/sh", "-c", "trap '' TERM; touch " + ready + "; sleep 60"}, {}, ""})).pid;
+  for (int i = 0; i < 2000 && ::access(ready.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(::access(ready.c_str(), F_OK), 0) << "the shell never installed its trap";
+  std::remove(ready.c_str());
+  g.terminate(SIGTERM, 300ms);
+  EXPECT_EQ(g.alive(), 0);
+  EXPECT_EQ(g.members()[0].signal, SIGKILL) << "SIGTERM was ignored, so the grace ran out and SIGKILL followed";
+  EXPECT_FALSE(running(stubborn));
+}
+
+TEST(RankProcesses, EveryRankGetsTheContractOnOneFreshPort) {
+  char dir[] = "/tmp/commsched-pg-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string out = std::string(dir) + "/rank";
+  RankProcesses ranks("/bin/sh",
+                      {"-c", "echo $COMMSCHED_RANK/$COMMSCHED_NUM_WORKERS@$COMMSCHED_ROOT_ADDR:$COMMSCHED_ROOT_PORT > " + out +
+                                 "$COMMSCHED_RANK; exit $COMMSCHED_RANK"},
+                      3);
+  const auto exits = ranks.wait(20s);
+  ASSERT_EQ(exits.size(), 3u);
+  std::string port;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(exits[r].exited);
+    EXPECT_EQ(exits[r].code, r);
+    const std::string line = slurp(out + std::to_string(r));
+    EXPECT_EQ(line.rfind(std::to_string(r) + "/3@127.0.0.1:", 0), 0u) << line;
+    const std::string p = line.substr(line.find(':') + 1);
+    if (r == 0) port = p;
+    EXPECT_EQ(p, port) << "every rank meets at the same port";
+    std::remove((out + std::to_string(r)).c_str());
+  }
+  ::rmdir(dir);
+}
+
+}  // namespace
+}  // namespace commsched

@@ -1,0 +1,99 @@
+#include "workload/profile.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace commsched::sim {
+
+uint64_t ModelProfile::total_bytes() const {
+  uint64_t n = 0;
+  for (const TensorProfile& t : tensors) n += t.bytes();
+  return n;
+}
+
+Nanos ModelProfile::compute_per_iteration() const {
+  Nanos n = 0;
+  for (const LayerProfile& l : layers) n += l.forward + l.backward;
+  return n;
+}
+
+void ModelProfile::finalize() {
+  layers.clear();
+  int32_t current = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorProfile& t = tensors[i];
+    if (layers.empty() || t.layer != current) {
+      if (!layers.empty() && t.layer < current)
+        throw InvalidArgument("profile '" + name + "': tensor '" + t.name + "' has layer " + std::to_string(t.layer) +
+                              " after layer " + std::to_string(current) + " (tensors must be in forward order)");
+      layers.emplace_back();
+      current = t.layer;
+    }
+    LayerProfile& l = layers.back();
+    l.forward += t.forward;
+    l.backward += t.backward;
+    l.tensors.push_back(i);
+  }
+}
+
+namespace {
+
+Nanos ms_to_ns(double ms, const std::string& where) {
+  if (!(ms >= 0) || !std::isfinite(ms)) throw InvalidArgument(where + ": time must be a finite number of ms >= 0");
+  return static_cast<Nanos>(std::llround(ms * 1e6));
+}
+
+TensorProfile parse_tensor(const nlohmann::json& j, const std::string& where) {
+  TensorProfile t;
+  t.name = j.at("name").get<std::string>();
+  const std::string who = where + " tensor '" + t.name + "'";
+  t.layer = j.at("layer").get<int32_t>();
+  t.dtype = parse_dtype(j.value("dtype", std::string("f32")));
+  const int64_t elements = j.at("elements").get<int64_t>();
+  if (elements < 0) throw InvalidArgument(who + ": negative element count");
+  t.elements = static_cast<uint64_t>(elements);
+  t.forward = ms_to_ns(j.value("forward_ms", 0.0), who + " forward_ms");
+  t.backward = ms_to_ns(j.value("backward_ms", 0.0), who + " backward_ms");
+  return t;
+}
+
+}  // namespace
+
+ModelProfile parse_profile(const std::string& json_text, const std::string& origin) {
+  ModelProfile p;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(json_text);
+    p.name = j.value("name", origin);
+    p.source = j.value("source", std::string());
+    p.batch_size = j.value("batch_size", 0);
+    const auto& tensors = j.at("tensors");
+    for (size_t i = 0; i < tensors.size(); ++i)
+      p.tensors.push_back(parse_tensor(tensors[i], origin + " entry " + std::to_string(i)));
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument("profile " + origin + ": " + e.what());
+  }
+  if (p.tensors.empty()) throw InvalidArgument("profile " + origin + ": no tensors");
+  p.finalize();
+  return p;
+}
+
+ModelProfile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument("cannot open profile '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_profile(text.str(), "'" + path + "'");
+}
+
+ModelProfile make_profile(std::string name, std::vector<TensorProfile> tensors) {
+  ModelProfile p;
+  p.name = std::move(name);
+  p.tensors = std::move(tensors);
+  p.finalize();
+  return p;
+}
+
+}  // namespace commsched::sim
