@@ -8,7 +8,9 @@
 // hand-back to the caller).
 //
 // Each case alternates blocks of plain and backend runs (A B A B ...) and reports the median block, so drift on a busy
-// machine hits both sides alike. Rank 0 prints a Markdown table.
+// machine hits both sides alike. Each block also times a plain Gloo allreduce of 4 bytes: a small-message round trip
+// between the ranks under the same load, the unit of the negotiation's inherent cost (the target: a negotiated
+// collective costs at most one such round trip more than plain Gloo). Rank 0 prints a Markdown table.
 #include <gloo/barrier.h>
 #include <sys/resource.h>
 
@@ -136,8 +138,9 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
   // Plain Gloo uses tags far above the backend's counter so the two never collide on the shared context.
   uint32_t plain_tag = 1u << 30;
   if (env.rank == 0) {
-    std::printf("| case | bytes/step | plain Gloo (us/step) | GlooBackend (us/step) | ratio |\n");
-    std::printf("|---|---:|---:|---:|---:|\n");
+    std::printf("| case | bytes/step | plain Gloo (us/step) | GlooBackend (us/step) | ratio | round trip (us) | "
+                "excess in round trips |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   }
   std::vector<std::string> phase_lines;
   for (const Case& c : cases) {
@@ -145,7 +148,8 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
     std::vector<std::vector<float>> plain(c.tensors, std::vector<float>(c.elements, 1.0f));
     BackendStep step(c);
     const int n = c.elements >= (1u << 22) ? std::max(2, iters / 10) : iters;
-    std::vector<double> plain_us, backend_us;
+    std::vector<double> plain_us, backend_us, rtt_us;
+    float probe = 1.0f;
     std::vector<Breakdown> phases(blocks);
     long plain_csw = 0, backend_csw = 0;
     for (int b = 0; b < blocks; ++b) {
@@ -156,6 +160,9 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
         for (auto& v : plain) gloo_allreduce_sum(backend.context(), v.data(), DType::f32, v.size(), plain_tag++);
       plain_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
       plain_csw += context_switches() - csw;
+      t0 = Clock::now();
+      for (int i = 0; i < n; ++i) gloo_allreduce_sum(backend.context(), &probe, DType::f32, 1, plain_tag++);
+      rtt_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
       barrier(backend, plain_tag++);
       csw = context_switches();
       t0 = Clock::now();
@@ -163,10 +170,10 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
       backend_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
       backend_csw += context_switches() - csw;
     }
-    const double p = median(plain_us), q = median(backend_us);
+    const double p = median(plain_us), q = median(backend_us), rtt = median(rtt_us);
     if (env.rank == 0)
-      std::printf("| %s | %s | %.1f | %.1f | %.2f |\n", c.label.c_str(),
-                  std::to_string(c.tensors * c.elements * 4).c_str(), p, q, q / p);
+      std::printf("| %s | %s | %.1f | %.1f | %.2f | %.1f | %.2f |\n", c.label.c_str(),
+                  std::to_string(c.tensors * c.elements * 4).c_str(), p, q, q / p, rtt, (q - p) / rtt);
     std::fflush(stdout);
     // Phases of the median backend block.
     const size_t m = std::distance(backend_us.begin(), std::find(backend_us.begin(), backend_us.end(), q));

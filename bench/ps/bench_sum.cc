@@ -1,5 +1,7 @@
-// Server summation throughput per thread against a plain memory-bandwidth loop moving the same bytes.
+// Summation throughput per thread (the shared kernels of comm_backends/reduce.h) against a plain memory-bandwidth loop
+// moving the same bytes.
 //   BM_Sum/<dtype>:    acc = a + b (the streaming mode's first step; f16/bf16 widen to an f32 accumulator)
+//   BM_SumPair/<dtype>: a = a + b in the data type (Gloo's reduction and the loopback backend; f16/bf16 round once)
 //   BM_MemLoop/<bytes>: out[i] = a[i] ^ b[i] on 64-bit words with the same read/write traffic per call
 // Bytes/s counts every byte read and written, so the two are directly comparable (target ratio >= 0.7).
 #include <benchmark/benchmark.h>
@@ -42,6 +44,19 @@ void BM_SumInPlace(benchmark::State& st) {  // acc += b: every later push in str
   st.SetLabel(std::string(dtype_name(t)));
 }
 
+void BM_SumPair(benchmark::State& st) {
+  const auto t = static_cast<DType>(st.range(0));
+  const size_t es = dtype_size(t);
+  std::vector<std::byte> a(kElems * es, std::byte{0}), b(kElems * es, std::byte{0});
+  for (auto _ : st) {
+    kernels::sum_pair(t, a.data(), a.data(), b.data(), kElems);
+    benchmark::DoNotOptimize(a.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * kElems * 3 * es));
+  st.SetLabel(std::string(dtype_name(t)));
+}
+
 // The reference: the same traffic as BM_Sum (read 2 x in_bytes, write out_bytes) with no arithmetic to speak of.
 void BM_MemLoop(benchmark::State& st) {
   const size_t in_bytes = static_cast<size_t>(st.range(0)), out_bytes = static_cast<size_t>(st.range(1));
@@ -63,6 +78,7 @@ void BM_MemLoop(benchmark::State& st) {
 
 BENCHMARK(BM_Sum)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);         // f32, f64, f16, bf16
 BENCHMARK(BM_SumInPlace)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SumPair)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MemLoop)->Args({kElems * 4, kElems * 4})->Args({kElems * 8, kElems * 8})->Args({kElems * 2, kElems * 4})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -14,7 +14,7 @@ const OptionTable<CollectiveOptions>& CollectiveOptions::table() {
     OptionTable<CollectiveOptions> t("collective", "collective");
     t.bind("collective_fusion_bytes", "COMMSCHED_COLLECTIVE_FUSION_BYTES",
            [](CollectiveOptions& o) -> uint64_t& { return o.fusion_bytes; }, size_value(ZeroSize::unlimited),
-           "all-reduce: partitions ready together are fused up to this many bytes");
+           "all-reduce: the bytescheduler small-tensor fusion bound on rank 0's coordinator when COMMSCHED_SMALL_TENSOR_BYTES sets none");
     t.bind("collective_credit_bytes", "COMMSCHED_COLLECTIVE_CREDIT_BYTES",
            [](CollectiveOptions& o) -> uint64_t& { return o.credit_bytes; }, size_value(ZeroSize::unlimited),
            "all-reduce: the global credit kept on rank 0 until an engine hands over its credit knob");
@@ -26,6 +26,7 @@ const OptionTable<CollectiveOptions>& CollectiveOptions::table() {
 CollectiveOptions CollectiveOptions::from_env() {
   CollectiveOptions o;
   table().set_from_env(o);
+  o.policy = EngineConfig::from_env();  // rank 0 runs the same policy the engines run
   return o;
 }
 
@@ -40,7 +41,10 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.size = env.num_workers;
   o.timeout_s = env.timeout_s;
   o.join_timeout_s = std::max(60.0, 3 * env.timeout_s);
-  o.fusion_bytes = fusion_bytes;
+  o.policy = policy;
+  // A collective pays a call's latency that a parameter server's pipelined pushes hide, so on a collective
+  // bytescheduler fuses small tensors up to the collective fusion size by default.
+  if (o.policy.policy == PolicyKind::bytescheduler && o.policy.small_tensor_bytes == 0) o.policy.small_tensor_bytes = fusion_bytes;
   o.credit_bytes = credit_bytes;
   o.host = env.rank == 0 ? env.root_addr : advertised_host(env);
   return o;
@@ -182,10 +186,8 @@ void CollectiveBackend::run_group(const std::vector<uint64_t>& group) {
     for (uint64_t t : group) views.push_back(items_.at(t).view);
   }
   // Once a rank is gone no collective can finish; fail queued work rather than wait for a transport timeout.
-  uint64_t bytes = 0;
-  for (const auto& v : views) bytes += v.bytes;
-  auto finish = [this, group, bytes](const Status& st) {
-    negotiator_->completed(bytes);
+  auto finish = [this, group](const Status& st) {
+    negotiator_->completed();
     for (uint64_t t : group) complete(t, st);
   };
   if (!broken.ok()) {

@@ -29,6 +29,7 @@
 #include "comm_backends/collective/negotiator.h"
 #include "comm_backends/comm_backend.h"
 #include "options/option_table.h"
+#include "scheduler/config.h"
 
 namespace commsched {
 struct ClusterEnv;
@@ -36,12 +37,16 @@ struct ClusterEnv;
 
 namespace commsched::collective {
 
-// Settings every collective backend shares. Environment: COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB; "none" = no fusion),
-// COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the global credit decided on rank 0 (see coordinator.h) until an
-// engine hands over its credit knob (manages_credit below; a per-rank credit in each engine can deadlock a collective).
+// Settings every collective backend shares. Rank 0 runs the policy of `policy` (COMMSCHED_POLICY and its options, as
+// the engine reads them) over the partitions ready on every rank (see coordinator.h). Environment:
+// COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB; "none" = no fusion): bytescheduler's small-tensor fusion bound on a
+// collective when COMMSCHED_SMALL_TENSOR_BYTES sets none; COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the
+// global credit until an engine hands over its credit knob (manages_credit below; a per-rank credit in each engine can
+// deadlock a collective).
 struct CollectiveOptions {
   uint64_t fusion_bytes = 1u << 20;
   uint64_t credit_bytes = 0;
+  EngineConfig policy;
   static CollectiveOptions from_env();
   static const OptionTable<CollectiveOptions>& table();  // the option registry's rows
   // Negotiator options for this process from the cluster contract (timeout, coordinator address).

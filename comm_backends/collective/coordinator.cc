@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
 
 namespace commsched::collective {
 namespace {
@@ -14,18 +15,16 @@ std::string task_label(const std::string& name, uint64_t key) {
 
 }  // namespace
 
-Coordinator::Coordinator(int size, uint64_t fusion_bytes, uint64_t credit_bytes, size_t max_cache_entries)
-    : size_(size),
-      fusion_bytes_(fusion_bytes),
-      credit_bytes_(credit_bytes),
-      max_cache_entries_(max_cache_entries),
-      gone_(size, false) {}
+Coordinator::Coordinator(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries)
+    : size_(size), policy_(std::move(policy)), max_cache_entries_(max_cache_entries), gone_(size, false) {
+  if (!policy_) throw InvalidArgument("Coordinator: policy must not be null");
+}
 
-void Coordinator::on_completed(uint64_t bytes) { inflight_bytes_ -= std::min(bytes, inflight_bytes_); }
-
-bool Coordinator::credit_allows(uint64_t bytes) const {
-  // Never starve: with nothing in flight, even a partition larger than the credit goes.
-  return credit_bytes_ == 0 || inflight_bytes_ == 0 || inflight_bytes_ + bytes <= credit_bytes_;
+void Coordinator::on_group_done(Nanos now) {
+  if (running_.empty()) return;  // nothing ordered is running (a late completion after an error): nothing to release
+  std::shared_ptr<Running> r = std::move(running_.front());
+  running_.pop_front();
+  if (--r->groups_left == 0) policy_->on_batch_done(r->batch, now);
 }
 
 void Coordinator::on_ready(int rank, std::span<const ReadyReport> reports, CoordinatorOutput& out) {
@@ -142,26 +141,35 @@ bool Coordinator::fusable(const PartitionDesc& a, const PartitionDesc& b) const 
   return a.op == b.op && a.dtype == b.dtype && (a.op != Op::broadcast || a.root == b.root);
 }
 
-void Coordinator::flush(CoordinatorOutput& out) {
+void Coordinator::tell_arrivals(Nanos now) {
+  if (complete_.empty()) return;
   for (const Slot& s : complete_) {
     auto it = pending_.find(s);
     Entry& e = it->second;
-    ready_.emplace(std::make_pair(e.priority, e.seq), std::move(e));
+    // One arrival per partition: partitions of a task become ready everywhere at different times. The task's size
+    // still tells a policy whether the tensor is small.
+    const PartRef part{e.seq, 0, e.priority, e.seq, e.desc.offset, e.desc.bytes};
+    const uint64_t seq = e.seq;
+    const TaskArrival arrival{seq, e.priority, seq, e.desc.task_bytes, std::span<const PartRef>(&part, 1)};
+    held_.emplace(seq, std::move(e));
     pending_.erase(it);
+    policy_->on_task_arrived(arrival, now);
   }
   complete_.clear();
-  if (ready_.empty() || !credit_allows(ready_.begin()->second.desc.bytes)) return;
-  std::vector<Entry> ready;
-  while (!ready_.empty() && credit_allows(ready_.begin()->second.desc.bytes)) {
-    if (credit_bytes_ > 0) inflight_bytes_ += ready_.begin()->second.desc.bytes;
-    ready.push_back(std::move(ready_.begin()->second));
-    ready_.erase(ready_.begin());
-  }
+  policy_->on_flush(now);  // see "Iteration marks" in coordinator.h
+}
 
+size_t Coordinator::order_batch(const Batch& batch, CoordinatorOutput& out) {
   auto& groups = out.order.groups;
-  uint64_t group_bytes = 0;
-  const PartitionDesc* group_desc = nullptr;
-  for (const Entry& e : ready) {
+  size_t made = 0;
+  std::optional<PartitionDesc> group_desc;  // the open group's first partition
+  for (const PartRef& p : batch) {
+    auto it = held_.find(p.task_id);
+    if (it == held_.end())
+      throw std::logic_error("coordinator: policy '" + std::string(policy_->name()) + "' dispatched unknown partition " +
+                             std::to_string(p.task_id));
+    Entry e = std::move(it->second);
+    held_.erase(it);
     const uint32_t id = cache_id_for(e, out.order);
     if (id == kNoCacheId) {
       // Orders name partitions by cache id; past the cap a partition cannot be named, so fail it loudly.
@@ -170,19 +178,41 @@ void Coordinator::flush(CoordinatorOutput& out) {
                                 " distinct partitions in the negotiation cache"});
       continue;
     }
-    const bool small = fusion_bytes_ > 0 && e.desc.bytes < fusion_bytes_;
-    const bool joins = small && group_desc && fusable(*group_desc, e.desc) && group_bytes + e.desc.bytes <= fusion_bytes_;
-    if (!joins) {
+    if (!group_desc || !fusable(*group_desc, e.desc)) {
       groups.emplace_back();
-      group_bytes = 0;
-      group_desc = small ? &e.desc : nullptr;
+      group_desc = e.desc;
+      ++made;
       ++stats_.groups;
     }
     groups.back().push_back({id, e.round});
-    group_bytes += e.desc.bytes;
     ++stats_.ordered;
   }
-  ++stats_.flushes;
+  return made;
+}
+
+void Coordinator::flush(Nanos now, CoordinatorOutput& out) {
+  tell_arrivals(now);
+  bool ordered = false;
+  for (;;) {
+    scratch_.clear();
+    policy_->poll(now, scratch_);
+    if (scratch_.empty()) break;
+    bool released = false;  // a batch that ordered nothing is done at once, and may free credit for more
+    for (Batch& b : scratch_) {
+      auto running = std::make_shared<Running>();
+      running->groups_left = order_batch(b, out);
+      running->batch = std::move(b);
+      if (running->groups_left == 0) {
+        policy_->on_batch_done(running->batch, now);
+        released = true;
+        continue;
+      }
+      ordered = true;
+      for (size_t g = 0; g < running->groups_left; ++g) running_.push_back(running);
+    }
+    if (!released) break;
+  }
+  if (ordered) ++stats_.flushes;
 }
 
 }  // namespace commsched::collective

@@ -1,28 +1,40 @@
-// The decision logic of the order negotiation, run by rank 0. Pure and single-threaded (no I/O, no clocks) so it can
-// be tested directly: it is told which partitions each rank has ready and answers the order in which every rank runs
-// them, plus errors for partitions that can never run.
+// The order negotiation's bookkeeping on rank 0, around the real scheduling Policy. Pure and single-threaded (no I/O,
+// no clocks: the caller passes the time) so it can be tested directly.
 //
-// A partition is ordered once every rank has reported it. Partitions that become ready everywhere in the same flush
-// are ordered by priority (lower first), then by first report; consecutive small ones of the same op/dtype/root are
-// fused into one group up to `fusion_bytes`.
+// The Coordinator keeps only readiness: which rank has which partition ready, and whether the ranks agree on it
+// (mismatches, duplicates and ranks that left become errors). A partition ready on every rank is told to the Policy
+// (the same class the engine and the simulator run, built by scheduler/policy_factory) as an arriving task; the
+// batches the Policy dispatches become the order every rank runs. So FIFO, fusion, MG-WFBP, BSP and bytescheduler
+// decide all-reduce exactly as they decide in the simulator, over the partitions ready everywhere.
 //
-// Credit: with credit_bytes > 0 the coordinator keeps at most that many bytes ordered but not yet completed (rank 0's
-// completions stand for everyone's: a collective ends at about the same time on every rank) and holds the rest in
-// priority order. This is ByteScheduler's credit made global. A per-rank credit in each engine cannot be used with a
-// collective: ranks see arrivals at different times, their policies dispatch different partitions, and once every
-// rank's credit is full of partitions the others have not dispatched, no collective can start (a distributed deadlock
-// that engine_bench reproduces). So with collective backends run the engine with unlimited credit and give the credit
-// to the coordinator (COMMSCHED_COLLECTIVE_CREDIT_BYTES).
+// A batch is one collective unless its partitions differ in op, dtype (or broadcast root): a collective carries one
+// of each, so such a batch runs as consecutive groups (in the policy's order) and the policy hears on_batch_done when
+// the last of them completes on rank 0 (a collective ends at about the same time on every rank; rank 0's completions
+// stand for everyone's). Rank 0 runs groups in order, so completions arrive in order.
+//
+// Credit: the Policy's credit is the global credit. A per-rank credit in each engine cannot be used with a collective:
+// ranks see arrivals at different times, their policies dispatch different partitions, and once every rank's credit
+// is full of partitions the others have not dispatched, no collective can start (a distributed deadlock that
+// engine_bench reproduces). So with collective backends the engine runs its policy with unlimited credit and hands the
+// credit knob here (CommBackend::manages_credit).
+//
+// Iteration marks: the coordinator does not see the end of each rank's backward (the engine tells only its own
+// policy). What reaches it has already been released by every rank's engine, so after the arrivals of each flush it
+// tells the policy on_flush: a policy that holds tasks for the end of backward (BSP) releases them then.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "comm_backends/collective/protocol.h"
+#include "scheduler/policy.h"
 
 namespace commsched::collective {
 
@@ -42,22 +54,25 @@ struct CoordinatorStats {
 
 class Coordinator {
  public:
-  // fusion_bytes == 0 disables fusion.
-  // credit_bytes == 0: no limit (order everything as soon as it is ready everywhere).
-  Coordinator(int size, uint64_t fusion_bytes, uint64_t credit_bytes = 0, size_t max_cache_entries = 1u << 20);
+  // `policy` must be fresh (never told an event).
+  Coordinator(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries = 1u << 20);
 
   // Records what `rank` has ready. Mismatches and protocol violations go to out.errors.
   void on_ready(int rank, std::span<const ReadyReport> reports, CoordinatorOutput& out);
   // `rank` is shutting down: whatever is pending can never be ordered.
   void on_bye(int rank, CoordinatorOutput& out);
-  // Orders what is ready on every rank, most urgent first, within the credit.
-  void flush(CoordinatorOutput& out);
-  // Rank 0 finished collectives of `bytes`: credit to order more.
-  void on_completed(uint64_t bytes);
-  void set_credit_bytes(uint64_t credit) { credit_bytes_ = credit; }
-  uint64_t bytes_in_flight() const { return inflight_bytes_; }
+  // Tells the policy what became ready on every rank since the last flush and orders what it dispatches now.
+  void flush(Nanos now, CoordinatorOutput& out);
+  // Rank 0 finished the oldest group still running. Call flush() afterwards: the policy may dispatch more.
+  void on_group_done(Nanos now);
+  // When flush() must run again even if nothing arrives (a fusion cycle); nullopt: none.
+  std::optional<Nanos> next_wakeup() const { return policy_->next_wakeup(); }
+  void set_credit_bytes(uint64_t credit) { policy_->set_credit_bytes(credit); }
+  uint64_t bytes_in_flight() const { return policy_->bytes_in_flight(); }
+  const Policy& policy() const { return *policy_; }
 
-  size_t pending() const { return pending_.size() + ready_.size(); }
+  // Partitions not yet ordered: reported by some ranks, or ready everywhere and held by the policy.
+  size_t pending() const { return pending_.size() + policy_->queued_partitions(); }
   const CoordinatorStats& stats() const { return stats_; }
 
  private:
@@ -68,7 +83,7 @@ class Coordinator {
     std::string name;
     uint64_t round = 0;
     int32_t priority = 0;
-    uint64_t seq = 0;          // first-report order, tie-break after priority
+    uint64_t seq = 0;          // first-report order: the policy's task id and tie-break after priority
     int first_rank = 0;        // whose description is recorded
     std::vector<bool> reported;
     int count = 0;
@@ -78,26 +93,33 @@ class Coordinator {
     PartitionDesc desc;
     std::string name;
   };
+  // A policy batch while its groups run; the policy hears on_batch_done when none is left.
+  struct Running {
+    Batch batch;
+    size_t groups_left = 0;
+  };
 
   void record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name, CoordinatorOutput& out);
   void poison(Entry& e, uint64_t round, std::string message, Status::Code code, CoordinatorOutput& out);
   std::string mismatch_message(const Entry& e, int rank, const PartitionDesc& desc, uint64_t round) const;
   uint32_t cache_id_for(const Entry& e, OrderMsg& order);
   bool fusable(const PartitionDesc& a, const PartitionDesc& b) const;
-  bool credit_allows(uint64_t bytes) const;
+  void tell_arrivals(Nanos now);
+  // Turns one policy batch into groups of the order; returns how many.
+  size_t order_batch(const Batch& batch, CoordinatorOutput& out);
 
   int size_;
-  uint64_t fusion_bytes_;
-  uint64_t credit_bytes_;
-  uint64_t inflight_bytes_ = 0;
+  std::unique_ptr<Policy> policy_;
   size_t max_cache_entries_;
   uint64_t next_seq_ = 0;
   std::unordered_map<Slot, Entry, SlotHash> pending_;
-  std::vector<Slot> complete_;                // ready on every rank, awaiting flush
-  std::map<std::pair<int32_t, uint64_t>, Entry> ready_;  // (priority, seq) -> ready everywhere, held by the credit
-  std::vector<CachedDesc> cache_;             // cache id -> description
+  std::vector<Slot> complete_;                 // ready on every rank, not yet told to the policy
+  std::unordered_map<uint64_t, Entry> held_;   // seq -> told to the policy, not yet dispatched
+  std::deque<std::shared_ptr<Running>> running_;  // one per group ordered and not yet done on rank 0, in order
+  std::vector<Batch> scratch_;
+  std::vector<CachedDesc> cache_;              // cache id -> description
   std::unordered_map<Slot, uint32_t, SlotHash> cache_index_;
-  std::vector<bool> gone_;                    // ranks that said bye
+  std::vector<bool> gone_;                     // ranks that said bye
   CoordinatorStats stats_;
 };
 

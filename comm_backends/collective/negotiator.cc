@@ -11,6 +11,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "scheduler/policy_factory.h"
+
 namespace commsched::collective {
 namespace {
 
@@ -63,7 +65,11 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
   if (!wake_.valid()) throw std::runtime_error("negotiator: eventfd failed");
   const auto deadline = Clock::now() + seconds_to_ms(opts_.join_timeout_s);
   if (opts_.rank == 0) {
-    coordinator_ = std::make_unique<Coordinator>(opts_.size, opts_.fusion_bytes, opts_.credit_bytes);
+    EngineConfig policy = opts_.policy;
+    // The stall guard breaks the deadlock of per-worker credits; one global credit cannot deadlock that way.
+    policy.credit_stall_guard = false;
+    coordinator_ = std::make_unique<Coordinator>(opts_.size, make_policy(policy));
+    coordinator_->set_credit_bytes(opts_.credit_bytes);
     join_as_coordinator(store, deadline);
   } else {
     join_as_worker(store, deadline);
@@ -219,12 +225,11 @@ void Negotiator::heartbeat_loop() {
   }
 }
 
-void Negotiator::completed(uint64_t bytes) {
+void Negotiator::completed() {
   if (!coordinator_) return;
-  // Always counted, so the bytes in flight never stay overstated when the credit is switched on later; without a
-  // credit nothing waits on them, so the negotiator thread applies them when it next wakes anyway.
-  completed_bytes_ += bytes;
-  if (credit_bytes_.load() > 0) wake(wake_.get());
+  ++completed_groups_;
+  // On the negotiator thread itself (a blocking execute) the loop sees the count before it sleeps; no wake-up needed.
+  if (std::this_thread::get_id() != thread_.get_id()) wake(wake_.get());
 }
 
 void Negotiator::set_credit_bytes(uint64_t credit) {
@@ -285,7 +290,7 @@ void Negotiator::loop() {
         fds.push_back({peers_[i].fd.get(), POLLIN, 0});
         fd_rank.push_back(static_cast<int>(i));
       }
-    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(heartbeat_.count() / 2));
+    const int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
     if (rc < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
     if (fds[0].revents) {
       uint64_t v;
@@ -293,12 +298,13 @@ void Negotiator::loop() {
     }
     take_inbox();
     if (coordinator_ && credit_changed_.exchange(false)) coordinator_->set_credit_bytes(credit_bytes_.load());
-    if (const uint64_t done = completed_bytes_.exchange(0); done > 0 && coordinator_) coordinator_->on_completed(done);
+    if (coordinator_)
+      for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
     for (size_t i = 1; i < fds.size() && !finished_; ++i)
       if (fds[i].revents) read_peer(fd_rank[i]);
     if (coordinator_ && !fatal_) {
       CoordinatorOutput out;
-      coordinator_->flush(out);
+      coordinator_->flush(now_ns(), out);
       publish(out);
     }
     const auto now = Clock::now();
@@ -308,6 +314,17 @@ void Negotiator::loop() {
     // their liveness) at the top of the next round, before any silence is judged.
     run_ready_groups();
   }
+}
+
+int Negotiator::poll_timeout_ms() const {
+  if (completed_groups_.load() > 0) return 0;  // the policy may dispatch more now
+  int64_t ms = heartbeat_.count() / 2;
+  if (coordinator_)
+    if (const auto at = coordinator_->next_wakeup()) {
+      const int64_t left_ns = *at - now_ns();
+      ms = std::min<int64_t>(ms, left_ns <= 0 ? 0 : (left_ns + 999'999) / 1'000'000);
+    }
+  return static_cast<int>(ms);
 }
 
 void Negotiator::run_ready_groups() {

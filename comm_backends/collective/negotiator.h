@@ -33,6 +33,7 @@
 #include "comm_backends/collective/protocol.h"
 #include "comm_backends/collective/socket.h"
 #include "comm_backends/collective/wire.h"
+#include "scheduler/config.h"
 
 namespace commsched::collective {
 
@@ -41,8 +42,10 @@ struct NegotiatorOptions {
   int size = 1;
   double timeout_s = 10.0;           // ClusterEnv::timeout_s: silence after which a peer is dead
   double join_timeout_s = 60.0;      // how long ranks wait for each other at start-up
-  uint64_t fusion_bytes = 1u << 20;  // partitions below this are fused into one collective (0: never)
-  uint64_t credit_bytes = 0;         // bytes ordered but not completed, decided on rank 0 (0: no limit)
+  // The Policy rank 0 runs over the partitions ready on every rank (built by scheduler/policy_factory; see
+  // coordinator.h), and its credit: bytes ordered but not completed (0: no limit).
+  EngineConfig policy;
+  uint64_t credit_bytes = 0;
   std::string host = "127.0.0.1";    // rank 0: address to bind and advertise the coordinator on
   std::string key_prefix = "commsched/negotiator/";
   // The execute callback may block (runs the collective itself): heartbeats then come from a separate thread, and
@@ -87,8 +90,9 @@ class Negotiator {
   // Thread-safe. After a fatal error or shutdown, fails the submissions inline. On ranks other than 0 the report is
   // written to rank 0's socket from the calling thread (a control message: the write does not wait for the peer).
   void submit(std::vector<Submission> subs);
-  // This rank finished executed groups worth `bytes` (rank 0's completions drive the global credit; elsewhere a no-op).
-  void completed(uint64_t bytes);
+  // This rank finished the oldest executed group (rank 0's completions drive the coordinator's policy; elsewhere a
+  // no-op). Call once per group handed to the execute callback, in order.
+  void completed();
   // Changes the global credit (0: no limit) from any thread; it applies on rank 0, and is a no-op elsewhere.
   void set_credit_bytes(uint64_t credit);
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
@@ -122,6 +126,8 @@ class Negotiator {
   void join_as_worker(KvStore& store, std::chrono::steady_clock::time_point deadline);
   void run();
   void loop();
+  // Milliseconds the poll may sleep: until the next heartbeat check or the policy's next wake-up.
+  int poll_timeout_ms() const;
   void take_inbox();
   void read_peer(int rank);
   void handle_frame(int from, const std::string& frame);
@@ -174,7 +180,7 @@ class Negotiator {
   bool finished_ = false;
   bool fatal_ = false;
 
-  std::atomic<uint64_t> completed_bytes_{0};
+  std::atomic<uint64_t> completed_groups_{0};
   std::atomic<uint64_t> credit_bytes_;
   std::atomic<bool> credit_changed_{false};
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};

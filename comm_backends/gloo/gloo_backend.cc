@@ -2,7 +2,6 @@
 
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -10,10 +9,9 @@
 
 #include <arpa/inet.h>
 
-#include <cstring>
 #include <stdexcept>
 
-#include "comm_backends/collective/half.h"
+#include "comm_backends/reduce.h"
 
 namespace commsched {
 namespace {
@@ -56,6 +54,13 @@ gloo::transport::tcp::attr transport_attr(const ClusterEnv& env) {
   return attr;
 }
 
+// Gloo calls its reduction with c = a + b (c may alias a); every dtype uses the shared kernels, so the rounding of
+// f16/bf16 sums is the same as the parameter server's and the loopback backend's.
+template <DType D>
+void sum_pair(void* c, const void* a, const void* b, size_t n) {
+  kernels::sum_pair(D, c, a, b, n);
+}
+
 template <typename T>
 void run_allreduce(const std::shared_ptr<gloo::Context>& ctx, void* data, size_t elements, uint32_t tag,
                    gloo::AllreduceOptions::Func reduce) {
@@ -69,15 +74,13 @@ void run_allreduce(const std::shared_ptr<gloo::Context>& ctx, void* data, size_t
 }  // namespace
 
 void gloo_allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, void* data, DType dtype, size_t elements, uint32_t tag) {
-  using Fn = void (*)(void*, const void*, const void*, size_t);
   switch (dtype) {
-    case DType::f32: return run_allreduce<float>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<float>));
-    case DType::f64: return run_allreduce<double>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<double>));
-    case DType::i32: return run_allreduce<int32_t>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<int32_t>));
-    case DType::i64: return run_allreduce<int64_t>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<int64_t>));
-    case DType::f16:
-      return run_allreduce<gloo::float16>(ctx, data, elements, tag, static_cast<Fn>(&gloo::sum<gloo::float16>));
-    case DType::bf16: return run_allreduce<uint16_t>(ctx, data, elements, tag, &collective::sum_bf16);
+    case DType::f32: return run_allreduce<float>(ctx, data, elements, tag, &sum_pair<DType::f32>);
+    case DType::f64: return run_allreduce<double>(ctx, data, elements, tag, &sum_pair<DType::f64>);
+    case DType::i32: return run_allreduce<int32_t>(ctx, data, elements, tag, &sum_pair<DType::i32>);
+    case DType::i64: return run_allreduce<int64_t>(ctx, data, elements, tag, &sum_pair<DType::i64>);
+    case DType::f16: return run_allreduce<uint16_t>(ctx, data, elements, tag, &sum_pair<DType::f16>);
+    case DType::bf16: return run_allreduce<uint16_t>(ctx, data, elements, tag, &sum_pair<DType::bf16>);
   }
   throw std::invalid_argument("gloo allreduce: unknown dtype value " + std::to_string(static_cast<int>(dtype)));
 }
@@ -138,23 +141,11 @@ void GlooBackend::execute(std::span<const PartitionView> group, GroupDone done) 
 }
 
 void GlooBackend::execute_fused(std::span<const PartitionView> group) {
-  size_t total = 0;
-  for (const auto& p : group) total += p.bytes;
-  // Kept across calls: fused groups are small (below the fusion threshold), so this stays bounded.
-  if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);
-  size_t at = 0;
-  for (const auto& p : group) {
-    std::memcpy(fusion_buffer_.data() + at, p.data(), p.bytes);
-    at += p.bytes;
-  }
   const TaskDesc& first = *group.front().task;
-  if (first.op == Op::broadcast) broadcast(fusion_buffer_.data(), total, first.root);
-  else allreduce(fusion_buffer_.data(), first.dtype, total / dtype_size(first.dtype));
-  at = 0;
-  for (const auto& p : group) {
-    std::memcpy(p.data(), fusion_buffer_.data() + at, p.bytes);
-    at += p.bytes;
-  }
+  fusion_.run(group, [&](void* data, size_t bytes) {
+    if (first.op == Op::broadcast) broadcast(data, bytes, first.root);
+    else allreduce(data, first.dtype, bytes / dtype_size(first.dtype));
+  });
 }
 
 }  // namespace commsched

@@ -1,5 +1,5 @@
 // GlooBackend: allreduce (sum) and broadcast of CPU tensors over Gloo's TCP transport, every commsched dtype
-// (f32, f64, i32, i64 and f16 with Gloo's own sums; bf16 with a float-accumulating reduction). Ranks meet through the
+// (f32, f64, i32, i64, f16, bf16), summed with the shared kernels of comm_backends/reduce.h. Ranks meet through the
 // ClusterEnv rendezvous (a store served by rank 0 at COMMSCHED_ROOT_ADDR:COMMSCHED_ROOT_PORT), and the order
 // negotiation makes every rank run the same collectives in the same order.
 #pragma once
@@ -12,6 +12,7 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"
+#include "comm_backends/collective/fusion_buffer.h"
 #include "comm_backends/collective/kv_store.h"
 
 namespace gloo {
@@ -41,14 +42,14 @@ class GlooBackend : public collective::CollectiveBackend {
  private:
   void allreduce(void* data, DType dtype, size_t elements);
   void broadcast(void* data, size_t bytes, int root);
-  // Copies a fused group into one buffer, runs the collective once, copies the result back.
+  // Runs a fused group as one collective through the shared fusion buffer.
   void execute_fused(std::span<const PartitionView> group);
 
   ClusterEnv env_;
   collective::Rendezvous rendezvous_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  std::vector<std::byte> fusion_buffer_;
+  collective::FusionBuffer fusion_{collective::host_fusion_memory()};
   uint32_t tag_ = 0;
 };
 

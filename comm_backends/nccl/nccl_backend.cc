@@ -1,5 +1,7 @@
 #include "comm_backends/nccl/nccl_backend.h"
 
+#include "comm_backends/collective/fusion_buffer.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -47,8 +49,7 @@ int cuda_device_count() {
 struct NcclBackend::Impl {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  void* fusion = nullptr;     // device staging buffer for fused groups
-  size_t fusion_bytes = 0;
+  std::unique_ptr<collective::FusionBuffer> fusion;  // device staging buffer for fused groups
   std::mutex event_mu;
   std::vector<cudaEvent_t> free_events;
   // Guards comm against ncclCommAbort (which frees it) racing with enqueues and error queries from other threads.
@@ -81,6 +82,28 @@ struct NcclBackend::Impl {
   }
 };
 
+// Device memory for the shared fusion buffer: copies are ordered on the backend's stream, before and after the
+// collective; a buffer is freed only once the stream no longer reads it.
+class DeviceFusionMemory final : public collective::FusionBuffer::Memory {
+ public:
+  explicit DeviceFusionMemory(cudaStream_t stream) : stream_(stream) {}
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    check_cuda(cudaMalloc(&p, bytes), "nccl fusion buffer of " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void release(void* buffer) override {
+    cudaStreamSynchronize(stream_);  // rare: only when the fused size grows, and at shutdown
+    cudaFree(buffer);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "nccl fusion copy");
+  }
+
+ private:
+  cudaStream_t stream_;
+};
+
 struct NcclBackend::Pending {
   cudaEvent_t event;
   GroupDone done;
@@ -95,6 +118,7 @@ NcclBackend::NcclBackend(const ClusterEnv& env, collective::CollectiveOptions op
   device_ = env.local_rank % devices;
   check_cuda(cudaSetDevice(device_), who + ": cudaSetDevice(" + std::to_string(device_) + ")");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), who + ": cudaStreamCreate");
+  impl_->fusion = std::make_unique<collective::FusionBuffer>(std::make_unique<DeviceFusionMemory>(impl_->stream));
 
   ncclUniqueId id;
   const std::string id_key = rendezvous_.scope() + "unique_id";
@@ -118,7 +142,7 @@ NcclBackend::~NcclBackend() {
   stop_base();  // negotiator and executor stop, then drain() waits for the events
   if (impl_->comm && !impl_->aborted) ncclCommDestroy(impl_->comm);  // an aborted communicator is already freed
   cudaSetDevice(device_);
-  if (impl_->fusion) cudaFree(impl_->fusion);
+  impl_->fusion.reset();  // before the stream it synchronises on
   for (cudaEvent_t e : impl_->free_events) cudaEventDestroy(e);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
@@ -139,29 +163,7 @@ void NcclBackend::enqueue_collective(void* data, size_t bytes, const TaskDesc& t
 }
 
 void NcclBackend::execute_fused(std::span<const PartitionView> group) {
-  size_t total = 0;
-  for (const auto& p : group) total += p.bytes;
-  if (impl_->fusion_bytes < total) {
-    // The stream may still read the old buffer; wait before freeing it (rare: only when the fused size grows).
-    check_cuda(cudaStreamSynchronize(impl_->stream), "nccl fusion buffer resize");
-    if (impl_->fusion) cudaFree(impl_->fusion);
-    impl_->fusion = nullptr;
-    impl_->fusion_bytes = 0;
-    check_cuda(cudaMalloc(&impl_->fusion, total), "nccl fusion buffer of " + std::to_string(total) + " bytes");
-    impl_->fusion_bytes = total;
-  }
-  auto* staging = static_cast<std::byte*>(impl_->fusion);
-  size_t at = 0;
-  for (const auto& p : group) {
-    check_cuda(cudaMemcpyAsync(staging + at, p.data(), p.bytes, cudaMemcpyDeviceToDevice, impl_->stream), "nccl fuse in");
-    at += p.bytes;
-  }
-  enqueue_collective(staging, total, *group.front().task);
-  at = 0;
-  for (const auto& p : group) {
-    check_cuda(cudaMemcpyAsync(p.data(), staging + at, p.bytes, cudaMemcpyDeviceToDevice, impl_->stream), "nccl fuse out");
-    at += p.bytes;
-  }
+  impl_->fusion->run(group, [&](void* data, size_t bytes) { enqueue_collective(data, bytes, *group.front().task); });
 }
 
 void NcclBackend::execute(std::span<const PartitionView> group, GroupDone done) {

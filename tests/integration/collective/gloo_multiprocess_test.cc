@@ -56,7 +56,8 @@ TEST_P(GlooThroughEngine, ExactResultsWithPartitioningAndCredit) {
 
 INSTANTIATE_TEST_SUITE_P(Policies, GlooThroughEngine,
                          ::testing::Values(EngineCase{2, "bytescheduler"}, EngineCase{4, "bytescheduler"},
-                                           EngineCase{2, "wfbp"}),
+                                           EngineCase{2, "wfbp"}, EngineCase{2, "bsp"}, EngineCase{2, "fusion"},
+                                           EngineCase{3, "mgwfbp"}),
                          [](const auto& info) {
                            return std::to_string(info.param.ranks) + "ranks_" + std::string(info.param.policy);
                          });

@@ -85,7 +85,10 @@ int scenario_engine(const ClusterEnv& env, uint64_t seed, int iterations, const 
   // A small credit: the engine hands it to the backend (manages_credit), which keeps it as the global credit of the
   // order negotiation; per-rank credits would deadlock (see comm_backends/collective/coordinator.h).
   cfg.knobs.credit_bytes = 128 << 10;
-  Engine engine(make_policy(cfg), std::make_shared<GlooBackend>(env), cfg);
+  // Rank 0's coordinator runs the same policy over the partitions ready on every rank.
+  collective::CollectiveOptions collective = collective::CollectiveOptions::from_env();
+  collective.policy = cfg;
+  Engine engine(make_policy(cfg), std::make_shared<GlooBackend>(env, collective), cfg);
   for (int it = 0; it < iterations; ++it) {
     auto tasks = testing::make_workload(seed, 24, 40000, cfg.knobs.partition_bytes, env.num_workers, static_cast<uint64_t>(it));
     testing::fill_inputs(tasks, env.rank);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "comm_backends/collective/half.h"
+#include "comm_backends/half.h"
 #include "scheduler/task.h"
 
 namespace commsched::testing {

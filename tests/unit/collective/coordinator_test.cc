@@ -1,10 +1,16 @@
-// The negotiation's decision logic, driven directly (no sockets): ordering, fusion, caching and errors.
+// The negotiation's decision logic, driven directly (no sockets): ordering, fusion, caching and errors, and that the
+// order is the real policy's decision over the partitions ready on every rank.
 #include "comm_backends/collective/coordinator.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <deque>
+#include <map>
 #include <random>
+
+#include "scheduler/policy_factory.h"
+#include "scheduler/priority_credit_policy.h"
 
 namespace commsched::collective {
 namespace {
@@ -22,6 +28,11 @@ ReadyReport report(const PartitionDesc& d, int32_t priority, uint64_t round = 0)
   return r;
 }
 
+// The coordinator over bytescheduler: small tensors fused up to `fusion` bytes, `credit` bytes in flight (0: no limit).
+Coordinator make(int size, uint64_t fusion, uint64_t credit = 0) {
+  return Coordinator(size, std::make_unique<PriorityCreditPolicy>(credit, fusion, /*stall_guard=*/false));
+}
+
 std::vector<uint64_t> ordered_keys(const CoordinatorOutput& out) {
   std::vector<uint64_t> keys;
   for (const auto& g : out.order.groups)
@@ -34,15 +45,15 @@ std::vector<uint64_t> ordered_keys(const CoordinatorOutput& out) {
 }
 
 TEST(Coordinator, OrdersOnlyWhatEveryRankHasReady) {
-  Coordinator c(3, 0);
+  Coordinator c = make(3, 0);
   CoordinatorOutput out;
   c.on_ready(0, std::vector{report(desc(1, 0, 64), 5)}, out);
   c.on_ready(1, std::vector{report(desc(1, 0, 64), 5)}, out);
-  c.flush(out);
+  c.flush(0, out);
   EXPECT_TRUE(out.order.groups.empty());
   EXPECT_EQ(c.pending(), 1u);
   c.on_ready(2, std::vector{report(desc(1, 0, 64), 5)}, out);
-  c.flush(out);
+  c.flush(0, out);
   ASSERT_EQ(out.order.groups.size(), 1u);
   EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});
   EXPECT_TRUE(out.errors.empty());
@@ -50,7 +61,7 @@ TEST(Coordinator, OrdersOnlyWhatEveryRankHasReady) {
 }
 
 TEST(Coordinator, ReadyTogetherMeansPriorityOrderWhateverTheReportOrder) {
-  Coordinator c(2, 0);
+  Coordinator c = make(2, 0);
   CoordinatorOutput out;
   // Rank 0 reports keys 1..6 with priority = key; rank 1 reports them reversed. Ordered once all are in: by priority.
   std::vector<ReadyReport> r0, r1;
@@ -58,19 +69,19 @@ TEST(Coordinator, ReadyTogetherMeansPriorityOrderWhateverTheReportOrder) {
   r1.assign(r0.rbegin(), r0.rend());
   c.on_ready(0, r0, out);
   c.on_ready(1, r1, out);
-  c.flush(out);
+  c.flush(0, out);
   EXPECT_EQ(ordered_keys(out), (std::vector<uint64_t>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(out.order.groups.size(), 6u) << "fusion is off";
 }
 
 TEST(Coordinator, FusesSmallCompatiblePartitionsUpToTheThreshold) {
-  Coordinator c(2, 1000);
+  Coordinator c = make(2, 1000);
   CoordinatorOutput out;
   std::vector<ReadyReport> reps{report(desc(1, 0, 400), 1), report(desc(2, 0, 400), 2), report(desc(3, 0, 400), 3),
                                 report(desc(4, 0, 400, DType::f64), 4), report(desc(5, 0, 5000), 5)};
   c.on_ready(0, reps, out);
   c.on_ready(1, reps, out);
-  c.flush(out);
+  c.flush(0, out);
   ASSERT_EQ(out.order.groups.size(), 4u);
   EXPECT_EQ(out.order.groups[0].size(), 2u);  // 1+2 (800 bytes); 3 would exceed 1000
   EXPECT_EQ(out.order.groups[1].size(), 1u);  // 3 alone: 4 has another dtype
@@ -79,12 +90,12 @@ TEST(Coordinator, FusesSmallCompatiblePartitionsUpToTheThreshold) {
 }
 
 TEST(Coordinator, SecondRoundIsReportedAndOrderedByCacheId) {
-  Coordinator c(2, 0);
+  Coordinator c = make(2, 0);
   CoordinatorOutput first;
   const auto d = desc(9, 128, 256);
   c.on_ready(0, std::vector{report(d, 0, 0)}, first);
   c.on_ready(1, std::vector{report(d, 0, 0)}, first);
-  c.flush(first);
+  c.flush(0, first);
   ASSERT_EQ(first.order.defines.size(), 1u);
   const uint32_t id = first.order.defines[0].cache_id;
 
@@ -94,7 +105,7 @@ TEST(Coordinator, SecondRoundIsReportedAndOrderedByCacheId) {
   CoordinatorOutput second;
   c.on_ready(0, std::vector{cached}, second);
   c.on_ready(1, std::vector{cached}, second);
-  c.flush(second);
+  c.flush(0, second);
   EXPECT_TRUE(second.order.defines.empty()) << "a cached partition needs no new definition";
   ASSERT_EQ(second.order.groups.size(), 1u);
   EXPECT_EQ(second.order.groups[0][0].cache_id, id);
@@ -103,7 +114,7 @@ TEST(Coordinator, SecondRoundIsReportedAndOrderedByCacheId) {
 }
 
 TEST(Coordinator, MismatchedSizeFailsOnEveryRankNamingKeyRanksAndSizes) {
-  Coordinator c(3, 0);
+  Coordinator c = make(3, 0);
   CoordinatorOutput out;
   c.on_ready(0, std::vector{report(desc(42, 0, 400), 0)}, out);
   c.on_ready(2, std::vector{report(desc(42, 0, 800), 0)}, out);
@@ -117,14 +128,14 @@ TEST(Coordinator, MismatchedSizeFailsOnEveryRankNamingKeyRanksAndSizes) {
   EXPECT_NE(m.find("rank 2 submitted f32 allreduce bytes [0, 800)"), std::string::npos) << m;
   // The rank that reports last also learns the error, and nothing is ever ordered.
   c.on_ready(1, std::vector{report(desc(42, 0, 400), 0)}, out);
-  c.flush(out);
+  c.flush(0, out);
   EXPECT_EQ(out.errors.size(), 2u);
   EXPECT_TRUE(out.order.groups.empty());
   EXPECT_EQ(c.pending(), 0u);
 }
 
 TEST(Coordinator, MismatchedDtypeIsAnErrorToo) {
-  Coordinator c(2, 0);
+  Coordinator c = make(2, 0);
   CoordinatorOutput out;
   c.on_ready(0, std::vector{report(desc(7, 0, 400, DType::f32), 0)}, out);
   c.on_ready(1, std::vector{report(desc(7, 0, 400, DType::i32), 0)}, out);
@@ -133,12 +144,12 @@ TEST(Coordinator, MismatchedDtypeIsAnErrorToo) {
 }
 
 TEST(Coordinator, ByeFailsWhatCanNeverCompleteButKeepsWhatIsComplete) {
-  Coordinator c(2, 0);
+  Coordinator c = make(2, 0);
   CoordinatorOutput out;
   c.on_ready(0, std::vector{report(desc(1, 0, 8), 0), report(desc(2, 0, 8), 0)}, out);
   c.on_ready(1, std::vector{report(desc(1, 0, 8), 0)}, out);
   c.on_bye(1, out);
-  c.flush(out);
+  c.flush(0, out);
   EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});
   ASSERT_EQ(out.errors.size(), 1u);
   EXPECT_EQ(out.errors[0].key, 2u);
@@ -146,42 +157,43 @@ TEST(Coordinator, ByeFailsWhatCanNeverCompleteButKeepsWhatIsComplete) {
 }
 
 TEST(Coordinator, GlobalCreditHoldsBackAndLetsLaterUrgentWorkOvertake) {
-  Coordinator c(2, 0, /*credit_bytes=*/1000);
+  Coordinator c = make(2, 0, /*credit=*/1000);
   CoordinatorOutput out;
   std::vector<ReadyReport> reps;
   for (uint64_t k = 10; k < 14; ++k) reps.push_back(report(desc(k, 0, 400), static_cast<int32_t>(k)));
   c.on_ready(0, reps, out);
   c.on_ready(1, reps, out);
-  c.flush(out);
+  c.flush(0, out);
   EXPECT_EQ(ordered_keys(out), (std::vector<uint64_t>{10, 11})) << "800 of 1000 bytes; a third would exceed";
   EXPECT_EQ(c.bytes_in_flight(), 800u);
   // A more urgent partition becomes ready everywhere while 12 and 13 wait for credit: it goes first.
   CoordinatorOutput more;
   c.on_ready(0, std::vector{report(desc(1, 0, 400), 1)}, more);
   c.on_ready(1, std::vector{report(desc(1, 0, 400), 1)}, more);
-  c.on_completed(400);
-  c.flush(more);
+  c.on_group_done(0);  // 10 is done
+  c.flush(0, more);
   EXPECT_EQ(ordered_keys(more), std::vector<uint64_t>{1});
   CoordinatorOutput rest;
-  c.on_completed(800);
-  c.flush(rest);
+  c.on_group_done(0);  // 11
+  c.on_group_done(0);  // 1
+  c.flush(0, rest);
   EXPECT_EQ(ordered_keys(rest), (std::vector<uint64_t>{12, 13}));
   EXPECT_EQ(c.pending(), 0u);
 }
 
 TEST(Coordinator, CreditNeverStarvesAPartitionBiggerThanTheCredit) {
-  Coordinator c(2, 0, /*credit_bytes=*/100);
+  Coordinator c = make(2, 0, /*credit=*/100);
   CoordinatorOutput out;
   c.on_ready(0, std::vector{report(desc(1, 0, 4096), 0)}, out);
   c.on_ready(1, std::vector{report(desc(1, 0, 4096), 0)}, out);
-  c.flush(out);
+  c.flush(0, out);
   EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});
 }
 
 TEST(Coordinator, RandomInterleavingsOrderEachPartitionExactlyOnce) {
   std::mt19937 rng(17);
   const int ranks = 4;
-  Coordinator c(ranks, 4096);
+  Coordinator c = make(ranks, 4096);
   std::vector<ReadyReport> all;
   for (uint64_t k = 1; k <= 50; ++k) all.push_back(report(desc(k, 0, 64 * k), static_cast<int32_t>(rng() % 10)));
   std::vector<std::pair<int, size_t>> events;
@@ -192,17 +204,121 @@ TEST(Coordinator, RandomInterleavingsOrderEachPartitionExactlyOnce) {
   for (const auto& [r, i] : events) {
     CoordinatorOutput out;
     c.on_ready(r, std::vector{all[i]}, out);
-    if (rng() % 3 == 0) c.flush(out);
+    if (rng() % 3 == 0) c.flush(0, out);
     EXPECT_TRUE(out.errors.empty());
     for (auto k : ordered_keys(out)) keys.push_back(k);
   }
   CoordinatorOutput last;
-  c.flush(last);
+  c.flush(0, last);
   for (auto k : ordered_keys(last)) keys.push_back(k);
   std::sort(keys.begin(), keys.end());
   ASSERT_EQ(keys.size(), all.size());
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(keys[i], i + 1);
 }
+
+// The order is the real policy's decision: a Coordinator over policy P, told a sequence of partitions that become
+// ready on every rank (each rank reporting in its own order) and of rank 0's completions, orders exactly the batches a
+// fresh P decides when told the same arrivals (in the order they became ready everywhere), flushes and completions.
+class CoordinatorRunsThePolicy : public ::testing::TestWithParam<PolicyKind> {};
+
+std::string keys_of(const std::vector<std::vector<uint64_t>>& batches) {
+  std::string s;
+  for (const auto& b : batches) {
+    s += "[";
+    for (uint64_t k : b) s += std::to_string(k) + " ";
+    s += "]";
+  }
+  return s;
+}
+
+TEST_P(CoordinatorRunsThePolicy, OrderEqualsThePolicysBatchesForTheSameReadySets) {
+  EngineConfig cfg;
+  cfg.policy = GetParam();
+  cfg.small_tensor_bytes = 2048;  // bytescheduler fuses
+  cfg.fusion_bytes = 6000;        // fusion's threshold
+  cfg.fusion_cycle_s = 0.001;
+  cfg.credit_stall_guard = false;
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    const int ranks = 3;
+    Coordinator c(ranks, make_policy(cfg));
+    c.set_credit_bytes(8192);
+    auto reference = make_policy(cfg);
+    reference->set_credit_bytes(8192);
+
+    std::map<uint64_t, uint64_t> key_of_seq;  // the reference's task ids are the coordinator's first-report order
+    uint64_t next_seq = 0, next_key = 1;
+    std::vector<std::vector<uint64_t>> got, want;
+    std::deque<std::vector<uint64_t>> running;  // the coordinator's groups, as keys, oldest first
+    std::deque<Batch> ref_running;
+    auto poll_reference = [&](Nanos now) {
+      std::vector<Batch> out;
+      reference->poll(now, out);
+      for (Batch& b : out) {
+        std::vector<uint64_t> keys;
+        for (const PartRef& p : b) keys.push_back(key_of_seq.at(p.task_id));
+        want.push_back(keys);
+        ref_running.push_back(std::move(b));
+      }
+    };
+    std::map<uint32_t, uint64_t> key_of_id;
+    auto take = [&](const CoordinatorOutput& out) {
+      ASSERT_TRUE(out.errors.empty()) << out.errors.front().message;
+      for (const auto& d : out.order.defines) key_of_id[d.cache_id] = d.desc.key;
+      for (const auto& g : out.order.groups) {
+        std::vector<uint64_t> keys;
+        for (const auto& e : g) keys.push_back(key_of_id.at(e.cache_id));
+        got.push_back(keys);
+        running.push_back(keys);
+      }
+    };
+    Nanos now = 0;
+    for (int step = 0; step < 40; ++step) {
+      now += static_cast<Nanos>(rng() % 700'000);
+      CoordinatorOutput out;
+      if (rng() % 3 != 0) {
+        // A few new partitions (sizes spanning small and big), reported by rank 0 first, then the others shuffled.
+        std::vector<ReadyReport> reps;
+        const int n = 1 + static_cast<int>(rng() % 6);
+        for (int i = 0; i < n; ++i) {
+          const uint64_t bytes = 4ull << (rng() % 12);
+          reps.push_back(report(desc(next_key++, 0, bytes), static_cast<int32_t>(rng() % 20)));
+        }
+        c.on_ready(0, reps, out);
+        std::vector<ReadyReport> last;
+        for (int r = 1; r < ranks; ++r) {
+          std::shuffle(reps.begin(), reps.end(), rng);
+          c.on_ready(r, reps, out);
+          last = reps;
+        }
+        for (const auto& rep : last) {  // ready everywhere in the last rank's order
+          const uint64_t seq = next_seq + (rep.desc.key - (next_key - n));
+          key_of_seq[seq] = rep.desc.key;
+          const PartRef part{seq, 0, rep.priority, seq, 0, rep.desc.bytes};
+          reference->on_task_arrived({seq, rep.priority, seq, rep.desc.bytes, std::span<const PartRef>(&part, 1)}, now);
+        }
+        next_seq += n;
+        reference->on_flush(now);
+      } else if (!running.empty()) {
+        // Rank 0 completes its oldest collective.
+        running.pop_front();
+        c.on_group_done(now);
+        reference->on_batch_done(ref_running.front(), now);
+        ref_running.pop_front();
+      }
+      c.flush(now, out);
+      take(out);
+      poll_reference(now);
+      ASSERT_EQ(keys_of(got), keys_of(want)) << policy_name(cfg.policy) << " seed " << seed << " step " << step;
+    }
+    EXPECT_GT(got.size(), 10u) << "the run ordered too little to compare";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPolicy, CoordinatorRunsThePolicy,
+                         ::testing::Values(PolicyKind::bytescheduler, PolicyKind::wfbp, PolicyKind::bsp,
+                                           PolicyKind::fusion, PolicyKind::mgwfbp),
+                         [](const auto& info) { return std::string(policy_name(info.param)); });
 
 }  // namespace
 }  // namespace commsched::collective

@@ -56,7 +56,7 @@ NegotiatorOptions options(int rank, int size, uint64_t fusion = 0, double timeou
   o.size = size;
   o.timeout_s = timeout_s;
   o.join_timeout_s = 20;
-  o.fusion_bytes = fusion;
+  o.policy.small_tensor_bytes = fusion;  // bytescheduler fuses small tensors up to this
   return o;
 }
 
@@ -212,7 +212,7 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
     EXPECT_EQ(g.log(0).failures.front().first, 9u);
     EXPECT_EQ(g.log(0).groups.size(), 1u) << "the credit let a second partition through before anything completed";
   }
-  g.rank(0).completed(64);
+  g.rank(0).completed();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
   g.rank(0).set_credit_bytes(0);  // no limit: the last one goes without another completion
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(4, 10s));

@@ -171,3 +171,41 @@ TEST(PsSlotTable, DeterministicModeSumsInRankOrder) {
     else EXPECT_EQ(s, (-1e8f + 1e8f) + 1.f);      // arrival order
   }
 }
+
+// One kernel set for every backend: the pairwise sum Gloo's reduction and the loopback backend call rounds exactly as
+// the server's accumulator kernels do (f32 sum, round to nearest even), in place too, for every element value pair
+// class (normals, subnormals, ties, overflow, NaN) and across the vector/tail boundary.
+TEST(PsKernels, PairwiseSumOfEveryBackendRoundsLikeTheServer) {
+  std::mt19937 rng(11);
+  for (DType t : {DType::f16, DType::bf16}) {
+    const size_t n = 4099;  // more than one scratch block, and a tail
+    std::vector<uint16_t> a(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = static_cast<uint16_t>(rng());
+      b[i] = static_cast<uint16_t>(rng());
+    }
+    std::vector<float> acc(n);
+    std::vector<uint16_t> want(n), got(n), in_place = a;
+    kernels::add2(t, acc.data(), a.data(), b.data(), n);
+    kernels::narrow(t, want.data(), acc.data(), n);
+    kernels::sum_pair(t, got.data(), a.data(), b.data(), n);
+    sum_into(t, in_place.data(), b.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const bool f16 = t == DType::f16;
+      const float x = f16 ? kernels::f16_to_f32(a[i]) : kernels::bf16_to_f32(a[i]);
+      const float y = f16 ? kernels::f16_to_f32(b[i]) : kernels::bf16_to_f32(b[i]);
+      const uint16_t ref = f16 ? kernels::f32_to_f16(x + y) : kernels::f32_to_bf16(x + y);
+      if (std::isnan(x + y)) {
+        const float w = f16 ? kernels::f16_to_f32(got[i]) : kernels::bf16_to_f32(got[i]);
+        EXPECT_TRUE(std::isnan(w)) << dtype_name(t) << " element " << i;
+      } else {
+        EXPECT_EQ(got[i], ref) << dtype_name(t) << " element " << i << std::hex << ": " << a[i] << " + " << b[i];
+      }
+      EXPECT_EQ(got[i], want[i]) << dtype_name(t) << " element " << i;
+      EXPECT_EQ(in_place[i], got[i]) << dtype_name(t) << " element " << i << " (in place)";
+    }
+  }
+  std::vector<int64_t> x{1, -2, 1ll << 40}, y{5, 7, 1};
+  sum_into(DType::i64, x.data(), y.data(), x.size());
+  EXPECT_EQ(x, (std::vector<int64_t>{6, 5, (1ll << 40) + 1}));
+}
