@@ -119,6 +119,7 @@ void GaussianProcess::condition() {
   const Eigen::Index n = y_.size();
   if (n == 0) {
     alpha_.resize(0);
+    llt_.reset();
     lml_ = 0.0;
     return;
   }
@@ -126,9 +127,9 @@ void GaussianProcess::condition() {
   k.diagonal().array() += hyper_.noise_variance;
   auto llt = factorise(k);
   if (!llt) throw std::runtime_error("GaussianProcess: kernel matrix is not positive definite even with jitter");
-  llt_ = std::move(*llt);
-  alpha_ = llt_.solve(y_);
-  const double log_det = 2.0 * llt_.matrixLLT().diagonal().array().log().sum();
+  llt_ = std::move(llt);
+  alpha_ = llt_->solve(y_);
+  const double log_det = 2.0 * llt_->matrixLLT().diagonal().array().log().sum();
   lml_ = -0.5 * y_.dot(alpha_) - 0.5 * log_det - 0.5 * static_cast<double>(n) * std::log(2.0 * std::numbers::pi);
 }
 
@@ -274,7 +275,7 @@ GpPredictionGrad GaussianProcess::predict_standardised(const Eigen::VectorXd& x)
     // d k / d x_i = -(5/3) sf2 (1 + sqrt5 r) exp(-sqrt5 r) (x_i - xj_i) / l_i^2 (smooth at r = 0).
     dk.row(j) = (-hyper_.signal_variance * matern52_slope(r) * (x - xj).array() * inv_l2).matrix().transpose();
   }
-  const Eigen::VectorXd w = llt_.solve(k_star);  // K^{-1} k*
+  const Eigen::VectorXd w = llt_->solve(k_star);  // K^{-1} k*
   out.mean = k_star.dot(alpha_);
   out.variance = std::max(hyper_.signal_variance - k_star.dot(w), 0.0);
   out.d_mean = dk.transpose() * alpha_;

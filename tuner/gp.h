@@ -101,7 +101,9 @@ class GaussianProcess {
   Eigen::VectorXd y_;  // standardised
   double y_mean_ = 0.0, y_scale_ = 1.0;
   GpHyper hyper_;
-  Eigen::LLT<Eigen::MatrixXd> llt_;
+  // Empty until the first factorisation: a default-constructed LLT has an uninitialised status that a move of the
+  // whole GaussianProcess would read (UBSan reports it).
+  std::optional<Eigen::LLT<Eigen::MatrixXd>> llt_;
   Eigen::VectorXd alpha_;  // (K + noise I)^{-1} y, by Cholesky solve
   double lml_ = 0.0;
 };

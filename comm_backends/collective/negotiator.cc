@@ -106,7 +106,8 @@ void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline)
     Fd fd = accept_tcp(listener.get());
     if (!fd.valid()) continue;
     tune_control_socket(fd.get(), opts_.timeout_s);
-    ByteReader r(read_frame_blocking(fd.get(), deadline, "negotiator rank 0: joining peer"), "hello");
+    const std::string frame = read_frame_blocking(fd.get(), deadline, "negotiator rank 0: joining peer");
+    ByteReader r(frame, "hello");  // reads through a view: the frame must outlive it
     if (read_type(r) != MsgType::hello) throw std::runtime_error("negotiator rank 0: a joining peer did not say hello");
     const int rank = r.get<int32_t>();
     const int size = r.get<int32_t>();
@@ -130,7 +131,8 @@ void Negotiator::join_as_worker(KvStore& store, Clock::time_point deadline) {
   peers_[0].fd = connect_tcp(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), deadline);
   tune_control_socket(peers_[0].fd.get(), opts_.timeout_s);
   send_all(peers_[0].fd.get(), encode_hello(opts_.rank, opts_.size), who(0));
-  ByteReader r(read_frame_blocking(peers_[0].fd.get(), deadline, who(0) + " (coordinator) during join"), "welcome");
+  const std::string frame = read_frame_blocking(peers_[0].fd.get(), deadline, who(0) + " (coordinator) during join");
+  ByteReader r(frame, "welcome");  // reads through a view: the frame must outlive it
   if (read_type(r) != MsgType::welcome) throw std::runtime_error(who(0) + ": expected welcome during join");
 }
 

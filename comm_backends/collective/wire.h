@@ -38,6 +38,8 @@ class ByteWriter {
 class ByteReader {
  public:
   ByteReader(std::string_view bytes, std::string what) : bytes_(bytes), what_(std::move(what)) {}
+  // A view of a temporary would dangle at the end of the declaration (ASan found two): name the frame first.
+  ByteReader(std::string&& bytes, std::string what) = delete;
   template <typename T>
   T get() {
     static_assert(std::is_trivially_copyable_v<T>);

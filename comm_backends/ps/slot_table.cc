@@ -1,10 +1,34 @@
 #include "comm_backends/ps/slot_table.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 
 namespace commsched::ps {
+namespace {
+
+class PooledBytes final : public Payload {
+ public:
+  PooledBytes(std::shared_ptr<std::byte> b, size_t n) : b_(std::move(b)), n_(n) {}
+  std::span<const std::byte> bytes() const override { return {b_.get(), n_}; }
+
+ private:
+  std::shared_ptr<std::byte> b_;
+  size_t n_;
+};
+
+// The kernels read elements through typed pointers, so a push must start at a multiple of its element size. ZeroMQ
+// hands small messages out of its shared receive buffer at any offset: those (and only those) are copied first.
+std::shared_ptr<Payload> element_aligned(std::shared_ptr<Payload> p, DType t, BufferPool& pool) {
+  if (!p || reinterpret_cast<uintptr_t>(p->bytes().data()) % dtype_size(t) == 0) return p;
+  const auto src = p->bytes();
+  auto copy = pool.acquire(std::max<size_t>(src.size(), 1));
+  std::memcpy(copy.get(), src.data(), src.size());
+  return std::make_shared<PooledBytes>(std::move(copy), src.size());
+}
+
+}  // namespace
 
 SlotTable::SlotTable(uint32_t num_workers, bool deterministic, Summer& summer, std::shared_ptr<BufferPool> pool)
     : num_workers_(num_workers), deterministic_(deterministic), summer_(summer), pool_(std::move(pool)) {}
@@ -96,7 +120,8 @@ void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payl
 }
 
 void SlotTable::accumulate(Slot& s, const Header& h, std::shared_ptr<Payload> p) {
-  if (h.codec) return accumulate_encoded(s, h, std::move(p));
+  if (h.codec) return accumulate_encoded(s, h, std::move(p));  // decoded with memcpy: any alignment
+  p = element_aligned(std::move(p), h.dtype, *pool_);
   if (deterministic_) {
     s.held[h.sender_rank] = std::move(p);
     return;
