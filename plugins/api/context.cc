@@ -3,18 +3,12 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "comm_backends/ps/ps_backend.h"
-#include "comm_backends/ps/ps_config.h"
+#include "comm_backends/comm_backend.h"
+#include "comm_backends/loopback/loopback_backend.h"
 #include "plugins/api/live_tuner.h"
 #include "plugins/api/option_catalogue.h"
 #include "scheduler/auto_knobs.h"
 #include "scheduler/policy_factory.h"
-#ifdef COMMSCHED_HAVE_GLOO
-#include "comm_backends/gloo/gloo_backend.h"
-#endif
-#ifdef COMMSCHED_HAVE_CUDA
-#include "comm_backends/nccl/nccl_backend.h"
-#endif
 
 namespace commsched {
 namespace {
@@ -35,31 +29,11 @@ BackendKind choose_backend(const ClusterEnv& env, const ContextOptions& options)
 #endif
 }
 
+// The backend registry (comm_backends/comm_backend.cc) owns the factories and their errors.
 std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& env) {
-  switch (kind) {
-    case BackendKind::ps:
-      if (env.num_servers < 1)
-        throw InvalidArgument("COMMSCHED_BACKEND=ps needs servers, but COMMSCHED_NUM_SERVERS=0 (use `commsched launch`)");
-      return std::make_shared<PsBackend>(env, PsConfig::from_env());
-    case BackendKind::loopback:
-      if (env.num_workers != 1)
-        throw InvalidArgument("COMMSCHED_BACKEND=loopback runs one process only, but COMMSCHED_NUM_WORKERS=" +
-                              std::to_string(env.num_workers));
-      return make_loopback_group(1).front();
-    case BackendKind::gloo:
-#ifdef COMMSCHED_HAVE_GLOO
-      return std::make_shared<GlooBackend>(env);
-#else
-      throw InvalidArgument("COMMSCHED_BACKEND=gloo, but this build has no Gloo (install libgloo-dev and rebuild)");
-#endif
-    case BackendKind::nccl:
-#ifdef COMMSCHED_HAVE_CUDA
-      return std::make_shared<NcclBackend>(env);
-#else
-      throw InvalidArgument("COMMSCHED_BACKEND=nccl, but this build has no CUDA/NCCL");
-#endif
-  }
-  throw std::logic_error("unknown backend kind");
+  const BackendInfo* info = find_backend(backend_kind_name(kind));
+  if (!info) throw std::logic_error("backend '" + std::string(backend_kind_name(kind)) + "' is not registered");
+  return info->make(env);
 }
 
 }  // namespace

@@ -50,17 +50,9 @@ class CudaMemory final : public DeviceMemory {
 };
 #endif
 
+// Built the way the product builds it: through the backend registry.
 std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& env) {
-  switch (kind) {
-    case BackendKind::ps: return std::make_shared<PsBackend>(env, PsConfig::from_env());
-#if COMMSCHED_HAVE_GLOO
-    case BackendKind::gloo: return std::make_shared<GlooBackend>(env);
-#endif
-#if COMMSCHED_HAVE_CUDA
-    case BackendKind::nccl: return std::make_shared<NcclBackend>(env);
-#endif
-    default: throw InvalidArgument("backend '" + std::string(backend_kind_name(kind)) + "' is not built into this binary");
-  }
+  return find_backend(backend_kind_name(kind))->make(env);
 }
 
 std::unique_ptr<DeviceMemory> memory_for(BackendKind kind, size_t bytes, [[maybe_unused]] CommBackend& backend) {
