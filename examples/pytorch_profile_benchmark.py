@@ -74,7 +74,7 @@ def main():
     result = {"profile": model.profile_name, "policy": ctx.policy, "cross_iteration": bool(optimizer.cross_iteration),
               "workers": hvd.size(), "gradient_mib": model.gradient_bytes / 2**20, "compute_ms": model.compute_s * 1e3,
               "step_ms": sum(ms) / len(ms), "step_ms_ci95": ci95(ms), "steps": a.steps, "tuned": bool(a.tune),
-              "tuning_steps": tuning_steps, "knobs": list(ctx.knobs())}
+              "tuning_steps": tuning_steps, "knobs": dict(ctx.knobs())}
     if hvd.rank() == 0:
         print(f"{result['profile']}: {result['policy']}{' + cross-iteration' if result['cross_iteration'] else ''}, "
               f"{hvd.size()} workers: {result['step_ms']:.1f} +- {result['step_ms_ci95']:.1f} ms/step "

@@ -119,7 +119,7 @@ def main():
         "step_ms": mean_s * 1e3, "step_ms_ci95": ci_s * 1e3,
         "images_per_s": a.batch_size * hvd.size() / mean_s, "loss_first": first, "loss_last": last,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "knobs": list(ctx.knobs()), "tuning_steps": tuning_steps, "tuner_trials": tuner["trials"],
+        "knobs": dict(ctx.knobs()), "tuning_steps": tuning_steps, "tuner_trials": tuner["trials"],
     }
     if hvd.rank() == 0:
         print(f"{summary['policy']}{' + cross-iteration' if summary['cross_iteration'] else ''} on "

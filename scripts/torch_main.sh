@@ -42,7 +42,7 @@ rows = (("wfbp (baseline)", base), ("bytescheduler + cross-iteration", sched),
 for label, r in rows:
     print(f"{label:40} {r['step_ms']:9.1f} {r['step_ms_ci95']:8.1f} {r['images_per_s']:8.1f} "
           f"{r['loss_first']:7.3f}->{r['loss_last']:.3f}")
-p, c = tuned["knobs"]
+p, c = tuned["knobs"]["partition_bytes"], tuned["knobs"]["credit_bytes"]
 print(f"auto-tuner: {tuned['tuner_trials']} trials in {tuned['tuning_steps']} steps, kept partition {size(p)}, "
       f"credit {size(c)}")
 for label, r in rows[1:]:

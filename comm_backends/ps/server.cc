@@ -60,7 +60,7 @@ void Server::setup() {
     peers_[root_] = Peer{PeerRole::server, 0, Clock::time_point{}, false};  // heard: unset until it speaks
     send_text(*transport_, root_, header(MsgType::hello), endpoint_);
   }
-  log("listening on " + endpoint_ + "; " + env_.describe() + (authenticated_ ? "; authenticated (CURVE)" : "") +
+  log("listening on " + endpoint_ + "; " + env_.describe() + (authentication_.empty() ? "" : "; authenticated (" + authentication_ + ")") +
       (cfg_.deterministic ? "; deterministic sums" : "") +
       (cfg_.emulate_rate_bps > 0 ? "; EMULATED link rate " + std::to_string(cfg_.emulate_rate_bps / 1e9) + " Gbit/s"
                                  : ""));
@@ -322,7 +322,9 @@ int run_server(const ClusterEnv& env, const PsConfig& cfg, bool owns_process) {
   opts.io_threads = cfg.io_threads;
   opts.auth_secret = ClusterAuth::from_env().secret_for(ps::bind_host(env));
   ps::Server server(env, cfg, ps::make_transport(cfg.transport, opts));
-  server.set_authenticated(!opts.auth_secret.empty());
+  if (!opts.auth_secret.empty())
+    server.set_authentication(cfg.transport == "ucx" ? "shared-secret HMAC handshake; UCX data not encrypted"
+                                                     : "CURVE; encrypted");
   if (owns_process)
     server.on_failure([rank = env.rank] {
       std::thread([rank] {

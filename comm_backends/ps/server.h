@@ -40,8 +40,8 @@ class Server {
   int run();
   // Called once, on the server's thread, when the server fails (after the error is logged).
   void on_failure(std::function<void()> hook) { failure_hook_ = std::move(hook); }
-  // For the log: whether the transport authenticates peers (TransportOptions::auth_secret).
-  void set_authenticated(bool on) { authenticated_ = on; }
+  // How the transport authenticates peers, for the log ("" : not at all).
+  void set_authentication(std::string how) { authentication_ = std::move(how); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -89,7 +89,7 @@ class Server {
   std::vector<PeerId> worker_peer_;            // by rank
   bool rendezvous_done_ = false;
   bool failed_ = false;
-  bool authenticated_ = false;
+  std::string authentication_;
   std::string failure_;
   std::function<void()> failure_hook_;
   Clock::time_point next_tick_;
