@@ -38,6 +38,9 @@ def test_pytorch_train_auto_tunes_live(tmp_path):
     assert rc == 0, log
     r = json.loads(result.read_text())
     assert r["tuner_trials"] == 4 and r["tuning_steps"] >= 4, r
+    # The kept knobs by name, in bytes (what scripts/torch_main.sh prints).
+    assert set(r["knobs"]) == {"partition_bytes", "credit_bytes"}, r
+    assert all(isinstance(v, int) and v >= 0 for v in r["knobs"].values()), r
     assert "keeping partition" in log, log
     rows = (tmp_path / "trials.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 4, rows  # header + one row per trial, written by rank 0 only
