@@ -2,9 +2,11 @@
 #include "comm_backends/comm_backend.h"
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/ps_config.h"
+#include "scheduler/config.h"
 #ifdef COMMSCHED_HAVE_GLOO
 #include "comm_backends/gloo/gloo_backend.h"
 #endif
@@ -28,30 +30,38 @@ constexpr bool kHaveNccl =
     false;
 #endif
 
-std::shared_ptr<CommBackend> make_ps(const ClusterEnv& env) {
+std::shared_ptr<CommBackend> make_ps(const ClusterEnv& env, const EngineConfig&) {
   if (env.num_servers < 1)
     throw InvalidArgument("COMMSCHED_BACKEND=ps needs servers, but COMMSCHED_NUM_SERVERS=0 (use `commsched launch`)");
   return std::make_shared<PsBackend>(env, PsConfig::from_env());
 }
 
-std::shared_ptr<CommBackend> make_loopback(const ClusterEnv& env) {
+std::shared_ptr<CommBackend> make_loopback(const ClusterEnv& env, const EngineConfig&) {
   if (env.num_workers != 1)
     throw InvalidArgument("COMMSCHED_BACKEND=loopback runs one process only, but COMMSCHED_NUM_WORKERS=" +
                           std::to_string(env.num_workers));
   return make_loopback_group(1).front();
 }
 
-std::shared_ptr<CommBackend> make_gloo([[maybe_unused]] const ClusterEnv& env) {
+// The collective backends: rank 0's coordinator runs the policy the engines run (not the environment's, which an
+// explicit config, e.g. Python's init(policy=...), may override).
+[[maybe_unused]] collective::CollectiveOptions collective_options(const EngineConfig& engine) {
+  auto o = collective::CollectiveOptions::from_env();
+  o.policy = engine;
+  return o;
+}
+
+std::shared_ptr<CommBackend> make_gloo([[maybe_unused]] const ClusterEnv& env, [[maybe_unused]] const EngineConfig& engine) {
 #ifdef COMMSCHED_HAVE_GLOO
-  return std::make_shared<GlooBackend>(env);
+  return std::make_shared<GlooBackend>(env, collective_options(engine));
 #else
   throw InvalidArgument("COMMSCHED_BACKEND=gloo, but this build has no Gloo (install libgloo-dev and rebuild)");
 #endif
 }
 
-std::shared_ptr<CommBackend> make_nccl([[maybe_unused]] const ClusterEnv& env) {
+std::shared_ptr<CommBackend> make_nccl([[maybe_unused]] const ClusterEnv& env, [[maybe_unused]] const EngineConfig& engine) {
 #ifdef COMMSCHED_HAVE_CUDA
-  return std::make_shared<NcclBackend>(env);
+  return std::make_shared<NcclBackend>(env, collective_options(engine));
 #else
   throw InvalidArgument("COMMSCHED_BACKEND=nccl, but this build has no CUDA/NCCL");
 #endif

@@ -60,6 +60,7 @@ class CommBackend {
 };
 
 struct ClusterEnv;
+struct EngineConfig;
 
 // The backend registry: every backend, whether this build carries it, what it moves and its factory. The composition
 // root (plugins/api), the option registry (COMMSCHED_BACKEND's allowed values) and Python's *_built() read it; a new
@@ -72,8 +73,9 @@ struct BackendInfo {
   std::vector<Op> ops;           // operations it carries (CommBackend::supports says the same per object)
   std::vector<Device> devices;   // buffers it carries
   // Connects this process (blocks for the rendezvous); throws InvalidArgument when the cluster does not fit it or the
-  // build lacks it.
-  std::shared_ptr<CommBackend> (*make)(const ClusterEnv& env) = nullptr;
+  // build lacks it. `engine` is the engines' config: a collective backend's rank 0 runs the same policy over every
+  // rank's ready partitions.
+  std::shared_ptr<CommBackend> (*make)(const ClusterEnv& env, const EngineConfig& engine) = nullptr;
 };
 
 std::span<const BackendInfo> backend_registry();

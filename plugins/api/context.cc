@@ -30,10 +30,10 @@ BackendKind choose_backend(const ClusterEnv& env, const ContextOptions& options)
 }
 
 // The backend registry (comm_backends/comm_backend.cc) owns the factories and their errors.
-std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& env) {
+std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& env, const EngineConfig& config) {
   const BackendInfo* info = find_backend(backend_kind_name(kind));
   if (!info) throw std::logic_error("backend '" + std::string(backend_kind_name(kind)) + "' is not registered");
-  return info->make(env);
+  return info->make(env, config);
 }
 
 }  // namespace
@@ -71,7 +71,7 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
     const std::string why = apply_auto_knobs(config_, {env_.num_workers, env_.num_servers});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << '\n';
   }
-  if (!backend) backend = make_backend(backend_kind_, env_);
+  if (!backend) backend = make_backend(backend_kind_, env_, config_);
   rank_ = backend->rank();
   size_ = backend->size();
   engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_);

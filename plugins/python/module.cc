@@ -163,7 +163,7 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Context>(m, "Context")
       .def(py::init([](std::map<std::string, std::string> engine, std::string backend, std::optional<bool> tune,
                        std::optional<std::map<std::string, py::object>> cluster) {
-             ContextOptions o{std::move(engine), std::move(backend), tune, std::nullopt};
+             ContextOptions o{std::move(engine), std::move(backend), tune, std::nullopt, {}, {}};
              if (cluster) o.cluster = cluster_from_dict(*cluster);
              py::gil_scoped_release release;  // the rendezvous blocks
              return std::make_unique<Context>(o);

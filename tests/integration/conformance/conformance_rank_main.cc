@@ -52,7 +52,7 @@ class CudaMemory final : public DeviceMemory {
 
 // Built the way the product builds it: through the backend registry.
 std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& env) {
-  return find_backend(backend_kind_name(kind))->make(env);
+  return find_backend(backend_kind_name(kind))->make(env, EngineConfig::from_env());
 }
 
 std::unique_ptr<DeviceMemory> memory_for(BackendKind kind, size_t bytes, [[maybe_unused]] CommBackend& backend) {
