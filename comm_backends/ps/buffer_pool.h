@@ -10,6 +10,8 @@
 #include <mutex>
 #include <vector>
 
+#include "comm_backends/ps/transport.h"
+
 namespace commsched::ps {
 
 class BufferPool : public std::enable_shared_from_this<BufferPool> {
@@ -28,6 +30,18 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   mutable std::mutex mu_;
   std::map<size_t, std::vector<std::byte*>> idle_;  // size class -> idle buffers
   uint64_t allocated_ = 0;
+};
+
+// A received message's bytes in a pooled buffer: the buffer goes back to the pool when the last reference does.
+// Used by the transports that receive into pool buffers and by the server when it must copy a payload.
+class PooledPayload final : public Payload {
+ public:
+  PooledPayload(std::shared_ptr<std::byte> buf, size_t size) : buf_(std::move(buf)), size_(size) {}
+  std::span<const std::byte> bytes() const override { return {buf_.get(), size_}; }
+
+ private:
+  std::shared_ptr<std::byte> buf_;
+  size_t size_;
 };
 
 }  // namespace commsched::ps

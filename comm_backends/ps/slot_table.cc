@@ -8,16 +8,6 @@
 namespace commsched::ps {
 namespace {
 
-class PooledBytes final : public Payload {
- public:
-  PooledBytes(std::shared_ptr<std::byte> b, size_t n) : b_(std::move(b)), n_(n) {}
-  std::span<const std::byte> bytes() const override { return {b_.get(), n_}; }
-
- private:
-  std::shared_ptr<std::byte> b_;
-  size_t n_;
-};
-
 // The kernels read elements through typed pointers, so a push must start at a multiple of its element size. ZeroMQ
 // hands small messages out of its shared receive buffer at any offset: those (and only those) are copied first.
 std::shared_ptr<Payload> element_aligned(std::shared_ptr<Payload> p, DType t, BufferPool& pool) {
@@ -25,7 +15,7 @@ std::shared_ptr<Payload> element_aligned(std::shared_ptr<Payload> p, DType t, Bu
   const auto src = p->bytes();
   auto copy = pool.acquire(std::max<size_t>(src.size(), 1));
   std::memcpy(copy.get(), src.data(), src.size());
-  return std::make_shared<PooledBytes>(std::move(copy), src.size());
+  return std::make_shared<PooledPayload>(std::move(copy), src.size());
 }
 
 }  // namespace

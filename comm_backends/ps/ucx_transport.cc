@@ -146,16 +146,6 @@ std::string lanes_of(ucp_ep_h ep) {
   return out.empty() ? "?" : out;
 }
 
-class PooledPayload final : public Payload {
- public:
-  PooledPayload(std::shared_ptr<std::byte> buf, size_t size) : buf_(std::move(buf)), size_(size) {}
-  std::span<const std::byte> bytes() const override { return {buf_.get(), size_}; }
-
- private:
-  std::shared_ptr<std::byte> buf_;
-  size_t size_;
-};
-
 class UcxTransport;
 
 struct OutMsg {  // one message until UCX lets go of its payload
