@@ -2,38 +2,108 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 namespace commsched {
 namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
-constexpr uint64_t kPartition = 256 * KiB;          // up to 16 workers
-constexpr uint64_t kSmallestPartition = 64 * KiB;  // below this, per-message costs of the real PS start to show
 
-uint64_t credit_for(uint64_t partition, int workers) { return partition * uint64_t(workers + 1); }
+// Parameter server.
+constexpr uint64_t kPsPartition = 256 * KiB;          // up to 16 workers
+constexpr uint64_t kPsSmallestPartition = 64 * KiB;  // below this, per-message costs of the real PS start to show
+
+// All-reduce.
+constexpr double kLatencyShare = 32;  // a partition's ring latency <= 1/32 of its bytes' time
+constexpr uint64_t kRingSmallestPartition = Knobs{}.partition_bytes;
+constexpr uint64_t kRingLargest = 1024 * MiB;  // partitions and fused batches
+constexpr uint64_t kOneBatchInFlight = 1;      // a credit below any partition: one batch at a time
+
+bool has_servers(const ClusterShape& s) { return s.servers > 0; }
+
+uint64_t ps_credit_for(uint64_t partition, int workers) { return partition * uint64_t(workers + 1); }
+
+uint64_t ps_partition(int workers) {
+  // 256 KiB up to 16 workers, then halved for every doubling of W, down to 64 KiB.
+  const uint64_t w = std::bit_floor(uint64_t(workers));
+  return std::max(kPsSmallestPartition, w <= 16 ? kPsPartition : kPsPartition * 16 / w);
+}
+
+MessageCost ring_cost(const ClusterShape& s) {
+  return ring_allreduce_cost(s.workers, s.link_bps > 0 ? s.link_bps : kAssumedLinkBps,
+                             s.step_latency_s > 0 ? s.step_latency_s : kAssumedStepLatencyS);
+}
+
+uint64_t ring_partition(const ClusterShape& s) {
+  const MessageCost c = ring_cost(s);
+  const double amortising = kLatencyShare * c.alpha_s / c.beta_s_per_byte;
+  const uint64_t wanted =
+      amortising >= double(kRingLargest) ? kRingLargest : std::bit_ceil(uint64_t(std::ceil(amortising)));
+  return std::clamp(wanted, kRingSmallestPartition, kRingLargest);
+}
+
+uint64_t ring_fusion_for(uint64_t partition) { return partition == 0 ? 0 : std::min(2 * partition, kRingLargest); }
+
+std::string describe_ring(const ClusterShape& s) {
+  const MessageCost c = ring_cost(s);
+  return "knobs for a " + std::to_string(s.workers) + "-worker all-reduce (ring latency " +
+         std::to_string(int64_t(std::llround(c.alpha_s * 1e6))) + " us" +
+         (s.link_bps > 0 ? "" : ", link assumed " + std::to_string(int(kAssumedLinkBps / 1e9)) + " Gbit/s") + "): ";
+}
+
+// The log line: what was chosen, what was set, and why.
+std::string explain(const EngineConfig& config, const ClusterShape& shape, bool fusion_automatic) {
+  const bool ring = !has_servers(shape);
+  const uint64_t credit = config.knobs.credit_bytes;
+  const std::string credit_why = ring ? "the collectives run one at a time; what queues meanwhile is fused"
+                                      : "one partition from every worker plus one";
+  std::string why = ring ? describe_ring(shape)
+                         : "knobs for " + std::to_string(shape.workers) + " workers x " +
+                               std::to_string(shape.servers) + " servers: ";
+  why += "partition " + format_bytes(config.knobs.partition_bytes) +
+         (config.partition_set ? " (set)" : " (automatic)") + ", credit " +
+         (credit == kOneBatchInFlight ? std::string("one batch in flight")
+          : credit != 0               ? format_bytes(credit)
+                                      : std::string("unlimited")) +
+         (config.credit_set ? " (set)" : " (automatic: " + credit_why + ")");
+  if (fusion_automatic)
+    why += ", tensors fused up to " + format_bytes(config.small_tensor_bytes) +
+           " (automatic: each collective pays the ring latency)";
+  return why;
+}
 
 }  // namespace
 
-Knobs auto_knobs(const ClusterShape& shape) {
-  if (shape.servers <= 0 || shape.workers <= 1) return Knobs{};
-  // 256 KiB up to 16 workers, then halved for every doubling of W, down to 64 KiB.
-  const uint64_t w = std::bit_floor(uint64_t(shape.workers));
-  const uint64_t partition = std::max(kSmallestPartition, w <= 16 ? kPartition : kPartition * 16 / w);
-  return Knobs{partition, credit_for(partition, shape.workers)};
+MessageCost ring_allreduce_cost(int workers, double link_bps, double step_latency_s) {
+  if (workers <= 1) return {0, 0};  // nothing to exchange
+  const double n = workers;
+  return {2 * (n - 1) * step_latency_s, 2 * (n - 1) / n * 8.0 / link_bps};
+}
+
+AutoKnobs auto_knobs(const ClusterShape& shape) {
+  if (shape.workers <= 1) return AutoKnobs{};
+  if (has_servers(shape)) {
+    const uint64_t partition = ps_partition(shape.workers);
+    return {Knobs{partition, ps_credit_for(partition, shape.workers)}, 0};
+  }
+  const uint64_t partition = ring_partition(shape);
+  return {Knobs{partition, kOneBatchInFlight}, ring_fusion_for(partition)};
 }
 
 std::string apply_auto_knobs(EngineConfig& config, const ClusterShape& shape) {
-  if (shape.servers <= 0 || shape.workers <= 1 || (config.partition_set && config.credit_set)) return {};
-  const Knobs automatic = auto_knobs(shape);
-  if (!config.partition_set) config.knobs.partition_bytes = automatic.partition_bytes;
+  if (shape.workers <= 1) return {};
+  const bool ring = !has_servers(shape);
+  const bool fusion_automatic = ring && config.small_tensor_bytes == 0;
+  if (config.partition_set && config.credit_set && !fusion_automatic) return {};
+  const AutoKnobs automatic = auto_knobs(shape);
+  if (!config.partition_set) config.knobs.partition_bytes = automatic.knobs.partition_bytes;
+  const uint64_t partition = config.knobs.partition_bytes;
   if (!config.credit_set)
-    config.knobs.credit_bytes = config.knobs.partition_bytes == 0 ? 0 : credit_for(config.knobs.partition_bytes,
-                                                                                   shape.workers);
-  return "knobs for " + std::to_string(shape.workers) + " workers x " + std::to_string(shape.servers) +
-         " servers: partition " + format_bytes(config.knobs.partition_bytes) +
-         (config.partition_set ? " (set)" : " (automatic)") + ", credit " +
-         (config.knobs.credit_bytes ? format_bytes(config.knobs.credit_bytes) : std::string("unlimited")) +
-         (config.credit_set ? " (set)" : " (automatic: one partition from every worker plus one)");
+    config.knobs.credit_bytes = ring ? kOneBatchInFlight : partition == 0 ? 0 : ps_credit_for(partition, shape.workers);
+  if (fusion_automatic)
+    config.small_tensor_bytes = partition == 0 ? automatic.small_tensor_bytes : ring_fusion_for(partition);
+
+  return explain(config, shape, fusion_automatic);
 }
 
 }  // namespace commsched

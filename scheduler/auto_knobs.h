@@ -1,11 +1,11 @@
-// Knobs chosen from the cluster's shape when the user sets none: what the engine starts with on a parameter server,
-// and what the simulator reports as the scheduler "with automatic knobs" (the same function, so the two agree).
+// Knobs chosen from the cluster's shape when the user sets none: what the engine starts with, and what the simulator
+// reports as the scheduler "with automatic knobs" (the same functions, so the two agree).
 //
-// Why they depend on the shape. On a parameter server every worker pushes each partition into the same server, so
-// that server's downlink takes all W pushes of it one after another: a worker's push is acknowledged (and its credit
-// released) up to W * partition / rate after it left. A worker whose credit is smaller than about W partitions
-// therefore stalls with its own uplink idle, and only credit/partition servers are busy at a time (in the simulator,
-// 4 MiB partitions and 16 MiB credit keep the links of 16 workers 58% busy; bench/RESULTS.md). So:
+// Parameter server. Every worker pushes each partition into the same server, so that server's downlink takes all W
+// pushes of it one after another: a worker's push is acknowledged (and its credit released) up to W * partition /
+// rate after it left. A worker whose credit is smaller than about W partitions therefore stalls with its own uplink
+// idle, and only credit/partition servers are busy at a time (in the simulator, 4 MiB partitions and 16 MiB credit
+// keep the links of 16 workers 58% busy; bench/RESULTS.md). So:
 //   - credit covers one partition from every worker plus the next: (W + 1) partitions;
 //   - partitions are small, 256 KiB up to 16 workers and halving per doubling beyond (64 KiB from 64 workers on),
 //     so that the incast latency W * partition / rate, which every tensor pays at least once, stays small and a
@@ -14,8 +14,28 @@
 //     better; at 64 workers 64 KiB reached the dependency bound within 10% in 20 of 20 cells, 128 KiB in 18, and
 //     with a 256 KiB floor ResNet-50 at 256 workers was 2.0x the bound (1.3x at 64 KiB). The simulator does not
 //     charge per-message CPU, which the floor guards against (bench/RESULTS.md, issue 12).
-// All-reduce backends (no servers) keep the fixed defaults: their cost is the collective's, not an incast.
+//
+// All-reduce (no servers: Gloo, NCCL). A ring all-reduce of b bytes over n workers takes
+//   alpha + beta * b,   alpha = 2(n-1) * step latency,   beta = 2(n-1)/n / link rate,
+// so the latency, which grows with n, must be amortised by the message. The collectives run one at a time (the ring
+// pipelines its own chunks, so one collective keeps every link busy), which gives the three knobs:
+//   - partition: the smallest power of two that pays at most 1/32 of its bytes' time in latency,
+//     kLatencyShare * alpha / beta = 32 * n * step latency * rate (in bytes), within [4 MiB, 1 GiB]; at 256 workers,
+//     5 us per step and 10 Gbit/s that is 64 MiB, where the fixed 4 MiB pays 2.55 ms of latency per 6.7 ms of bytes;
+//   - credit: one batch in flight. A free credit would start every small tensor as a collective of its own, each
+//     paying alpha; with one batch in flight whatever becomes ready meanwhile waits and is fused into the next one,
+//     so batches grow with the backlog and stay small (urgent) when the queue is short. The next batch is ordered the
+//     moment the running one ends: the pipe stays full;
+//   - small-tensor fusion bound: two partitions (the fused batch amortises its latency as well as a partition).
+// In the simulator (5 profiles x 1-100 Gbit/s x 8-256 workers, bench/RESULTS.md) latency shares of 1/8 and 1/16 left
+// ResNet-50 at 256 workers 1.3-2x the bound, 1/32 with fusion bounds of 2 partitions reached it within 10% in 74 of
+// 80 cells and was never below 0.98x the best baseline; a credit of one partition instead lost to Horovod-style
+// fusion by up to 3x at 256 workers (every small tensor its own collective). The 4 MiB floor is the fixed default:
+// below it the per-call costs of the real collectives, which the ring model leaves out, dominate.
 #pragma once
+
+#include <cstdint>
+#include <string>
 
 #include "scheduler/config.h"
 
@@ -24,14 +44,37 @@ namespace commsched {
 struct ClusterShape {
   int workers = 1;
   int servers = 0;  // 0: no parameter server (all-reduce or loopback)
+  // The all-reduce link: rate per worker (bits/s) and latency per ring step. 0: unknown, the assumed values below.
+  double link_bps = 0;
+  double step_latency_s = 0;
 };
 
-// The automatic knobs for a cluster of this shape.
-Knobs auto_knobs(const ClusterShape& shape);
+inline constexpr double kAssumedLinkBps = 10e9;       // when ClusterShape::link_bps is 0
+inline constexpr double kAssumedStepLatencyS = 5e-6;  // when ClusterShape::step_latency_s is 0
 
-// Replaces the knobs the configuration did not set explicitly (EngineConfig::partition_set / credit_set) with the
-// automatic ones; an explicit partition keeps its size and gets the automatic credit for it. Returns a one-line
-// explanation for the log, or an empty string when nothing was automatic.
+// One message's cost on a network: alpha + beta * bytes (MG-WFBP's planner and the simulator use the same form).
+struct MessageCost {
+  double alpha_s = 0;
+  double beta_s_per_byte = 0;
+};
+
+// A ring all-reduce over `workers` workers: 2(n-1) steps of `step_latency_s`, 2(n-1)/n of the bytes over the link.
+// The simulator's ring model (simulator/network.h) charges exactly this.
+MessageCost ring_allreduce_cost(int workers, double link_bps, double step_latency_s);
+
+// What the automatic choice sets.
+struct AutoKnobs {
+  Knobs knobs;
+  uint64_t small_tensor_bytes = 0;  // 0: the policy's (or the collective's) default fusion
+};
+
+// The automatic knobs for a cluster of this shape: the parameter server's rule when it has servers, the all-reduce
+// rule otherwise; the fixed defaults with one worker.
+AutoKnobs auto_knobs(const ClusterShape& shape);
+
+// Replaces the knobs the configuration did not set explicitly (EngineConfig::partition_set / credit_set, a
+// small-tensor bound of 0) with the automatic ones; an explicit partition keeps its size and gets the automatic credit
+// for it. Returns a one-line explanation for the log, or an empty string when nothing was automatic.
 std::string apply_auto_knobs(EngineConfig& config, const ClusterShape& shape);
 
 }  // namespace commsched

@@ -78,8 +78,8 @@ sim::GridSpec to_spec(const BenchArgs& a) {
   for (int w : s.workers)
     if (w < 1) throw InvalidArgument("--workers: " + std::to_string(w) + " (must be >= 1)");
   s.servers = a.servers;
-  if (a.network != "ps" && a.network != "allreduce")
-    throw InvalidArgument("--network: '" + a.network + "' (allowed: ps, allreduce)");
+  if (a.network != "ps" && a.network != "allreduce" && a.network != "ring")
+    throw InvalidArgument("--network: '" + a.network + "' (allowed: ps, allreduce or its alias ring)");
   s.network = a.network == "ps" ? sim::NetworkKind::ps : sim::NetworkKind::allreduce;
   s.latency_s = parse_seconds("--latency", a.latency);
   s.ps_chunk_bytes = a.ps_chunk == "0" ? 0 : parse_bytes("--ps-chunk", a.ps_chunk);
@@ -297,7 +297,7 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   b->add_option("--bandwidths", args->bandwidths, "link rates, e.g. 1Gbit,10Gbit")->delimiter(',')->capture_default_str();
   b->add_option("--workers", args->workers, "worker counts")->delimiter(',')->capture_default_str();
   b->add_option("--servers", args->servers, "PS servers (0: one per worker)")->capture_default_str();
-  b->add_option("--network", args->network, "ps or allreduce")->capture_default_str();
+  b->add_option("--network", args->network, "ps, or allreduce (alias ring: ring all-reduce)")->capture_default_str();
   b->add_option("--latency", args->latency, "PS one-way latency per message")->capture_default_str();
   b->add_option("--ps-chunk", args->ps_chunk, "PS messages above this stream in chunks (0: never)")
       ->capture_default_str();

@@ -7,6 +7,7 @@
 
 #include "simulator/sim_policy.h"
 #include "scheduler/auto_knobs.h"
+#include "scheduler/policy_factory.h"
 #include "tuner/bayes_opt.h"
 
 namespace commsched::sim {
@@ -51,46 +52,114 @@ struct Candidate {
   std::string knobs;
 };
 
-std::string describe_knobs(const EngineConfig& c, bool one_batch) {
-  const std::string credit = one_batch ? "one batch in flight" : "credit " + format_bytes(c.knobs.credit_bytes);
-  return "partition " + format_bytes(c.knobs.partition_bytes) + ", " + credit +
-         (c.small_tensor_bytes ? ", fuse <= " + format_bytes(c.small_tensor_bytes) : "");
+double log_scale(double lo, double hi, double v) { return lo * std::pow(hi / lo, std::clamp(v, 0.0, 1.0)); }
+
+// The first fifth of the tuner's credit and fusion coordinates mean "one batch in flight" and "fusion off", so the
+// optimiser can reach both.
+constexpr double kOffBand = 0.2;
+
+// A knob the grid searches, named by the engine option it sets. A policy's candidates are the product of the axes of
+// the options it reads (PolicyInfo::options), applied in this table's order (credit is a multiple of the partition);
+// an option without an axis keeps spec.base's value. So a new policy that reads these options is searched, and one
+// that reads none runs once, without an edit here.
+struct Axis {
+  std::string_view option;
+  std::vector<EngineConfig> (*grid)(const GridSpec&, const EngineConfig&);  // the knob grid's values
+  void (*tune)(const GridSpec&, double u, EngineConfig&);                    // the tuner's coordinate u in [0, 1]
+};
+
+const Axis kAxes[] = {
+    {"partition_bytes",
+     [](const GridSpec& spec, const EngineConfig& c) {
+       std::vector<EngineConfig> out;
+       for (uint64_t part : spec.partitions) (out.emplace_back(c)).knobs.partition_bytes = part;
+       return out;
+     },
+     [](const GridSpec& spec, double u, EngineConfig& c) {
+       const auto part = static_cast<uint64_t>(
+           log_scale(double(spec.tune_min_partition), double(spec.tune_max_partition), u));
+       c.knobs.partition_bytes = std::max<uint64_t>(4096, part / 4096 * 4096);
+     }},
+    {"credit_bytes",
+     [](const GridSpec& spec, const EngineConfig& c) {
+       std::vector<EngineConfig> out;
+       // A credit below one partition still lets one batch go when nothing is in flight: one message at a time.
+       for (double mult : spec.credit_multipliers)
+         (out.emplace_back(c)).knobs.credit_bytes =
+             std::max<uint64_t>(1, static_cast<uint64_t>(double(c.knobs.partition_bytes) * mult));
+       return out;
+     },
+     [](const GridSpec&, double u, EngineConfig& c) {
+       const double mult = u < kOffBand ? 0 : log_scale(1, 16, (u - kOffBand) / (1 - kOffBand));
+       c.knobs.credit_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(double(c.knobs.partition_bytes) * mult));
+     }},
+    {"small_tensor_bytes",
+     [](const GridSpec& spec, const EngineConfig& c) {
+       std::vector<EngineConfig> out;
+       for (uint64_t small : spec.small_tensor_bytes) (out.emplace_back(c)).small_tensor_bytes = small;
+       return out;
+     },
+     [](const GridSpec&, double u, EngineConfig& c) {
+       c.small_tensor_bytes =
+           u < kOffBand ? 0 : static_cast<uint64_t>(log_scale(64 << 10, 512 << 20, (u - kOffBand) / (1 - kOffBand)));
+     }},
+};
+
+bool reads(const PolicyInfo& info, std::string_view option) {
+  return std::find(info.options.begin(), info.options.end(), option) != info.options.end();
 }
 
-// A point of the tuner's unit cube as ByteScheduler knobs (see GridSpec::tune_trials). The first fifth of the credit
-// and fusion coordinates mean "one batch in flight" and "fusion off", so the optimiser can reach both.
-Candidate knobs_at(const GridSpec& spec, const EngineConfig& base, const std::vector<double>& u) {
-  auto log_scale = [](double lo, double hi, double v) { return lo * std::pow(hi / lo, std::clamp(v, 0.0, 1.0)); };
-  constexpr double kOffBand = 0.2;
+std::vector<const Axis*> axes_of(const PolicyInfo& info) {
+  std::vector<const Axis*> out;
+  for (const Axis& a : kAxes)
+    if (reads(info, a.option)) out.push_back(&a);
+  return out;
+}
+
+// How one option's value reads in a result table; empty: not shown (the simulator sets MG-WFBP's cost model from
+// the network, and the stall guard is not a knob).
+std::string describe_option(std::string_view option, const EngineConfig& c) {
+  if (option == "partition_bytes") return "partition " + format_bytes(c.knobs.partition_bytes);
+  if (option == "credit_bytes")
+    return c.knobs.credit_bytes == 1   ? "one batch in flight"
+           : c.knobs.credit_bytes == 0 ? "credit unlimited"
+                                       : "credit " + format_bytes(c.knobs.credit_bytes);
+  if (option == "small_tensor_bytes") return c.small_tensor_bytes ? "fuse <= " + format_bytes(c.small_tensor_bytes) : "";
+  if (option == "fusion_bytes") return "threshold " + format_bytes(c.fusion_bytes);
+  if (option == "fusion_cycle") return "cycle " + format_seconds(c.fusion_cycle_s);
+  return "";
+}
+
+std::string describe_knobs(const EngineConfig& c) {
+  std::string out;
+  for (std::string_view option : policy_info(c.policy).options)
+    if (std::string d = describe_option(option, c); !d.empty()) out += (out.empty() ? "" : ", ") + d;
+  return out;
+}
+
+// A point of the tuner's unit cube (one coordinate per axis the policy reads) as that policy's knobs.
+Candidate knobs_at(const std::vector<const Axis*>& axes, const GridSpec& spec, const EngineConfig& base,
+                   const std::vector<double>& u) {
   EngineConfig c = base;
-  const auto part = static_cast<uint64_t>(
-      log_scale(double(spec.tune_min_partition), double(spec.tune_max_partition), u[0]));
-  c.knobs.partition_bytes = std::max<uint64_t>(4096, part / 4096 * 4096);
-  const bool one_batch = u[1] < kOffBand;
-  const double mult = one_batch ? 0 : log_scale(1, 16, (u[1] - kOffBand) / (1 - kOffBand));
-  c.knobs.credit_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(double(c.knobs.partition_bytes) * mult));
-  c.small_tensor_bytes =
-      u[2] < kOffBand ? 0 : static_cast<uint64_t>(log_scale(64 << 10, 512 << 20, (u[2] - kOffBand) / (1 - kOffBand)));
-  return {c, describe_knobs(c, one_batch) + " (tuned)"};
+  for (size_t i = 0; i < axes.size(); ++i) axes[i]->tune(spec, u[i], c);
+  return {c, describe_knobs(c) + " (tuned)"};
 }
 
 std::vector<Candidate> candidates(const GridSpec& spec, PolicyKind policy) {
-  EngineConfig c = spec.base;
-  c.policy = policy;
-  if (policy == PolicyKind::fusion)
-    return {{c, "threshold " + format_bytes(c.fusion_bytes) + ", cycle " + std::to_string(c.fusion_cycle_s * 1e3) +
-                    " ms"}};
-  if (policy != PolicyKind::bytescheduler) return {{c, ""}};
+  EngineConfig base = spec.base;
+  base.policy = policy;
+  std::vector<EngineConfig> configs = {base};
+  for (const Axis* axis : axes_of(policy_info(policy))) {
+    std::vector<EngineConfig> next;
+    for (const EngineConfig& c : configs)
+      for (EngineConfig& v : axis->grid(spec, c)) next.push_back(std::move(v));
+    configs = std::move(next);
+  }
   std::vector<Candidate> out;
-  for (uint64_t part : spec.partitions)
-    for (double mult : spec.credit_multipliers)
-      for (uint64_t small : spec.small_tensor_bytes) {
-        c.knobs.partition_bytes = part;
-        // A credit below one partition still lets one batch go when nothing is in flight: one message at a time.
-        c.knobs.credit_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(part * mult));
-        c.small_tensor_bytes = small;
-        out.push_back({c, describe_knobs(c, mult == 0)});
-      }
+  for (EngineConfig& c : configs) {
+    std::string knobs = describe_knobs(c);
+    out.push_back({std::move(c), std::move(knobs)});
+  }
   return out;
 }
 
@@ -106,6 +175,13 @@ SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, doubl
   return simulate(model, net, *policy, opt);
 }
 
+CellResult cell_result(const ModelProfile& model, double bandwidth_bps, int workers, std::string policy,
+                       std::string knobs, const EngineConfig& config, const SimResult& r, int iterations) {
+  return {model.name, bandwidth_bps, workers, std::move(policy), std::move(knobs), config, r.iteration_s, 0,
+          r.compute_s, r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(iterations),
+          r.links};
+}
+
 }  // namespace
 
 CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
@@ -116,19 +192,19 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
   auto consider = [&](const Candidate& cand) {
     const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cand.config, false);
     if (r.iteration_s < best.iteration_s)
-      best = {model.name, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r.iteration_s, 0, r.compute_s,
-              r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(spec.sim.iterations), r.links};
+      best = cell_result(model, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r, spec.sim.iterations);
     return r.iteration_s;
   };
-  if (policy == PolicyKind::bytescheduler && spec.tune_trials > 0) {
+  const std::vector<const Axis*> axes = axes_of(policy_info(policy));
+  if (spec.tune_trials > 0 && !axes.empty()) {
     EngineConfig base = spec.base;
     base.policy = policy;
     tuner::BayesOptOptions o;
-    o.dim = 3;
+    o.dim = int(axes.size());
     tuner::BayesOpt bo(o);
     for (int i = 0; i < spec.tune_trials; ++i) {
       const std::vector<double> u = bo.ask();
-      bo.tell(u, consider(knobs_at(spec, base, u)));
+      bo.tell(u, consider(knobs_at(axes, spec, base, u)));
     }
   } else {
     for (const Candidate& cand : candidates(spec, policy)) consider(cand);
@@ -137,15 +213,27 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
   return best;
 }
 
-CellResult run_auto_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers) {
+bool has_auto_knobs(PolicyKind policy) {
+  const PolicyInfo& info = policy_info(policy);
+  return std::any_of(std::begin(kKnobs), std::end(kKnobs), [&](const KnobSpec& k) { return reads(info, k.name); });
+}
+
+std::string auto_row_label(PolicyKind policy) { return std::string(policy_name(policy)) + "-auto"; }
+
+ClusterShape cluster_shape(const GridSpec& spec, double bandwidth_bps, int workers) {
+  if (spec.network == NetworkKind::ps) return {workers, ps_params(spec, bandwidth_bps, workers).servers};
+  return {workers, 0, bandwidth_bps, spec.ring_alpha_s};
+}
+
+CellResult run_auto_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
+                         PolicyKind policy) {
   auto net = make_network(spec, bandwidth_bps, workers);
   EngineConfig c = spec.base;
-  c.policy = PolicyKind::bytescheduler;
-  if (spec.network == NetworkKind::ps) apply_auto_knobs(c, {workers, ps_params(spec, bandwidth_bps, workers).servers});
+  c.policy = policy;
+  apply_auto_knobs(c, cluster_shape(spec, bandwidth_bps, workers));
   const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, c, false);
-  return {model.name, bandwidth_bps, workers, std::string(kAutoKnobsRow), describe_knobs(c, false) + " (automatic)", c,
-          r.iteration_s, 0, r.compute_s, r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s,
-          r.batches / uint64_t(spec.sim.iterations), r.links};
+  return cell_result(model, bandwidth_bps, workers, auto_row_label(policy), describe_knobs(c) + " (automatic)", c, r,
+                     spec.sim.iterations);
 }
 
 std::vector<CellResult> run_grid(const GridSpec& spec) {
@@ -157,7 +245,7 @@ std::vector<CellResult> run_grid(const GridSpec& spec) {
       for (int w : spec.workers) {
         const size_t first = out.size();
         for (PolicyKind p : spec.policies) {
-          if (p == PolicyKind::bytescheduler) out.push_back(run_auto_cell(spec, model, bw, w));
+          if (has_auto_knobs(p)) out.push_back(run_auto_cell(spec, model, bw, w, p));
           out.push_back(run_cell(spec, model, bw, w, p));
         }
         set_speedups_vs_wfbp(std::span(out).subspan(first));
@@ -169,7 +257,7 @@ std::vector<CellResult> run_grid(const GridSpec& spec) {
 void set_speedups_vs_wfbp(std::span<CellResult> cell) {
   double wfbp = 0;
   for (const CellResult& c : cell)
-    if (c.policy == "wfbp") wfbp = c.iteration_s;
+    if (c.policy == policy_name(PolicyKind::wfbp)) wfbp = c.iteration_s;
   if (wfbp > 0)
     for (CellResult& c : cell) c.speedup_vs_wfbp = wfbp / c.iteration_s;
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "scheduler/auto_knobs.h"
+
 namespace commsched::sim {
 
 uint64_t batch_bytes(const Batch& batch) {
@@ -138,10 +140,10 @@ double RingAllreduceNetwork::comm_lower_bound_s(uint64_t bytes) const {
   return cost_model().beta_s_per_byte * bytes;
 }
 
+// The automatic knobs size all-reduce partitions by this same cost (scheduler/auto_knobs.h).
 CostModel RingAllreduceNetwork::cost_model() const {
-  const double w = p_.workers;
-  if (p_.workers == 1) return {0, 0};  // nothing to exchange
-  return {2 * (w - 1) * p_.alpha_s, 2 * (w - 1) / w * 8.0 / p_.bandwidth_bps};
+  const MessageCost c = ring_allreduce_cost(p_.workers, p_.bandwidth_bps, p_.alpha_s);
+  return {c.alpha_s, c.beta_s_per_byte};
 }
 
 std::string RingAllreduceNetwork::describe() const {

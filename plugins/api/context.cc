@@ -67,8 +67,9 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
   config_.validate();
   backend_kind_ = backend ? BackendKind::loopback : choose_backend(env_, options);
   reduce_op_ = backend_kind_ == BackendKind::ps ? Op::push_pull : Op::allreduce;
-  if (backend_kind_ == BackendKind::ps) {
-    const std::string why = apply_auto_knobs(config_, {env_.num_workers, env_.num_servers});
+  if (!backend) {  // a real cluster (not an in-process loopback group): knobs from its shape where none were set
+    const int servers = backend_kind_ == BackendKind::ps ? env_.num_servers : 0;  // 0: the all-reduce rule
+    const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << '\n';
   }
   if (!backend) backend = make_backend(backend_kind_, env_, config_);

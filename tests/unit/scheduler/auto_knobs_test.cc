@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+
 namespace commsched {
 namespace {
 
@@ -14,16 +16,64 @@ TEST(AutoKnobs, PartitionShrinksWithWorkersAndCreditCoversOnePartitionFromEach) 
   };
   for (const Case& c : {Case{2, 256 * KiB}, Case{3, 256 * KiB}, Case{16, 256 * KiB}, Case{31, 256 * KiB},
                         Case{32, 128 * KiB}, Case{64, 64 * KiB}, Case{1024, 64 * KiB}}) {
-    const Knobs k = auto_knobs({c.workers, c.workers});
-    EXPECT_EQ(k.partition_bytes, c.partition) << c.workers << " workers";
-    EXPECT_EQ(k.credit_bytes, c.partition * uint64_t(c.workers + 1)) << c.workers << " workers";
+    const AutoKnobs k = auto_knobs({c.workers, c.workers});
+    EXPECT_EQ(k.knobs.partition_bytes, c.partition) << c.workers << " workers";
+    EXPECT_EQ(k.knobs.credit_bytes, c.partition * uint64_t(c.workers + 1)) << c.workers << " workers";
+    EXPECT_EQ(k.small_tensor_bytes, 0u) << "the parameter server keeps its fusion off";
   }
 }
 
-TEST(AutoKnobs, WithoutServersOrWithOneWorkerTheDefaultsStay) {
-  EXPECT_EQ(auto_knobs({8, 0}).partition_bytes, Knobs{}.partition_bytes);
-  EXPECT_EQ(auto_knobs({8, 0}).credit_bytes, Knobs{}.credit_bytes);
-  EXPECT_EQ(auto_knobs({1, 1}).credit_bytes, Knobs{}.credit_bytes);
+TEST(AutoKnobs, WithOneWorkerTheDefaultsStay) {
+  for (const ClusterShape shape : {ClusterShape{1, 1}, ClusterShape{1, 0}}) {
+    EXPECT_EQ(auto_knobs(shape).knobs.partition_bytes, Knobs{}.partition_bytes);
+    EXPECT_EQ(auto_knobs(shape).knobs.credit_bytes, Knobs{}.credit_bytes);
+  }
+  EngineConfig c;
+  EXPECT_TRUE(apply_auto_knobs(c, {1, 0}).empty());
+  EXPECT_EQ(c.small_tensor_bytes, 0u);
+}
+
+TEST(AutoKnobs, RingCostIsTwoNMinusOneStepsAndTwoNMinusOneOverNOfTheBytes) {
+  const MessageCost c = ring_allreduce_cost(4, 8e9, 1e-6);  // 1 GB/s
+  EXPECT_DOUBLE_EQ(c.alpha_s, 6e-6);
+  EXPECT_DOUBLE_EQ(c.beta_s_per_byte, 1.5e-9);
+  EXPECT_EQ(ring_allreduce_cost(1, 8e9, 1e-6).alpha_s, 0);
+}
+
+// The all-reduce partition is the smallest power of two whose latency is at most 1/32 of its bytes' time, within
+// [4 MiB, 1 GiB]: it grows with the workers and the link rate. One batch in flight; fusion up to two partitions.
+TEST(AutoKnobs, AllReducePartitionsAmortiseTheRingLatency) {
+  uint64_t previous = 0;
+  for (int workers : {2, 8, 16, 64, 256, 1024}) {
+    for (double bps : {1e9, 10e9, 100e9}) {
+      const ClusterShape shape{workers, 0, bps, 5e-6};
+      const AutoKnobs k = auto_knobs(shape);
+      const uint64_t p = k.knobs.partition_bytes;
+      const MessageCost cost = ring_allreduce_cost(workers, bps, 5e-6);
+      SCOPED_TRACE(std::to_string(workers) + " workers, " + std::to_string(bps / 1e9) + " Gbit/s");
+      EXPECT_TRUE(std::has_single_bit(p));
+      EXPECT_GE(p, 4 * MiB);
+      EXPECT_LE(p, 1024 * MiB);
+      if (p < 1024 * MiB) {
+        EXPECT_LE(32 * cost.alpha_s, cost.beta_s_per_byte * double(p) * (1 + 1e-12));
+      }
+      if (p > 4 * MiB) {
+        EXPECT_GT(32 * cost.alpha_s, cost.beta_s_per_byte * double(p / 2)) << "not the smallest";
+      }
+      EXPECT_EQ(k.knobs.credit_bytes, 1u) << "one batch in flight";
+      EXPECT_EQ(k.small_tensor_bytes, std::min(2 * p, 1024 * MiB)) << "tensors fused up to two partitions";
+    }
+    const uint64_t at_10g = auto_knobs({workers, 0, 10e9, 5e-6}).knobs.partition_bytes;
+    EXPECT_GE(at_10g, previous);
+    previous = at_10g;
+  }
+  // The numbers the rule gives (32 * n * latency * rate = 51.2 MB at 256 workers, 10 Gbit/s).
+  EXPECT_EQ(auto_knobs({256, 0, 10e9, 5e-6}).knobs.partition_bytes, 64 * MiB);
+  EXPECT_EQ(auto_knobs({256, 0, 100e9, 5e-6}).knobs.partition_bytes, 512 * MiB);
+  EXPECT_EQ(auto_knobs({64, 0, 25e9, 5e-6}).knobs.partition_bytes, 32 * MiB);
+  EXPECT_EQ(auto_knobs({8, 0, 10e9, 5e-6}).knobs.partition_bytes, 4 * MiB);
+  // An unknown link is assumed at 10 Gbit/s and 5 us per step.
+  EXPECT_EQ(auto_knobs({256, 0}).knobs.partition_bytes, 64 * MiB);
 }
 
 TEST(AutoKnobs, ExplicitKnobsAreKeptAndAnExplicitPartitionGetsItsCredit) {
@@ -46,6 +96,33 @@ TEST(AutoKnobs, ExplicitKnobsAreKeptAndAnExplicitPartitionGetsItsCredit) {
   apply_auto_knobs(none, {16, 4});
   EXPECT_EQ(none.knobs.partition_bytes, 256 * KiB);
   EXPECT_EQ(none.knobs.credit_bytes, 17 * 256 * KiB);
+}
+
+TEST(AutoKnobs, AllReduceKeepsWhatWasSet) {
+  EngineConfig none;
+  const std::string why = apply_auto_knobs(none, {256, 0, 10e9, 5e-6});
+  EXPECT_EQ(none.knobs.partition_bytes, 64 * MiB);
+  EXPECT_EQ(none.knobs.credit_bytes, 1u);
+  EXPECT_EQ(none.small_tensor_bytes, 128 * MiB);
+  EXPECT_NE(why.find("256-worker all-reduce"), std::string::npos) << why;
+  EXPECT_NE(why.find("partition 64 MiB (automatic), credit one batch in flight (automatic"), std::string::npos) << why;
+  EXPECT_NE(why.find("fused up to 128 MiB"), std::string::npos) << why;
+
+  EngineConfig part;  // an explicit partition: the fusion bound follows it
+  part.set("partition_bytes", "8MiB");
+  apply_auto_knobs(part, {256, 0, 10e9, 5e-6});
+  EXPECT_EQ(part.knobs.partition_bytes, 8 * MiB);
+  EXPECT_EQ(part.knobs.credit_bytes, 1u);
+  EXPECT_EQ(part.small_tensor_bytes, 16 * MiB);
+
+  EngineConfig all;
+  all.set("partition_bytes", "1MiB");
+  all.set("credit_bytes", "3MiB");
+  all.set("small_tensor_bytes", "128KiB");
+  EXPECT_TRUE(apply_auto_knobs(all, {256, 0}).empty());
+  EXPECT_EQ(all.knobs.partition_bytes, 1 * MiB);
+  EXPECT_EQ(all.knobs.credit_bytes, 3 * MiB);
+  EXPECT_EQ(all.small_tensor_bytes, 128 * KiB);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "scheduler/policy_factory.h"
 #include "simulator/report.h"
 #include "tests/unit/sim/sim_test_util.h"
 
@@ -42,6 +43,50 @@ TEST(Grid, ReportsEveryCellWithSpeedupsOverWfbp) {
       EXPECT_NE(c.knobs.find("(automatic)"), std::string::npos) << c.knobs;
     }
   }
+}
+
+// The grid reads the policy registry: every registered policy is a row by default, a policy gets an automatic-knobs
+// row exactly when its registry entry reads a knob, and each row's knobs are the options its entry lists.
+TEST(Grid, PoliciesAndTheirKnobsComeFromTheRegistry) {
+  GridSpec spec = small_spec();
+  spec.bandwidths_bps = {5e9};
+  EXPECT_EQ(spec.policies, all_policies());
+  const auto cells = run_grid(spec);
+  size_t auto_rows = 0;
+  for (const PolicyInfo& info : policy_registry()) {
+    const PolicyKind kind(info.name);
+    const bool reads_knobs = std::find(info.options.begin(), info.options.end(), "partition_bytes") != info.options.end();
+    EXPECT_EQ(has_auto_knobs(kind), reads_knobs) << info.name;
+    auto_rows += has_auto_knobs(kind);
+    const auto row = std::find_if(cells.begin(), cells.end(), [&](const CellResult& c) { return c.policy == info.name; });
+    ASSERT_NE(row, cells.end()) << info.name;
+    EXPECT_EQ(row->config.policy, kind);
+    const bool has_auto_row = std::any_of(cells.begin(), cells.end(),
+                                          [&](const CellResult& c) { return c.policy == auto_row_label(kind); });
+    EXPECT_EQ(has_auto_row, has_auto_knobs(kind)) << info.name;
+    // A searched knob shows in the row's label only when the policy reads it.
+    EXPECT_EQ(row->knobs.find("partition") != std::string::npos, reads_knobs) << info.name << ": " << row->knobs;
+  }
+  EXPECT_EQ(cells.size(), spec.policies.size() + auto_rows);
+  const auto fusion = std::find_if(cells.begin(), cells.end(), [](const CellResult& c) { return c.policy == "fusion"; });
+  ASSERT_NE(fusion, cells.end());
+  EXPECT_EQ(fusion->knobs, "threshold 64 MiB, cycle 5ms");
+}
+
+TEST(Grid, EveryPolicyThatReadsKnobOptionsIsSearchedOverTheirProduct) {
+  GridSpec spec = small_spec();
+  spec.partitions = {1 << 20};
+  spec.credit_multipliers = {0};
+  spec.small_tensor_bytes = {0};
+  // With one value per axis the search has one candidate: exactly those values.
+  const CellResult one = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler);
+  EXPECT_EQ(one.config.knobs.partition_bytes, 1u << 20);
+  EXPECT_EQ(one.config.knobs.credit_bytes, 1u);
+  EXPECT_EQ(one.knobs, "partition 1 MiB, one batch in flight");
+  // A policy that reads none of them ignores the axes.
+  const CellResult wfbp = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::wfbp);
+  EXPECT_EQ(wfbp.knobs, "");
+  EXPECT_EQ(wfbp.config.knobs.partition_bytes, spec.base.knobs.partition_bytes);
 }
 
 TEST(Grid, TargetCheckJudgesTheSchedulerAtItsAutomaticKnobs) {
