@@ -46,7 +46,9 @@ OptionTable<EngineConfig> build_engine_table() {
          "scheduling policy (aliases: see `commsched options --policies`)");
   add_knob_options(t);
   t.bind("small_tensor_bytes", env_of("small_tensor_bytes"), [](EngineConfig& c) -> uint64_t& { return c.small_tensor_bytes; },
-         size_value(ZeroSize::off), "bytescheduler fuses queued tensors up to this size into one message (0: off)",
+         size_value(ZeroSize::off),
+         "bytescheduler fuses queued tensors up to this size into one message (0: off; on all-reduce, 0 is automatic: "
+         "two partitions)",
          {"small_tensor"});
   t.bind("credit_stall_guard", env_of("credit_stall_guard"), [](EngineConfig& c) -> bool& { return c.credit_stall_guard; },
          bool_value(), "bytescheduler lends credit to a partition the credit would stall (see PriorityCreditPolicy)");

@@ -78,11 +78,13 @@ struct KnobSpec {
 };
 inline constexpr KnobSpec kKnobs[] = {
     {"partition_bytes", "partition", &Knobs::partition_bytes, &EngineConfig::partition_set,
-     "bytescheduler partition size (unlimited: no split); parameter server, when unset: automatic (256 KiB up to 16 "
-     "workers, halving per doubling beyond, at least 64 KiB; scheduler/auto_knobs.h)"},
+     "bytescheduler partition size (unlimited: no split); when unset: automatic (scheduler/auto_knobs.h): parameter "
+     "server 256 KiB up to 16 workers, halving per doubling beyond, at least 64 KiB; all-reduce large enough that the "
+     "ring latency is at most 1/32 of its bytes' time, at least 4 MiB"},
     {"credit_bytes", "credit", &Knobs::credit_bytes, &EngineConfig::credit_set,
-     "bytescheduler credit: bytes in flight (unlimited: no limit); parameter server, when unset: (workers + 1) "
-     "partitions, since every worker's push of a partition queues at one server's downlink"},
+     "bytescheduler credit: bytes in flight (unlimited: no limit); when unset: parameter server (workers + 1) "
+     "partitions, since every worker's push of a partition queues at one server's downlink; all-reduce one batch in "
+     "flight, since the collectives run one at a time and what queues meanwhile is fused"},
 };
 inline constexpr size_t kKnobCount = std::size(kKnobs);
 
