@@ -213,6 +213,20 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
   return best;
 }
 
+std::vector<CellResult> rank_candidates(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps,
+                                        int workers, PolicyKind policy) {
+  auto net = make_network(spec, bandwidth_bps, workers);
+  std::vector<CellResult> out;
+  for (const Candidate& cand : candidates(spec, policy)) {
+    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cand.config, false);
+    out.push_back(cell_result(model, bandwidth_bps, workers, std::string(policy_name(policy)), cand.knobs, cand.config,
+                              r, spec.sim.iterations));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const CellResult& a, const CellResult& b) { return a.iteration_s < b.iteration_s; });
+  return out;
+}
+
 bool has_auto_knobs(PolicyKind policy) {
   const PolicyInfo& info = policy_info(policy);
   return std::any_of(std::begin(kKnobs), std::end(kKnobs), [&](const KnobSpec& k) { return reads(info, k.name); });

@@ -98,6 +98,9 @@ PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers);
 // reads (PolicyInfo::options); a policy without such options runs once.
 CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
                     PolicyKind policy);
+// Every candidate of the knob grid for `policy` in one cell, fastest first.
+std::vector<CellResult> rank_candidates(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps,
+                                        int workers, PolicyKind policy);
 // Every cell, with speedups over WFBP filled in.
 std::vector<CellResult> run_grid(const GridSpec& spec);
 // Fills speedup_vs_wfbp in the results of one cell (one per policy); left 0 when WFBP is not among them.

@@ -104,6 +104,7 @@ void OnlineTuner::end_watch() {
 
 void OnlineTuner::restart_tuning() {
   optimizer_ = BayesOpt(optimizer_options(options_));
+  warm_start_.clear();  // predicted for the network before the drift
   trials_.clear();
   best_knobs_.reset();
   best_score_ = 0.0;
@@ -188,11 +189,32 @@ void OnlineTuner::end_trial() {
   }
 }
 
+void OnlineTuner::warm_start(std::vector<Knobs> first_trials) {
+  if (state_ != State::not_started)
+    throw InvalidArgument("OnlineTuner::warm_start: call it before the first on_iteration_end()");
+  warm_start_ = std::move(first_trials);
+}
+
+std::optional<Knobs> OnlineTuner::next_warm_start() {
+  while (!warm_start_.empty()) {
+    const Knobs k = space_.to_knobs(space_.from_knobs(warm_start_.front()));
+    warm_start_.erase(warm_start_.begin());
+    const bool measured = std::any_of(trials_.begin(), trials_.end(), [&](const TrialRecord& t) {
+      return t.knobs.partition_bytes == k.partition_bytes && t.knobs.credit_bytes == k.credit_bytes;
+    });
+    if (!measured) return k;
+  }
+  return std::nullopt;
+}
+
 Decision OnlineTuner::next_decision() {
   const int done = trials_done();
   std::string reason;
   if (done >= options_.max_trials) {
     reason = "trial budget reached";
+  } else if (const std::optional<Knobs> warm = next_warm_start()) {
+    if (leader_) log_("next: " + describe(*warm) + " (warm start)");
+    return {*warm, false};
   } else {
     const std::vector<double> next = optimizer_.ask();
     if (done < options_.min_trials ||

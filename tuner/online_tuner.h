@@ -55,6 +55,13 @@ class OnlineTuner {
   OnlineTuner(KnobControl& control, TuningKey key, TunerOptions options, AgreeFn agree = {}, LogFn log = {},
               bool is_leader = true);
 
+  // Warm start: configurations to try first, right after the one training started with and before the optimizer's
+  // own design, in this order: for example the best ones the simulator predicts for the job's profile and cluster
+  // (simulator/warm_start.h). They are measured like any trial, so a wrong prediction costs one trial each and never
+  // decides by itself. Only rank 0's list matters (its proposals are agreed). Call before the first
+  // on_iteration_end(); knobs outside the search space are snapped onto it, ones already measured are skipped.
+  void warm_start(std::vector<Knobs> first_trials);
+
   // Called after every training iteration with its wall time in seconds (> 0, finite; throws InvalidArgument).
   void on_iteration_end(uint64_t iteration, double seconds);
 
@@ -80,6 +87,7 @@ class OnlineTuner {
   void measure(uint64_t iteration, double seconds);
   void end_trial();
   Decision next_decision();
+  std::optional<Knobs> next_warm_start();
   void finish(const Knobs& knobs);
   void begin_trial(const Knobs& knobs);
   std::string describe(const Knobs& k) const;
@@ -106,6 +114,7 @@ class OnlineTuner {
   int window_count_ = 0;
   std::vector<double> window_throughputs_;
 
+  std::vector<Knobs> warm_start_;  // still to try, front first
   std::vector<TrialRecord> trials_;
   std::optional<Knobs> best_knobs_;
   double best_score_ = 0.0;

@@ -132,6 +132,7 @@ void Context::end_step(double step_seconds) {
   if (!tuner_) {
     const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
     tuner_ = std::make_unique<LiveTuner>(*engine_, key, *tuner_options_);
+    if (!tuner_warm_start_.empty()) tuner_->warm_start(std::move(tuner_warm_start_));
   }
   tuner_->on_step(step_seconds);  // after tuning too: the tuner watches for drift (COMMSCHED_TUNER_DRIFT)
 }

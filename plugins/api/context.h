@@ -102,6 +102,9 @@ class Context {
   // The model's gradient sizes in bytes, in forward order: its signature keys the tuner's store of best
   // configurations (see tuner::model_signature). Call before the first iteration_end(); optional.
   void set_model(std::span<const uint64_t> tensor_bytes);
+  // Configurations the tuner tries first, after the starting one (for example the simulator's prediction for this
+  // job, simulator/warm_start.h). Rank 0's list is the one that counts. Call before the first iteration_end().
+  void set_tuner_warm_start(std::vector<Knobs> first_trials) { tuner_warm_start_ = std::move(first_trials); }
   bool tuning() const { return tune_; }
   // The auto-tuner, once the first step has ended with tuning on; null otherwise.
   const LiveTuner* tuner() const { return tuner_.get(); }
@@ -127,6 +130,7 @@ class Context {
   int size_ = 1;
   std::unique_ptr<Engine> engine_;
   bool tune_ = false;
+  std::vector<Knobs> tuner_warm_start_;
   std::optional<tuner::TunerOptions> tuner_options_;  // parsed at construction when tuning
   uint64_t model_signature_ = 0;
   std::unique_ptr<LiveTuner> tuner_;

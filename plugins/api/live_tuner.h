@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "scheduler/engine.h"
 #include "tuner/online_tuner.h"
@@ -30,6 +31,8 @@ class LiveTuner {
   // boundary until rank 0's decision has arrived. Throws std::runtime_error naming the backend when the agreement
   // broadcast fails.
   void on_step(double seconds);
+  // Configurations to try first (tuner::OnlineTuner::warm_start); before the first on_step().
+  void warm_start(std::vector<Knobs> first_trials) { tuner_->warm_start(std::move(first_trials)); }
 
   const tuner::OnlineTuner& tuner() const { return *tuner_; }
   bool finished() const { return tuner_->finished(); }

@@ -18,6 +18,7 @@
 #include "plugins/launch/launcher.h"
 #include "scheduler/config.h"
 #include "scheduler/policy_factory.h"
+#include "simulator/warm_start.h"
 #include "workload/synthetic_model.h"
 
 namespace commsched {
@@ -301,6 +302,30 @@ void add_engine_flags(CLI::App* s, RunArgs& a) {
   }
 }
 
+// With tuning on, rank 0's tuner first tries the knobs the simulator predicts best for this profile on this cluster
+// (every worker simulated, the links EMULATED as the launcher set them): rank 0's proposals are the ones agreed.
+void warm_start_from_simulator(Context& ctx, const RunArgs& a, const sim::ModelProfile& profile) {
+  const std::optional<std::string> rate = env_value("COMMSCHED_EMULATE_RATE");
+  if (!ctx.tuning() || ctx.rank() != 0 || !rate) return;
+  sim::WarmStartJob job;
+  job.workers = ctx.size();
+  job.servers = ClusterEnv::from_env().num_servers;
+  job.link_bps = parse_rate_bps("COMMSCHED_EMULATE_RATE", *rate);
+  job.emulated_links = true;
+  job.base = ctx.engine_config();
+  sim::ModelProfile scaled = profile;
+  for (sim::LayerProfile& l : scaled.layers) {
+    l.forward = static_cast<Nanos>(double(l.forward) * a.compute_scale);
+    l.backward = static_cast<Nanos>(double(l.backward) * a.compute_scale);
+  }
+  const std::vector<Knobs> knobs = sim::simulated_warm_start(scaled, job, 3);
+  std::string line = "[commsched] tuner warm start, simulated for " + std::to_string(job.workers) + " workers x " +
+                     std::to_string(job.servers) + " servers at " + *rate + ":";
+  for (const Knobs& k : knobs) line += " (" + format_bytes(k.partition_bytes) + ", " + format_bytes(k.credit_bytes) + ")";
+  std::cerr << line << '\n';
+  ctx.set_tuner_warm_start(knobs);
+}
+
 void add_common(CLI::App* s, RunArgs& a) {
   s->add_option("--model", a.model, "profile name (bench/profiles) or path to a profile JSON")->capture_default_str();
   s->add_option("--iterations", a.iterations, "measured iterations")->check(CLI::PositiveNumber)->capture_default_str();
@@ -341,6 +366,7 @@ void add_synthetic_worker_subcommand(CLI::App& app) {
     ContextOptions options = context_options(*a, *policy);
     options.backend = "ps";  // the cluster contract (COMMSCHED_*) comes from the launcher
     Context ctx(options);
+    warm_start_from_simulator(ctx, *a, profile);
     const nlohmann::json r = run_model(ctx, *a, profile);
     ctx.shutdown();
     if (const std::string error = r["error"].get<std::string>(); !error.empty()) {
