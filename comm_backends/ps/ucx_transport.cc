@@ -285,6 +285,7 @@ class UcxTransport final : public Transport {
     for (;;) {
       progress();
       if (!events_.empty()) return pop_event();
+      if (std::exchange(woken_, false)) return std::nullopt;
       const auto now = Clock::now();
       if (now >= deadline) return std::nullopt;
       long wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
@@ -302,7 +303,7 @@ class UcxTransport final : public Transport {
       }
       const ucs_status_t armed = ucp_worker_arm(worker_);
       if (armed == UCS_ERR_BUSY) continue;  // more to progress first
-      if (sleep(armed == UCS_OK ? wait : std::min<long>(wait, 1))) return std::nullopt;  // woken
+      poll_sockets(armed == UCS_OK ? wait : std::min<long>(wait, 1));  // returns early when woken (woken_)
     }
   }
 
@@ -824,11 +825,13 @@ class UcxTransport final : public Transport {
 
   void progress_or_nap() {
     progress();
-    if (ucp_worker_arm(worker_) == UCS_OK) sleep(1);
+    if (ucp_worker_arm(worker_) == UCS_OK) poll_sockets(1);
   }
 
-  // Handles whatever the sockets have (accepts, hellos, ends); waits up to timeout_ms; true when woken.
-  bool poll_sockets(long timeout_ms) {
+  // Handles whatever the sockets have (accepts, hellos, ends); waits up to timeout_ms. A wake() seen here sets
+  // woken_ for receive() to return on, wherever the poll happened: progress() polls too, and a wake it swallowed
+  // once left receive() asleep until its timeout (a heartbeat: ~100 ms per iteration of a small-tensor job).
+  void poll_sockets(long timeout_ms) {
     fds_.clear();
     fd_peer_.clear();
     fds_.push_back({wake_fd_, POLLIN, 0});
@@ -839,7 +842,7 @@ class UcxTransport final : public Transport {
       fds_.push_back({p.fd, static_cast<short>(p.state == Peer::State::dialing ? POLLOUT : POLLIN), 0});
       fd_peer_.push_back(id);
     }
-    if (::poll(fds_.data(), fds_.size(), static_cast<int>(std::min<long>(timeout_ms, 1 << 30))) <= 0) return false;
+    if (::poll(fds_.data(), fds_.size(), static_cast<int>(std::min<long>(timeout_ms, 1 << 30))) <= 0) return;
     if (fds_[2].revents & POLLIN) accept_all();
     for (size_t i = 3; i < fds_.size(); ++i) {
       if (!fds_[i].revents) continue;
@@ -852,12 +855,9 @@ class UcxTransport final : public Transport {
     if (fds_[0].revents & POLLIN) {
       uint64_t v;
       [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
-      return true;
+      woken_ = true;
     }
-    return false;
   }
-
-  bool sleep(long timeout_ms) { return poll_sockets(timeout_ms); }
 
   TransportOptions opts_;
   TokenBucket bucket_;
@@ -867,6 +867,7 @@ class UcxTransport final : public Transport {
   int listen_fd_ = -1;
   int efd_ = -1;
   int wake_fd_ = -1;
+  bool woken_ = false;  // wake() was called since receive() last returned
   PeerId next_peer_ = 1;
   std::unordered_map<PeerId, Peer> peers_;
   std::vector<ucp_ep_h> retiring_;
