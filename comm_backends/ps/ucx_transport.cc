@@ -40,11 +40,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #include <cerrno>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -62,6 +65,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr unsigned kAmId = 0;
+
+// Our endpoints run without UCX error handling (shared memory has none in UCX 1.13), so when a peer process dies
+// while UCX copies from or into its memory (a CMA rendezvous: process_vm_readv/writev fail with ESRCH), UCX logs that
+// at FATAL level and its default log handler aborts the survivor with a backtrace. That death is an ordinary lost
+// peer: its socket ends at once and the protocol names it. This handler, run before UCX's own, turns exactly that
+// message into one line on stderr and lets the copy fail normally; every other message goes on to UCX's handler.
+ucs_log_func_rc_t tolerate_dead_peer_copies(const char* file, unsigned, const char*, ucs_log_level_t level,
+                                            const ucs_log_component_config_t*, const char* format, va_list ap) {
+  if (level != UCS_LOG_LEVEL_FATAL || !file || !std::strstr(file, "cma_ep.c")) return UCS_LOG_FUNC_RC_CONTINUE;
+  char text[512];
+  va_list copy;
+  va_copy(copy, ap);
+  std::vsnprintf(text, sizeof text, format, copy);
+  va_end(copy);
+  if (!std::strstr(text, std::strerror(ESRCH))) return UCS_LOG_FUNC_RC_CONTINUE;
+  std::fprintf(stderr, "[commsched ps ucx] a peer process exited during a shared-memory copy (%s); its connection "
+               "reports the loss\n", text);
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
+void install_log_handler_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { ucs_log_push_handler(tolerate_dead_peer_copies); });
+}
 // How long a graceful close() may spend delivering last words (bye, peer_lost) to a live peer.
 constexpr auto kGracefulLinger = std::chrono::milliseconds(500);
 constexpr auto kRedialDelay = std::chrono::milliseconds(100);
@@ -194,6 +221,7 @@ class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(const TransportOptions& o) : opts_(o), bucket_(o.emulate_rate_bps, 256.0 * 1024) {
     if (!opts_.auth_secret.empty()) (void)ClusterAuth::derive(opts_.auth_secret, kProofPurpose);  // sodium ready
+    install_log_handler_once();
     ucp_config_t* config = nullptr;
     if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw std::runtime_error(ucs_err("ucp_config_read", s));
     ucp_params_t p{};
