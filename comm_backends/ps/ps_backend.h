@@ -19,6 +19,7 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/comm_backend.h"
+#include "comm_backends/liveness.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/transport.h"
@@ -100,8 +101,7 @@ class PsBackend final : public CommBackend {
 
   // I/O thread only.
   std::vector<ps::PeerId> server_peer_;          // by server rank
-  std::vector<Clock::time_point> heard_;         // by server rank; epoch: not yet
-  std::vector<bool> server_bye_;
+  Liveness live_;                                // of the servers, by PeerId
   std::unordered_map<uint64_t, Request> inflight_;
   std::map<std::pair<uint64_t, uint64_t>, int> owner_;                   // (key, offset) -> server
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint64_t>> parked_;  // awaiting an owner
