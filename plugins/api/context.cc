@@ -3,6 +3,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/loopback/loopback_backend.h"
 #include "plugins/api/live_tuner.h"
@@ -69,6 +70,9 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
   reduce_op_ = backend_kind_ == BackendKind::ps ? Op::push_pull : Op::allreduce;
   if (!backend) {  // a real cluster (not an in-process loopback group): knobs from its shape where none were set
     const int servers = backend_kind_ == BackendKind::ps ? env_.num_servers : 0;  // 0: the all-reduce rule
+    // A given COMMSCHED_COLLECTIVE_FUSION_BYTES is the collectives' small-tensor bound: the automatic one keeps it.
+    if (servers == 0 && config_.small_tensor_bytes == 0 && env_value("COMMSCHED_COLLECTIVE_FUSION_BYTES"))
+      config_.small_tensor_bytes = collective::CollectiveOptions::from_env().fusion_bytes;
     const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << '\n';
   }
