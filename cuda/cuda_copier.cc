@@ -134,13 +134,4 @@ EventCompletion::~EventCompletion() { owner_->give_back(device_, ev_); }
 
 std::shared_ptr<DeviceCopier> make_cuda_copier() { return std::make_shared<CudaCopier>(); }
 
-int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
 }  // namespace commsched

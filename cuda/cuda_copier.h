@@ -14,7 +14,4 @@ namespace commsched {
 // runtime's error (cudaSetDevice: no CUDA-capable device) as that task's error.
 std::shared_ptr<DeviceCopier> make_cuda_copier();
 
-// The number of CUDA devices usable by this process; 0 when there is no driver or no device (never throws).
-int cuda_device_count();
-
 }  // namespace commsched
