@@ -83,6 +83,21 @@ void PsBackend::start_with_sent(std::vector<PartitionView> batch, BatchDone sent
   else if (done) done(refused);
 }
 
+int PsBackend::join() {
+  std::unique_lock lock(mu_);
+  if (state_ != State::ready || stopping_)
+    throw std::runtime_error("ps backend cannot join: " + (state_ == State::failed ? failure_.message : "it is shut down"));
+  join_asked_ = true;
+  join_done_ = false;
+  lock.unlock();
+  transport_->wake();
+  lock.lock();
+  state_cv_.wait(lock, [&] { return join_done_ || state_ != State::ready || stopping_; });
+  if (!join_done_)
+    throw std::runtime_error("join failed: " + (state_ == State::failed ? failure_.message : "the ps backend shut down"));
+  return join_last_;
+}
+
 void PsBackend::shutdown() {
   {
     std::lock_guard lock(mu_);
@@ -125,7 +140,10 @@ void PsBackend::io_main() {
     try {
       if (auto in = transport_->receive(live_.poll_wait(wait, now))) handle(*in);
       if (auto loss = live_.check(Clock::now())) server_lost(server_of(loss->peer), loss->why);
-      if (st == State::ready) dispatch_queued();
+      if (st == State::ready) {
+        dispatch_queued();
+        send_join_if_asked();
+      }
       if (Clock::now() >= next_tick) {
         tick();
         next_tick = Clock::now() + hb;
@@ -166,6 +184,7 @@ void PsBackend::on_message(int server, const Header& h, std::unique_ptr<Payload>
     case MsgType::sum:
     case MsgType::bcast_data: return on_answer(server, h, std::move(payload));
     case MsgType::received: return on_received(server, h);
+    case MsgType::joined: return on_joined(server, h);
     default:
       return fail_all(Status::Error(server_name(server) + " sent an unexpected " +
                                     std::string(msg_type_name(h.type)) + " message"));
@@ -304,6 +323,24 @@ void PsBackend::on_received(int server, const Header& h) {
   if (it == inflight_.end() || !it->second.batch->sent)
     return fail_all(Status::Error(server_name(server) + " acknowledged unknown request " + std::to_string(h.request_id)));
   mark_received(it->second);
+}
+
+void PsBackend::send_join_if_asked() {
+  {
+    std::lock_guard lock(mu_);
+    if (!std::exchange(join_asked_, false)) return;
+  }
+  joined_answers_ = 0;
+  for (PeerId id : server_peer_) send_msg(*transport_, id, header(MsgType::join));
+}
+
+void PsBackend::on_joined(int server, const Header& h) {
+  if (server == 0) joined_last_ = static_cast<int>(h.aux);
+  if (++joined_answers_ < env_.num_servers) return;
+  std::lock_guard lock(mu_);
+  join_done_ = true;
+  join_last_ = joined_last_;
+  state_cv_.notify_all();
 }
 
 void PsBackend::mark_received(Request& r) {

@@ -1,5 +1,6 @@
 #include "comm_backends/ps/server.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -31,6 +32,7 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       live_(duration_cast<Clock::duration>(duration<double>(env.timeout_s))),
       server_endpoints_(static_cast<size_t>(env.num_servers)),
       worker_peer_(static_cast<size_t>(env.num_workers), 0),
+      joined_(static_cast<size_t>(env.num_workers), false),
       lag_(env.num_workers),
       lag_warned_(static_cast<size_t>(env.num_workers)) {}
 
@@ -151,6 +153,9 @@ void Server::on_message(PeerId id, const Header& h, std::unique_ptr<Payload> pay
     case MsgType::assign_req:
       if (env_.rank == 0 && p->role == PeerRole::worker) return on_assign(id, h);
       break;
+    case MsgType::join:
+      if (p->role == PeerRole::worker && rendezvous_done_) return on_join(p->rank);
+      break;
     case MsgType::push_pull:
     case MsgType::bcast:
       if (p->role == PeerRole::worker) {
@@ -222,6 +227,25 @@ void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payloa
   slots_.push(h, id, std::move(payload), outcomes_);
   for (Outcome& o : outcomes_) send_outcome(o);
   outcomes_.clear();
+}
+
+// The worker stands in with zeros from now on; once every worker has joined, each hears `joined` (naming the last)
+// and every slot waits for every worker again.
+void Server::on_join(uint32_t worker) {
+  if (joined_[worker]) return;
+  joined_[worker] = true;
+  lag_.forget(worker);
+  outcomes_.clear();
+  slots_.join(worker, outcomes_);
+  for (Outcome& o : outcomes_) send_outcome(o);
+  outcomes_.clear();
+  if (std::count(joined_.begin(), joined_.end(), true) < env_.num_workers) return;
+  slots_.end_joins();
+  joined_.assign(joined_.size(), false);
+  Header h = header(MsgType::joined);
+  h.aux = worker;
+  for (PeerId w : worker_peer_) send_msg(*transport_, w, h);
+  log("every worker has joined (worker " + std::to_string(worker) + " last)");
 }
 
 void Server::send_outcome(Outcome& o) {

@@ -59,6 +59,7 @@ class Server {
   void maybe_finish_rendezvous();
   void on_assign(PeerId id, const Header& h);
   void on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payload);
+  void on_join(uint32_t worker);
   void send_outcome(Outcome& o);
   void drop_peer(PeerId id, const std::string& why);
   void tick();
@@ -82,6 +83,7 @@ class Server {
   std::unordered_set<PeerId> dropped_;         // foreign or malformed connections: ignored from now on
   std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
   std::vector<PeerId> worker_peer_;            // by rank
+  std::vector<bool> joined_;                   // by worker rank: said join since every worker last had
   bool rendezvous_done_ = false;
   bool failed_ = false;
   std::string authentication_;
