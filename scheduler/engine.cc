@@ -57,10 +57,14 @@ struct PolicyFault : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Memory stages (device copies) first, so the compression stage finds the bytes on the host; then the others.
 std::vector<std::shared_ptr<Stage>> engine_stages(std::vector<std::shared_ptr<Stage>> extra) {
-  std::vector<std::shared_ptr<Stage>> all{std::make_shared<CompressionStage>()};
+  std::vector<std::shared_ptr<Stage>> all;
   for (auto& s : extra)
-    if (s) all.push_back(std::move(s));
+    if (s && s->placement() == Stage::Placement::memory) all.push_back(s);
+  all.push_back(std::make_shared<CompressionStage>());
+  for (auto& s : extra)
+    if (s && s->placement() != Stage::Placement::memory) all.push_back(std::move(s));
   return all;
 }
 
@@ -456,14 +460,36 @@ Engine::~Engine() {
 }
 
 namespace {
-void check_backend_carries(const Task& task, const CommBackend& backend) {
-  if (!backend.supports(task.op, task.buffer.device))
-    throw InvalidArgument("task '" + task.name + "': backend '" + std::string(backend.name()) + "' cannot carry " +
-                          std::string(op_name(task.op)) + " on " + (task.buffer.device == Device::cpu ? "CPU" : "CUDA") +
-                          " buffers");
+void check_root(const Task& task, const CommBackend& backend) {
   if (task.op == Op::broadcast && task.root >= backend.size())
     throw InvalidArgument("task '" + task.name + "': broadcast root " + std::to_string(task.root) + " is not a rank (size " +
                           std::to_string(backend.size()) + ")");
+}
+
+const char* device_word(Device d) { return d == Device::cpu ? "CPU" : "CUDA"; }
+
+// Walks the task through the stages it will take: each must accept it on the device it holds there (the compression
+// codecs read host memory), and the backend must carry what the last one hands on (a device-to-host copy stage lets
+// a host-only backend carry CUDA tensors).
+void check_route(const TaskDesc& t, const std::vector<std::shared_ptr<Stage>>& stages, const CommBackend& backend) {
+  const std::string task = "task '" + t.name + "': ";
+  Device at = t.buffer.device;
+  for (const auto& st : stages) {
+    if (!st->applies(t)) continue;
+    if (st->reads_host_memory() && at != Device::cpu)
+      throw InvalidArgument(task + "stage '" + std::string(st->name()) + "' works on host memory, and backend '" +
+                            std::string(backend.name()) + "' takes this " + device_word(at) +
+                            " buffer as it is (no copy to the host); send it uncompressed");
+    if (std::string why = st->refusal(t, backend); !why.empty()) throw InvalidArgument(task + why);
+    at = st->output_device(t).value_or(at);
+  }
+  if (backend.supports(t.op, at)) return;
+  std::string msg = task + "backend '" + std::string(backend.name()) + "' cannot carry " + std::string(op_name(t.op)) +
+                    " on " + device_word(at) + " buffers";
+  if (at == Device::cuda)
+    msg += " (CUDA tensors reach a host-only backend through the device-copy stage, which this engine does not have: "
+           "it comes with a build with CUDA, COMMSCHED_WITH_CUDA)";
+  throw InvalidArgument(msg);
 }
 
 // Broadcasts carry parameters and integers do not compress: both always travel as they are.
@@ -477,7 +503,7 @@ uint64_t Engine::submit(Task task) {
   Impl& m = *impl_;
   if (m.closed.load()) throw InvalidArgument("task '" + task.name + "' submitted after the engine was shut down");
   validate_task(task);
-  check_backend_carries(task, *m.backend);
+  check_root(task, *m.backend);
   auto t = std::make_unique<TaskState>();
   t->desc.key = task_key(task.name);
   t->desc.name = task.name;
@@ -488,9 +514,7 @@ uint64_t Engine::submit(Task task) {
   t->desc.buffer = task.buffer;
   t->desc.root = task.root;
   t->desc.compression = resolve_compression(task, m.config.compression);
-  for (const auto& st : m.graph.stages())
-    if (st->applies(t->desc))
-      if (std::string why = st->refusal(t->desc, *m.backend); !why.empty()) throw InvalidArgument("task '" + task.name + "': " + why);
+  check_route(t->desc, m.graph.stages(), *m.backend);
   {
     std::lock_guard lk(m.marks_mu);
     std::tie(t->desc.id, t->desc.round) = m.registry.admit(t->desc.name);

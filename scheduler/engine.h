@@ -39,7 +39,8 @@ class Engine final : public KnobControl {
   // The engine shares ownership of the backend and shuts it down in shutdown(). `config.knobs` gives the initial
   // partition size and credit; `config.timeline_path` (if set) receives a Chrome trace for this rank;
   // `config.compression` is the default compression of reduce tasks. `extra_stages` run after the compression stage
-  // (encode in this order, decode in reverse).
+  // (encode in this order, decode in reverse), except memory stages (Stage::Placement::memory: a device-to-host copy),
+  // which run before it.
   Engine(std::unique_ptr<Policy> policy, std::shared_ptr<CommBackend> backend, EngineConfig config = {},
          std::vector<std::shared_ptr<Stage>> extra_stages = {});
   ~Engine() override;
@@ -47,7 +48,7 @@ class Engine final : public KnobControl {
   Engine& operator=(const Engine&) = delete;
 
   // Thread-safe. Validates the task (InvalidArgument naming it: null buffer, unknown dtype, duplicate name in flight,
-  // an operation the backend cannot carry) and queues it. Returns the engine task id. The task's callback runs exactly
+  // an operation the backend cannot carry on the device the stages hand it) and queues it. Returns the engine task id. The task's callback runs exactly
   // once, on the scheduler thread, after all its partitions completed; keep it short.
   uint64_t submit(Task task);
 

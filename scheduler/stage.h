@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,16 @@ class Stage {
   virtual bool applies(const TaskDesc& task) const = 0;
   // Why this stage cannot run this task on this backend (empty: it can). The engine refuses such a task at submit.
   virtual std::string refusal(const TaskDesc& /*task*/, const CommBackend& /*backend*/) const { return {}; }
+
+  // Memory stages (a device-to-host copy) run before the engine's compression stage, which reads bytes on the host;
+  // the others after it. Encode in chain order, decode in reverse.
+  enum class Placement { memory, transform };
+  virtual Placement placement() const { return Placement::transform; }
+  // The device of the buffer this stage hands on for a task it applies to (a device-to-host copy: the host); nullopt:
+  // the device it was given. The engine checks the backend against what the last stage hands on, not the task's.
+  virtual std::optional<Device> output_device(const TaskDesc& /*task*/) const { return std::nullopt; }
+  // Whether encode and decode touch the bytes on the host (a CPU codec): such a stage needs host memory at its input.
+  virtual bool reads_host_memory() const { return false; }
 
   // Before the backend: `out` starts equal to `in`; the stage may point it at a buffer it keeps in `state` (and at a
   // TaskDesc describing that buffer: the wire's dtype and sizes). Called once per partition; may throw.

@@ -37,6 +37,9 @@ struct Buffer {
   void* data = nullptr;
   Device device = Device::cpu;
   int device_index = 0;
+  // CUDA only: an event (cudaEvent_t) the producer recorded on its stream after writing the data; work that reads the
+  // buffer waits for it on the device instead of the producer syncing its stream. Null: the data is ready now.
+  void* ready_event = nullptr;
 };
 
 // Result of a communication step. Cheap when ok (empty message).

@@ -3,10 +3,16 @@
 # build the GPU test targets, run them with skips treated as failures (a skip here means the GPU was not usable).
 #
 #   scripts/gpu_checks.sh [build-dir]        (default: build-gpu; COMMSCHED_GPU_CHECK_JOBS sets build parallelism)
+#
+# Everything it prints also goes to the results file, $COMMSCHED_GPU_RESULTS (default: <build-dir>/gpu_checks.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build-gpu}"
 JOBS="${COMMSCHED_GPU_CHECK_JOBS:-$(nproc)}"
+mkdir -p "$BUILD"
+RESULTS="${COMMSCHED_GPU_RESULTS:-$BUILD/gpu_checks.txt}"
+exec > >(tee "$RESULTS") 2>&1
+echo "gpu_checks: $(date -u '+%Y-%m-%d %H:%M UTC') commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,memory.total --format=csv || echo "nvidia-smi not found"
 
@@ -37,4 +43,17 @@ for n in 1 2 3 4; do
     exit 1
   fi
 done
-echo "gpu_checks: all GPU checks passed ($gpus GPU(s))"
+# The device-copy stage on CUDA (the parameter server's path for CUDA tensors): no test may skip, and the host
+# stand-in suite runs beside it. Then the staging bandwidth against plain cudaMemcpy of the same bytes.
+cmake --build "$BUILD" --target cuda_copy_test device_copy_test staging_bandwidth -j"$JOBS"
+"$BUILD"/tests/unit/device/device_copy_test --gtest_brief=1
+copy="$("$BUILD"/tests/unit/device/cuda_copy_test 2>&1)" || { echo "$copy"; exit 1; }
+echo "$copy"
+if grep -q '^\[  SKIPPED \]' <<<"$copy"; then
+  echo "gpu_checks: CUDA copy tests skipped on a machine with $gpus GPU(s)" >&2
+  exit 1
+fi
+echo "gpu_checks: staging bandwidth (device -> pinned host -> device through the engine, vs plain cudaMemcpy)"
+"$BUILD"/bench/gpu/staging_bandwidth 512 4096 5
+"$BUILD"/bench/gpu/staging_bandwidth 512 1024 5
+echo "gpu_checks: all GPU checks passed ($gpus GPU(s)); results in $RESULTS"

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 echo "== unit and integration tests (ctest)"
 (cd build && ctest --output-on-failure --timeout 300)
 echo "== python tests"
-PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q tests/python
+PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q --durations=8 tests/python
 if [[ ${COMMSCHED_SKIP_PIP_SMOKE:-0} != 1 ]]; then
   echo "== packaging: pip install . into a fresh venv, smoke run (COMMSCHED_SKIP_PIP_SMOKE=1 skips it)"
   ./tests/packaging/pip_smoke.sh

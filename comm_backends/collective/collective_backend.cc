@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "comm_backends/cluster_env.h"
@@ -61,11 +62,40 @@ void CollectiveBackend::start_negotiation(NegotiatorOptions opts, KvStore& store
   else cb.execute = [this](std::vector<uint64_t>&& group) { enqueue(std::move(group)); };
   cb.fail = [this](uint64_t token, const Status& st) { complete(token, st); };
   cb.fatal = [this](const Status& st) { fatal(st); };
+  cb.stand_in = [this](const PartitionDesc& d) { return stand_in(d); };
   negotiator_ = std::make_unique<Negotiator>(opts, store, std::move(cb));
   if (!opts.execute_blocks) executor_ = std::thread([this] { executor_loop(); });  // queued groups wait for it
 }
 
 void CollectiveBackend::execute_inline(std::vector<uint64_t>&& group) { run_group(group); }
+
+int CollectiveBackend::join() {
+  if (!joins()) return CommBackend::join();  // throws: names the backend
+  return negotiator_ ? negotiator_->join() : 0;
+}
+
+uint64_t CollectiveBackend::stand_in(const PartitionDesc& d) {
+  struct Zeros {
+    TaskDesc task;
+    std::vector<std::byte> data;
+  };
+  auto z = std::make_shared<Zeros>();
+  z->data.assign(std::max<uint64_t>(d.bytes, 1), std::byte{0});
+  z->task.name = "join stand-in for key " + std::to_string(d.key);
+  z->task.key = d.key;
+  z->task.op = d.op;
+  z->task.dtype = d.dtype;
+  z->task.root = d.root;
+  z->task.count = d.bytes / dtype_size(d.dtype);
+  z->task.buffer.data = z->data.data();
+  auto state = std::make_shared<BatchState>();
+  state->remaining = 1;
+  state->done = [z](const Status&) {};  // the zeros live until the collective is done
+  std::lock_guard lock(mu_);
+  const uint64_t token = next_token_++;
+  items_.emplace(token, Item{PartitionView{&z->task, 0, 0, d.bytes}, std::move(state)});
+  return token;
+}
 
 std::string CollectiveBackend::check(const PartitionView& p) const {
   const TaskDesc* t = p.task;

@@ -69,6 +69,10 @@ class CollectiveBackend : public CommBackend {
   // unlimited. COMMSCHED_COLLECTIVE_CREDIT_BYTES is the credit until an engine sets one.
   bool manages_credit() const override { return true; }
   void set_credit_bytes(uint64_t credit_bytes) override;
+  // Horovod's join, where this backend's buffers are host memory (Gloo): a joined rank runs the others'
+  // partitions with zeros of the ordered size until every rank has joined (see Negotiator::join).
+  bool joins() const override { return supports(Op::allreduce, Device::cpu); }
+  int join() override;
   NegotiatorStats negotiation_stats() const;
 
  protected:
@@ -98,6 +102,8 @@ class CollectiveBackend : public CommBackend {
     std::shared_ptr<BatchState> batch;
   };
 
+  // A zero-filled stand-in for a partition only the other ranks have (after join): owned by its item's batch.
+  uint64_t stand_in(const PartitionDesc& desc);
   // Returns a non-empty message when the partition cannot be carried by this backend.
   std::string check(const PartitionView& p) const;
   Submission submission(uint64_t token, const PartitionView& p) const;

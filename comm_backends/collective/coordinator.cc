@@ -16,7 +16,8 @@ std::string task_label(const std::string& name, uint64_t key) {
 }  // namespace
 
 Coordinator::Coordinator(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries)
-    : size_(size), policy_(std::move(policy)), max_cache_entries_(max_cache_entries), gone_(size, false) {
+    : size_(size), policy_(std::move(policy)), max_cache_entries_(max_cache_entries), gone_(size, false),
+      joined_(size, false) {
   if (!policy_) throw InvalidArgument("Coordinator: policy must not be null");
 }
 
@@ -50,6 +51,12 @@ void Coordinator::on_ready(int rank, std::span<const ReadyReport> reports, Coord
 
 void Coordinator::record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name,
                          CoordinatorOutput& out) {
+  if (joined_[rank]) {  // it stands in with zeros everywhere: a real submission now cannot be matched
+    out.errors.push_back({desc.key, desc.offset, rep.round, Status::Code::invalid,
+                          task_label(name, desc.key) + ": rank " + std::to_string(rank) + " submitted " +
+                              desc.describe() + " after joining (join() must be its last call until every rank has joined)"});
+    return;
+  }
   const Slot slot{desc.key, desc.offset};
   auto [it, fresh] = pending_.try_emplace(slot);
   Entry& e = it->second;
@@ -60,7 +67,8 @@ void Coordinator::record(int rank, const ReadyReport& rep, const PartitionDesc& 
     e.priority = rep.priority;
     e.seq = next_seq_++;
     e.first_rank = rank;
-    e.reported.assign(size_, false);
+    e.reported = joined_;  // joined ranks stand in with zeros
+    e.count = static_cast<int>(std::count(joined_.begin(), joined_.end(), true));
     for (int r = 0; r < size_; ++r)
       if (gone_[r] && r != rank) {
         poison(e, rep.round, task_label(name, desc.key) + ": rank " + std::to_string(r) + " has shut down",
@@ -117,6 +125,20 @@ void Coordinator::on_bye(int rank, CoordinatorOutput& out) {
     if (!complete) it = pending_.erase(it);
     else ++it;
   }
+}
+
+void Coordinator::on_join(int rank, CoordinatorOutput& out) {
+  if (rank < 0 || rank >= size_ || joined_[rank]) return;
+  joined_[rank] = true;
+  for (auto& [slot, e] : pending_) {
+    if (e.reported[rank] || e.count == size_) continue;
+    e.reported[rank] = true;
+    if (++e.count == size_ && e.poisoned.empty()) complete_.push_back(slot);
+  }
+  std::erase_if(pending_, [&](const auto& kv) { return kv.second.count == size_ && !kv.second.poisoned.empty(); });
+  if (std::count(joined_.begin(), joined_.end(), true) < size_) return;
+  joined_.assign(size_, false);
+  out.all_joined = rank;
 }
 
 uint32_t Coordinator::cache_id_for(const Entry& e, OrderMsg& order) {

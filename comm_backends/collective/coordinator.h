@@ -41,7 +41,8 @@ namespace commsched::collective {
 struct CoordinatorOutput {
   OrderMsg order;
   std::vector<ErrorMsg> errors;
-  bool empty() const { return order.empty() && errors.empty(); }
+  std::optional<int> all_joined;  // every rank has joined: the rank that joined last (tell every rank, after `order`)
+  bool empty() const { return order.empty() && errors.empty() && !all_joined; }
 };
 
 struct CoordinatorStats {
@@ -61,6 +62,9 @@ class Coordinator {
   void on_ready(int rank, std::span<const ReadyReport> reports, CoordinatorOutput& out);
   // `rank` is shutting down: whatever is pending can never be ordered.
   void on_bye(int rank, CoordinatorOutput& out);
+  // `rank` has joined (Horovod's join: it has no more data): it counts as ready, with zeros, for every partition the
+  // others report until every rank has joined; then out.all_joined names it and partitions wait for all again.
+  void on_join(int rank, CoordinatorOutput& out);
   // Tells the policy what became ready on every rank since the last flush and orders what it dispatches now.
   void flush(Nanos now, CoordinatorOutput& out);
   // Rank 0 finished the oldest group still running. Call flush() afterwards: the policy may dispatch more.
@@ -120,6 +124,7 @@ class Coordinator {
   std::vector<CachedDesc> cache_;              // cache id -> description
   std::unordered_map<Slot, uint32_t, SlotHash> cache_index_;
   std::vector<bool> gone_;                     // ranks that said bye
+  std::vector<bool> joined_;                   // ranks that joined since every rank last had
   CoordinatorStats stats_;
 };
 

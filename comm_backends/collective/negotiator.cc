@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cerrno>
 #include <sstream>
 #include <stdexcept>
@@ -258,6 +259,30 @@ void Negotiator::shutdown() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
+int Negotiator::join() {
+  std::unique_lock lock(mu_);
+  if (dead_ || stopping_)
+    throw std::runtime_error("join: " + (dead_ ? dead_status_.message : std::string("the negotiator is shutting down")));
+  if (opts_.size == 1) return 0;
+  joined_ = join_asked_ = true;
+  join_done_ = false;
+  lock.unlock();
+  wake(wake_.get());
+  lock.lock();
+  join_cv_.wait(lock, [&] { return join_done_ || dead_ || stopping_; });
+  if (!join_done_)
+    throw std::runtime_error("join failed: " + (dead_ ? dead_status_.message : std::string("the negotiator shut down")));
+  return join_last_;
+}
+
+void Negotiator::finish_join(int last) {
+  std::lock_guard lock(mu_);
+  joined_ = false;
+  join_done_ = true;
+  join_last_ = last;
+  join_cv_.notify_all();
+}
+
 NegotiatorStats Negotiator::stats() const {
   return {submitted_.load(), cached_reports_.load(), orders_.load(), groups_.load()};
 }
@@ -280,6 +305,7 @@ void Negotiator::run() {
     }
     late.swap(inbox_);
   }
+  join_cv_.notify_all();
   for (const auto& s : late) cb_.fail(s.token, dead_status_);
 }
 
@@ -344,11 +370,12 @@ void Negotiator::take_inbox() {
   std::vector<std::pair<uint64_t, Status>> failed;
   std::vector<ReadyReport> reports;
   std::string send_error;
-  bool stopping;
+  bool stopping, join_now;
   {
     std::lock_guard lock(mu_);
     subs.swap(inbox_);  // rank 0's own submissions (other ranks report from the submitting thread)
     stopping = stopping_;
+    join_now = std::exchange(join_asked_, false);
     reports = reports_locked(subs, failed);
     send_error.swap(async_send_error_);
   }
@@ -363,6 +390,13 @@ void Negotiator::take_inbox() {
     publish(out);
   } else if (!reports.empty()) {
     send_to(0, encode_ready(reports));
+  }
+  if (join_now && coordinator_) {  // after this rank's reports: they are not stood in for
+    CoordinatorOutput out;
+    coordinator_->on_join(0, out);
+    publish(out);
+  } else if (join_now) {
+    send_to(0, encode_simple(MsgType::join));
   }
   if (stopping && !bye_sent_) {
     bye_sent_ = true;
@@ -424,6 +458,9 @@ void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
       live_.said_bye(static_cast<Liveness::Id>(from));
       coordinator_->on_bye(from, out);
       break;
+    case MsgType::join:
+      if (!fatal_) coordinator_->on_join(from, out);
+      break;
     default: throw std::runtime_error(who(from) + " sent an unexpected message type " + std::to_string(int(type)));
   }
   publish(out);
@@ -441,6 +478,7 @@ void Negotiator::worker_message(MsgType type, ByteReader& r) {
     }
     case MsgType::heartbeat: break;
     case MsgType::all_bye: finished_ = true; break;
+    case MsgType::joined: finish_join(r.get<int32_t>()); break;
     default: throw std::runtime_error(who(0) + " (coordinator) sent an unexpected message type " + std::to_string(int(type)));
   }
 }
@@ -450,11 +488,13 @@ void Negotiator::publish(CoordinatorOutput& out) {
   std::string frames;
   if (!out.order.empty()) frames += encode_order(out.order);
   for (const auto& e : out.errors) frames += encode_error(e);
+  if (out.all_joined) frames += encode_joined(*out.all_joined);  // after the order: its stand-ins come first
   // Peers first, so their collectives can start while rank 0 applies its own copy.
   for (int r = 1; r < opts_.size; ++r)
     if (peers_[r].fd.valid() && !peers_[r].closed && !live_.left(static_cast<Liveness::Id>(r))) send_to(r, frames);
   if (!out.order.empty()) apply_order(out.order);
   for (const auto& e : out.errors) apply_error(e);
+  if (out.all_joined) finish_join(*out.all_joined);
 }
 
 void Negotiator::apply_order(const OrderMsg& m) {
@@ -473,6 +513,10 @@ void Negotiator::apply_order(const OrderMsg& m) {
       if (e.cache_id >= cache_slots_.size())
         throw std::runtime_error(who(0) + " (coordinator) ordered unknown cache id " + std::to_string(e.cache_id));
       auto it = pending_.find(cache_slots_[e.cache_id]);
+      if (it == pending_.end() && joined_ && cb_.stand_in) {  // joined: the others run it, this rank adds zeros
+        tokens.push_back(cb_.stand_in(cache_.at(cache_slots_[e.cache_id]).desc));
+        continue;
+      }
       if (it == pending_.end() || it->second.round != e.round)
         throw std::runtime_error(who(0) + " (coordinator) ordered a partition this rank does not have pending (cache id " +
                                  std::to_string(e.cache_id) + ", round " + std::to_string(e.round) + ")");
@@ -535,6 +579,7 @@ void Negotiator::go_fatal(const Status& st) {
     dead_ = true;
     dead_status_ = st;
   }
+  join_cv_.notify_all();
   if (cb_.fatal) cb_.fatal(st);
   fail_all_pending(st);
   std::vector<Submission> late;

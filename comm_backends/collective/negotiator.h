@@ -71,6 +71,9 @@ struct NegotiatorCallbacks {
   std::function<void(uint64_t token, const Status& status)> fail;
   // Called once, before pending tokens fail, when the group is broken (a rank died): ordered work must not start.
   std::function<void(const Status& status)> fatal;
+  // After join(): a token for a partition this rank does not have (the others run it), backed by zeros of its
+  // description; executed like any other. Called on the negotiator thread with the negotiator's lock held.
+  std::function<uint64_t(const PartitionDesc& desc)> stand_in;
 };
 
 struct NegotiatorStats {
@@ -94,6 +97,10 @@ class Negotiator {
   // This rank finished the oldest executed group (rank 0's completions drive the coordinator's policy; elsewhere a
   // no-op). Call once per group handed to the execute callback, in order.
   void completed();
+  // Horovod's join: this rank has no more data. Until every rank has joined it runs the others' partitions with
+  // zeros (NegotiatorCallbacks::stand_in); returns the rank that joined last. Throws std::runtime_error when the
+  // group breaks or shuts down meanwhile. Call with nothing of this rank pending; no time limit (a lost peer ends it).
+  int join();
   // Changes the global credit (0: no limit) from any thread; it applies on rank 0, and is a no-op elsewhere.
   void set_credit_bytes(uint64_t credit);
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
@@ -132,6 +139,7 @@ class Negotiator {
   void handle_frame(int from, const std::string& frame);
   void coordinator_message(int from, MsgType type, ByteReader& r);
   void worker_message(MsgType type, ByteReader& r);
+  void finish_join(int last);
   // Builds the reports for `subs` (records them pending); duplicates go to `failed`. Caller holds mu_.
   std::vector<ReadyReport> reports_locked(std::vector<Submission>& subs, std::vector<std::pair<uint64_t, Status>>& failed);
   // Sends a frame to rank 0 from any thread (rank != 0); a failure is left for the negotiator thread to report.
@@ -160,6 +168,11 @@ class Negotiator {
   bool stopping_ = false;
   bool dead_ = false;       // fatal error or finished: submissions fail inline
   Status dead_status_;
+  bool join_asked_ = false;  // join() waits: the negotiator thread tells the coordinator
+  bool joined_ = false;      // between join() and every rank having joined: stand in for what the others run
+  bool join_done_ = false;
+  int join_last_ = -1;
+  std::condition_variable join_cv_;
   std::string async_send_error_;  // a send from another thread failed; the negotiator thread reports the peer lost
   std::unordered_map<Slot, Local, SlotHash> pending_;
   std::unordered_map<Slot, CacheSlot, SlotHash> cache_;

@@ -173,9 +173,16 @@ std::string encode_peer_lost(int rank, const std::string& message) {
   return w.take_frame();
 }
 
+std::string encode_joined(int last_rank) {
+  ByteWriter w;
+  w.put(static_cast<uint8_t>(MsgType::joined));
+  w.put<int32_t>(last_rank);
+  return w.take_frame();
+}
+
 MsgType read_type(ByteReader& r) {
   const auto t = r.get<uint8_t>();
-  if (t < static_cast<uint8_t>(MsgType::hello) || t > static_cast<uint8_t>(MsgType::all_bye))
+  if (t < static_cast<uint8_t>(MsgType::hello) || t > static_cast<uint8_t>(MsgType::joined))
     throw std::runtime_error("negotiation message: unknown type " + std::to_string(t));
   return static_cast<MsgType>(t);
 }

@@ -85,6 +85,8 @@ enum class MsgType : uint8_t {
   heartbeat = 7,  // both ways when idle
   bye = 8,        // rank -> coordinator: shutting down
   all_bye = 9,    // coordinator -> ranks: every rank has said bye; close
+  join = 10,      // rank -> coordinator: this rank has no more data (Horovod's join); it stands in with zeros
+  joined = 11,    // coordinator -> ranks: every rank has joined; int32 the rank that joined last
 };
 
 // Encoders return a complete frame (length-prefixed). Decoders take a frame's payload after the type byte was read
@@ -95,6 +97,7 @@ std::string encode_ready(const std::vector<ReadyReport>& reports);
 std::string encode_order(const OrderMsg& m);
 std::string encode_error(const ErrorMsg& e);
 std::string encode_peer_lost(int rank, const std::string& message);
+std::string encode_joined(int last_rank);
 
 class ByteReader;
 MsgType read_type(ByteReader& r);

@@ -10,6 +10,10 @@
 #include "plugins/api/option_catalogue.h"
 #include "scheduler/auto_knobs.h"
 #include "scheduler/policy_factory.h"
+#include "scheduler/stages/device_copy_stage.h"
+#ifdef COMMSCHED_HAVE_CUDA
+#include "cuda/cuda_copier.h"
+#endif
 
 namespace commsched {
 namespace {
@@ -35,6 +39,18 @@ std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& en
   const BackendInfo* info = find_backend(backend_kind_name(kind));
   if (!info) throw std::logic_error("backend '" + std::string(backend_kind_name(kind)) + "' is not registered");
   return info->make(env, config);
+}
+
+// CUDA tensors reach a backend that carries host memory only (the parameter server, Gloo, loopback) through pinned
+// staging buffers; a backend that takes CUDA buffers (NCCL) gets them as they are. Without CUDA nothing is staged,
+// and the engine refuses CUDA tasks on such a backend, saying why.
+std::vector<std::shared_ptr<Stage>> device_stages([[maybe_unused]] const CommBackend& backend) {
+#ifdef COMMSCHED_HAVE_CUDA
+  const bool takes_cuda = backend.supports(Op::push_pull, Device::cuda) || backend.supports(Op::allreduce, Device::cuda) ||
+                          backend.supports(Op::broadcast, Device::cuda);
+  if (!takes_cuda) return {std::make_shared<DeviceCopyStage>(make_cuda_copier())};
+#endif
+  return {};
 }
 
 }  // namespace
@@ -79,7 +95,9 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
   if (!backend) backend = make_backend(backend_kind_, env_, config_);
   rank_ = backend->rank();
   size_ = backend->size();
-  engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_);
+  std::vector<std::shared_ptr<Stage>> stages = device_stages(*backend);
+  stages_device_copies_ = !stages.empty();
+  engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_, std::move(stages));
   if (options.tune) tune_ = *options.tune;
   else tune_ = ContextEnvOptions::from_env().tune;
   // A bad COMMSCHED_TUNER_* value fails here, not at the first step.

@@ -87,6 +87,9 @@ class Context {
   const EngineConfig& engine_config() const { return config_; }
   // The reduction this backend carries: push_pull on the parameter server, allreduce on the collectives.
   Op reduce_op() const { return reduce_op_; }
+  // Whether CUDA tensors travel through the device-copy stage (pinned host staging): a build with CUDA and a backend
+  // that carries host memory only. CUDA tasks should then carry Buffer::ready_event instead of a synced stream.
+  bool stages_device_copies() const { return stages_device_copies_; }
 
   // Throws std::logic_error after shutdown().
   Engine& engine();
@@ -126,6 +129,7 @@ class Context {
   EngineConfig config_;
   BackendKind backend_kind_ = BackendKind::loopback;
   Op reduce_op_ = Op::push_pull;
+  bool stages_device_copies_ = false;
   int rank_ = 0;
   int size_ = 1;
   std::unique_ptr<Engine> engine_;

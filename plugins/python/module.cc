@@ -85,7 +85,8 @@ Device parse_device(const std::string& d) {
 
 std::shared_ptr<Handle> submit(Context& ctx, std::string name, int32_t priority, const std::string& op,
                                const std::string& dtype, uintptr_t data, uint64_t count, const std::string& device,
-                               int device_index, int root, const std::optional<std::string>& compression) {
+                               int device_index, int root, const std::optional<std::string>& compression,
+                               uintptr_t ready_event) {
   auto handle = std::make_shared<Handle>();
   Task t;
   t.name = std::move(name);
@@ -93,7 +94,7 @@ std::shared_ptr<Handle> submit(Context& ctx, std::string name, int32_t priority,
   t.op = op == "reduce" ? ctx.reduce_op() : parse_op(op);
   t.dtype = parse_dtype(dtype);
   t.count = count;
-  t.buffer = Buffer{reinterpret_cast<void*>(data), parse_device(device), device_index};
+  t.buffer = Buffer{reinterpret_cast<void*>(data), parse_device(device), device_index, reinterpret_cast<void*>(ready_event)};
   t.root = root;
   if (compression) t.compression = compression::parse_spec("compression", *compression);
   t.on_done = [handle](const Status& s) { handle->complete(s); };  // scheduler thread: C++ only
@@ -181,6 +182,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("backend", [](const Context& c) { return std::string(backend_kind_name(c.backend_kind())); })
       .def_property_readonly("policy", [](Context& c) { return std::string(c.engine().policy_name()); })
       .def_property_readonly("reduce_op", [](const Context& c) { return std::string(op_name(c.reduce_op())); })
+      .def_property_readonly("stages_device_copies", &Context::stages_device_copies,
+                             "whether CUDA tensors travel through pinned host staging (a host-only backend)")
       .def_property_readonly("iteration", [](Context& c) { return c.engine().iteration(); })
       .def_property_readonly("step_stats", &Context::step_stats)
       .def_property_readonly("is_shut_down", &Context::is_shut_down)
@@ -207,10 +210,11 @@ PYBIND11_MODULE(_C, m) {
            }, py::arg("knobs"), "changes the named knobs at the next iteration boundary; the others keep their values")
       .def("submit", &submit, py::arg("name"), py::arg("priority"), py::arg("op"), py::arg("dtype"), py::arg("data"),
            py::arg("count"), py::arg("device") = "cpu", py::arg("device_index") = 0, py::arg("root") = 0,
-           py::arg("compression") = py::none(),
+           py::arg("compression") = py::none(), py::arg("ready_event") = 0,
            "queues one task over `count` elements at address `data`; op is push_pull, allreduce, broadcast or "
            "'reduce' (the backend's own reduction); compression: 'fp16', 'bf16', 'topk:R', 'signsgd', 'none' or "
-           "None (the engine's default); returns a Handle")
+           "None (the engine's default); ready_event: a CUDA event (cudaEvent_t address) recorded after the producer wrote "
+           "the tensor, which the device copy waits for (0: the data is ready); returns a Handle")
       .def("backward_done", [](Context& c) { c.engine().backward_done(); }, py::call_guard<py::gil_scoped_release>())
       .def("flush", [](Context& c) { c.engine().flush(); }, py::call_guard<py::gil_scoped_release>(),
            "releases tasks that are not part of a backward (BSP and MG-WFBP would otherwise hold them until "

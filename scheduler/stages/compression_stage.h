@@ -21,6 +21,7 @@ class CompressionStage final : public Stage {
   // Top-k and signSGD need a reduction that decodes them: on more than one rank they are refused for all-reduce, and
   // for a backend that cannot sum them.
   std::string refusal(const TaskDesc& task, const CommBackend& backend) const override;
+  bool reads_host_memory() const override { return true; }  // the codecs run on the CPU
   void encode(const PartitionView& in, PartitionView& out, std::unique_ptr<StageState>& state) override;
   void decode(const PartitionView& wire, const PartitionView& target, std::unique_ptr<StageState>& state) override;
 

@@ -1,4 +1,4 @@
-"""Horovod's join on the parameter server, 3 ranks with uneven data: rank r runs r + 2 steps of an averaged
+"""Horovod's join (on the PS and on Gloo), 3 ranks with uneven data: rank r runs r + 2 steps of an averaged
 all-reduce, then joins. While a rank has joined it counts as zeros (the average still divides by the full size, as in
 Horovod); join() returns the last rank on every rank; afterwards the same tensor name lines up on every rank again."""
 import torch

@@ -247,11 +247,12 @@ def barrier(process_set=None):
 def join(device=-1):
     """Waits until every rank has called join(); returns the rank that called it last.
 
-    On the parameter server this is Horovod's join: until every rank has joined, a joined rank stands in with zeros
-    for the gradient sums the others still compute (the average still divides by the full size, as in Horovod), so
+    Horovod's join on the parameter server and on Gloo: until every rank has joined, a joined rank stands in with
+    zeros for the sums the others still compute (the average still divides by the full size, as in Horovod), so
     ranks may run different numbers of batches; afterwards tensors of any name line up on every rank again.
-    On the collective backends (Gloo, NCCL) a joined rank cannot stand in: there every rank must issue the same
-    collectives before joining (even out the number of batches first), and join() is a barrier that names the last.
+    On NCCL a joined rank cannot stand in yet (its zeros would have to live on the GPU): there every rank must issue
+    the same collectives before joining (even out the number of batches first), and join() is a barrier naming the
+    last.
     """
     del device
     ctx = runtime.context()

@@ -153,6 +153,27 @@ def dtype_name(tensor, name):
                          f"{', '.join(str(d) for d in _DTYPES)})") from None
 
 
+# The ready event of each CUDA task by name. A name is in flight at most once (the engine refuses a duplicate), so the
+# previous event of a name is done with when the name comes again: one event per tensor, alive while its copy needs it.
+_ready_events = {}
+
+
+def cuda_ready_event(tensor, name, ctx):
+    """Where the engine stages CUDA tensors through host memory, records an event on the producer's stream (PyTorch's
+    current stream) and returns its cudaEvent_t address: the device-to-host copy waits for it on the device, so the
+    gradient is complete and the Python thread never blocks. Elsewhere (NCCL) the backend's stream does not wait for
+    PyTorch's, so the producer's stream is synced first (returns 0). The result comes back before the task completes,
+    so the optimizer, which waits for the task, reads it."""
+    stream = torch.cuda.current_stream(tensor.device)
+    if not ctx.stages_device_copies:
+        stream.synchronize()
+        return 0
+    event = torch.cuda.Event()
+    event.record(stream)
+    _ready_events[name] = event
+    return int(event.cuda_event)
+
+
 def submit(tensor, name, op, priority=0, root=0, ctx=None, compression=None):
     """Queues one task over a contiguous tensor's memory (no copy). `op`: 'reduce' (the backend's sum), 'broadcast'.
     ctx: the Context to use (a process set's); default: the global one. `compression`: the engine's scheme for this
@@ -166,15 +187,15 @@ def submit(tensor, name, op, priority=0, root=0, ctx=None, compression=None):
     dtype = dtype_name(tensor, name)
     device = "cpu"
     device_index = 0
+    ready_event = 0
     if tensor.is_cuda:
-        # The backend's stream does not wait for PyTorch's: the producer must have finished.
-        torch.cuda.current_stream(tensor.device).synchronize()
         device, device_index = "cuda", tensor.device.index or 0
+        ready_event = cuda_ready_event(tensor, name, ctx)
     elif tensor.device.type != "cpu":
         raise ValueError(f"tensor '{name}' is on {tensor.device}; commsched carries CPU and CUDA tensors")
     _names_by_key.setdefault(_C.task_key(name), name)
     return ctx.submit(name, int(priority), op, dtype, tensor.data_ptr(), tensor.numel(), device, device_index,
-                      int(root), compression)
+                      int(root), compression, ready_event)
 
 
 # Policies that hold tasks until the end of backward (Engine::backward_done), from the policy registry. Tasks of the

@@ -60,6 +60,44 @@ TEST(Coordinator, OrdersOnlyWhatEveryRankHasReady) {
   EXPECT_EQ(c.pending(), 0u);
 }
 
+// Horovod's join: a joined rank counts as ready (it runs the collective with zeros) for partitions already pending and
+// for new ones, until every rank has joined; the last one is named, and partitions wait for every rank again.
+TEST(Coordinator, JoinedRanksCountAsReadyUntilEveryRankHasJoined) {
+  Coordinator c = make(3, 0);
+  CoordinatorOutput out;
+  c.on_ready(0, std::vector{report(desc(1, 0, 64), 5)}, out);
+  c.on_ready(1, std::vector{report(desc(1, 0, 64), 5)}, out);
+  c.on_join(2, out);
+  EXPECT_FALSE(out.all_joined);
+  c.flush(0, out);
+  EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});  // pending when rank 2 joined
+  out = {};
+  c.on_ready(0, std::vector{report(desc(2, 0, 64), 5)}, out);
+  c.flush(0, out);
+  EXPECT_TRUE(out.order.groups.empty());  // rank 1 has not joined
+  c.on_join(1, out);
+  c.flush(0, out);
+  EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{2});
+  out = {};
+  c.on_ready(0, std::vector{report(desc(3, 0, 64), 5)}, out);  // new after both joined: only rank 0 reports it
+  c.flush(0, out);
+  EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{3});
+  // A joined rank that submits is told why it cannot.
+  out = {};
+  c.on_ready(1, std::vector{report(desc(4, 0, 64), 5)}, out);
+  ASSERT_EQ(out.errors.size(), 1u);
+  EXPECT_NE(out.errors[0].message.find("after joining"), std::string::npos) << out.errors[0].message;
+  out = {};
+  c.on_join(0, out);
+  ASSERT_TRUE(out.all_joined);
+  EXPECT_EQ(*out.all_joined, 0);
+  out = {};
+  c.on_ready(0, std::vector{report(desc(5, 0, 64), 5, 1)}, out);
+  c.on_ready(1, std::vector{report(desc(5, 0, 64), 5, 1)}, out);
+  c.flush(0, out);
+  EXPECT_TRUE(out.order.groups.empty());  // every rank counts again
+}
+
 TEST(Coordinator, ReadyTogetherMeansPriorityOrderWhateverTheReportOrder) {
   Coordinator c = make(2, 0);
   CoordinatorOutput out;
