@@ -17,9 +17,9 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-BayesOptOptions optimizer_options(const TunerOptions& o) {
+BayesOptOptions optimizer_options(const TunerOptions& o, const SearchSpace& space) {
   BayesOptOptions b;
-  b.dim = SearchSpace::kDim;
+  b.dim = space.dim();  // one per registered tunable knob
   b.goal = Goal::maximize;  // throughput
   b.seed = o.seed;
   b.initial_points = o.initial_points;
@@ -37,7 +37,7 @@ OnlineTuner::OnlineTuner(KnobControl& control, TuningKey key, TunerOptions optio
       agree_(agree ? std::move(agree) : AgreeFn([](const Decision& d) { return d; })),
       log_(log ? std::move(log) : LogFn([](const std::string& s) { std::cerr << "[commsched tuner] " << s << '\n'; })),
       leader_(is_leader),
-      optimizer_(optimizer_options(options_)) {
+      optimizer_(optimizer_options(options_, space_)) {
   options_.validate();
   if (leader_ && !options_.csv_path.empty()) csv_ = TrialLog(options_.csv_path);
 }
@@ -103,7 +103,7 @@ void OnlineTuner::end_watch() {
 }
 
 void OnlineTuner::restart_tuning() {
-  optimizer_ = BayesOpt(optimizer_options(options_));
+  optimizer_ = BayesOpt(optimizer_options(options_, space_));
   trials_.clear();
   best_knobs_.reset();
   best_score_ = 0.0;
