@@ -8,17 +8,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <thread>
-
-#ifndef COMMSCHED_PROFILES_DIR
-#define COMMSCHED_PROFILES_DIR ""
-#endif
-#ifndef COMMSCHED_INSTALLED_PROFILES_DIR
-#define COMMSCHED_INSTALLED_PROFILES_DIR ""
-#endif
 
 namespace commsched {
 namespace {
@@ -178,18 +170,6 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
     result.median_s = sorted[sorted.size() / 2];
   }
   return result;
-}
-
-std::string resolve_profile_path(const std::string& name_or_path) {
-  namespace fs = std::filesystem;
-  if (fs::exists(name_or_path)) return name_or_path;
-  for (const char* dir : {COMMSCHED_PROFILES_DIR, COMMSCHED_INSTALLED_PROFILES_DIR}) {
-    if (*dir == '\0') continue;
-    const fs::path p = fs::path(dir) / (name_or_path + ".json");
-    if (fs::exists(p)) return p.string();
-  }
-  throw InvalidArgument("model profile '" + name_or_path + "' not found (give a path to a profile JSON file or one of "
-                        "the names in bench/profiles: vgg16, resnet50, bert-base, bert-large, transformer-base)");
 }
 
 }  // namespace commsched

@@ -46,7 +46,4 @@ struct SyntheticResult {
 
 SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& profile, const SyntheticOptions& opts);
 
-// Resolves "vgg16" to bench/profiles/vgg16.json (source tree or installed share dir); paths pass through.
-std::string resolve_profile_path(const std::string& name_or_path);
-
 }  // namespace commsched
