@@ -25,7 +25,7 @@ TEST(OptionCatalogue, NamesAndVariablesAreUnique) {
   }
   for (const char* v : {"COMMSCHED_POLICY", "COMMSCHED_BACKEND", "COMMSCHED_TUNE", "COMMSCHED_TUNER_TRIALS",
                         "COMMSCHED_TUNER_MIN_PARTITION", "COMMSCHED_PS_CHUNK_BYTES", "COMMSCHED_EMULATE_RATE",
-                        "COMMSCHED_COLLECTIVE_FUSION_BYTES"})
+                        "COMMSCHED_COLLECTIVE_FUSION_BYTES", "COMMSCHED_RANK", "COMMSCHED_TIMEOUT"})
     EXPECT_TRUE(vars.count(v)) << v << " is missing from the catalogue";
 }
 
