@@ -35,7 +35,7 @@ class CompletionWaiter {
     if (!st.ok()) failures_.push_back(st);
     // Wake a waiter only when its condition may now hold: one wake-up per round, not one per completion, which a
     // benchmark's hand-back time would count.
-    if (expected_ - settled_ <= wake_at_) cv_.notify_all();
+    if (settled_ + wake_at_ >= expected_) cv_.notify_all();
   }
 
   // expect(1) and a callback that settles it: hand it to Task::on_done or CommBackend::start.
@@ -50,7 +50,7 @@ class CompletionWaiter {
   Status wait(std::chrono::nanoseconds limit, size_t may_remain = 0) {
     std::unique_lock lock(mu_);
     wake_at_ = std::max(wake_at_, may_remain);
-    if (!cv_.wait_for(lock, limit, [&] { return expected_ - settled_ <= may_remain; }))
+    if (!cv_.wait_for(lock, limit, [&] { return settled_ + may_remain >= expected_; }))
       return Status::Error("timed out after " + std::to_string(std::chrono::duration<double>(limit).count()) +
                            " s with " + std::to_string(expected_ - settled_) + " of " + std::to_string(expected_) +
                            " completions outstanding");
