@@ -223,10 +223,9 @@ PYBIND11_MODULE(_C, m) {
              d["started"] = t != nullptr;
              d["finished"] = t != nullptr && t->finished();
              d["trials"] = t ? t->tuner().trials_done() : 0;
-             if (t && t->tuner().best_knobs()) {
-               d["best_partition_bytes"] = t->tuner().best_knobs()->partition_bytes;
-               d["best_credit_bytes"] = t->tuner().best_knobs()->credit_bytes;
-             }
+             if (const std::optional<Knobs> best = t ? t->tuner().best_knobs() : std::nullopt)
+               for (const KnobSpec& k : kKnobs)  // best_partition_bytes, best_credit_bytes, ...: the knob set
+                 d[py::str("best_" + std::string(k.name))] = (*best).*k.field;
              return d;
            }, "the auto-tuner's progress: enabled, started, finished, trials, best knobs so far")
       .def("wait_all", [](Context& c, double timeout_s) {
