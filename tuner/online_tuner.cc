@@ -207,8 +207,7 @@ Decision OnlineTuner::next_decision() {
   if (leader_) {
     std::string why = "stopping after " + std::to_string(done) + " trials (" + reason + ")";
     const Knobs& kept = trials_[best].knobs;
-    if (best_knobs_ && (kept.partition_bytes != best_knobs_->partition_bytes ||
-                        kept.credit_bytes != best_knobs_->credit_bytes))
+    if (best_knobs_ && kept != *best_knobs_)
       why += "; keeping the best by the model of all trials (" + describe(kept) + ", measured " +
              std::to_string(trials_[best].score) + " it/s) rather than the single fastest measurement (" +
              describe(*best_knobs_) + ", " + std::to_string(best_score_) + " it/s), which the model reads as noise";
@@ -226,7 +225,7 @@ void OnlineTuner::finish(const Knobs& knobs) {
   if (reused_) return;
   iterations_to_finish_ = last_iteration_ - first_iteration_ + 1;
   for (const auto& t : trials_) {
-    if (t.knobs.partition_bytes == knobs.partition_bytes && t.knobs.credit_bytes == knobs.credit_bytes) {
+    if (t.knobs == knobs) {
       best_score_ = t.score;
     }
   }
