@@ -6,6 +6,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -55,6 +57,12 @@ class CommBackend {
   // Whether the backend's reduction understands partitions encoded with `scheme` (a parameter server that decodes,
   // sums and encodes the pull). Casts (fp16/bf16) need no such support: their sum is defined on the wire.
   virtual bool reduces_encoded(compression::Scheme /*scheme*/) const { return false; }
+
+  // Optional join (Horovod's): a backend that can stand in with zeros for a rank that has run out of data says so
+  // in joins(); join() then blocks until every rank has joined and returns the rank that joined last. Called with
+  // nothing of this rank in flight (Engine::join sees to it).
+  virtual bool joins() const { return false; }
+  virtual int join() { throw std::logic_error(std::string(name()) + " backend cannot join"); }
 
   // Stops the backend: in-flight batches are completed with an error (or finished); after return, no `done`
   // callback runs any more. Idempotent.

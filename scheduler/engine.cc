@@ -549,6 +549,18 @@ void Engine::flush() {
 
 Status Engine::wait_all() { return impl_->waits.wait(); }
 
+int Engine::join() {
+  Impl& m = *impl_;
+  if (!m.backend->joins())
+    throw InvalidArgument("join: the " + std::string(m.backend->name()) +
+                          " backend cannot stand in for a rank that has joined (use the parameter server)");
+  flush();
+  if (Status st = wait_all(); !st.ok()) throw std::runtime_error("join: a task of this rank failed: " + st.message);
+  const int last = m.backend->join();
+  m.registry.restart_rounds();
+  return last;
+}
+
 bool Engine::wait_all_for(std::chrono::nanoseconds timeout) { return impl_->waits.wait_for(timeout); }
 
 void Engine::shutdown() {

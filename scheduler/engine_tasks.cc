@@ -15,6 +15,11 @@ void TaskRegistry::release(const std::string& name) {
   in_flight_.erase(name);
 }
 
+void TaskRegistry::restart_rounds() {
+  std::lock_guard lk(mu_);
+  rounds_.clear();
+}
+
 uint64_t TaskRegistry::submitted() const {
   std::lock_guard lk(mu_);
   return next_id_;

@@ -39,6 +39,8 @@ class TaskRegistry {
   // The task finished, or was refused after admit(): the name may be submitted again.
   void release(const std::string& name);
   uint64_t submitted() const;  // ids handed out so far
+  // Every name's round starts again from 0 (after a join, on every rank alike). Nothing may be in flight.
+  void restart_rounds();
 
  private:
   mutable std::mutex mu_;

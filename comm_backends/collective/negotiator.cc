@@ -75,7 +75,9 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
     join_as_worker(store, deadline);
   }
   const auto now = Clock::now();
-  for (auto& p : peers_) p.last_heard = now;
+  live_ = Liveness(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s)), {});
+  for (size_t r = coordinator_ ? 1 : 0; r < peers_.size(); ++r)
+    if (peers_[r].fd.valid()) live_.watch(r, now);
   last_sent_ns_ = now_ns();
   thread_ = std::thread([this] { run(); });
   if (opts_.execute_blocks && opts_.size > 1) heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
@@ -381,7 +383,7 @@ void Negotiator::read_peer(int rank) {
   for (;;) {
     const ssize_t n = ::recv(p.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) {
-      p.last_heard = Clock::now();
+      live_.heard(static_cast<Liveness::Id>(rank), Clock::now());
       p.in.append(buf, static_cast<size_t>(n));
       if (static_cast<size_t>(n) < sizeof buf) break;
       continue;
@@ -393,7 +395,8 @@ void Negotiator::read_peer(int rank) {
     std::string frame;
     while (!finished_ && p.in.next(frame, who(rank))) handle_frame(rank, frame);
     p.closed = true;
-    const bool expected = coordinator_ ? p.said_bye : bye_sent_;
+    const bool expected = coordinator_ ? live_.left(static_cast<Liveness::Id>(rank)) : bye_sent_;
+    live_.forget(static_cast<Liveness::Id>(rank));
     if (!expected && !finished_) peer_lost(coordinator_ ? rank : 0, why);
     return;
   }
@@ -418,7 +421,7 @@ void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
     }
     case MsgType::heartbeat: break;
     case MsgType::bye:
-      peers_[from].said_bye = true;
+      live_.said_bye(static_cast<Liveness::Id>(from));
       coordinator_->on_bye(from, out);
       break;
     default: throw std::runtime_error(who(from) + " sent an unexpected message type " + std::to_string(int(type)));
@@ -449,7 +452,7 @@ void Negotiator::publish(CoordinatorOutput& out) {
   for (const auto& e : out.errors) frames += encode_error(e);
   // Peers first, so their collectives can start while rank 0 applies its own copy.
   for (int r = 1; r < opts_.size; ++r)
-    if (peers_[r].fd.valid() && !peers_[r].closed && !peers_[r].said_bye) send_to(r, frames);
+    if (peers_[r].fd.valid() && !peers_[r].closed && !live_.left(static_cast<Liveness::Id>(r))) send_to(r, frames);
   if (!out.order.empty()) apply_order(out.order);
   for (const auto& e : out.errors) apply_error(e);
 }
@@ -559,23 +562,14 @@ void Negotiator::keep_alive(Clock::time_point now) {
       if (peers_[r].fd.valid() && !peers_[r].closed) send_to(static_cast<int>(r), hb);
     last_sent_ns_ = now_ns();
   }
-  const auto limit = seconds_to_ms(opts_.timeout_s);
-  for (size_t r = coordinator_ ? 1 : 0; r < peers_.size() && !finished_; ++r) {
-    Peer& p = peers_[r];
-    if (!p.fd.valid() || p.closed || p.said_bye) continue;
-    if (now - p.last_heard > limit) {
-      std::ostringstream os;
-      os << "sent nothing for " << opts_.timeout_s << " s (hung or unreachable; COMMSCHED_TIMEOUT)";
-      peer_lost(coordinator_ ? static_cast<int>(r) : 0, os.str());
-    }
-  }
+  if (auto loss = live_.check(now); loss && !finished_) peer_lost(static_cast<int>(loss->peer), loss->why);
 }
 
 void Negotiator::progress_shutdown(Clock::time_point now) {
   if (!bye_sent_) return;
   if (coordinator_) {
     bool all = true;
-    for (int r = 1; r < opts_.size; ++r) all = all && (peers_[r].said_bye || peers_[r].closed);
+    for (int r = 1; r < opts_.size; ++r) all = all && (live_.left(static_cast<Liveness::Id>(r)) || peers_[r].closed);
     if (all || now > bye_deadline_) {
       const std::string frame = encode_simple(MsgType::all_bye);
       for (int r = 1; r < opts_.size; ++r)

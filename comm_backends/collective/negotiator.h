@@ -33,6 +33,7 @@
 #include "comm_backends/collective/protocol.h"
 #include "comm_backends/collective/socket.h"
 #include "comm_backends/collective/wire.h"
+#include "comm_backends/liveness.h"
 #include "scheduler/config.h"
 
 namespace commsched::collective {
@@ -106,9 +107,7 @@ class Negotiator {
   struct Peer {
     Fd fd;
     FrameAssembler in;
-    std::chrono::steady_clock::time_point last_heard;
-    bool said_bye = false;
-    bool closed = false;
+    bool closed = false;  // the socket is done with (its liveness is no longer watched)
   };
   using Slot = PartitionSlot;
   using SlotHash = PartitionSlotHash;
@@ -173,6 +172,9 @@ class Negotiator {
 
   // Negotiator thread only.
   std::vector<Peer> peers_;  // rank 0: indexed by rank (entry 0 unused); others: [0] is the coordinator
+  // Silence and goodbyes of peers_ by rank. A closed socket is judged where it is read (TCP delivers a peer's last
+  // frames before its end, so no grace is needed) and leaves the watch.
+  Liveness live_{std::chrono::seconds(1)};
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::vector<uint64_t>> ready_groups_;  // ordered, handed to cb_.execute once no lock is held
   std::chrono::steady_clock::time_point bye_deadline_;

@@ -24,6 +24,10 @@ class LagTracker {
 
   explicit LagTracker(int workers) : iteration_(static_cast<size_t>(workers)) {}
   void pushed(uint32_t worker, uint64_t iteration, Clock::time_point now);
+  // The worker has joined (it has no more data): it is never a laggard until it pushes again.
+  void forget(uint32_t worker) {
+    if (worker < iteration_.size()) iteration_[worker].reset();
+  }
   // Workers (that pushed at least once) lagging at least `min_seconds`, most behind first.
   std::vector<Lag> laggards(Clock::time_point now, double min_seconds) const;
 

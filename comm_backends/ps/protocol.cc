@@ -82,6 +82,8 @@ std::string_view msg_type_name(MsgType t) {
     case MsgType::peer_lost: return "peer_lost";
     case MsgType::bye: return "bye";
     case MsgType::received: return "received";
+    case MsgType::join: return "join";
+    case MsgType::joined: return "joined";
   }
   return "unknown";
 }

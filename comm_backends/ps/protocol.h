@@ -37,8 +37,12 @@ enum class MsgType : uint8_t {
   bye = 12,          // clean departure; the peer's later disconnection is not a failure
   received = 13,     // server -> worker: the push_pull/bcast `request_id` has fully arrived (sent only when the
                      // request carried kFlagAckReceipt); lets the worker release credit before the sum is ready
+  join = 14,         // worker -> every server: this worker has no more data until every worker has joined; it stands
+                     // in with zeros for the others' push_pulls (Horovod's join)
+  joined = 15,       // server -> every worker: every worker has joined; aux = the rank that joined last. Rounds start
+                     // again from 0 on every worker afterwards
 };
-inline constexpr uint8_t kMaxMsgType = 13;
+inline constexpr uint8_t kMaxMsgType = 15;
 
 // Header flags.
 inline constexpr uint8_t kFlagAckReceipt = 1;  // push_pull/bcast: answer `received` on arrival, before the sum

@@ -24,7 +24,8 @@ std::vector<std::string> split_lines(const std::string& s) {
 }
 }  // namespace
 
-PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cfg_(cfg) {
+PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
+    : env_(env), cfg_(cfg), live_(duration_cast<Clock::duration>(duration<double>(env.timeout_s))) {
   env_.validate();
   cfg_.validate(env_.timeout_s);
   if (env_.role != Role::worker) throw InvalidArgument("PsBackend needs COMMSCHED_ROLE=worker");
@@ -38,9 +39,8 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cf
   transport_ = make_transport(cfg_.transport, opts);
   const auto n = static_cast<size_t>(env_.num_servers);
   server_peer_.assign(n, 0);
-  heard_.assign(n, Clock::time_point{});
-  server_bye_.assign(n, false);
   server_peer_[0] = transport_->connect("tcp://" + env_.root_addr + ":" + std::to_string(env_.root_port));
+  live_.watch(server_peer_[0]);  // silence counts once the root has spoken
   send_msg(*transport_, server_peer_[0], header(MsgType::hello));
   started_ = Clock::now();
   io_ = std::thread([this] { io_main(); });
@@ -83,6 +83,21 @@ void PsBackend::start_with_sent(std::vector<PartitionView> batch, BatchDone sent
   else if (done) done(refused);
 }
 
+int PsBackend::join() {
+  std::unique_lock lock(mu_);
+  if (state_ != State::ready || stopping_)
+    throw std::runtime_error("ps backend cannot join: " + (state_ == State::failed ? failure_.message : "it is shut down"));
+  join_asked_ = true;
+  join_done_ = false;
+  lock.unlock();
+  transport_->wake();
+  lock.lock();
+  state_cv_.wait(lock, [&] { return join_done_ || state_ != State::ready || stopping_; });
+  if (!join_done_)
+    throw std::runtime_error("join failed: " + (state_ == State::failed ? failure_.message : "the ps backend shut down"));
+  return join_last_;
+}
+
 void PsBackend::shutdown() {
   {
     std::lock_guard lock(mu_);
@@ -123,8 +138,12 @@ void PsBackend::io_main() {
     const auto now = Clock::now();
     const auto wait = next_tick > now ? duration_cast<milliseconds>(next_tick - now) : milliseconds(0);
     try {
-      if (auto in = transport_->receive(wait)) handle(*in);
-      if (st == State::ready) dispatch_queued();
+      if (auto in = transport_->receive(live_.poll_wait(wait, now))) handle(*in);
+      if (auto loss = live_.check(Clock::now())) server_lost(server_of(loss->peer), loss->why);
+      if (st == State::ready) {
+        dispatch_queued();
+        send_join_if_asked();
+      }
       if (Clock::now() >= next_tick) {
         tick();
         next_tick = Clock::now() + hb;
@@ -139,24 +158,21 @@ void PsBackend::handle(Incoming& in) {
   const int s = server_of(in.peer);
   if (s < 0) return;
   if (in.kind == Incoming::Kind::dropped) return server_lost(s, in.detail);  // it refused our handshake
-  if (in.kind == Incoming::Kind::disconnected) {
-    if (!server_bye_[static_cast<size_t>(s)]) server_lost(s, "connection closed");
-    return;
-  }
+  if (in.kind == Incoming::Kind::disconnected) return live_.closed(in.peer, Clock::now());
   std::optional<uint64_t> psize;
   if (in.payload) psize = in.payload->bytes().size();
   Decoded d = decode_header(in.header, psize, DecodeLimits{cfg_.max_message_bytes});
   if (!d.header || in.extra_frames)
     return fail_all(Status::Error(server_name(s) + " sent a malformed message: " +
                                   (d.header ? std::string("extra frames") : d.error)));
-  heard_[static_cast<size_t>(s)] = Clock::now();
+  live_.heard(in.peer, Clock::now());
   on_message(s, *d.header, std::move(in.payload));
 }
 
 void PsBackend::on_message(int server, const Header& h, std::unique_ptr<Payload> payload) {
   switch (h.type) {
     case MsgType::ping: return;
-    case MsgType::bye: server_bye_[static_cast<size_t>(server)] = true; return;
+    case MsgType::bye: live_.said_bye(server_peer_[static_cast<size_t>(server)]); return;
     case MsgType::peers: return on_peers(h, payload_text(payload.get()));
     case MsgType::assign_rep: return on_assignment(h);
     case MsgType::peer_lost:
@@ -168,6 +184,7 @@ void PsBackend::on_message(int server, const Header& h, std::unique_ptr<Payload>
     case MsgType::sum:
     case MsgType::bcast_data: return on_answer(server, h, std::move(payload));
     case MsgType::received: return on_received(server, h);
+    case MsgType::joined: return on_joined(server, h);
     default:
       return fail_all(Status::Error(server_name(server) + " sent an unexpected " +
                                     std::string(msg_type_name(h.type)) + " message"));
@@ -182,7 +199,7 @@ void PsBackend::on_peers(const Header& h, const std::string& text) {
                                   std::to_string(env_.num_servers)));
   for (size_t s = 1; s < server_peer_.size(); ++s) {
     server_peer_[s] = transport_->connect(endpoints[s - 1]);
-    heard_[s] = Clock::now();
+    live_.watch(server_peer_[s], Clock::now());
     send_msg(*transport_, server_peer_[s], header(MsgType::hello));
   }
   std::lock_guard lock(mu_);
@@ -308,6 +325,24 @@ void PsBackend::on_received(int server, const Header& h) {
   mark_received(it->second);
 }
 
+void PsBackend::send_join_if_asked() {
+  {
+    std::lock_guard lock(mu_);
+    if (!std::exchange(join_asked_, false)) return;
+  }
+  joined_answers_ = 0;
+  for (PeerId id : server_peer_) send_msg(*transport_, id, header(MsgType::join));
+}
+
+void PsBackend::on_joined(int server, const Header& h) {
+  if (server == 0) joined_last_ = static_cast<int>(h.aux);
+  if (++joined_answers_ < env_.num_servers) return;
+  std::lock_guard lock(mu_);
+  join_done_ = true;
+  join_last_ = joined_last_;
+  state_cv_.notify_all();
+}
+
 void PsBackend::mark_received(Request& r) {
   if (r.received || !r.batch->sent) return;
   r.received = true;
@@ -332,21 +367,15 @@ void PsBackend::tick() {
   }
   if (st == State::connecting && now - started_ > duration<double>(cfg_.rendezvous_timeout_s))
     return fail_all(Status::Error("no answer from the root within " + std::to_string(cfg_.rendezvous_timeout_s) + " s"));
-  for (size_t s = 0; s < server_peer_.size(); ++s) {
-    if (!server_peer_[s] || server_bye_[s]) continue;
-    if (heard_[s] != Clock::time_point{} && now - heard_[s] > duration<double>(env_.timeout_s))
-      return server_lost(static_cast<int>(s), "no message for " + std::to_string(env_.timeout_s) + " s");
-    send_msg(*transport_, server_peer_[s], header(MsgType::ping));
-  }
+  for (PeerId id : live_.expected()) send_msg(*transport_, id, header(MsgType::ping));
 }
 
 void PsBackend::server_lost(int server, const std::string& why) {
   const std::string what = server_name(server) + " lost: " + why;
   // Tell the other servers, so they (and through them every other worker) stop too.
-  for (size_t s = 0; s < server_peer_.size(); ++s)
-    if (static_cast<int>(s) != server && server_peer_[s] && !server_bye_[s])
-      send_text(*transport_, server_peer_[s], header(MsgType::peer_lost), what + " (noticed by worker " +
-                                                                            std::to_string(env_.rank) + ")");
+  for (PeerId id : live_.expected())
+    if (id != server_peer_[static_cast<size_t>(server)])
+      send_text(*transport_, id, header(MsgType::peer_lost), what + " (noticed by worker " + std::to_string(env_.rank) + ")");
   fail_all(Status::Error(what, Status::Code::peer_lost));
 }
 
@@ -373,8 +402,7 @@ void PsBackend::fail_all(const Status& st) {
 }
 
 void PsBackend::finish_stopped() {
-  for (size_t s = 0; s < server_peer_.size(); ++s)
-    if (server_peer_[s] && !server_bye_[s]) send_msg(*transport_, server_peer_[s], header(MsgType::bye));
+  for (PeerId id : live_.expected()) send_msg(*transport_, id, header(MsgType::bye));
   transport_->close(true);
   const Status st = Status::Error("ps backend shut down", Status::Code::cancelled);
   std::deque<Queued> queued;

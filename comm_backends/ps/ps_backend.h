@@ -19,6 +19,7 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/comm_backend.h"
+#include "comm_backends/liveness.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/transport.h"
@@ -42,6 +43,11 @@ class PsBackend final : public CommBackend {
   void start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override;
   bool supports(Op op, Device device) const override;
   bool reduces_encoded(compression::Scheme s) const override;
+  // Tells every server this worker has joined (they stand in for it with zeros) and waits until each says every
+  // worker has; returns the rank that joined last (as server 0 saw it). Throws std::runtime_error when the backend
+  // fails or stops meanwhile. No time limit: the others may train for long; a lost peer still ends it.
+  bool joins() const override { return true; }
+  int join() override;
   // Says goodbye to every server (so they may exit 0) and stops. Do not call from a `done` callback.
   void shutdown() override;
 
@@ -75,6 +81,8 @@ class PsBackend final : public CommBackend {
   void dispatch_queued();
   void dispatch(Queued& q);
   void on_received(int server, const ps::Header& h);
+  void send_join_if_asked();
+  void on_joined(int server, const ps::Header& h);
   void mark_received(Request& r);
   void send_request(uint64_t id, int server);
   void complete(uint64_t id, const Status& st);
@@ -97,15 +105,19 @@ class PsBackend final : public CommBackend {
   bool stopping_ = false;
   Status failure_;
   std::deque<Queued> queue_;
+  bool join_asked_ = false;  // join() waits: the I/O thread sends the joins
+  bool join_done_ = false;   // every server answered `joined`
+  int join_last_ = -1;
 
   // I/O thread only.
   std::vector<ps::PeerId> server_peer_;          // by server rank
-  std::vector<Clock::time_point> heard_;         // by server rank; epoch: not yet
-  std::vector<bool> server_bye_;
+  Liveness live_;                                // of the servers, by PeerId
   std::unordered_map<uint64_t, Request> inflight_;
   std::map<std::pair<uint64_t, uint64_t>, int> owner_;                   // (key, offset) -> server
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint64_t>> parked_;  // awaiting an owner
   uint64_t next_request_ = 1;
+  int joined_answers_ = 0;                       // servers that answered this join so far
+  int joined_last_ = -1;                         // as server 0 reported it
   Clock::time_point started_;
   std::thread io_;
 };

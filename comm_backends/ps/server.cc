@@ -1,5 +1,6 @@
 #include "comm_backends/ps/server.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -28,8 +29,10 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       summer_(cfg.server_threads, cfg.parallel_sum_bytes),
       slots_(static_cast<uint32_t>(env.num_workers), cfg.deterministic, summer_, pool_),
       sharder_(std::max(1, env.num_servers)),
+      live_(duration_cast<Clock::duration>(duration<double>(env.timeout_s))),
       server_endpoints_(static_cast<size_t>(env.num_servers)),
       worker_peer_(static_cast<size_t>(env.num_workers), 0),
+      joined_(static_cast<size_t>(env.num_workers), false),
       lag_(env.num_workers),
       lag_warned_(static_cast<size_t>(env.num_workers)) {}
 
@@ -57,7 +60,8 @@ void Server::setup() {
   } else {
     endpoint_ = "tcp://" + advertised_host(env_) + ":" + port_of(transport_->bind(host, 0));
     root_ = transport_->connect("tcp://" + env_.root_addr + ":" + std::to_string(env_.root_port));
-    peers_[root_] = Peer{PeerRole::server, 0, Clock::time_point{}, false};  // heard: unset until it speaks
+    peers_[root_] = Peer{PeerRole::server, 0};
+    live_.watch(root_);  // silence counts once it has spoken
     send_text(*transport_, root_, header(MsgType::hello), endpoint_);
   }
   log("listening on " + endpoint_ + "; " + env_.describe() + (authentication_.empty() ? "" : "; authenticated (" + authentication_ + ")") +
@@ -74,8 +78,9 @@ int Server::run() {
   while (!failed_) {
     auto now = Clock::now();
     const auto wait = next_tick_ > now ? duration_cast<milliseconds>(next_tick_ - now) : milliseconds(0);
-    if (auto in = transport_->receive(closed_.empty() ? wait : std::min(wait, milliseconds(20)))) handle(*in);
-    check_closed();
+    if (auto in = transport_->receive(live_.poll_wait(wait, now))) handle(*in);
+    if (failed_) break;
+    if (auto loss = live_.check(Clock::now())) lose(name_of(loss->peer) + " lost: " + loss->why, loss->peer);
     if (failed_) break;
     now = Clock::now();
     if (now >= next_tick_) {
@@ -86,7 +91,7 @@ int Server::run() {
       lose("rendezvous timed out after " + std::to_string(cfg_.rendezvous_timeout_s) + " s waiting for peers", 0);
     if (all_workers_left()) {
       for (auto& [id, p] : peers_)
-        if (p.role == PeerRole::server && !p.bye) send_msg(*transport_, id, header(MsgType::bye));
+        if (p.role == PeerRole::server && !live_.left(id)) send_msg(*transport_, id, header(MsgType::bye));
       transport_->close(true);
       log("every worker has left; exiting");
       return 0;
@@ -103,11 +108,7 @@ void Server::handle(Incoming& in) {
     return;
   }
   if (dropped_.count(in.peer)) return;
-  auto it = peers_.find(in.peer);
-  if (in.kind == Incoming::Kind::disconnected) {
-    if (it != peers_.end() && !it->second.bye) closed_.emplace(in.peer, Clock::now());
-    return;
-  }
+  if (in.kind == Incoming::Kind::disconnected) return live_.closed(in.peer, Clock::now());
   std::optional<uint64_t> psize;
   if (in.payload) psize = in.payload->bytes().size();
   Decoded d = decode_header(in.header, psize, DecodeLimits{cfg_.max_message_bytes});
@@ -130,30 +131,35 @@ Server::Peer* Server::register_peer(PeerId id, const Header& h) {
     drop_peer(id, "first message is " + std::string(msg_type_name(h.type)) + ", not hello");
     return nullptr;
   }
-  return &peers_.emplace(id, Peer{h.sender_role, h.sender_rank, Clock::now(), false}).first->second;
+  live_.watch(id, Clock::now());
+  return &peers_.emplace(id, Peer{h.sender_role, h.sender_rank}).first->second;
 }
 
 void Server::on_message(PeerId id, const Header& h, std::unique_ptr<Payload> payload) {
   const bool fresh = !peers_.count(id);
   Peer* p = register_peer(id, h);
   if (!p) return;
-  p->heard = Clock::now();
+  const auto now = Clock::now();
+  live_.heard(id, now);
   switch (h.type) {
     case MsgType::hello:
       if (fresh) on_hello(id, h, payload_text(payload.get()));
       else if (id != root_) drop_peer(id, "said hello twice");
       return;
     case MsgType::ping: return;
-    case MsgType::bye: p->bye = true; return;
+    case MsgType::bye: live_.said_bye(id); return;
     case MsgType::peer_lost:
       return lose(payload_text(payload.get()) + " (reported by " + peer_name(p->role, p->rank) + ")", id);
     case MsgType::assign_req:
       if (env_.rank == 0 && p->role == PeerRole::worker) return on_assign(id, h);
       break;
+    case MsgType::join:
+      if (p->role == PeerRole::worker && rendezvous_done_) return on_join(p->rank);
+      break;
     case MsgType::push_pull:
     case MsgType::bcast:
       if (p->role == PeerRole::worker) {
-        lag_.pushed(p->rank, h.iteration, p->heard);
+        lag_.pushed(p->rank, h.iteration, now);
         return on_data(id, h, std::move(payload));
       }
       break;
@@ -174,6 +180,7 @@ void Server::on_hello(PeerId id, const Header& h, const std::string& text) {
   else if (!worker && !server_endpoints_[h.sender_rank].empty()) why = "this server rank is already connected";
   if (!why.empty()) {
     peers_.erase(id);  // not a member: a foreign or confused process
+    live_.forget(id);
     return drop_peer(id, "hello from " + peer_name(h.sender_role, h.sender_rank) + " refused: " + why);
   }
   if (worker) worker_peer_[h.sender_rank] = id;
@@ -222,6 +229,25 @@ void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payloa
   outcomes_.clear();
 }
 
+// The worker stands in with zeros from now on; once every worker has joined, each hears `joined` (naming the last)
+// and every slot waits for every worker again.
+void Server::on_join(uint32_t worker) {
+  if (joined_[worker]) return;
+  joined_[worker] = true;
+  lag_.forget(worker);
+  outcomes_.clear();
+  slots_.join(worker, outcomes_);
+  for (Outcome& o : outcomes_) send_outcome(o);
+  outcomes_.clear();
+  if (std::count(joined_.begin(), joined_.end(), true) < env_.num_workers) return;
+  slots_.end_joins();
+  joined_.assign(joined_.size(), false);
+  Header h = header(MsgType::joined);
+  h.aux = worker;
+  for (PeerId w : worker_peer_) send_msg(*transport_, w, h);
+  log("every worker has joined (worker " + std::to_string(worker) + " last)");
+}
+
 void Server::send_outcome(Outcome& o) {
   if (!o.error.empty()) log("answering " + std::to_string(o.waiters.size()) + " worker(s) with an error: " + o.error);
   for (const Waiter& w : o.waiters) {
@@ -249,16 +275,9 @@ void Server::drop_peer(PeerId id, const std::string& why) {
 }
 
 void Server::tick() {
-  const auto now = Clock::now();
-  const auto timeout = duration<double>(env_.timeout_s);
-  for (auto& [id, p] : peers_) {
-    if (p.bye) continue;
-    if (p.heard != Clock::time_point{} && now - p.heard > timeout) {
-      return lose(name_of(id) + " lost: no message for " + std::to_string(env_.timeout_s) + " s", id);
-    }
-    send_msg(*transport_, id, header(MsgType::ping));  // also probes: an unroutable peer is reported as gone
-  }
-  warn_laggards(now);
+  // Pings also probe: an unroutable peer is reported as gone.
+  for (PeerId id : live_.expected()) send_msg(*transport_, id, header(MsgType::ping));
+  warn_laggards(Clock::now());
 }
 
 void Server::warn_laggards(Clock::time_point now) {
@@ -275,36 +294,20 @@ void Server::warn_laggards(Clock::time_point now) {
   }
 }
 
-void Server::check_closed() {
-  for (auto it = closed_.begin(); it != closed_.end();) {
-    auto peer = peers_.find(it->first);
-    if (peer == peers_.end() || peer->second.bye) {
-      it = closed_.erase(it);
-    } else if (Clock::now() - it->second > kByeGrace) {
-      const PeerId id = it->first;
-      closed_.erase(it);
-      return lose(name_of(id) + " lost: connection closed", id);
-    } else {
-      ++it;
-    }
-  }
-}
-
 void Server::lose(const std::string& what, PeerId except) {
   if (failed_) return;
   failed_ = true;
   failure_ = what;
   log("error: " + what + "; stopping");
   if (failure_hook_) failure_hook_();
-  for (auto& [id, p] : peers_)
-    if (id != except && !p.bye) send_text(*transport_, id, header(MsgType::peer_lost), what);
+  for (PeerId id : live_.expected())
+    if (id != except) send_text(*transport_, id, header(MsgType::peer_lost), what);
 }
 
 bool Server::all_workers_left() const {
   if (!rendezvous_done_) return false;
   for (PeerId w : worker_peer_) {
-    auto it = peers_.find(w);
-    if (it == peers_.end() || !it->second.bye) return false;
+    if (!live_.left(w)) return false;
   }
   return true;
 }

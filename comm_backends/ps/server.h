@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/liveness.h"
 #include "comm_backends/ps/lag_tracker.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/sharder.h"
@@ -48,8 +49,6 @@ class Server {
   struct Peer {
     PeerRole role = PeerRole::worker;
     uint32_t rank = 0;
-    Clock::time_point heard;
-    bool bye = false;
   };
 
   void setup();
@@ -60,6 +59,7 @@ class Server {
   void maybe_finish_rendezvous();
   void on_assign(PeerId id, const Header& h);
   void on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payload);
+  void on_join(uint32_t worker);
   void send_outcome(Outcome& o);
   void drop_peer(PeerId id, const std::string& why);
   void tick();
@@ -79,14 +79,11 @@ class Server {
   std::string endpoint_;                       // what we advertise
   PeerId root_ = 0;                            // our connection to the root (servers >= 1)
   std::unordered_map<PeerId, Peer> peers_;
+  Liveness live_;                              // of every peer in peers_
   std::unordered_set<PeerId> dropped_;         // foreign or malformed connections: ignored from now on
-  // Connections closed without a goodbye yet: lost unless their goodbye turns up within kByeGrace (a closing worker's
-  // last message and its disconnection can reach this loop in either order).
-  std::unordered_map<PeerId, Clock::time_point> closed_;
-  static constexpr std::chrono::milliseconds kByeGrace{300};
-  void check_closed();
   std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
   std::vector<PeerId> worker_peer_;            // by rank
+  std::vector<bool> joined_;                   // by worker rank: said join since every worker last had
   bool rendezvous_done_ = false;
   bool failed_ = false;
   std::string authentication_;

@@ -21,7 +21,27 @@ std::shared_ptr<Payload> element_aligned(std::shared_ptr<Payload> p, DType t, Bu
 }  // namespace
 
 SlotTable::SlotTable(uint32_t num_workers, bool deterministic, Summer& summer, std::shared_ptr<BufferPool> pool)
-    : num_workers_(num_workers), deterministic_(deterministic), summer_(summer), pool_(std::move(pool)) {}
+    : num_workers_(num_workers),
+      deterministic_(deterministic),
+      summer_(summer),
+      pool_(std::move(pool)),
+      joined_(num_workers, false) {}
+
+void SlotTable::join(uint32_t rank, std::vector<Outcome>& out) {
+  if (rank >= num_workers_ || joined_[rank]) return;
+  joined_[rank] = true;
+  std::vector<Key> waiting;
+  for (auto& [k, s] : slots_)
+    if (!s.seen[rank]) waiting.push_back(k);
+  for (const Key& k : waiting) {
+    auto it = slots_.find(k);
+    it->second.seen[rank] = true;
+    ++it->second.arrived;
+    finish_if_complete(it, out);
+  }
+}
+
+void SlotTable::end_joins() { joined_.assign(num_workers_, false); }
 
 // Workers disagreeing about a tensor (size, dtype, range, broadcast root) is a user error: name everything.
 std::string SlotTable::mismatch(const Slot& s, const Header& h) const {
@@ -53,7 +73,8 @@ void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payl
   Slot& s = it->second;
   if (fresh) {
     s.first = h;
-    s.seen.assign(num_workers_, false);
+    s.seen = joined_;  // joined workers stand in with zeros
+    s.arrived = static_cast<uint32_t>(std::count(joined_.begin(), joined_.end(), true));
     if (deterministic_ && h.type == MsgType::push_pull) s.held.resize(num_workers_);
     if (h.codec) {
       const auto scheme = static_cast<compression::Scheme>(h.codec);
@@ -65,7 +86,10 @@ void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payl
   if (h.sender_rank >= num_workers_ || s.seen[h.sender_rank]) {
     Outcome o = error_for(s, {w});
     o.error = "worker " + std::to_string(h.sender_rank) + " sent key " + std::to_string(h.key) + " offset " +
-              std::to_string(h.offset) + " round " + std::to_string(h.round) + " twice (or has a bad rank)";
+              std::to_string(h.offset) + " round " + std::to_string(h.round) +
+              (h.sender_rank < num_workers_ && joined_[h.sender_rank]
+                   ? " after joining (join() must be its last call until every worker has joined)"
+                   : " twice (or has a bad rank)");
     out.push_back(std::move(o));
     if (fresh) slots_.erase(it);
     return;
@@ -94,7 +118,13 @@ void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payl
       }
     }
   }
+  finish_if_complete(it, out);
+}
+
+void SlotTable::finish_if_complete(std::unordered_map<Key, Slot, KeyHash>::iterator it, std::vector<Outcome>& out) {
+  Slot& s = it->second;
   if (s.arrived < num_workers_) return;
+  const Header& h = s.first;
   if (!s.error.empty()) {
     if (!s.waiters.empty()) out.push_back(error_for(s, std::move(s.waiters)));  // poisoned by the last push
   } else {
@@ -110,6 +140,7 @@ void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payl
 }
 
 void SlotTable::accumulate(Slot& s, const Header& h, std::shared_ptr<Payload> p) {
+  ++s.summed;
   if (h.codec) return accumulate_encoded(s, h, std::move(p));  // decoded with memcpy: any alignment
   p = element_aligned(std::move(p), h.dtype, *pool_);
   if (deterministic_) {
@@ -117,9 +148,9 @@ void SlotTable::accumulate(Slot& s, const Header& h, std::shared_ptr<Payload> p)
     return;
   }
   const size_t n = h.length / dtype_size(h.dtype);
-  if (s.arrived == 1) {
+  if (s.summed == 1) {
     s.held.assign(1, std::move(p));
-  } else if (s.arrived == 2) {
+  } else if (s.summed == 2) {
     s.acc = pool_->acquire(n * accumulator_size(h.dtype));
     summer_.add2(h.dtype, s.acc.get(), s.held[0]->bytes().data(), p->bytes().data(), n);
     s.held.clear();
@@ -156,6 +187,7 @@ std::shared_ptr<const std::byte> SlotTable::finish_encoded(Slot& s) {
     s.acc = pool_->acquire(std::max<size_t>(acc_bytes, 1));
     std::memset(s.acc.get(), 0, acc_bytes);
     for (uint32_t rank = 0; rank < num_workers_; ++rank) {
+      if (!s.held[rank]) continue;  // a joined worker: zeros
       try {
         compression::decode_add(s.spec, f.dtype, s.held[rank]->bytes().data(), f.elements, s.acc.get());
       } catch (const std::exception& e) {
@@ -185,12 +217,13 @@ std::shared_ptr<const std::byte> SlotTable::finish_sum(Slot& s) {
   const size_t n = s.first.length / dtype_size(t);
   if (deterministic_ && num_workers_ > 1) {
     std::vector<const void*> srcs;
-    for (auto& p : s.held) srcs.push_back(p->bytes().data());
+    for (auto& p : s.held)
+      if (p) srcs.push_back(p->bytes().data());  // null: a joined worker's zeros
     auto out = pool_->acquire(s.first.length);
     summer_.sum_ranked(t, out.get(), srcs, n);
     return out;
   }
-  if (num_workers_ == 1) {  // nothing to add: answer with the push itself, zero-copy
+  if (s.summed == 1) {  // nothing to add (one worker, or the others joined): answer with the push itself, zero-copy
     auto& only = s.held.back();
     return std::shared_ptr<const std::byte>(only, only->bytes().data());
   }

@@ -48,6 +48,11 @@ class SlotTable {
   // One push_pull or bcast message from worker `h.sender_rank`. Appends answers that became due to `out`.
   void push(const Header& h, PeerId peer, std::unique_ptr<Payload> payload, std::vector<Outcome>& out);
   size_t open_slots() const { return slots_.size(); }
+  // Worker `rank` has joined (Horovod's join): it stands in with zeros for every slot it has not pushed to, open now
+  // or opened later, until end_joins(). Appends answers that became due to `out`.
+  void join(uint32_t rank, std::vector<Outcome>& out);
+  // Every worker has joined: from now on every slot waits for every worker again.
+  void end_joins();
   const BufferPool& pool() const { return *pool_; }
 
  private:
@@ -62,7 +67,8 @@ class SlotTable {
   };
   struct Slot {
     Header first;                                 // the first push: the sizes every other push must match
-    uint32_t arrived = 0;
+    uint32_t arrived = 0;                         // pushes, and joined workers standing in
+    uint32_t summed = 0;                          // pushes with data accumulated so far
     std::vector<bool> seen;                       // by rank
     std::vector<Waiter> waiters;
     std::vector<std::shared_ptr<Payload>> held;   // deterministic: by rank; streaming: [0] until the second push
@@ -82,6 +88,7 @@ class SlotTable {
   std::shared_ptr<const std::byte> finish_encoded(Slot& s);
   void accumulate(Slot& s, const Header& h, std::shared_ptr<Payload> p);
   std::shared_ptr<const std::byte> finish_sum(Slot& s);
+  void finish_if_complete(std::unordered_map<Key, Slot, KeyHash>::iterator it, std::vector<Outcome>& out);
   Outcome answer(Slot& s, std::vector<Waiter> waiters);
   Outcome error_for(const Slot& s, std::vector<Waiter> waiters) const;
 
@@ -90,6 +97,7 @@ class SlotTable {
   Summer& summer_;
   std::shared_ptr<BufferPool> pool_;
   std::unordered_map<Key, Slot, KeyHash> slots_;
+  std::vector<bool> joined_;                        // by rank
   std::unordered_map<Key, Range, KeyHash> ranges_;  // round 0 in the key: one per (key, offset)
 };
 

@@ -40,11 +40,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #include <cerrno>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -62,6 +65,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr unsigned kAmId = 0;
+
+// Our endpoints run without UCX error handling (shared memory has none in UCX 1.13), so when a peer process dies
+// while UCX copies from or into its memory (a CMA rendezvous: process_vm_readv/writev fail with ESRCH), UCX logs that
+// at FATAL level and its default log handler aborts the survivor with a backtrace. That death is an ordinary lost
+// peer: its socket ends at once and the protocol names it. This handler, run before UCX's own, turns exactly that
+// message into one line on stderr and lets the copy fail normally; every other message goes on to UCX's handler.
+ucs_log_func_rc_t tolerate_dead_peer_copies(const char* file, unsigned, const char*, ucs_log_level_t level,
+                                            const ucs_log_component_config_t*, const char* format, va_list ap) {
+  if (level != UCS_LOG_LEVEL_FATAL || !file || !std::strstr(file, "cma_ep.c")) return UCS_LOG_FUNC_RC_CONTINUE;
+  char text[512];
+  va_list copy;
+  va_copy(copy, ap);
+  std::vsnprintf(text, sizeof text, format, copy);
+  va_end(copy);
+  if (!std::strstr(text, std::strerror(ESRCH))) return UCS_LOG_FUNC_RC_CONTINUE;
+  std::fprintf(stderr, "[commsched ps ucx] a peer process exited during a shared-memory copy (%s); its connection "
+               "reports the loss\n", text);
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
+void install_log_handler_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { ucs_log_push_handler(tolerate_dead_peer_copies); });
+}
 // How long a graceful close() may spend delivering last words (bye, peer_lost) to a live peer.
 constexpr auto kGracefulLinger = std::chrono::milliseconds(500);
 constexpr auto kRedialDelay = std::chrono::milliseconds(100);
@@ -194,6 +221,7 @@ class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(const TransportOptions& o) : opts_(o), bucket_(o.emulate_rate_bps, 256.0 * 1024) {
     if (!opts_.auth_secret.empty()) (void)ClusterAuth::derive(opts_.auth_secret, kProofPurpose);  // sodium ready
+    install_log_handler_once();
     ucp_config_t* config = nullptr;
     if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw std::runtime_error(ucs_err("ucp_config_read", s));
     ucp_params_t p{};
@@ -285,6 +313,7 @@ class UcxTransport final : public Transport {
     for (;;) {
       progress();
       if (!events_.empty()) return pop_event();
+      if (std::exchange(woken_, false)) return std::nullopt;
       const auto now = Clock::now();
       if (now >= deadline) return std::nullopt;
       long wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
@@ -302,7 +331,7 @@ class UcxTransport final : public Transport {
       }
       const ucs_status_t armed = ucp_worker_arm(worker_);
       if (armed == UCS_ERR_BUSY) continue;  // more to progress first
-      if (sleep(armed == UCS_OK ? wait : std::min<long>(wait, 1))) return std::nullopt;  // woken
+      poll_sockets(armed == UCS_OK ? wait : std::min<long>(wait, 1));  // returns early when woken (woken_)
     }
   }
 
@@ -824,11 +853,13 @@ class UcxTransport final : public Transport {
 
   void progress_or_nap() {
     progress();
-    if (ucp_worker_arm(worker_) == UCS_OK) sleep(1);
+    if (ucp_worker_arm(worker_) == UCS_OK) poll_sockets(1);
   }
 
-  // Handles whatever the sockets have (accepts, hellos, ends); waits up to timeout_ms; true when woken.
-  bool poll_sockets(long timeout_ms) {
+  // Handles whatever the sockets have (accepts, hellos, ends); waits up to timeout_ms. A wake() seen here sets
+  // woken_ for receive() to return on, wherever the poll happened: progress() polls too, and a wake it swallowed
+  // once left receive() asleep until its timeout (a heartbeat: ~100 ms per iteration of a small-tensor job).
+  void poll_sockets(long timeout_ms) {
     fds_.clear();
     fd_peer_.clear();
     fds_.push_back({wake_fd_, POLLIN, 0});
@@ -839,7 +870,7 @@ class UcxTransport final : public Transport {
       fds_.push_back({p.fd, static_cast<short>(p.state == Peer::State::dialing ? POLLOUT : POLLIN), 0});
       fd_peer_.push_back(id);
     }
-    if (::poll(fds_.data(), fds_.size(), static_cast<int>(std::min<long>(timeout_ms, 1 << 30))) <= 0) return false;
+    if (::poll(fds_.data(), fds_.size(), static_cast<int>(std::min<long>(timeout_ms, 1 << 30))) <= 0) return;
     if (fds_[2].revents & POLLIN) accept_all();
     for (size_t i = 3; i < fds_.size(); ++i) {
       if (!fds_[i].revents) continue;
@@ -852,12 +883,9 @@ class UcxTransport final : public Transport {
     if (fds_[0].revents & POLLIN) {
       uint64_t v;
       [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
-      return true;
+      woken_ = true;
     }
-    return false;
   }
-
-  bool sleep(long timeout_ms) { return poll_sockets(timeout_ms); }
 
   TransportOptions opts_;
   TokenBucket bucket_;
@@ -867,6 +895,7 @@ class UcxTransport final : public Transport {
   int listen_fd_ = -1;
   int efd_ = -1;
   int wake_fd_ = -1;
+  bool woken_ = false;  // wake() was called since receive() last returned
   PeerId next_peer_ = 1;
   std::unordered_map<PeerId, Peer> peers_;
   std::vector<ucp_ep_h> retiring_;

@@ -212,6 +212,11 @@ PYBIND11_MODULE(_C, m) {
       .def("flush", [](Context& c) { c.engine().flush(); }, py::call_guard<py::gil_scoped_release>(),
            "releases tasks that are not part of a backward (BSP and MG-WFBP would otherwise hold them until "
            "backward_done); the iteration does not advance")
+      .def_property_readonly("joins", [](Context& c) { return c.engine().backend().joins(); },
+                             "whether the backend stands in with zeros for ranks that have joined (the PS does)")
+      .def("join", [](Context& c) { return c.engine().join(); }, py::call_guard<py::gil_scoped_release>(),
+           "Horovod's join: waits for this rank's tasks, then until every rank has joined, standing in with zeros "
+           "for the reductions the others still run; returns the rank that joined last")
       .def("iteration_end", &Context::iteration_end, py::call_guard<py::gil_scoped_release>())
       .def("set_model", [](Context& c, std::vector<uint64_t> tensor_bytes) { c.set_model(tensor_bytes); },
            py::arg("tensor_bytes"), "the model's gradient sizes in bytes, in forward order (keys the tuner's store)")

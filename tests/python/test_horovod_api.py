@@ -46,3 +46,9 @@ def test_a_process_set_runs_without_the_ranks_outside_it(servers):
     rc, log = launch(3, [HERE / "process_set_worker.py"], servers=servers, timeout=90)
     assert rc == 0, log
     assert log.count("process sets ok") == 3, log
+
+
+def test_join_stands_in_with_zeros_for_uneven_data_on_the_ps():
+    rc, log = launch(3, [HERE / "join_worker.py"], servers=1, timeout=90)
+    assert rc == 0, log
+    assert log.count("join ok (last 2)") == 3, log

@@ -247,10 +247,16 @@ def barrier(process_set=None):
 def join(device=-1):
     """Waits until every rank has called join(); returns the rank that called it last.
 
-    Partial compared with Horovod: a joined rank does not stand in (with zeros) for collectives the other ranks still
-    issue, so every rank must issue the same collectives before joining (even out the number of batches first).
+    On the parameter server this is Horovod's join: until every rank has joined, a joined rank stands in with zeros
+    for the gradient sums the others still compute (the average still divides by the full size, as in Horovod), so
+    ranks may run different numbers of batches; afterwards tensors of any name line up on every rank again.
+    On the collective backends (Gloo, NCCL) a joined rank cannot stand in: there every rank must issue the same
+    collectives before joining (even out the number of batches first), and join() is a barrier that names the last.
     """
     del device
+    ctx = runtime.context()
+    if ctx.joins:  # waits for this rank's outstanding operations first (their handles stay valid)
+        return int(ctx.join())
     stamp = torch.tensor([time.time()], dtype=torch.float64)
     stamps = ops.synchronize(allgather_async(stamp, ops._auto_name("join", None)))
     return int(torch.argmax(stamps).item())

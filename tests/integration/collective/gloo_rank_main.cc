@@ -102,7 +102,7 @@ int scenario_engine(const ClusterEnv& env, uint64_t seed, int iterations, const 
       Task t{d.name, d.priority, d.op, d.dtype, d.count, d.buffer, d.root, [&mu, &failures](const Status& st) {
                std::lock_guard lock(mu);
                if (!st.ok()) failures.push_back(st.message);
-             }};
+             }, {}};
       engine.submit(std::move(t));
     }
     engine.backward_done();

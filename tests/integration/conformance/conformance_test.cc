@@ -137,9 +137,10 @@ void run_as_processes(const ConformanceCase& c) {
   for (const Proc& p : cluster.procs()) {
     EXPECT_EQ(p.exit_code, 0) << p.name << " failed\n" << all_logs(cluster);
     // Each worker says it checked its result: a rank that exits 0 without running the case fails here.
-    if (p.name.rfind("worker ", 0) == 0)
+    if (p.name.rfind("worker ", 0) == 0) {
       EXPECT_NE(cluster.read_log(p.name).find(case_name(c) + " rank " + p.name.substr(7) + ": ok"), std::string::npos)
           << p.name << " did not report a checked result\n" << all_logs(cluster);
+    }
   }
 }
 

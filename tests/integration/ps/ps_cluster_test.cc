@@ -167,6 +167,19 @@ TEST_P(PsCluster, EngineWithTinyCreditAndConflictingPrioritiesCompletes) {
   expect_all_ok(c);
 }
 
+// Horovod's join over the PS: worker r runs 3 + r iterations, then joins; the servers stand in with zeros for the
+// joined workers, every sum stays exact (the worker checks them, counting joined workers as zeros), join() names
+// the last worker on every worker, and one more iteration of the same tensors after the join sums over all of them.
+TEST_P(PsCluster, JoinedWorkersStandInWithZerosAndRoundsLineUpAfter) {
+  LocalCluster c(kExe, 3, 2, {"--tensors", "20", "--iterations", "3", "--max-bytes", "400000", "--mode", "join"}, env());
+  c.start();
+  ASSERT_TRUE(c.wait_all(60s)) << "the cluster did not finish\n" << all_logs(c);
+  expect_all_ok(c);
+  for (int w = 0; w < 3; ++w)
+    EXPECT_NE(c.read_log("worker " + std::to_string(w)).find("joined; last 2"), std::string::npos) << all_logs(c);
+  EXPECT_NE(c.read_log("server 1").find("every worker has joined (worker 2 last)"), std::string::npos) << all_logs(c);
+}
+
 // The online tuner switches partition size and credit live over the PS (rank 0 decides; the decision is broadcast
 // through the PS itself): every sum stays exact, and every worker ends with the same knobs.
 TEST_P(PsCluster, LiveTuningKeepsSumsExactAndWorkersAgree) {

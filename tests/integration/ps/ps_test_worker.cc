@@ -1,7 +1,7 @@
 // Test process for the parameter-server integration tests. With COMMSCHED_ROLE=server it runs a server; otherwise a
 // worker that drives PsBackend directly (no engine): it submits batches with start() and waits on `done`.
 //
-//   ps_test_worker [--tensors N] [--iterations I] [--max-bytes B] [--seed S] [--mode exact|random|loop|mismatch]
+//   ps_test_worker [--tensors N] [--iterations I] [--max-bytes B] [--seed S] [--mode exact|random|loop|mismatch|engine|tune|join]
 //                  [--out FILE] [--ready FILE] [--tag ANY] [--slow-rank R --slow-ms M]
 // exact:    integer-valued data of every dtype; checks every sum exactly; broadcast from rank 0 first.
 // random:   random f32/f16/bf16/f64 data; writes an FNV hash of all results to --out (determinism test).
@@ -13,6 +13,9 @@
 // tune:     like engine (credit 1 MiB), with the online auto-tuner switching partition size and credit live every
 //           few iterations (rank 0 decides, the decision is broadcast through the PS); sums must stay exact and
 //           every worker must end with the same knobs, which it prints.
+// join:     like engine, but worker r runs --iterations + r iterations and then joins: in iteration it the workers
+//           that already joined count as zeros. join() must name the last rank as the one that joined last; then
+//           every worker runs one more iteration of the same tensors (rounds line up again) and sums over all.
 // Exit codes: 0 ok, 1 wrong sums, 3 a batch failed (message on stderr), 4 bad usage.
 #include <atomic>
 #include <chrono>
@@ -163,14 +166,15 @@ void fill(std::vector<Tensor>& ts, int rank, int it) {
   }
 }
 
-// Returns 0 when every element of every tensor holds the sum over the workers for iteration `it`.
-int check_sums(const std::vector<Tensor>& ts, int rank, int workers, int it) {
+// Returns 0 when every element of every tensor holds the sum over the workers [first, workers) for iteration `it`
+// (the workers below `first` have joined: they count as zeros).
+int check_sums(const std::vector<Tensor>& ts, int rank, int workers, int it, int first = 0) {
   for (size_t i = 0; i < ts.size(); ++i) {
     const auto& t = ts[i];
     const size_t es = dtype_size(t.desc.dtype);
     for (uint64_t e = 0; e < t.desc.count; ++e) {
       double want = 0;
-      for (int r = 0; r < workers; ++r) want += value_of(r, i, e, it);
+      for (int r = first; r < workers; ++r) want += value_of(r, i, e, it);
       if (const double got = load(t.desc.dtype, t.data.data() + e * es); got != want) {
         std::cerr << "worker " << rank << ": " << t.desc.name << " (" << dtype_name(t.desc.dtype) << ") element " << e
                   << " is " << got << ", expected " << want << " (iteration " << it << ")" << std::endl;
@@ -185,7 +189,7 @@ int run_engine_worker(const Options& o) {
   const ClusterEnv env = ClusterEnv::from_env();
   const int rank = env.rank;
   constexpr uint64_t kPart = 64 * 1024;
-  const bool tune = o.mode == "tune";
+  const bool tune = o.mode == "tune", join = o.mode == "join";
   EngineConfig cfg;
   cfg.knobs = tune ? Knobs{256 << 10, 1 << 20} : Knobs{kPart, kPart};
   auto backend = std::make_shared<PsBackend>(env, PsConfig::from_env());
@@ -207,8 +211,20 @@ int run_engine_worker(const Options& o) {
   auto ts = make_tensors(o, rank, false);
   const int n = static_cast<int>(ts.size());
   auto last = std::chrono::steady_clock::now();
-  for (int it = 0; it < o.iterations; ++it) {
-    fill(ts, rank, it);
+  const int my_iterations = o.iterations + (join ? rank : 0);
+  for (int it = 0; it < my_iterations + (join ? 1 : 0); ++it) {
+    if (join && it == my_iterations) {  // out of data: join, then one more iteration with everybody
+      const int last_rank = engine.join();
+      std::cout << "joined; last " << last_rank << std::endl;
+      if (last_rank != env.num_workers - 1) {
+        std::cerr << "worker " << rank << ": join() named " << last_rank << " as last, expected "
+                  << env.num_workers - 1 << std::endl;
+        return 1;
+      }
+    }
+    // The iteration after the join has the same data on every worker, whatever its own count was.
+    const int data_it = join && it == my_iterations ? 1000 : it;
+    fill(ts, rank, data_it);
     std::atomic<int> failed{0};
     for (int i = 0; i < n; ++i) {
       Task task;
@@ -226,7 +242,9 @@ int run_engine_worker(const Options& o) {
     engine.backward_done();
     engine.wait_all();
     if (failed) return 3;
-    if (int rc = check_sums(ts, rank, env.num_workers, it)) return rc;
+    // Joined so far: the workers r whose o.iterations + r iterations ended before `it` (none after the join).
+    const int first_live = join && it < my_iterations ? std::max(0, it - o.iterations + 1) : 0;
+    if (int rc = check_sums(ts, rank, env.num_workers, data_it, first_live)) return rc;
     if (live) {
       const auto now = std::chrono::steady_clock::now();
       live->on_step(std::chrono::duration<double>(now - last).count());
@@ -246,7 +264,7 @@ int run_engine_worker(const Options& o) {
 }
 
 int run_worker(const Options& o) {
-  if (o.mode == "engine" || o.mode == "tune") return run_engine_worker(o);
+  if (o.mode == "engine" || o.mode == "tune" || o.mode == "join") return run_engine_worker(o);
   const ClusterEnv env = ClusterEnv::from_env();
   PsBackend backend(env, PsConfig::from_env());
   const int rank = env.rank;

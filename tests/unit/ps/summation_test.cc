@@ -172,6 +172,58 @@ TEST(PsSlotTable, DeterministicModeSumsInRankOrder) {
   }
 }
 
+Header push_of(uint32_t worker, uint64_t key, uint64_t round, uint64_t bytes, DType dtype = DType::f32) {
+  Header h;
+  h.type = MsgType::push_pull;
+  h.dtype = dtype;
+  h.sender_rank = worker;
+  h.key = key;
+  h.length = h.tensor_bytes = bytes;
+  h.round = round;
+  h.request_id = key * 100 + worker;
+  return h;
+}
+
+// Horovod's join: a joined worker stands in with zeros, for a slot already open (answered as soon as it joins) and
+// for slots opened later (answered with the last live push); in streaming and deterministic mode, f32 and f16 (a
+// single live push is answered as it is, without the f32 accumulator); end_joins() makes slots wait for all again.
+TEST(PsSlotTable, JoinedWorkersStandInWithZerosUntilEveryoneJoined) {
+  Summer summer(1, 1ull << 20);
+  for (bool det : {false, true}) {
+    SlotTable table(3, det, summer, BufferPool::create());
+    std::vector<Outcome> out;
+    table.push(push_of(0, 1, 0, 8), 1, std::make_unique<VecPayload>(bytes_of(std::vector<float>{1, 2})), out);
+    table.push(push_of(1, 1, 0, 8), 2, std::make_unique<VecPayload>(bytes_of(std::vector<float>{10, 20})), out);
+    EXPECT_TRUE(out.empty());
+    table.join(2, out);  // worker 2 will never push key 1 round 0: the slot is complete now
+    ASSERT_EQ(out.size(), 1u) << det;
+    ASSERT_TRUE(out[0].error.empty()) << out[0].error;
+    EXPECT_EQ(out[0].waiters.size(), 2u);
+    const float* sum = reinterpret_cast<const float*>(out[0].data.get());
+    EXPECT_EQ(sum[0], 11.f);
+    EXPECT_EQ(sum[1], 22.f);
+    out.clear();
+    table.join(1, out);
+    EXPECT_TRUE(out.empty());
+    const std::vector<uint16_t> half{0x3c00, 0x4000};  // 1.0, 2.0 in f16
+    table.push(push_of(0, 2, 0, 4, DType::f16), 1, std::make_unique<VecPayload>(bytes_of(half)), out);
+    ASSERT_EQ(out.size(), 1u) << det;  // the only live worker's push is the sum
+    ASSERT_TRUE(out[0].error.empty()) << out[0].error;
+    EXPECT_EQ(std::memcmp(out[0].data.get(), half.data(), 4), 0);
+    out.clear();
+    // A joined worker pushing again is told what went wrong.
+    table.push(push_of(1, 3, 0, 8), 2, std::make_unique<VecPayload>(std::vector<std::byte>(8)), out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_NE(out[0].error.find("after joining"), std::string::npos) << out[0].error;
+    out.clear();
+    table.end_joins();
+    table.push(push_of(0, 4, 1, 8), 1, std::make_unique<VecPayload>(std::vector<std::byte>(8)), out);
+    table.push(push_of(1, 4, 1, 8), 2, std::make_unique<VecPayload>(std::vector<std::byte>(8)), out);
+    EXPECT_TRUE(out.empty());  // waits for worker 2 again
+    EXPECT_EQ(table.open_slots(), 1u);
+  }
+}
+
 // One kernel set for every backend: the pairwise sum Gloo's reduction and the loopback backend call rounds exactly as
 // the server's accumulator kernels do (f32 sum, round to nearest even), in place too, for every element value pair
 // class (normals, subnormals, ties, overflow, NaN) and across the vector/tail boundary.

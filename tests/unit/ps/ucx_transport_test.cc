@@ -178,6 +178,18 @@ TEST_P(UcxTransportTest, WakeEndsAWaitingReceive) {
   waker.join();
 }
 
+// A wake() that lands before receive() (the worker queued a batch while its I/O thread was busy) must end the next
+// receive at once: the transport's own progress polls the wake descriptor, and once swallowed it there, leaving
+// every small-tensor iteration asleep until the heartbeat (~100 ms each).
+TEST_P(UcxTransportTest, WakeBeforeReceiveIsNotLost) {
+  auto t = make();
+  t->bind("127.0.0.1", 0);
+  t->wake();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t->receive(10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
 TransportOptions with_secret(const std::string& secret) {
   TransportOptions o;
   o.auth_secret = secret;

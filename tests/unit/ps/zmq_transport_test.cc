@@ -86,3 +86,13 @@ TEST(ZmqTransport, CloseDoesNotHangWhenPeersDisconnectWhileWeSendAndClose) {
                         << " us): close() still blocked 5 s after peers disconnected during our close";
   }
 }
+
+// A wake() before receive() ends the next receive at once (the worker queued work while its I/O thread was busy).
+TEST(ZmqTransport, WakeBeforeReceiveIsNotLost) {
+  auto t = make_zmq_transport({});
+  t->bind("127.0.0.1", 0);
+  t->wake();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t->receive(10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}

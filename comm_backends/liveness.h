@@ -1,0 +1,62 @@
+// Which peers of a control loop are alive: the one liveness rule of every loop that talks to peers (the PS server,
+// the PS worker, the collective negotiator), so they cannot drift apart.
+//
+// A peer is lost when it has said nothing for `silence_limit` (COMMSCHED_TIMEOUT: hung, or unreachable), or when its
+// connection ended and no goodbye followed within `bye_grace`. The grace exists because a peer's last message and
+// the end of its connection can reach the loop in either order: ZeroMQ reports the disconnection on a monitor socket,
+// UCX from an endpoint error callback, neither ordered with the data. Without it, a survivor that hears a neighbour
+// close before that neighbour's "peer X lost" report names the neighbour instead of X.
+//
+// Pure bookkeeping: no I/O and no clock of its own (callers pass `now`), so it is tested without sockets.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace commsched {
+
+class Liveness {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Id = uint64_t;
+  struct Loss {
+    Id peer;
+    std::string why;  // "connection closed" or "no message for N s (hung or unreachable; COMMSCHED_TIMEOUT)"
+  };
+
+  explicit Liveness(Clock::duration silence_limit, Clock::duration bye_grace = std::chrono::milliseconds(300));
+
+  // Starts watching `peer`. Silence counts from `heard`; the default (epoch) counts only once it has spoken.
+  void watch(Id peer, Clock::time_point heard = {});
+  void forget(Id peer);
+  bool watching(Id peer) const { return peers_.count(peer) != 0; }
+
+  void heard(Id peer, Clock::time_point now);
+  void said_bye(Id peer);
+  bool left(Id peer) const;  // said goodbye
+  // Its connection ended: lost at `now + bye_grace` unless its goodbye arrives first.
+  void closed(Id peer, Clock::time_point now);
+
+  // The first peer found lost at `now`, if any (closed peers past their grace first, then silent ones).
+  std::optional<Loss> check(Clock::time_point now) const;
+  // Peers still expected to speak (watched, no goodbye): the ones to send heartbeats to.
+  std::vector<Id> expected() const;
+  // How long a loop may block in receive: `wait`, or less while a closed peer's grace is running out.
+  std::chrono::milliseconds poll_wait(std::chrono::milliseconds wait, Clock::time_point now) const;
+
+ private:
+  struct Peer {
+    Clock::time_point heard;
+    std::optional<Clock::time_point> closed;
+    bool bye = false;
+  };
+  Clock::duration silence_limit_;
+  Clock::duration bye_grace_;
+  std::map<Id, Peer> peers_;  // ordered: `check` reports the same peer every time for the same state
+};
+
+}  // namespace commsched

@@ -1,0 +1,84 @@
+#include "comm_backends/liveness.h"
+
+#include <gtest/gtest.h>
+
+namespace commsched {
+namespace {
+using namespace std::chrono_literals;
+using Clock = Liveness::Clock;
+
+const Clock::time_point t0 = Clock::time_point{} + 1h;
+
+TEST(Liveness, SilentPeerIsLostAfterTheLimitAndNotBefore) {
+  Liveness l(3s);
+  l.watch(7, t0);
+  EXPECT_FALSE(l.check(t0 + 3s));
+  auto loss = l.check(t0 + 3s + 1ms);
+  ASSERT_TRUE(loss);
+  EXPECT_EQ(loss->peer, 7u);
+  EXPECT_EQ(loss->why, "no message for 3 s (hung or unreachable; COMMSCHED_TIMEOUT)");
+  l.heard(7, t0 + 2s);
+  EXPECT_FALSE(l.check(t0 + 4s));
+}
+
+TEST(Liveness, SilenceCountsOnlyOnceAPeerHasSpoken) {
+  Liveness l(1s);
+  l.watch(1);  // e.g. the root before it answers: the rendezvous timeout covers it
+  EXPECT_FALSE(l.check(t0 + 1h));
+  l.heard(1, t0);
+  EXPECT_TRUE(l.check(t0 + 2s));
+}
+
+// A neighbour's "peer X lost" report may reach the loop after its disconnection: within the grace it still counts.
+TEST(Liveness, ClosedPeerIsLostOnlyAfterTheGraceUnlessItSaysGoodbye) {
+  Liveness l(10s, 300ms);
+  l.watch(1, t0);
+  l.watch(2, t0);
+  l.closed(1, t0);
+  l.closed(2, t0);
+  EXPECT_FALSE(l.check(t0 + 299ms));
+  l.said_bye(2);
+  auto loss = l.check(t0 + 300ms);
+  ASSERT_TRUE(loss);
+  EXPECT_EQ(loss->peer, 1u);
+  EXPECT_EQ(loss->why, "connection closed");
+  EXPECT_TRUE(l.left(2));
+  EXPECT_FALSE(l.left(1));
+}
+
+TEST(Liveness, PeersThatLeftAreNeitherPingedNorLost) {
+  Liveness l(1s);
+  l.watch(1, t0);
+  l.watch(2, t0);
+  l.watch(3, t0);
+  l.said_bye(2);
+  l.closed(3, t0);
+  EXPECT_EQ(l.expected(), std::vector<Liveness::Id>{1});
+  l.said_bye(1);
+  l.said_bye(3);
+  EXPECT_FALSE(l.check(t0 + 1h));
+}
+
+TEST(Liveness, PollWaitShrinksWhileAGraceRunsOut) {
+  Liveness l(10s, 300ms);
+  l.watch(1, t0);
+  EXPECT_EQ(l.poll_wait(1000ms, t0), 1000ms);
+  l.closed(1, t0);
+  EXPECT_EQ(l.poll_wait(1000ms, t0 + 100ms), 201ms);
+  EXPECT_EQ(l.poll_wait(1000ms, t0 + 1s), 1ms);  // overdue: never a negative wait
+  EXPECT_EQ(l.poll_wait(50ms, t0), 50ms);
+}
+
+TEST(Liveness, UnwatchedAndForgottenPeersAreIgnored) {
+  Liveness l(1s, 0ms);
+  l.closed(9, t0);
+  l.heard(9, t0);
+  l.said_bye(9);
+  EXPECT_FALSE(l.watching(9));
+  l.watch(4, t0);
+  l.forget(4);
+  EXPECT_FALSE(l.check(t0 + 1h));
+}
+
+}  // namespace
+}  // namespace commsched
