@@ -8,6 +8,46 @@
 namespace commsched {
 namespace {
 
+ValueType<Role> role_value() {
+  const ValueType<std::string> choice = choice_value({"worker", "server"});
+  return {choice.type, choice.allowed,
+          [parse = choice.parse](std::string_view var, std::string_view value) {
+            return parse(var, value) == "server" ? Role::server : Role::worker;
+          },
+          [](const Role& r) { return std::string(r == Role::server ? "server" : "worker"); }};
+}
+
+OptionTable<ClusterEnv> build_cluster_table() {
+  using E = ClusterEnv;
+  constexpr int64_t kMany = 1 << 20;
+  OptionTable<E> t("cluster", "cluster");
+  t.bind("role", "COMMSCHED_ROLE", [](E& e) -> Role& { return e.role; }, role_value(),
+         "this process's role (also DMLC_ROLE)");
+  t.bind("num_workers", "COMMSCHED_NUM_WORKERS", [](E& e) -> int& { return e.num_workers; }, int_value(1, kMany),
+         "worker processes (also DMLC_NUM_WORKER, torchrun's WORLD_SIZE)");
+  t.bind("num_servers", "COMMSCHED_NUM_SERVERS", [](E& e) -> int& { return e.num_servers; }, int_value(0, kMany),
+         "parameter-server processes (also DMLC_NUM_SERVER)");
+  t.bind("rank", "COMMSCHED_RANK", [](E& e) -> int& { return e.rank; }, int_value(0, kMany),
+         "this process's rank within its role, below the number of its role's processes (also DMLC_WORKER_ID or "
+         "torchrun's RANK for workers, DMLC_SERVER_ID for servers)");
+  t.bind("root_addr", "COMMSCHED_ROOT_ADDR", [](E& e) -> std::string& { return e.root_addr; },
+         text_value("a host name or address"), "address of the rendezvous root (also DMLC_PS_ROOT_URI, MASTER_ADDR)");
+  t.bind("root_port", "COMMSCHED_ROOT_PORT", [](E& e) -> int& { return e.root_port; }, int_value(1, 65535),
+         "port of the rendezvous root (also DMLC_PS_ROOT_PORT; under torchrun MASTER_PORT + 1, since torchrun's "
+         "store holds MASTER_PORT)");
+  t.bind("bind", "COMMSCHED_BIND", [](E& e) -> std::string& { return e.bind; },
+         text_value("an address or interface name; empty: automatic"),
+         "where data sockets bind (also DMLC_INTERFACE); empty: the address this host uses to reach the root");
+  t.bind("local_rank", "COMMSCHED_LOCAL_RANK", [](E& e) -> int& { return e.local_rank; }, int_value(0, kMany),
+         "position among the workers of this host, below local_size (also LOCAL_RANK); unset: the rank");
+  t.bind("local_size", "COMMSCHED_LOCAL_SIZE", [](E& e) -> int& { return e.local_size; }, int_value(1, kMany),
+         "workers on this host (also LOCAL_WORLD_SIZE); unset: every worker");
+  t.bind("timeout", "COMMSCHED_TIMEOUT", [](E& e) -> double& { return e.timeout_s; }, duration_value(),
+         "silence from a peer before it is declared dead (positive; with heartbeats and polling a hung peer is caught "
+         "within 10 s of the default)");
+  return t;
+}
+
 // Returns the first set variable among `names` together with its name.
 std::optional<std::pair<std::string, std::string>> first_set(std::initializer_list<const char*> names) {
   for (const char* n : names)
@@ -15,39 +55,48 @@ std::optional<std::pair<std::string, std::string>> first_set(std::initializer_li
   return std::nullopt;
 }
 
+// Applies the cluster option `option` from its own variable (COMMSCHED_*) or else the first set one of `older`
+// (DMLC_*, then torchrun's), parsed and checked by its registry row; returns the variable used, empty when none.
+std::string apply_first_set(ClusterEnv& e, std::string_view option, std::initializer_list<const char*> older) {
+  std::optional<std::pair<std::string, std::string>> v;
+  for (const OptionInfo& info : cluster_option_table().infos())
+    if (info.name == option)
+      if (auto own = env_value(info.env)) v = std::make_pair(info.env, *own);
+  if (!v) v = first_set(older);
+  if (!v) return {};
+  cluster_option_table().set(e, option, v->second, v->first);
+  return v->first;
+}
+
 }  // namespace
+
+const OptionTable<ClusterEnv>& cluster_option_table() {
+  static const OptionTable<ClusterEnv> table = build_cluster_table();
+  return table;
+}
 
 ClusterEnv ClusterEnv::from_env() {
   ClusterEnv e;
-  if (auto v = first_set({"COMMSCHED_ROLE", "DMLC_ROLE"})) {
-    if (v->second == "worker") e.role = Role::worker;
-    else if (v->second == "server") e.role = Role::server;
-    else throw InvalidArgument(v->first + "='" + v->second + "' is invalid: one of worker, server");
-  }
-  if (auto v = first_set({"COMMSCHED_NUM_WORKERS", "DMLC_NUM_WORKER", "WORLD_SIZE"}))
-    e.num_workers = static_cast<int>(parse_int(v->first, v->second, 1, 1 << 20));
-  if (auto v = first_set({"COMMSCHED_NUM_SERVERS", "DMLC_NUM_SERVER"}))
-    e.num_servers = static_cast<int>(parse_int(v->first, v->second, 0, 1 << 20));
+  apply_first_set(e, "role", {"DMLC_ROLE"});
+  apply_first_set(e, "num_workers", {"DMLC_NUM_WORKER", "WORLD_SIZE"});
+  apply_first_set(e, "num_servers", {"DMLC_NUM_SERVER"});
   const bool server = e.role == Role::server;
-  std::string rank_var = "COMMSCHED_RANK";
-  if (auto v = server ? first_set({"COMMSCHED_RANK", "DMLC_SERVER_ID"}) : first_set({"COMMSCHED_RANK", "DMLC_WORKER_ID", "RANK"})) {
-    e.rank = static_cast<int>(parse_int(v->first, v->second, 0, 1 << 20));
-    rank_var = v->first;
+  std::string rank_var = server ? apply_first_set(e, "rank", {"DMLC_SERVER_ID"})
+                                : apply_first_set(e, "rank", {"DMLC_WORKER_ID", "RANK"});
+  if (rank_var.empty()) rank_var = "COMMSCHED_RANK";
+  apply_first_set(e, "root_addr", {"DMLC_PS_ROOT_URI", "MASTER_ADDR"});
+  if (apply_first_set(e, "root_port", {"DMLC_PS_ROOT_PORT"}).empty()) {
+    if (auto m = first_set({"MASTER_PORT"})) {
+      // torchrun's agent (and torch.distributed's env:// rank 0) listens on MASTER_PORT itself; ours is the next one.
+      e.root_port = static_cast<int>(parse_int(m->first, m->second, 1, 65534)) + 1;
+    }
   }
-  if (auto v = first_set({"COMMSCHED_ROOT_ADDR", "DMLC_PS_ROOT_URI", "MASTER_ADDR"})) e.root_addr = v->second;
-  if (auto v = first_set({"COMMSCHED_ROOT_PORT", "DMLC_PS_ROOT_PORT"})) {
-    e.root_port = static_cast<int>(parse_int(v->first, v->second, 1, 65535));
-  } else if (auto m = first_set({"MASTER_PORT"})) {
-    // torchrun's agent (and torch.distributed's env:// rank 0) listens on MASTER_PORT itself; ours is the next one.
-    e.root_port = static_cast<int>(parse_int(m->first, m->second, 1, 65534)) + 1;
-  }
-  if (auto v = first_set({"COMMSCHED_BIND", "DMLC_INTERFACE"})) e.bind = v->second;
+  apply_first_set(e, "bind", {"DMLC_INTERFACE"});
   e.local_rank = e.rank;
   e.local_size = e.num_workers;
-  if (auto v = first_set({"COMMSCHED_LOCAL_RANK", "LOCAL_RANK"}))
-    e.local_rank = static_cast<int>(parse_int(v->first, v->second, 0, 1 << 20));
-  if (auto v = first_set({"COMMSCHED_LOCAL_SIZE", "LOCAL_WORLD_SIZE"})) e.local_size = static_cast<int>(parse_int(v->first, v->second, 1, 1 << 20));
-  if (auto v = first_set({"COMMSCHED_TIMEOUT"})) e.timeout_s = parse_seconds(v->first, v->second);
+  apply_first_set(e, "local_rank", {"LOCAL_RANK"});
+  apply_first_set(e, "local_size", {"LOCAL_WORLD_SIZE"});
+  apply_first_set(e, "timeout", {});
   const int n = server ? e.num_servers : e.num_workers;
   if (e.rank >= n)  // named after the variable it came from (RANK under torchrun)
     throw InvalidArgument(rank_var + "=" + std::to_string(e.rank) + " is invalid: a " + (server ? "server" : "worker") +

@@ -1,4 +1,6 @@
-// The one environment contract every multi-process backend reads (parameter server, Gloo, NCCL rendezvous).
+// The one environment contract every multi-process backend reads (parameter server, Gloo, NCCL rendezvous). Its
+// COMMSCHED_* variables are rows of the option registry (cluster_option_table(): parser, default, doc), which
+// from_env() applies after the older names below.
 //
 //   COMMSCHED_ROLE          worker | server                       (alias DMLC_ROLE; default worker)
 //   COMMSCHED_NUM_WORKERS   number of worker processes >= 1      (alias DMLC_NUM_WORKER; default 1)
@@ -24,6 +26,8 @@
 #include <cstdint>
 #include <string>
 
+#include "options/option_table.h"
+
 namespace commsched {
 
 enum class Role { worker, server };
@@ -45,5 +49,8 @@ struct ClusterEnv {
   void validate() const;
   std::string describe() const;
 };
+
+// The registry rows of ClusterEnv (group "cluster").
+const OptionTable<ClusterEnv>& cluster_option_table();
 
 }  // namespace commsched

@@ -1,5 +1,7 @@
-// The interface lives in the header; this file holds the backend registry.
+// The interface lives in the header; this file holds the backend registry (and supports(), which reads it).
 #include "comm_backends/comm_backend.h"
+
+#include <algorithm>
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"
@@ -85,6 +87,16 @@ const std::vector<BackendInfo>& registrations() {
 }  // namespace
 
 std::span<const BackendInfo> backend_registry() { return registrations(); }
+
+bool BackendInfo::carries(Op op, Device device) const {
+  return std::find(ops.begin(), ops.end(), op) != ops.end() &&
+         std::find(devices.begin(), devices.end(), device) != devices.end();
+}
+
+bool CommBackend::supports(Op op, Device device) const {
+  const BackendInfo* row = find_backend(name());
+  return row && row->carries(op, device);
+}
 
 const BackendInfo* find_backend(std::string_view name) {
   for (const BackendInfo& b : registrations())

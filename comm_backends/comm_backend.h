@@ -49,8 +49,10 @@ class CommBackend {
   virtual bool manages_credit() const { return false; }
   virtual void set_credit_bytes(uint64_t /*credit_bytes*/) {}
 
-  // Whether the backend can carry this operation on buffers of this device.
-  virtual bool supports(Op op, Device device) const = 0;
+  // Whether the backend can carry this operation on buffers of this device. By default its row of the backend
+  // registry answers (BackendInfo::ops x devices, the row named name()): the one list of what a backend moves. Only
+  // a backend without a row (a test double) has a reason to override it.
+  virtual bool supports(Op op, Device device) const;
 
   // Whether the backend's reduction understands partitions encoded with `scheme` (a parameter server that decodes,
   // sums and encodes the pull). Casts (fp16/bf16) need no such support: their sum is defined on the wire.
@@ -78,8 +80,9 @@ struct BackendInfo {
   std::string_view description;
   bool available = false;        // built into this build
   std::string_view missing;      // when not available: what to install and rebuild
-  std::vector<Op> ops;           // operations it carries (CommBackend::supports says the same per object)
+  std::vector<Op> ops;           // operations it carries (CommBackend::supports answers from these two)
   std::vector<Device> devices;   // buffers it carries
+  bool carries(Op op, Device device) const;
   // Connects this process (blocks for the rendezvous); throws InvalidArgument when the cluster does not fit it or the
   // build lacks it. `engine` is the engines' config: a collective backend's rank 0 runs the same policy over every
   // rank's ready partitions.

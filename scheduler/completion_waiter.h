@@ -3,6 +3,7 @@
 // then waits for it needs the same few lines of mutex, condition variable and counter. They live here once.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -15,8 +16,10 @@
 
 namespace commsched {
 
-// Counts expected and settled completions, keeps the failures, and waits (always bounded) for the rest.
-// Thread-safe. Must outlive every callback it handed out.
+// Counts expected and settled completions, keeps the failures, and waits (always bounded) for the rest, or for all
+// but a few of them (a sliding window of work in flight). Thread-safe. Must outlive every callback it handed out: a
+// caller that may give up waiting (a time limit) keeps it, and whatever the work writes into, in shared ownership
+// with the callbacks.
 class CompletionWaiter {
  public:
   // Announces `n` more completions to wait for. Call before the work can complete (before submit/start).
@@ -30,7 +33,9 @@ class CompletionWaiter {
     std::lock_guard lock(mu_);
     ++settled_;
     if (!st.ok()) failures_.push_back(st);
-    cv_.notify_all();
+    // Wake a waiter only when its condition may now hold: one wake-up per round, not one per completion, which a
+    // benchmark's hand-back time would count.
+    if (settled_ + wake_at_ >= expected_) cv_.notify_all();
   }
 
   // expect(1) and a callback that settles it: hand it to Task::on_done or CommBackend::start.
@@ -39,11 +44,13 @@ class CompletionWaiter {
     return [this](const Status& st) { settle(st); };
   }
 
-  // Waits until every expected completion has settled or `limit` passes. Returns the first failure, ok when all
-  // succeeded, or an error saying how many are still outstanding after the limit.
-  Status wait(std::chrono::nanoseconds limit) {
+  // Waits until at most `may_remain` expected completions are outstanding (by default: every one has settled) or
+  // `limit` passes. Returns the first failure so far, ok when none failed, or an error saying how many are still
+  // outstanding after the limit.
+  Status wait(std::chrono::nanoseconds limit, size_t may_remain = 0) {
     std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, limit, [&] { return settled_ >= expected_; }))
+    wake_at_ = std::max(wake_at_, may_remain);
+    if (!cv_.wait_for(lock, limit, [&] { return settled_ + may_remain >= expected_; }))
       return Status::Error("timed out after " + std::to_string(std::chrono::duration<double>(limit).count()) +
                            " s with " + std::to_string(expected_ - settled_) + " of " + std::to_string(expected_) +
                            " completions outstanding");
@@ -61,7 +68,7 @@ class CompletionWaiter {
   // Forgets everything settled so far, to wait for the next round. Only between rounds (nothing outstanding).
   void reset() {
     std::lock_guard lock(mu_);
-    expected_ = settled_ = 0;
+    expected_ = settled_ = wake_at_ = 0;
     failures_.clear();
   }
 
@@ -69,6 +76,7 @@ class CompletionWaiter {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   size_t expected_ = 0, settled_ = 0;
+  size_t wake_at_ = 0;  // the largest `may_remain` any wait has asked for
   std::vector<Status> failures_;
 };
 

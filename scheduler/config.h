@@ -67,26 +67,53 @@ struct EngineConfig {
   void validate() const;
 };
 
-// The knob set: the knobs a tuner changes live, by name. The engine options, the tuner's best-configuration store and
-// the Python knob dictionary iterate over it, so a new knob is one row here (and a field of Knobs).
+// How the tuner searches a knob (tuner/search_space.h): its axis of [0,1] maps onto values on a log scale.
+enum class KnobScale {
+  fixed,         // not searched
+  log_bytes,     // bytes = min * (max/min)^u, rounded to a multiple of `alignment`
+  log_multiple,  // a multiple (min .. max) of the knob named `of`, 2^octaves; optionally ending in a band meaning 0
+};
+struct KnobTuning {
+  KnobScale scale = KnobScale::fixed;
+  double min = 0, max = 0;       // log_bytes: bytes; log_multiple: multiples of `of` (min >= 1)
+  uint64_t alignment = 1;        // log_bytes: values are multiples of this
+  std::string_view of;           // log_multiple: the knob this one scales with (earlier in the table)
+  bool unlimited_band = false;   // log_multiple: one more octave-wide band at the top means 0 (no limit)
+};
+
+// The knob set: the knobs a tuner changes live, by name. The engine options, the tuner's search space and its
+// agreement message, the best-configuration store and the Python knob dictionary iterate over it, so a new knob is
+// one row here (and a field of Knobs); a row with a tuning scale is searched by the tuner with its bounds.
 struct KnobSpec {
   std::string_view name;           // also its engine option and COMMSCHED_ variable
   std::string_view alias;          // a shorter name the CLI also takes ("--partition")
   uint64_t Knobs::*field;
   bool EngineConfig::*given;       // set when the option was given (auto_knobs replaces the others)
   std::string_view doc;
+  KnobTuning tuning;               // the tuner's default bounds (the tuner's options may narrow them)
 };
 inline constexpr KnobSpec kKnobs[] = {
     {"partition_bytes", "partition", &Knobs::partition_bytes, &EngineConfig::partition_set,
      "bytescheduler partition size (unlimited: no split); when unset: automatic (scheduler/auto_knobs.h): parameter "
      "server 256 KiB up to 16 workers, halving per doubling beyond, at least 64 KiB; all-reduce large enough that the "
-     "ring latency is at most 1/32 of its bytes' time, at least 4 MiB"},
+     "ring latency is at most 1/32 of its bytes' time, at least 4 MiB",
+     // 4 KiB alignment fits every dtype.
+     {KnobScale::log_bytes, 64.0 * 1024, 64.0 * 1024 * 1024, 4096, {}, false}},
     {"credit_bytes", "credit", &Knobs::credit_bytes, &EngineConfig::credit_set,
      "bytescheduler credit: bytes in flight (unlimited: no limit); when unset: parameter server (workers + 1) "
      "partitions, since every worker's push of a partition queues at one server's downlink; all-reduce one batch in "
-     "flight, since the collectives run one at a time and what queues meanwhile is fused"},
+     "flight, since the collectives run one at a time and what queues meanwhile is fused",
+     // A multiple of the partition: below one partition the scheduler stalls, and the useful credit scales with it.
+     {KnobScale::log_multiple, 1.0, 64.0, 1, "partition_bytes", true}},
 };
 inline constexpr size_t kKnobCount = std::size(kKnobs);
+
+// The tuning row of a registered knob (constant-evaluated where the name is a literal); throws when none.
+constexpr const KnobTuning& registered_tuning(std::string_view knob) {
+  for (const KnobSpec& k : kKnobs)
+    if (k.name == knob) return k.tuning;
+  throw InvalidArgument("no registered knob is named '" + std::string(knob) + "'");
+}
 
 // The registry rows of EngineConfig.
 const OptionTable<EngineConfig>& engine_option_table();

@@ -65,7 +65,7 @@ void EngineGraph::build_stage_nodes() {
   const size_t n = stages_.size();
   if (n == 0) return;
   for (size_t k = 0; k < n; ++k) {
-    const size_t limit = stages_[k]->concurrency() == 0 ? unlimited : stages_[k]->concurrency();
+    const size_t limit = stages_[k]->concurrency() == 0 ? size_t{unlimited} : stages_[k]->concurrency();
     encode_nodes_.push_back(std::make_unique<FlightNode>(graph_, limit, [this, k](Flight* f, auto& ports) {
       encode_with(k, f);
       std::get<0>(ports).try_put(f);

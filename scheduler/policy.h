@@ -77,6 +77,7 @@ class Policy {
 struct Knobs {
   uint64_t partition_bytes = 4ull << 20;
   uint64_t credit_bytes = 16ull << 20;
+  bool operator==(const Knobs&) const = default;  // every knob (code comparing configurations names none)
 };
 
 // What the tuner drives: anything whose partition size and credit can be changed at an iteration boundary.

@@ -17,9 +17,9 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-BayesOptOptions optimizer_options(const TunerOptions& o) {
+BayesOptOptions optimizer_options(const TunerOptions& o, const SearchSpace& space) {
   BayesOptOptions b;
-  b.dim = SearchSpace::kDim;
+  b.dim = space.dim();  // one per registered tunable knob
   b.goal = Goal::maximize;  // throughput
   b.seed = o.seed;
   b.initial_points = o.initial_points;
@@ -37,7 +37,7 @@ OnlineTuner::OnlineTuner(KnobControl& control, TuningKey key, TunerOptions optio
       agree_(agree ? std::move(agree) : AgreeFn([](const Decision& d) { return d; })),
       log_(log ? std::move(log) : LogFn([](const std::string& s) { std::cerr << "[commsched tuner] " << s << '\n'; })),
       leader_(is_leader),
-      optimizer_(optimizer_options(options_)) {
+      optimizer_(optimizer_options(options_, space_)) {
   options_.validate();
   if (leader_ && !options_.csv_path.empty()) csv_ = TrialLog(options_.csv_path);
 }
@@ -103,7 +103,7 @@ void OnlineTuner::end_watch() {
 }
 
 void OnlineTuner::restart_tuning() {
-  optimizer_ = BayesOpt(optimizer_options(options_));
+  optimizer_ = BayesOpt(optimizer_options(options_, space_));
   warm_start_.clear();  // predicted for the network before the drift
   trials_.clear();
   best_knobs_.reset();
@@ -229,8 +229,7 @@ Decision OnlineTuner::next_decision() {
   if (leader_) {
     std::string why = "stopping after " + std::to_string(done) + " trials (" + reason + ")";
     const Knobs& kept = trials_[best].knobs;
-    if (best_knobs_ && (kept.partition_bytes != best_knobs_->partition_bytes ||
-                        kept.credit_bytes != best_knobs_->credit_bytes))
+    if (best_knobs_ && kept != *best_knobs_)
       why += "; keeping the best by the model of all trials (" + describe(kept) + ", measured " +
              std::to_string(trials_[best].score) + " it/s) rather than the single fastest measurement (" +
              describe(*best_knobs_) + ", " + std::to_string(best_score_) + " it/s), which the model reads as noise";
@@ -248,7 +247,7 @@ void OnlineTuner::finish(const Knobs& knobs) {
   if (reused_) return;
   iterations_to_finish_ = last_iteration_ - first_iteration_ + 1;
   for (const auto& t : trials_) {
-    if (t.knobs.partition_bytes == knobs.partition_bytes && t.knobs.credit_bytes == knobs.credit_bytes) {
+    if (t.knobs == knobs) {
       best_score_ = t.score;
     }
   }

@@ -43,68 +43,136 @@ void SearchSpaceBounds::validate() const {
   }
 }
 
-SearchSpace::SearchSpace(const SearchSpaceBounds& bounds) : bounds_(bounds) { bounds_.validate(); }
+namespace {
 
-double SearchSpace::credit_octaves() const { return std::log2(bounds_.max_credit_multiple); }
+double octaves(const KnobTuning& t) { return std::log2(t.max / t.min); }
+double axis_octaves(const KnobTuning& t) { return octaves(t) + (t.unlimited_band ? 1.0 : 0.0); }
 
-double SearchSpace::credit_axis_octaves() const {
-  return credit_octaves() + (bounds_.allow_unlimited_credit ? 1.0 : 0.0);
+// The tuner's own options narrow the built-in knobs' registered bounds (their variables are named after them).
+void apply_bounds(KnobTuning& t, std::string_view knob, const SearchSpaceBounds& b) {
+  if (knob == "partition_bytes") {
+    t.min = static_cast<double>(b.min_partition_bytes);
+    t.max = static_cast<double>(b.max_partition_bytes);
+    t.alignment = b.alignment;
+  } else if (knob == "credit_bytes") {
+    t.max = b.max_credit_multiple;
+    t.unlimited_band = b.allow_unlimited_credit;
+  }
 }
 
-uint64_t SearchSpace::partition_bytes(double u) const {
-  const double lo = static_cast<double>(bounds_.min_partition_bytes);
-  const double hi = static_cast<double>(bounds_.max_partition_bytes);
+void check_tuning(const KnobSpec& k, const KnobTuning& t) {
+  const std::string where = "tuner search space: knob '" + std::string(k.name) + "' ";
+  if (!(t.min >= 1.0) || !(t.max >= t.min) || !std::isfinite(t.max))
+    throw InvalidArgument(where + "has bounds [" + std::to_string(t.min) + ", " + std::to_string(t.max) +
+                          "]: they must be finite, at least 1 and in order");
+  if (t.alignment == 0) throw InvalidArgument(where + "has alignment 0");
+}
+
+}  // namespace
+
+SearchSpace::SearchSpace(const SearchSpaceBounds& bounds, std::span<const KnobSpec> knobs) : bounds_(bounds) {
+  bounds_.validate();
+  for (const KnobSpec& k : knobs) {
+    if (k.tuning.scale == KnobScale::fixed) continue;
+    Axis a{&k, k.tuning, -1};
+    apply_bounds(a.tuning, k.name, bounds_);
+    check_tuning(k, a.tuning);
+    if (a.tuning.scale == KnobScale::log_multiple) {
+      for (size_t i = 0; i < axes_.size(); ++i)
+        if (axes_[i].knob->name == a.tuning.of && axes_[i].tuning.scale == KnobScale::log_bytes) a.of = static_cast<int>(i);
+      if (a.of < 0)
+        throw InvalidArgument("tuner search space: knob '" + std::string(k.name) + "' is a multiple of '" +
+                              std::string(a.tuning.of) + "', which is no searched byte-sized knob before it");
+    }
+    axes_.push_back(a);
+  }
+}
+
+uint64_t SearchSpace::bytes_at(const Axis& a, double u) const {
+  const double lo = a.tuning.min, hi = a.tuning.max;
   const double raw = lo * std::pow(hi / lo, std::clamp(u, 0.0, 1.0));
-  const double a = static_cast<double>(bounds_.alignment);
-  const auto aligned = static_cast<uint64_t>(std::llround(raw / a)) * bounds_.alignment;
-  return std::clamp(aligned, bounds_.min_partition_bytes, bounds_.max_partition_bytes);
+  const double align = static_cast<double>(a.tuning.alignment);
+  const auto aligned = static_cast<uint64_t>(std::llround(raw / align)) * a.tuning.alignment;
+  return std::clamp(aligned, static_cast<uint64_t>(lo), static_cast<uint64_t>(hi));
 }
 
-uint64_t SearchSpace::credit_bytes(double v, uint64_t partition) const {
-  v = std::clamp(v, 0.0, 1.0);
-  const double axis = credit_axis_octaves();
-  if (axis <= 0.0) return bounds_.allow_unlimited_credit ? 0 : partition;  // max_multiple == 1, no unlimited band
-  const double octave = v * axis;
-  // The boundary itself belongs to the largest finite multiple so that from_knobs() round-trips it exactly.
-  if (bounds_.allow_unlimited_credit && octave > credit_octaves() + 1e-9) return 0;
-  const double multiple = std::clamp(std::exp2(octave), 1.0, bounds_.max_credit_multiple);
-  return static_cast<uint64_t>(std::llround(multiple * static_cast<double>(partition)));
+uint64_t SearchSpace::multiple_at(const Axis& a, double v, uint64_t base) const {
+  const KnobTuning& t = a.tuning;
+  const double axis = axis_octaves(t);
+  const double octave = std::clamp(v, 0.0, 1.0) * axis;
+  // The boundary itself belongs to the largest finite multiple so that from_values() round-trips it exactly.
+  if (t.unlimited_band && octave > octaves(t) + 1e-9) return 0;
+  const double multiple = std::clamp(t.min * std::exp2(octave), t.min, t.max);
+  return static_cast<uint64_t>(std::llround(multiple * static_cast<double>(base)));
+}
+
+double SearchSpace::coordinate_of_bytes(const Axis& a, uint64_t bytes) const {
+  const double lo = a.tuning.min, hi = a.tuning.max;
+  const uint64_t v = std::clamp(bytes, static_cast<uint64_t>(lo), static_cast<uint64_t>(hi));
+  if (!(hi > lo)) return 0.0;
+  return std::clamp(std::log(static_cast<double>(v) / lo) / std::log(hi / lo), 0.0, 1.0);
+}
+
+double SearchSpace::coordinate_of_multiple(const Axis& a, uint64_t value, uint64_t base) const {
+  const KnobTuning& t = a.tuning;
+  const double axis = axis_octaves(t);
+  if (axis <= 0.0) return 0.0;
+  if (value == 0) return 1.0;  // unlimited, or the largest multiple when unlimited is not part of the space
+  const double multiple = static_cast<double>(value) / static_cast<double>(base);
+  const double octave = std::clamp(std::log2(multiple / t.min), 0.0, octaves(t));
+  // A finite value never maps into the unlimited band, even at the largest multiple.
+  return std::clamp(octave / axis, 0.0, 1.0);
+}
+
+SearchSpace::Values SearchSpace::to_values(std::span<const double> u) const {
+  if (u.size() != axes_.size())
+    throw InvalidArgument("tuner search space: expected " + std::to_string(axes_.size()) + " coordinates, got " +
+                          std::to_string(u.size()));
+  for (size_t i = 0; i < u.size(); ++i)
+    if (!(u[i] >= 0.0 && u[i] <= 1.0))
+      throw InvalidArgument("tuner search space: coordinate " + std::to_string(i) + " (" +
+                            std::string(axes_[i].knob->name) + ") = " + std::to_string(u[i]) + " is outside [0,1]");
+  Values v(axes_.size());
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    const Axis& a = axes_[i];
+    v[i] = a.tuning.scale == KnobScale::log_bytes ? bytes_at(a, u[i]) : multiple_at(a, u[i], v[a.of]);
+  }
+  return v;
+}
+
+SearchSpace::Point SearchSpace::from_values(std::span<const uint64_t> v) const {
+  if (v.size() != axes_.size())
+    throw InvalidArgument("tuner search space: expected " + std::to_string(axes_.size()) + " knob values, got " +
+                          std::to_string(v.size()));
+  Point p(axes_.size());
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    const Axis& a = axes_[i];
+    if (a.tuning.scale == KnobScale::log_bytes) {
+      p[i] = coordinate_of_bytes(a, v[i]);
+    } else {
+      const Axis& of = axes_[a.of];
+      const uint64_t base = std::clamp(v[a.of], static_cast<uint64_t>(of.tuning.min), static_cast<uint64_t>(of.tuning.max));
+      p[i] = coordinate_of_multiple(a, v[i], base);
+    }
+  }
+  return p;
 }
 
 Knobs SearchSpace::to_knobs(std::span<const double> u) const {
-  if (u.size() != static_cast<size_t>(kDim)) {
-    throw InvalidArgument("SearchSpace::to_knobs: expected " + std::to_string(kDim) + " coordinates, got " +
-                          std::to_string(u.size()));
-  }
-  for (size_t i = 0; i < u.size(); ++i) {
-    if (!(u[i] >= 0.0 && u[i] <= 1.0)) {
-      throw InvalidArgument("SearchSpace::to_knobs: coordinate " + std::to_string(i) + " = " + std::to_string(u[i]) +
-                            " is outside [0,1]");
-    }
-  }
+  const Values v = to_values(u);
   Knobs k;
-  k.partition_bytes = partition_bytes(u[0]);
-  k.credit_bytes = credit_bytes(u[1], k.partition_bytes);
+  for (size_t i = 0; i < axes_.size(); ++i)
+    if (axes_[i].knob->field) k.*axes_[i].knob->field = v[i];
   return k;
 }
 
 SearchSpace::Point SearchSpace::from_knobs(const Knobs& k) const {
-  Point p{0.0, 0.0};
-  const double lo = static_cast<double>(bounds_.min_partition_bytes);
-  const double hi = static_cast<double>(bounds_.max_partition_bytes);
-  const uint64_t part = std::clamp(k.partition_bytes, bounds_.min_partition_bytes, bounds_.max_partition_bytes);
-  if (hi > lo) p[0] = std::clamp(std::log(static_cast<double>(part) / lo) / std::log(hi / lo), 0.0, 1.0);
-
-  const double axis = credit_axis_octaves();
-  if (axis <= 0.0) return p;
-  if (k.credit_bytes == 0) {
-    p[1] = 1.0;  // unlimited, or the largest multiple when unlimited is not part of the space
-    return p;
-  }
-  const double multiple = static_cast<double>(k.credit_bytes) / static_cast<double>(part);
-  const double octave = std::clamp(std::log2(multiple), 0.0, credit_octaves());
-  // A finite credit never maps into the unlimited band, even at the largest multiple.
-  p[1] = std::clamp(octave / axis, 0.0, 1.0);
+  Values v(axes_.size(), 0);
+  for (size_t i = 0; i < axes_.size(); ++i)
+    if (axes_[i].knob->field) v[i] = k.*axes_[i].knob->field;
+  Point p = from_values(v);
+  for (size_t i = 0; i < axes_.size(); ++i)
+    if (!axes_[i].knob->field) p[i] = 0.0;  // a knob Knobs cannot carry: its axis' low end
   return p;
 }
 

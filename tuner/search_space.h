@@ -1,32 +1,41 @@
-// The tuner's search space: partition size and credit, both on log scales, normalised to the unit square.
+// The tuner's search space: one axis of [0,1] per knob of the knob set with a tuning scale (scheduler/config.h
+// kKnobs), in table order, so a knob registered as tunable is searched without an edit here. By default that is
+// partition size and credit, both on log scales:
 //
-// Coordinate 0 (partition): bytes = min * (max/min)^u, rounded to a multiple of `alignment`.
-// Coordinate 1 (credit): credit is a multiple m of the partition size, because a credit below one partition would
-// stall the scheduler and because the useful credit scales with the partition. The axis covers log2(max_multiple)
-// octaves (1x .. max_multiple x) and, when unlimited credit is allowed, one more octave-wide band at the top that
-// means "no limit" (Knobs::credit_bytes == 0). Placing "unlimited" just past the largest finite multiple keeps the
-// objective smooth along the axis (a huge credit behaves like no credit limit), which suits the Gaussian process,
+// partition (log_bytes): bytes = min * (max/min)^u, rounded to a multiple of `alignment`.
+// credit (log_multiple of the partition): credit is a multiple m of the partition size, because a credit below one
+// partition would stall the scheduler and because the useful credit scales with the partition. The axis covers
+// log2(max/min) octaves (min x .. max x) and, when unlimited credit is allowed, one more octave-wide band at the top
+// that means "no limit" (Knobs::credit_bytes == 0). Placing "unlimited" just past the largest finite multiple keeps
+// the objective smooth along the axis (a huge credit behaves like no credit limit), which suits the Gaussian process,
 // and lets the tuner learn that scheduling does not pay on a fast network.
-//   with unlimited:    v in [0, k/(k+1)] -> m = 2^(v (k+1)),  v in (k/(k+1), 1] -> unlimited,  k = log2(max_multiple)
-//   without unlimited: v in [0, 1]       -> m = 2^(v k)
+//   with unlimited:    v in [0, k/(k+1)] -> m = min 2^(v (k+1)),  v in (k/(k+1), 1] -> unlimited,  k = log2(max/min)
+//   without unlimited: v in [0, 1]       -> m = min 2^(v k)
+//
+// The tuner's options (SearchSpaceBounds) narrow the registered bounds of the two built-in knobs.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "options/option_table.h"
+#include "scheduler/config.h"
 #include "scheduler/policy.h"
 
 namespace commsched::tuner {
 
+// Defaults: the knobs' registered tuning rows.
 struct SearchSpaceBounds {
-  uint64_t min_partition_bytes = 64ull << 10;  // COMMSCHED_TUNER_MIN_PARTITION
-  uint64_t max_partition_bytes = 64ull << 20;  // COMMSCHED_TUNER_MAX_PARTITION
-  double max_credit_multiple = 64.0;           // COMMSCHED_TUNER_MAX_CREDIT_MULTIPLE (credit = 1x .. this x partition)
-  bool allow_unlimited_credit = true;          // COMMSCHED_TUNER_UNLIMITED_CREDIT
-  uint64_t alignment = 4096;                   // partition sizes are multiples of this (fits every dtype)
+  uint64_t min_partition_bytes =  // COMMSCHED_TUNER_MIN_PARTITION
+      static_cast<uint64_t>(registered_tuning("partition_bytes").min);
+  uint64_t max_partition_bytes =  // COMMSCHED_TUNER_MAX_PARTITION
+      static_cast<uint64_t>(registered_tuning("partition_bytes").max);
+  // COMMSCHED_TUNER_MAX_CREDIT_MULTIPLE (credit = 1x .. this x partition)
+  double max_credit_multiple = registered_tuning("credit_bytes").max;
+  bool allow_unlimited_credit = registered_tuning("credit_bytes").unlimited_band;  // COMMSCHED_TUNER_UNLIMITED_CREDIT
+  uint64_t alignment = registered_tuning("partition_bytes").alignment;  // partition sizes are multiples of this
 
   // Applies one option by name ("min_partition", "max_partition", "max_credit_multiple", "unlimited_credit");
   // returns false when the name is not a search-space option. Throws InvalidArgument on a bad value.
@@ -56,29 +65,41 @@ void SearchSpaceBounds::register_options(OptionTable<Config>& t, Bounds bounds) 
 
 class SearchSpace {
  public:
-  static constexpr int kDim = 2;
-  using Point = std::array<double, kDim>;
+  // One searched knob: its registry row, and its tuning after the bounds' overrides.
+  struct Axis {
+    const KnobSpec* knob = nullptr;
+    KnobTuning tuning;
+    int of = -1;  // log_multiple: the axis of the knob it scales with
+  };
+  using Point = std::vector<double>;     // one coordinate in [0,1] per axis
+  using Values = std::vector<uint64_t>;  // one knob value per axis (0: no limit, where the axis has that band)
 
-  explicit SearchSpace(const SearchSpaceBounds& bounds = {});
+  // The axes are the rows of `knobs` with a tuning scale. Throws InvalidArgument naming the bound or the knob whose
+  // tuning is inconsistent (bounds out of order, `of` naming no earlier axis).
+  explicit SearchSpace(const SearchSpaceBounds& bounds = {}, std::span<const KnobSpec> knobs = kKnobs);
   const SearchSpaceBounds& bounds() const { return bounds_; }
+  int dim() const { return static_cast<int>(axes_.size()); }
+  std::span<const Axis> axes() const { return axes_; }
 
-  // u must have kDim coordinates in [0,1]; throws InvalidArgument otherwise.
+  // u must have dim() coordinates in [0,1]; throws InvalidArgument otherwise.
+  Values to_values(std::span<const double> u) const;
+  // Values outside the bounds are clamped onto them; 0 on a log_multiple axis maps to its unlimited band (or the
+  // largest multiple when the axis has none).
+  Point from_values(std::span<const uint64_t> v) const;
+  // The same through Knobs: every axis with a Knobs field reads or writes it; knobs not searched keep Knobs' defaults.
   Knobs to_knobs(std::span<const double> u) const;
-  // Knobs outside the bounds are clamped onto them; credit_bytes == 0 maps to the unlimited band (or the largest
-  // multiple when unlimited is not allowed).
   Point from_knobs(const Knobs& k) const;
   // The point the knobs for u actually land on (after rounding); what the optimizer should be told.
-  Point snap(std::span<const double> u) const { return from_knobs(to_knobs(u)); }
-
-  uint64_t partition_bytes(double u) const;
-  // Credit for coordinate v given the partition size; 0 means unlimited.
-  uint64_t credit_bytes(double v, uint64_t partition) const;
+  Point snap(std::span<const double> u) const { return from_values(to_values(u)); }
 
  private:
-  double credit_octaves() const;  // k = log2(max_multiple)
-  double credit_axis_octaves() const;  // k, plus one for the unlimited band
+  uint64_t bytes_at(const Axis& a, double u) const;
+  uint64_t multiple_at(const Axis& a, double v, uint64_t base) const;  // 0: unlimited
+  double coordinate_of_bytes(const Axis& a, uint64_t bytes) const;
+  double coordinate_of_multiple(const Axis& a, uint64_t value, uint64_t base) const;
 
   SearchSpaceBounds bounds_;
+  std::vector<Axis> axes_;
 };
 
 }  // namespace commsched::tuner

@@ -1,10 +1,19 @@
 #include "workload/profile.h"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#ifndef COMMSCHED_PROFILES_DIR
+#define COMMSCHED_PROFILES_DIR ""
+#endif
+#ifndef COMMSCHED_INSTALLED_PROFILES_DIR
+#define COMMSCHED_INSTALLED_PROFILES_DIR ""
+#endif
 
 namespace commsched::sim {
 
@@ -78,6 +87,32 @@ ModelProfile parse_profile(const std::string& json_text, const std::string& orig
   if (p.tensors.empty()) throw InvalidArgument("profile " + origin + ": no tensors");
   p.finalize();
   return p;
+}
+
+std::string resolve_profile_path(const std::string& name_or_path, const std::vector<std::string>& first_dirs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(name_or_path, ec)) return name_or_path;
+  std::vector<std::string> dirs = first_dirs;
+  for (const char* dir : {COMMSCHED_PROFILES_DIR, COMMSCHED_INSTALLED_PROFILES_DIR})
+    if (*dir != '\0') dirs.emplace_back(dir);
+  std::vector<std::string> names;
+  for (const std::string& dir : dirs) {
+    if (dir.empty()) continue;
+    const fs::path p = fs::path(dir) / (name_or_path + ".json");
+    if (fs::is_regular_file(p, ec)) return p.string();
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::string searched, found;
+  for (const std::string& d : dirs) searched += (searched.empty() ? "" : ", ") + d;
+  for (const std::string& n : names) found += (found.empty() ? "" : ", ") + n;
+  throw InvalidArgument("model profile '" + name_or_path + "' not found: not a file, and no " + name_or_path +
+                        ".json in " + (searched.empty() ? "any profile folder" : searched) +
+                        " (give a path to a profile JSON file or one of: " + (found.empty() ? "none found" : found) +
+                        ")");
 }
 
 ModelProfile load_profile(const std::string& path) {

@@ -40,6 +40,11 @@ struct ModelProfile {
   void finalize();
 };
 
+// The one resolution of a profile argument (`commsched run --model`, `commsched bench --models`): an existing file
+// passes through; a name ("vgg16") is looked up as NAME.json in `first_dirs` (a caller's own folder), then in the
+// source tree's bench/profiles, then in the installed share directory. Throws InvalidArgument naming the argument,
+// every folder searched and the names found there.
+std::string resolve_profile_path(const std::string& name_or_path, const std::vector<std::string>& first_dirs = {});
 // Reads a profile file; throws InvalidArgument naming the file and the offending entry.
 ModelProfile load_profile(const std::string& path);
 // Parses profile JSON text (origin names it in errors).

@@ -1,61 +1,21 @@
 #include "workload/synthetic_model.h"
 
 #include "comm_backends/half.h"
+#include "scheduler/completion_waiter.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <filesystem>
-#include <mutex>
+#include <memory>
 #include <numeric>
 #include <thread>
-
-#ifndef COMMSCHED_PROFILES_DIR
-#define COMMSCHED_PROFILES_DIR ""
-#endif
-#ifndef COMMSCHED_INSTALLED_PROFILES_DIR
-#define COMMSCHED_INSTALLED_PROFILES_DIR ""
-#endif
 
 namespace commsched {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Completion state of every tensor, waited on by the emulated forward pass.
-class Completions {
- public:
-  explicit Completions(size_t n) : done_round_(n, -1) {}
-  void mark(size_t i, int round, const Status& s) {
-    std::lock_guard lk(mu_);
-    done_round_[i] = round;
-    if (!s.ok() && error_.empty()) error_ = s.message;
-    cv_.notify_all();
-  }
-  // Returns false when a task failed (the run stops).
-  bool wait(size_t i, int round) {
-    std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return done_round_[i] >= round || !error_.empty(); });
-    return error_.empty();
-  }
-  std::string error() {
-    std::lock_guard lk(mu_);
-    return error_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int> done_round_;
-  std::string error_;
-};
-
-}  // namespace
-
-namespace {
 
 // Element k of a buffer of `dtype`, as a double (exact for the small integers the data check uses).
 double load_value(DType dtype, const std::byte* b, size_t k) {
@@ -89,7 +49,8 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
   const size_t n = profile.tensors.size();
   std::vector<std::vector<std::byte>> buffers(n);
   for (size_t i = 0; i < n; ++i) buffers[i].resize(profile.tensors[i].bytes());
-  Completions completions(n);
+  // One waiter per tensor: the forward pass of a layer waits for its own tensors' previous reductions only.
+  const auto completions = std::make_unique<CompletionWaiter[]>(n);
   SyntheticResult result;
   result.bytes_per_iteration = profile.total_bytes();
   result.compute_s = static_cast<double>(profile.compute_per_iteration()) * 1e-9 * opts.compute_scale;
@@ -156,10 +117,13 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
       if (it > 0) {
         bool waited = false;
         for (size_t ti : layer.tensors) {
-          if (!completions.wait(ti, it - 1)) {
-            result.error = completions.error();
+          if (const Status st = completions[ti].wait(opts.completion_limit); !st.ok()) {
+            result.error = "tensor '" + profile.tensors[ti].name + "' of iteration " + std::to_string(it - 1) + ": " +
+                           st.message;
+            engine.wait_all_for(opts.completion_limit);  // the rest still write into the buffers
             return result;
           }
+          completions[ti].reset();
           check_data(ti);
           waited = true;
         }
@@ -179,7 +143,7 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
         t.dtype = profile.tensors[ti].dtype;
         t.count = profile.tensors[ti].elements;
         t.buffer.data = buffers[ti].data();
-        t.on_done = [&completions, ti, it](const Status& s) { completions.mark(ti, it, s); };
+        t.on_done = completions[ti].callback();
         engine.submit(std::move(t));
       }
     }
@@ -188,7 +152,9 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
   engine.wait_all();
   starts.push_back(Clock::now());
   for (size_t i = 0; i < n; ++i) check_data(i);
-  if (!completions.error().empty()) result.error = completions.error();
+  for (size_t i = 0; i < n && result.error.empty(); ++i)
+    if (const auto failed = completions[i].failures(); !failed.empty())
+      result.error = "tensor '" + profile.tensors[i].name + "': " + failed.front().message;
 
   for (int it = measured_from; it < measured_from + opts.iterations; ++it)
     result.iteration_s.push_back(std::chrono::duration<double>(starts[it + 1] - starts[it]).count());
@@ -204,18 +170,6 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
     result.median_s = sorted[sorted.size() / 2];
   }
   return result;
-}
-
-std::string resolve_profile_path(const std::string& name_or_path) {
-  namespace fs = std::filesystem;
-  if (fs::exists(name_or_path)) return name_or_path;
-  for (const char* dir : {COMMSCHED_PROFILES_DIR, COMMSCHED_INSTALLED_PROFILES_DIR}) {
-    if (*dir == '\0') continue;
-    const fs::path p = fs::path(dir) / (name_or_path + ".json");
-    if (fs::exists(p)) return p.string();
-  }
-  throw InvalidArgument("model profile '" + name_or_path + "' not found (give a path to a profile JSON file or one of "
-                        "the names in bench/profiles: vgg16, resnet50, bert-base, bert-large, transformer-base)");
 }
 
 }  // namespace commsched

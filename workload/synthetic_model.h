@@ -5,6 +5,7 @@
 // engine a Context composed.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ struct SyntheticOptions {
   // iteration just ended; iterations go on unmeasured while it returns true (at most max_tuning_iterations).
   std::function<bool(double seconds)> tuning_step;
   int max_tuning_iterations = 1000;
+  // How long a layer's forward waits for its gradients' previous reduction before the run stops with an error naming
+  // the tensor (the backend fails a lost peer's tasks well within it; this only keeps a bug from hanging the loop).
+  std::chrono::nanoseconds completion_limit = std::chrono::minutes(5);
 };
 
 struct SyntheticResult {
@@ -41,8 +45,5 @@ struct SyntheticResult {
 };
 
 SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& profile, const SyntheticOptions& opts);
-
-// Resolves "vgg16" to bench/profiles/vgg16.json (source tree or installed share dir); paths pass through.
-std::string resolve_profile_path(const std::string& name_or_path);
 
 }  // namespace commsched

@@ -16,15 +16,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <iostream>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "comm_backends/gloo/gloo_backend.h"
 #include "plugins/launch/process_group.h"
+#include "scheduler/completion_waiter.h"
 
 using namespace commsched;
 using Clock = std::chrono::steady_clock;
@@ -63,7 +62,8 @@ struct Breakdown {
 // Starts every tensor of one step through the backend and waits for all.
 class BackendStep {
  public:
-  explicit BackendStep(const Case& c) : data_(c.tensors, std::vector<float>(c.elements, 1.0f)), tasks_(c.tensors) {
+  explicit BackendStep(const Case& c)
+      : label_(c.label), data_(c.tensors, std::vector<float>(c.elements, 1.0f)), tasks_(c.tensors) {
     for (int i = 0; i < c.tensors; ++i) {
       TaskDesc& t = tasks_[i];
       t.name = c.label + "." + std::to_string(i);
@@ -77,22 +77,14 @@ class BackendStep {
     }
   }
   void run(TimedGlooBackend& backend, Breakdown& phases) {
-    std::unique_lock lock(mu_);
-    left_ = tasks_.size();
-    lock.unlock();
+    waiter_.reset();
     backend.first_execute = {};
     const auto t0 = Clock::now();
-    for (auto& t : tasks_) {
-      backend.start({PartitionView{&t, 0, 0, t.bytes()}}, [this](const Status& st) {
-        std::lock_guard l(mu_);
-        if (!st.ok() && error_.empty()) error_ = st.message;
-        if (--left_ == 0) cv_.notify_one();
-      });
-    }
-    lock.lock();
-    cv_.wait(lock, [&] { return left_ == 0; });
+    for (auto& t : tasks_) backend.start({PartitionView{&t, 0, 0, t.bytes()}}, waiter_.callback());
+    // A peer lost mid-step fails the batch well within this; the limit only turns a bug into an error.
+    const Status st = waiter_.wait(std::chrono::seconds(120));
     const auto t1 = Clock::now();
-    if (!error_.empty()) throw std::runtime_error(error_);
+    if (!st.ok()) throw std::runtime_error("GlooBackend step of case " + label_ + ": " + st.message);
     using us = std::chrono::duration<double, std::micro>;
     phases.negotiate += us(backend.first_execute - t0).count();
     phases.collective += us(backend.last_done - backend.first_execute).count();
@@ -101,12 +93,10 @@ class BackendStep {
   }
 
  private:
+  std::string label_;
   std::vector<std::vector<float>> data_;
   std::vector<TaskDesc> tasks_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t left_ = 0;
-  std::string error_;
+  CompletionWaiter waiter_;
 };
 
 void barrier(TimedGlooBackend& b, uint32_t tag) {

@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -38,6 +37,7 @@
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/server.h"
 #include "comm_backends/ps/transport.h"
+#include "scheduler/completion_waiter.h"
 
 using namespace commsched;
 using Clock = std::chrono::steady_clock;
@@ -62,31 +62,38 @@ double ps_goodput(PsBackend& b, uint64_t part, uint64_t mib) {
     tasks[s].count = part / 4;
     tasks[s].buffer.data = bufs[s].data();
   }
-  std::mutex mu;
-  std::condition_variable cv;
+  // A completion frees its slot for the next partition: the waiter counts partitions in flight, the deque says
+  // which slots are free (filled before the completion settles, so a wake-up always finds one).
+  CompletionWaiter waiter;
+  std::mutex free_mu;
   std::deque<uint64_t> free_slots;
-  bool failed = false;
   auto submit = [&](uint64_t s) {
+    waiter.expect(1);
     b.start({PartitionView{&tasks[s], 0, 0, part}}, [&, s](const Status& st) {
-      std::lock_guard lock(mu);
-      if (!st.ok()) {
-        std::fprintf(stderr, "push_pull failed: %s\n", st.message.c_str());
-        failed = true;
+      {
+        std::lock_guard lock(free_mu);
+        free_slots.push_back(s);
       }
-      free_slots.push_back(s);
-      cv.notify_one();
+      waiter.settle(st);
     });
   };
   const auto t0 = Clock::now();
   uint64_t sent = 0, done = 0;
   for (uint64_t s = 0; s < window && sent < total; ++s, sent += part) submit(s);
   while (done < sent) {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return !free_slots.empty(); });
-    const uint64_t s = free_slots.front();
-    free_slots.pop_front();
-    lock.unlock();
-    if (failed) return 0;
+    const uint64_t in_flight = (sent - done) / part;
+    if (const Status st = waiter.wait(std::chrono::seconds(60), in_flight - 1); !st.ok()) {
+      std::fprintf(stderr, "push_pull of %llu-byte partitions failed: %s\n", static_cast<unsigned long long>(part),
+                   st.message.c_str());
+      waiter.wait(std::chrono::seconds(60));  // the rest still write into these buffers
+      return 0;
+    }
+    uint64_t s;
+    {
+      std::lock_guard lock(free_mu);
+      s = free_slots.front();
+      free_slots.pop_front();
+    }
     done += part;
     if (sent < total) {
       ++tasks[s].round;

@@ -109,10 +109,6 @@ GlooBackend::GlooBackend(const ClusterEnv& env, collective::CollectiveOptions op
 
 GlooBackend::~GlooBackend() { stop_base(); }
 
-bool GlooBackend::supports(Op op, Device device) const {
-  return device == Device::cpu && (op == Op::allreduce || op == Op::broadcast);
-}
-
 void GlooBackend::allreduce(void* data, DType dtype, size_t elements) {
   gloo_allreduce_sum(context_, data, dtype, elements, tag_++);
 }

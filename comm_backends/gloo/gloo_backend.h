@@ -31,7 +31,6 @@ class GlooBackend : public collective::CollectiveBackend {
   ~GlooBackend() override;
 
   std::string_view name() const override { return "gloo"; }
-  bool supports(Op op, Device device) const override;
 
   // The connected Gloo context, for baselines that call Gloo directly (benchmarks); do not use while work is running.
   const std::shared_ptr<gloo::Context>& context() const { return context_; }

@@ -250,7 +250,6 @@ class LoopbackBackend final : public CommBackend {
   int rank() const override { return rank_; }
   int size() const override { return hub_->ranks(); }
   void start(std::vector<PartitionView> batch, BatchDone done) override { hub_->start(rank_, std::move(batch), std::move(done)); }
-  bool supports(Op, Device device) const override { return device == Device::cpu; }
   void shutdown() override { hub_->shutdown(rank_); }
 
  private:

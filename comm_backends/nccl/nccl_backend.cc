@@ -147,10 +147,6 @@ NcclBackend::~NcclBackend() {
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
 
-bool NcclBackend::supports(Op op, Device device) const {
-  return device == Device::cuda && (op == Op::allreduce || op == Op::broadcast);
-}
-
 void NcclBackend::enqueue_collective(void* data, size_t bytes, const TaskDesc& task) {
   const std::string what = "nccl " + std::string(op_name(task.op)) + " of task '" + task.name + "'";
   if (task.op == Op::broadcast) {

@@ -34,7 +34,6 @@ class NcclBackend : public collective::CollectiveBackend {
   ~NcclBackend() override;
 
   std::string_view name() const override { return "nccl"; }
-  bool supports(Op op, Device device) const override;
   int device() const { return device_; }
 
  protected:

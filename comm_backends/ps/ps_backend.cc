@@ -61,10 +61,6 @@ bool PsBackend::reduces_encoded(compression::Scheme s) const {
   return s == compression::Scheme::topk || s == compression::Scheme::signsgd;  // SlotTable decodes them
 }
 
-bool PsBackend::supports(Op op, Device device) const {
-  return device == Device::cpu && (op == Op::push_pull || op == Op::broadcast);
-}
-
 void PsBackend::start(std::vector<PartitionView> batch, BatchDone done) {
   start_with_sent(std::move(batch), nullptr, std::move(done));
 }

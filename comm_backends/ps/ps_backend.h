@@ -41,7 +41,6 @@ class PsBackend final : public CommBackend {
   // before the sum: the other workers' pushes are not waited for.
   bool reports_sent() const override { return true; }
   void start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override;
-  bool supports(Op op, Device device) const override;
   bool reduces_encoded(compression::Scheme s) const override;
   // Tells every server this worker has joined (they stand in for it with zeros) and waits until each says every
   // worker has; returns the rank that joined last (as server 0 saw it). Throws std::runtime_error when the backend

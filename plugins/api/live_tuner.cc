@@ -1,34 +1,42 @@
 #include "plugins/api/live_tuner.h"
 
-#include <future>
+#include <memory>
 #include <limits>
 #include <stdexcept>
 #include <string>
+
+#include "scheduler/completion_waiter.h"
+#include "scheduler/config.h"
 
 namespace commsched {
 namespace {
 constexpr const char* kDecisionTask = "commsched.tuner.decision";
 }  // namespace
 
-void encode_decision(const tuner::Decision& d, std::span<int64_t, 3> out) {
-  out[0] = static_cast<int64_t>(d.knobs.partition_bytes);
-  out[1] = static_cast<int64_t>(d.knobs.credit_bytes);
-  out[2] = d.final ? 1 : 0;
+void encode_decision(const tuner::Decision& d, DecisionWords out) {
+  for (size_t i = 0; i < kKnobCount; ++i) out[i] = static_cast<int64_t>(d.knobs.*kKnobs[i].field);
+  out[kKnobCount] = d.final ? 1 : 0;
 }
 
-tuner::Decision decode_decision(std::span<const int64_t, 3> in) {
-  if (in[0] < 0 || in[1] < 0 || (in[2] != 0 && in[2] != 1))
-    throw InvalidArgument("tuner decision from rank 0 is malformed (partition " + std::to_string(in[0]) + ", credit " +
-                          std::to_string(in[1]) + ", final " + std::to_string(in[2]) + ")");
+tuner::Decision decode_decision(ConstDecisionWords in) {
+  std::string values;
+  bool bad = in[kKnobCount] != 0 && in[kKnobCount] != 1;
+  for (size_t i = 0; i < kKnobCount; ++i) {
+    bad |= in[i] < 0;
+    values += std::string(kKnobs[i].name) + " " + std::to_string(in[i]) + ", ";
+  }
+  if (bad)
+    throw InvalidArgument("tuner decision from rank 0 is malformed (" + values + "final " +
+                          std::to_string(in[kKnobCount]) + ")");
   tuner::Decision d;
-  d.knobs.partition_bytes = static_cast<uint64_t>(in[0]);
-  d.knobs.credit_bytes = static_cast<uint64_t>(in[1]);
-  d.final = in[2] == 1;
+  for (size_t i = 0; i < kKnobCount; ++i) d.knobs.*kKnobs[i].field = static_cast<uint64_t>(in[i]);
+  d.final = in[kKnobCount] == 1;
   return d;
 }
 
-LiveTuner::LiveTuner(Engine& engine, tuner::TuningKey key, tuner::TunerOptions options, tuner::LogFn log)
-    : engine_(engine) {
+LiveTuner::LiveTuner(Engine& engine, tuner::TuningKey key, tuner::TunerOptions options, tuner::LogFn log,
+                     std::chrono::nanoseconds agreement_limit)
+    : engine_(engine), agreement_limit_(agreement_limit) {
   const bool leader = engine.backend().rank() == 0;
   tuner_ = std::make_unique<tuner::OnlineTuner>(
       engine, std::move(key), std::move(options), [this](const tuner::Decision& d) { return agree(d); },
@@ -41,26 +49,34 @@ tuner::Decision LiveTuner::agree(const tuner::Decision& mine) {
   ++agreements_;
   const CommBackend& backend = engine_.backend();
   if (backend.size() == 1) return mine;
-  int64_t message[3] = {0, 0, 0};
-  if (backend.rank() == 0) encode_decision(mine, std::span<int64_t, 3>(message));
-  std::promise<Status> done;
+  // The message and the waiter belong to the task as much as to this call: when the wait gives up, the broadcast may
+  // still complete later and write into them.
+  struct Agreement {
+    int64_t message[kDecisionWordCount] = {};
+    CompletionWaiter waiter;
+  };
+  const auto a = std::make_shared<Agreement>();
+  if (backend.rank() == 0) encode_decision(mine, DecisionWords(a->message));
   Task t;
   t.name = kDecisionTask;  // the same name on every rank; the engine numbers its rounds alike everywhere
   t.priority = std::numeric_limits<int32_t>::min();
   t.op = Op::broadcast;
   t.dtype = DType::i64;
-  t.count = 3;
-  t.buffer.data = message;
+  t.count = kDecisionWordCount;
+  t.buffer.data = a->message;
   t.root = 0;
-  t.on_done = [&done](const Status& s) { done.set_value(s); };
+  a->waiter.expect(1);
+  t.on_done = [a](const Status& s) { a->waiter.settle(s); };
   engine_.submit(std::move(t));
   engine_.flush();
-  // The engine completes or fails every task (a lost peer within the backend's timeout), so this returns.
-  const Status status = done.get_future().get();
+  // The engine completes or fails every task (a lost peer within the backend's timeout); the limit covers a rank 0
+  // that never reaches the same trial boundary.
+  const Status status = a->waiter.wait(agreement_limit_);
   if (!status.ok())
-    throw std::runtime_error("auto-tuner: broadcasting rank 0's decision through the " + std::string(backend.name()) +
-                             " backend failed: " + status.message);
-  return decode_decision(std::span<const int64_t, 3>(message));
+    throw std::runtime_error("auto-tuner: rank " + std::to_string(backend.rank()) + " waiting for rank 0's decision "
+                             "(agreement " + std::to_string(agreements_) + ", a broadcast through the " +
+                             std::string(backend.name()) + " backend): " + status.message);
+  return decode_decision(ConstDecisionWords(a->message));
 }
 
 }  // namespace commsched

@@ -3,7 +3,7 @@
 // It measures each training step (the caller reports its wall time), runs the tuner's trials and switches the
 // engine's partition size and credit with Engine::set_knobs, which takes effect at the next backward_done(): the same
 // step on every rank, because every rank counts the same steps. Rank 0 decides; its decision (partition, credit,
-// final) reaches the other ranks as a 24-byte broadcast task submitted to the engine like any other, so it works for
+// final) reaches the other ranks as a small broadcast task (one int64 per knob of the knob set, then the final flag) submitted to the engine like any other, so it works for
 // every backend that can broadcast (parameter server, Gloo, NCCL, loopback) without a side channel, and the engine
 // keeps its view of everything the backend carries (credit, collective order negotiation, timeline).
 //
@@ -12,11 +12,13 @@
 // caller is blocked in the agreement.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "scheduler/config.h"
 #include "scheduler/engine.h"
 #include "tuner/online_tuner.h"
 
@@ -25,11 +27,13 @@ namespace commsched {
 class LiveTuner {
  public:
   // `key` names the model and cluster shape for the store of best configurations (see tuner::model_signature).
-  LiveTuner(Engine& engine, tuner::TuningKey key, tuner::TunerOptions options, tuner::LogFn log = {});
+  // A rank waits at most `agreement_limit` for rank 0's decision, then on_step throws.
+  LiveTuner(Engine& engine, tuner::TuningKey key, tuner::TunerOptions options, tuner::LogFn log = {},
+            std::chrono::nanoseconds agreement_limit = std::chrono::minutes(5));
 
   // One training step has ended, taking `seconds` of wall time (> 0), after its backward_done(). Blocks at a trial
-  // boundary until rank 0's decision has arrived. Throws std::runtime_error naming the backend when the agreement
-  // broadcast fails.
+  // boundary until rank 0's decision has arrived. Throws std::runtime_error naming the backend and the agreement
+  // when the broadcast fails or does not complete within the agreement limit.
   void on_step(double seconds);
   // Configurations to try first (tuner::OnlineTuner::warm_start); before the first on_step().
   void warm_start(std::vector<Knobs> first_trials) { tuner_->warm_start(std::move(first_trials)); }
@@ -43,13 +47,18 @@ class LiveTuner {
   tuner::Decision agree(const tuner::Decision& mine);
 
   Engine& engine_;
+  std::chrono::nanoseconds agreement_limit_;
   uint64_t steps_ = 0;
   uint64_t agreements_ = 0;
   std::unique_ptr<tuner::OnlineTuner> tuner_;
 };
 
+// The agreement message: every knob of the knob set (scheduler/config.h kKnobs, in order), then the final flag.
+inline constexpr size_t kDecisionWordCount = kKnobCount + 1;
+using DecisionWords = std::span<int64_t, kDecisionWordCount>;
+using ConstDecisionWords = std::span<const int64_t, kDecisionWordCount>;
 // Encodes and decodes the agreement message; decode throws InvalidArgument on values no rank 0 would send.
-void encode_decision(const tuner::Decision& d, std::span<int64_t, 3> out);
-tuner::Decision decode_decision(std::span<const int64_t, 3> in);
+void encode_decision(const tuner::Decision& d, DecisionWords out);
+tuner::Decision decode_decision(ConstDecisionWords in);
 
 }  // namespace commsched

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/ps/ps_config.h"
@@ -62,6 +63,7 @@ std::vector<OptionInfo> all_options() {
   append(out, tuner::tuner_option_table());
   append(out, ps_option_table());
   append(out, collective::CollectiveOptions::table());
+  append(out, cluster_option_table());
   return out;
 }
 

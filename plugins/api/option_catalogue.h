@@ -17,7 +17,7 @@ struct ContextEnvOptions {
 };
 const OptionTable<ContextEnvOptions>& context_option_table();
 
-// Every option, table by table: engine, context, tuner, parameter server, collective.
+// Every option, table by table: engine, context, tuner, parameter server, collective, cluster contract.
 std::vector<OptionInfo> all_options();
 
 // The README's options table (Markdown), exactly as `commsched options --markdown` prints it.

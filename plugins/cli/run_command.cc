@@ -255,7 +255,7 @@ void print_row(const std::string& row, const nlohmann::json& r) {
 }
 
 void run_main(const RunArgs& a) {
-  const std::string path = resolve_profile_path(a.model);
+  const std::string path = sim::resolve_profile_path(a.model);
   const sim::ModelProfile profile = sim::load_profile(path);
   std::printf("commsched run: model %s (%zu tensors, %s per iteration, compute %.1f ms), backend %s", profile.name.c_str(),
               profile.tensors.size(), format_bytes(profile.total_bytes()).c_str(),
@@ -362,7 +362,7 @@ void add_synthetic_worker_subcommand(CLI::App& app) {
   s->add_option("--policy", *policy, "policy")->capture_default_str();
   s->add_option("--result", a->result_file, "rank 0 writes its result here");
   s->callback([a, policy] {
-    const sim::ModelProfile profile = sim::load_profile(resolve_profile_path(a->model));
+    const sim::ModelProfile profile = sim::load_profile(sim::resolve_profile_path(a->model));
     ContextOptions options = context_options(*a, *policy);
     options.backend = "ps";  // the cluster contract (COMMSCHED_*) comes from the launcher
     Context ctx(options);

@@ -1,17 +1,15 @@
 // commsched._C: the Python module over the C++ Context and Engine.
 //
 // Threading contract: the engine completes tasks on its scheduler thread, which never touches Python. A completion
-// only fills a C++ Handle (status + condition variable); Python polls it or waits on it with the GIL released.
+// only fills a C++ Handle (a CompletionWaiter); Python polls it or waits on it with the GIL released.
 // Tensors cross as raw addresses (CPU data pointer, or CUDA device pointer for NCCL): nothing is copied, and the Python
 // side keeps the tensor alive until the handle has completed.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 
@@ -19,6 +17,7 @@
 #include "comm_backends/comm_backend.h"
 #include "plugins/api/live_tuner.h"
 #include "plugins/api/option_catalogue.h"
+#include "scheduler/completion_waiter.h"
 #include "scheduler/policy_factory.h"
 #include "scheduler/task.h"
 #include "scheduler/timeline.h"
@@ -32,35 +31,29 @@ namespace {
 // Completion of one submitted task, shared between the engine's callback and Python.
 class Handle {
  public:
-  void complete(const Status& s) {
-    std::lock_guard lk(mu_);
-    status_ = s;
-    done_ = true;
-    cv_.notify_all();
-  }
-  bool poll() const {
-    std::lock_guard lk(mu_);
-    return done_;
-  }
-  // Waits (GIL released by the binding) up to timeout_s seconds (negative: forever); returns whether it completed.
-  bool wait(double timeout_s) const {
-    std::unique_lock lk(mu_);
-    if (timeout_s < 0) {
-      cv_.wait(lk, [&] { return done_; });
-      return true;
-    }
-    return cv_.wait_for(lk, std::chrono::duration<double>(timeout_s), [&] { return done_; });
+  Handle() { waiter_.expect(1); }
+  void complete(const Status& s) { waiter_.settle(s); }
+  bool poll() const { return waiter_.outstanding() == 0; }
+  // Waits (GIL released by the binding) up to timeout_s seconds (negative: until it completes, in bounded slices, the
+  // engine completing or failing every task); returns whether it completed.
+  bool wait(double timeout_s) {
+    const auto slice = timeout_s < 0 ? std::chrono::nanoseconds(std::chrono::hours(1))
+                                     : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::duration<double>(timeout_s));
+    do waiter_.wait(slice);
+    while (timeout_s < 0 && !poll());
+    return poll();
   }
   // Empty when still running or successful; the error message otherwise.
   std::optional<std::string> error() const {
-    std::lock_guard lk(mu_);
-    if (!done_ || status_.ok()) return std::nullopt;
-    return status_.message.empty() ? std::string("task failed") : status_.message;
+    const std::optional<Status> s = settled();
+    if (!s || s->ok()) return std::nullopt;
+    return s->message.empty() ? std::string("task failed") : s->message;
   }
   std::string code() const {
-    std::lock_guard lk(mu_);
-    if (!done_) return "pending";
-    switch (status_.code) {
+    const std::optional<Status> s = settled();
+    if (!s) return "pending";
+    switch (s->code) {
       case Status::Code::ok: return "ok";
       case Status::Code::error: return "error";
       case Status::Code::cancelled: return "cancelled";
@@ -71,10 +64,14 @@ class Handle {
   }
 
  private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool done_ = false;
-  Status status_;
+  // The task's status once it has completed.
+  std::optional<Status> settled() const {
+    if (!poll()) return std::nullopt;
+    const std::vector<Status> failed = waiter_.failures();
+    return failed.empty() ? Status::Ok() : failed.front();
+  }
+
+  CompletionWaiter waiter_;
 };
 
 Device parse_device(const std::string& d) {
@@ -235,10 +232,9 @@ PYBIND11_MODULE(_C, m) {
              d["started"] = t != nullptr;
              d["finished"] = t != nullptr && t->finished();
              d["trials"] = t ? t->tuner().trials_done() : 0;
-             if (t && t->tuner().best_knobs()) {
-               d["best_partition_bytes"] = t->tuner().best_knobs()->partition_bytes;
-               d["best_credit_bytes"] = t->tuner().best_knobs()->credit_bytes;
-             }
+             if (const std::optional<Knobs> best = t ? t->tuner().best_knobs() : std::nullopt)
+               for (const KnobSpec& k : kKnobs)  // best_partition_bytes, best_credit_bytes, ...: the knob set
+                 d[py::str("best_" + std::string(k.name))] = (*best).*k.field;
              return d;
            }, "the auto-tuner's progress: enabled, started, finished, trials, best knobs so far")
       .def("wait_all", [](Context& c, double timeout_s) {

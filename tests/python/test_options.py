@@ -1,6 +1,7 @@
 """The option, policy and backend registries as Python sees them: init() keywords, the flush rule, generated flags."""
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -76,5 +77,22 @@ def test_context_knobs_are_the_knob_set():
         assert knobs["partition_bytes"] == 1 << 20
         with pytest.raises(ValueError, match="unknown knob 'colour'.*partition_bytes"):
             ctx.set_knobs({"colour": 1})
+    finally:
+        ctx.shutdown()
+
+
+def test_tuner_state_reports_the_best_of_every_knob(monkeypatch):
+    for var, value in {"TRIALS": "2", "MIN_TRIALS": "2", "INITIAL": "2", "WARMUP": "0", "WINDOW": "1", "WINDOWS": "1",
+                       "DRIFT": "0", "REUSE": "0", "STORE": ""}.items():
+        monkeypatch.setenv(f"COMMSCHED_TUNER_{var}", value)
+    ctx = _C.Context(backend="loopback", tune=True)
+    try:
+        for _ in range(8):
+            time.sleep(0.002)  # a step of measurable length
+            ctx.iteration_end()
+        state = ctx.tuner_state()
+        assert state["trials"] >= 1, state
+        for name in _C.knob_names():
+            assert isinstance(state[f"best_{name}"], int), state
     finally:
         ctx.shutdown()

@@ -87,7 +87,7 @@ void bind_search_space(py::module_& m) {
            }),
            py::arg("min_partition") = py::int_(64 << 10), py::arg("max_partition") = py::int_(64 << 20),
            py::arg("max_credit_multiple") = 64.0, py::arg("unlimited_credit") = true)
-      .def_property_readonly_static("dim", [](const py::object&) { return SearchSpace::kDim; })
+      .def_property_readonly_static("dim", [](const py::object&) { return SearchSpace().dim(); })
       .def("to_knobs",
            [](const SearchSpace& s, const std::vector<double>& u) {
              const Knobs k = s.to_knobs(u);

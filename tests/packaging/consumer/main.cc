@@ -1,25 +1,26 @@
 // Builds against the installed commsched only: a one-rank Context (loopback backend) sums a tensor, then the emulated
 // training loop (commsched::workload) runs a two-layer profile on the same Context's engine and checks every sum.
 #include <cstdio>
-#include <future>
+#include <chrono>
 #include <vector>
 
 #include "plugins/api/context.h"
+#include "scheduler/completion_waiter.h"
 #include "workload/synthetic_model.h"
 
 namespace {
 
 int sum_one_tensor(commsched::Context& ctx) {
   std::vector<float> grad(1000, 2.0f);
-  std::promise<commsched::Status> done;
+  commsched::CompletionWaiter done;
   commsched::Task t;
   t.name = "consumer.grad";
   t.op = ctx.reduce_op();
   t.count = grad.size();
   t.buffer.data = grad.data();
-  t.on_done = [&](const commsched::Status& s) { done.set_value(s); };
+  t.on_done = done.callback();
   ctx.engine().submit(std::move(t));
-  const commsched::Status s = done.get_future().get();
+  const commsched::Status s = done.wait(std::chrono::seconds(60));
   if (!s.ok() || grad[999] != 2.0f) {
     std::fprintf(stderr, "consumer: task failed: %s\n", s.message.c_str());
     return 1;

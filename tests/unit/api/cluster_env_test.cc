@@ -1,6 +1,7 @@
 // The cluster contract read from torchrun's variables, and COMMSCHED_* / DMLC_* winning over them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -25,7 +26,8 @@ class Env {
     for (const char* k : {"COMMSCHED_ROLE", "COMMSCHED_RANK", "COMMSCHED_NUM_WORKERS", "COMMSCHED_NUM_SERVERS",
                           "COMMSCHED_ROOT_ADDR", "COMMSCHED_ROOT_PORT", "COMMSCHED_LOCAL_RANK", "COMMSCHED_LOCAL_SIZE",
                           "DMLC_ROLE", "DMLC_WORKER_ID", "DMLC_NUM_WORKER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
-                          "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+                          "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                          "COMMSCHED_TIMEOUT", "COMMSCHED_BIND"})
       unsetenv(k);
   }
 };
@@ -64,6 +66,53 @@ TEST(ClusterEnv, BadTorchrunValueNamesTheVariable) {
   }
   Env bad_port({{"MASTER_PORT", "port"}});
   EXPECT_THROW(ClusterEnv::from_env(), InvalidArgument);
+}
+
+// The COMMSCHED_* names are registry rows: their parsers, ranges and defaults are the ones from_env() applies, and an
+// older name's bad value is still named by that name.
+TEST(ClusterEnv, ContractVariablesAreRegistryRows) {
+  std::vector<std::string> vars;
+  for (const OptionInfo& o : cluster_option_table().infos()) vars.push_back(o.env);
+  for (const char* v : {"COMMSCHED_ROLE", "COMMSCHED_RANK", "COMMSCHED_NUM_WORKERS", "COMMSCHED_NUM_SERVERS",
+                        "COMMSCHED_ROOT_ADDR", "COMMSCHED_ROOT_PORT", "COMMSCHED_BIND", "COMMSCHED_LOCAL_RANK",
+                        "COMMSCHED_LOCAL_SIZE", "COMMSCHED_TIMEOUT"})
+    EXPECT_NE(std::find(vars.begin(), vars.end(), v), vars.end()) << v << " is not a registry row";
+  {
+    Env env({{"COMMSCHED_TIMEOUT", "2500ms"}, {"COMMSCHED_ROLE", "Server"}, {"COMMSCHED_NUM_SERVERS", "2"},
+             {"COMMSCHED_RANK", "1"}, {"COMMSCHED_BIND", "lo"}, {"COMMSCHED_LOCAL_RANK", "0"},
+             {"COMMSCHED_LOCAL_SIZE", "1"}});  // as the launcher sets them for a server
+    const ClusterEnv e = ClusterEnv::from_env();
+    EXPECT_DOUBLE_EQ(e.timeout_s, 2.5);  // the row's duration parser: units accepted
+    EXPECT_EQ(e.role, Role::server);
+    EXPECT_EQ(e.rank, 1);
+    EXPECT_EQ(e.bind, "lo");
+  }
+  {
+    Env env({});
+    const ClusterEnv e = ClusterEnv::from_env();  // the rows' defaults are the struct's
+    EXPECT_EQ(e.root_port, 29500);
+    EXPECT_DOUBLE_EQ(e.timeout_s, 8.0);
+  }
+  {
+    Env env({{"DMLC_NUM_WORKER", "0"}});
+    try {
+      ClusterEnv::from_env();
+      FAIL() << "zero workers accepted";
+    } catch (const InvalidArgument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("DMLC_NUM_WORKER='0' is invalid"), std::string::npos) << m;
+      EXPECT_NE(m.find("[1, "), std::string::npos) << m;
+    }
+  }
+  Env bad_role({{"COMMSCHED_ROLE", "scheduler"}});
+  try {
+    ClusterEnv::from_env();
+    FAIL() << "role 'scheduler' accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("COMMSCHED_ROLE='scheduler' is invalid: one of worker, server"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -17,17 +17,48 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 TEST(LiveTuner, DecisionsRoundTripAndMalformedOnesAreRejected) {
+  static_assert(kDecisionWordCount == 3, "partition, credit, final: update the malformed messages below");
   tuner::Decision d{Knobs{3 << 20, 0}, true};
-  int64_t buf[3];
-  encode_decision(d, std::span<int64_t, 3>(buf));
-  const tuner::Decision back = decode_decision(std::span<const int64_t, 3>(buf));
+  int64_t buf[kDecisionWordCount];
+  encode_decision(d, DecisionWords(buf));
+  const tuner::Decision back = decode_decision(ConstDecisionWords(buf));
   EXPECT_EQ(back.knobs.partition_bytes, 3u << 20);
   EXPECT_EQ(back.knobs.credit_bytes, 0u);
   EXPECT_TRUE(back.final);
-  int64_t bad[3] = {1024, -5, 0};
-  EXPECT_THROW(decode_decision(std::span<const int64_t, 3>(bad)), InvalidArgument);
-  int64_t bad_flag[3] = {1024, 1024, 7};
-  EXPECT_THROW(decode_decision(std::span<const int64_t, 3>(bad_flag)), InvalidArgument);
+  int64_t bad[kDecisionWordCount] = {1024, -5, 0};
+  EXPECT_THROW(decode_decision(ConstDecisionWords(bad)), InvalidArgument);
+  int64_t bad_flag[kDecisionWordCount] = {1024, 1024, 7};
+  try {
+    decode_decision(ConstDecisionWords(bad_flag));
+    ADD_FAILURE() << "a final flag of 7 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("credit_bytes 1024"), std::string::npos) << e.what();
+  }
+}
+
+// A rank whose rank 0 never reaches the trial boundary gives up after the agreement limit with an error naming what
+// it waited for, instead of blocking training forever; shutting the engines down afterwards is clean.
+TEST(LiveTuner, AgreementThatNeverArrivesFailsAfterTheLimit) {
+  auto backends = make_loopback_group(2);
+  EngineConfig cfg;
+  Engine rank0(std::make_unique<PriorityCreditPolicy>(cfg.knobs.credit_bytes), backends[0], cfg);
+  Engine rank1(std::make_unique<PriorityCreditPolicy>(cfg.knobs.credit_bytes), backends[1], cfg);
+  tuner::TunerOptions opts;
+  opts.reuse_best = false;
+  LiveTuner live(rank1, tuner::TuningKey{7, 2, 0, "loopback"}, opts, [](const std::string&) {},
+                 std::chrono::milliseconds(200));
+  const auto t0 = Clock::now();
+  try {
+    live.on_step(0.01);  // the first step starts the tuner: its first decision comes from rank 0, which is silent
+    ADD_FAILURE() << "on_step returned without rank 0's decision";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 1 waiting for rank 0's decision"), std::string::npos) << what;
+    EXPECT_NE(what.find("timed out"), std::string::npos) << what;
+  }
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+  rank1.shutdown();
+  rank0.shutdown();
 }
 
 // Integer data that every dtype sums exactly: rank, tensor, element and step mixed into a small value.

@@ -25,7 +25,7 @@ TEST(OptionCatalogue, NamesAndVariablesAreUnique) {
   }
   for (const char* v : {"COMMSCHED_POLICY", "COMMSCHED_BACKEND", "COMMSCHED_TUNE", "COMMSCHED_TUNER_TRIALS",
                         "COMMSCHED_TUNER_MIN_PARTITION", "COMMSCHED_PS_CHUNK_BYTES", "COMMSCHED_EMULATE_RATE",
-                        "COMMSCHED_COLLECTIVE_FUSION_BYTES"})
+                        "COMMSCHED_COLLECTIVE_FUSION_BYTES", "COMMSCHED_RANK", "COMMSCHED_TIMEOUT"})
     EXPECT_TRUE(vars.count(v)) << v << " is missing from the catalogue";
 }
 
@@ -63,6 +63,40 @@ TEST(BackendRegistry, LoopbackRowMatchesTheBackend) {
       EXPECT_EQ(listed, backend->supports(op, d)) << op_name(op);
     }
   EXPECT_EQ(find_backend("carrier-pigeon"), nullptr);
+}
+
+// A backend that says only its name: what supports() answers comes from the registry row of that name.
+class NamedOnly final : public CommBackend {
+ public:
+  explicit NamedOnly(std::string_view name) : name_(name) {}
+  std::string_view name() const override { return name_; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void start(std::vector<PartitionView>, BatchDone done) override { done(Status::Ok()); }
+  void shutdown() override {}
+
+ private:
+  std::string_view name_;
+};
+
+TEST(BackendRegistry, SupportsAnswersFromTheRowOfTheBackendsName) {
+  int carried = 0;
+  for (const BackendInfo& row : backend_registry()) {
+    const NamedOnly backend(row.name);
+    for (Op op : {Op::push_pull, Op::allreduce, Op::broadcast})
+      for (Device d : {Device::cpu, Device::cuda}) {
+        const bool listed = std::count(row.ops.begin(), row.ops.end(), op) &&
+                            std::count(row.devices.begin(), row.devices.end(), d);
+        EXPECT_EQ(backend.supports(op, d), listed) << row.name << " " << op_name(op);
+        carried += listed;
+      }
+  }
+  EXPECT_GT(carried, 0);
+  const NamedOnly stranger("carrier-pigeon");
+  EXPECT_FALSE(stranger.supports(Op::allreduce, Device::cpu));  // no row: carries nothing
+  EXPECT_TRUE(find_backend("gloo")->carries(Op::allreduce, Device::cpu));
+  EXPECT_FALSE(find_backend("gloo")->carries(Op::push_pull, Device::cpu));
+  EXPECT_FALSE(find_backend("nccl")->carries(Op::allreduce, Device::cpu));
 }
 
 std::string readme_table() {

@@ -98,7 +98,9 @@ TEST_P(EveryDtypeAndSize, TopKKeepsExactlyTheLargestAndZeroesTheRest) {
       ASSERT_GE(std::abs(t.values[i]), mags[k - 1]) << "only the k largest are kept";
     }
     EXPECT_LE(kept, k);
-    if (n > 0) EXPECT_GE(kept, 1u);
+    if (n > 0) {
+      EXPECT_GE(kept, 1u);
+    }
   }
 }
 

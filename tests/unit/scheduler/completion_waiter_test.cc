@@ -47,5 +47,24 @@ TEST(CompletionWaiter, TimesOutSayingHowManyAreOutstandingAndResetStartsAfresh) 
   EXPECT_TRUE(w.failures().empty());
 }
 
+TEST(CompletionWaiter, WindowWaitReturnsOnceFewEnoughAreOutstanding) {
+  CompletionWaiter w;
+  std::vector<std::function<void(const Status&)>> cbs;
+  for (int i = 0; i < 3; ++i) cbs.push_back(w.callback());
+  const Status none_settled = w.wait(20ms, 2);
+  EXPECT_NE(none_settled.message.find("3 of 3 completions outstanding"), std::string::npos) << none_settled.message;
+  cbs[0](Status::Ok());
+  EXPECT_TRUE(w.wait(0s, 2).ok());  // a window of 3 has room for one more
+  std::thread late([&] {
+    std::this_thread::sleep_for(5ms);
+    cbs[1](Status::Error("second failed"));
+  });
+  EXPECT_EQ(w.wait(10s, 1).message, "second failed");  // woken by the settle that brings it down to 1
+  late.join();
+  EXPECT_EQ(w.outstanding(), 1u);
+  cbs[2](Status::Ok());
+  EXPECT_EQ(w.wait(0s).message, "second failed");
+}
+
 }  // namespace
 }  // namespace commsched

@@ -50,7 +50,7 @@ TEST(Partition, TaskKeyIsStableAndDistinguishesNames) {
 
 TEST(Partition, ValidateRejectsBadTasks) {
   float x = 0;
-  Task t{"w", 0, Op::allreduce, DType::f32, 1, Buffer{&x}, 0, {}};
+  Task t{"w", 0, Op::allreduce, DType::f32, 1, Buffer{&x}, 0, {}, {}};
   EXPECT_NO_THROW(validate_task(t));
   Task null_buf = t;
   null_buf.buffer.data = nullptr;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "scheduler/config.h"
 #include "scheduler/types.h"
 #include "tuner/search_space.h"
 #include "tuner/tuner_config.h"
@@ -57,7 +58,7 @@ TEST(SearchSpace, PartitionsAreAlignedAndMonotone) {
   SearchSpace s;
   uint64_t prev = 0;
   for (int i = 0; i <= 100; ++i) {
-    const uint64_t p = s.partition_bytes(i / 100.0);
+    const uint64_t p = s.to_values(std::vector<double>{i / 100.0, 0.0}).at(0);
     EXPECT_EQ(p % 4096, 0u);
     EXPECT_GE(p, prev);
     prev = p;
@@ -99,6 +100,86 @@ TEST(SearchSpace, BoundsAreConfigurableAndValidated) {
   }
   EXPECT_THROW(b.set("max_credit_multiple", "0.5"), InvalidArgument);
   EXPECT_THROW(SearchSpace().to_knobs(std::vector<double>{0.5, -0.1}), InvalidArgument);
+}
+
+TEST(SearchSpace, AxesAreTheRegisteredTunableKnobs) {
+  SearchSpace s;
+  std::vector<std::string_view> tunable;
+  for (const KnobSpec& k : kKnobs)
+    if (k.tuning.scale != KnobScale::fixed) tunable.push_back(k.name);
+  ASSERT_EQ(s.dim(), static_cast<int>(tunable.size()));
+  for (int i = 0; i < s.dim(); ++i) EXPECT_EQ(s.axes()[i].knob->name, tunable[i]);
+  // The default bounds are the registered ones.
+  EXPECT_EQ(SearchSpaceBounds{}.min_partition_bytes, static_cast<uint64_t>(registered_tuning("partition_bytes").min));
+  EXPECT_EQ(SearchSpaceBounds{}.max_credit_multiple, registered_tuning("credit_bytes").max);
+}
+
+// A third knob registered as tunable is searched without a change to the tuner: it gets an axis, with its own
+// bounds, scale and alignment, beside partition and credit, whose behaviour stays as it was.
+TEST(SearchSpace, AThirdRegisteredTunableKnobIsSearchedWithinItsBounds) {
+  const KnobSpec knobs[] = {
+      kKnobs[0],
+      kKnobs[1],
+      {"fusion_threshold_bytes", "", nullptr, nullptr, "a knob the search space has never heard of",
+       {KnobScale::log_bytes, 8.0 * KiB, 2.0 * MiB, 1024, {}, false}},
+      {"window_bytes", "", nullptr, nullptr, "a multiple of the third knob, without an unlimited band",
+       {KnobScale::log_multiple, 2.0, 8.0, 1, "fusion_threshold_bytes", false}},
+  };
+  SearchSpace s({}, knobs);
+  ASSERT_EQ(s.dim(), 4);
+  EXPECT_EQ(s.axes()[2].knob->name, "fusion_threshold_bytes");
+  const SearchSpace::Values lo = s.to_values(std::vector<double>{0.0, 0.0, 0.0, 0.0});
+  const SearchSpace::Values hi = s.to_values(std::vector<double>{1.0, 1.0, 1.0, 1.0});
+  EXPECT_EQ(lo[2], 8 * KiB);
+  EXPECT_EQ(hi[2], 2 * MiB);
+  EXPECT_EQ(lo[3], 2 * 8 * KiB);
+  EXPECT_EQ(hi[3], 8 * 2 * MiB);
+  // Partition and credit map exactly as in the default space.
+  SearchSpace plain;
+  for (double a : {0.0, 0.3, 0.77, 1.0})
+    for (double b : {0.0, 0.5, 6.0 / 7.0, 0.95}) {
+      const Knobs want = plain.to_knobs(std::vector<double>{a, b});
+      const Knobs got = s.to_knobs(std::vector<double>{a, b, 0.4, 0.6});
+      EXPECT_EQ(got.partition_bytes, want.partition_bytes);
+      EXPECT_EQ(got.credit_bytes, want.credit_bytes);
+    }
+  uint64_t prev = 0;
+  for (int i = 0; i <= 50; ++i) {
+    const double u = i / 50.0;
+    const SearchSpace::Values v = s.to_values(std::vector<double>{0.5, 0.5, u, 1.0 - u});
+    EXPECT_GE(v[2], 8 * KiB);
+    EXPECT_LE(v[2], 2 * MiB);
+    EXPECT_EQ(v[2] % 1024, 0u);
+    EXPECT_GE(v[2], prev);  // monotone along its axis
+    prev = v[2];
+    EXPECT_GE(v[3], 2 * v[2]);
+    EXPECT_LE(v[3], 8 * v[2]);
+    EXPECT_NE(v[3], 0u);  // no unlimited band on this axis
+    const SearchSpace::Point back = s.from_values(v);
+    EXPECT_NEAR(back[2], u, 0.02);
+    EXPECT_NEAR(back[3], 1.0 - u, 1e-4);  // rounded to whole bytes
+  }
+  // Values outside its bounds clamp onto them.
+  const SearchSpace::Point clamped = s.from_values(std::vector<uint64_t>{64 * KiB, 64 * KiB, 1, 1ull << 40});
+  EXPECT_DOUBLE_EQ(clamped[2], 0.0);
+  EXPECT_DOUBLE_EQ(clamped[3], 1.0);
+}
+
+TEST(SearchSpace, InconsistentKnobTuningIsNamed) {
+  const KnobSpec reversed[] = {{"backwards", "", nullptr, nullptr, "", {KnobScale::log_bytes, 4096, 1024, 1, {}, false}}};
+  try {
+    SearchSpace s({}, reversed);
+    FAIL() << "bounds out of order were accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'backwards'"), std::string::npos) << e.what();
+  }
+  const KnobSpec orphan[] = {{"orphan", "", nullptr, nullptr, "", {KnobScale::log_multiple, 1, 4, 1, "missing", false}}};
+  try {
+    SearchSpace s({}, orphan);
+    FAIL() << "a multiple of an unknown knob was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'missing'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TunerOptions, ParsesOptionsAndNamesBadOnes) {
