@@ -61,18 +61,9 @@ std::vector<T> parse_all(const std::vector<std::string>& values, F parse) {
   return out;
 }
 
-sim::ModelProfile load_model(const std::string& name_or_path, const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (name_or_path.ends_with(".json")) return sim::load_profile(name_or_path);
-  const fs::path p = fs::path(dir) / (name_or_path + ".json");
-  if (!fs::exists(p))
-    throw InvalidArgument("--models: no profile '" + name_or_path + "' in " + dir + " (give a name there or a .json)");
-  return sim::load_profile(p.string());
-}
-
 sim::GridSpec to_spec(const BenchArgs& a) {
   sim::GridSpec s;
-  for (const std::string& m : a.models) s.models.push_back(load_model(m, a.profiles_dir));
+  for (const std::string& m : a.models) s.models.push_back(sim::load_profile(sim::resolve_profile_path(m, {a.profiles_dir})));
   s.bandwidths_bps = parse_all<double>(a.bandwidths, [](const std::string& v) { return parse_rate_bps("--bandwidths", v); });
   s.workers = a.workers;
   for (int w : s.workers)
