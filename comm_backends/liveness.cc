@@ -8,6 +8,9 @@ namespace commsched {
 Liveness::Liveness(Clock::duration silence_limit, Clock::duration bye_grace)
     : silence_limit_(silence_limit), bye_grace_(bye_grace) {}
 
+Liveness::Liveness(double silence_limit_s, Clock::duration bye_grace)
+    : Liveness(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(silence_limit_s)), bye_grace) {}
+
 void Liveness::watch(Id peer, Clock::time_point heard) { peers_[peer] = Peer{heard, std::nullopt, false}; }
 
 void Liveness::forget(Id peer) { peers_.erase(peer); }

@@ -29,6 +29,8 @@ class Liveness {
   };
 
   explicit Liveness(Clock::duration silence_limit, Clock::duration bye_grace = std::chrono::milliseconds(300));
+  // The silence limit in seconds, as COMMSCHED_TIMEOUT gives it.
+  explicit Liveness(double silence_limit_s, Clock::duration bye_grace = std::chrono::milliseconds(300));
 
   // Starts watching `peer`. Silence counts from `heard`; the default (epoch) counts only once it has spoken.
   void watch(Id peer, Clock::time_point heard = {});

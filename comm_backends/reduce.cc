@@ -122,6 +122,19 @@ bool cpu_has_avx2() {
   return yes;
 }
 
+// Calls go(static_cast<T*>(nullptr)) with T the C++ type of a dtype summed natively (no widening); false for the
+// others (f16, bf16: through f32) and for unknown values.
+template <typename F>
+bool visit_native(DType t, F&& go) {
+  switch (t) {
+    case DType::f32: go(static_cast<float*>(nullptr)); return true;
+    case DType::f64: go(static_cast<double*>(nullptr)); return true;
+    case DType::i32: go(static_cast<int32_t*>(nullptr)); return true;
+    case DType::i64: go(static_cast<int64_t*>(nullptr)); return true;
+    default: return false;
+  }
+}
+
 // op: 0 widen, 1 add2, 2 add, 3 narrow.
 void dispatch(int op, DType t, void* acc, const void* a, const void* b, void* out, size_t n) {
   const bool avx = cpu_has_avx2();
@@ -140,13 +153,7 @@ void dispatch(int op, DType t, void* acc, const void* a, const void* b, void* ou
     auto* z = static_cast<const T*>(b);
     avx ? same_op_avx2<T>(op, x, y, z, n) : same_op_scalar<T>(op, x, y, z, n);
   };
-  switch (t) {
-    case DType::f32: go(static_cast<float*>(nullptr)); break;
-    case DType::f64: go(static_cast<double*>(nullptr)); break;
-    case DType::i32: go(static_cast<int32_t*>(nullptr)); break;
-    case DType::i64: go(static_cast<int64_t*>(nullptr)); break;
-    default: break;
-  }
+  visit_native(t, go);
 }
 
 }  // namespace
@@ -212,13 +219,7 @@ void sum_pair(DType t, void* out, const void* a, const void* b, size_t n) {
     auto* y = static_cast<const T*>(b);
     avx ? pair_same_avx2<T>(o, x, y, n) : pair_same_scalar<T>(o, x, y, n);
   };
-  switch (t) {
-    case DType::f32: go(static_cast<float*>(nullptr)); return;
-    case DType::f64: go(static_cast<double*>(nullptr)); return;
-    case DType::i32: go(static_cast<int32_t*>(nullptr)); return;
-    case DType::i64: go(static_cast<int64_t*>(nullptr)); return;
-    default: break;
-  }
+  if (visit_native(t, go)) return;
   throw InvalidArgument("sum_pair: unknown dtype value " + std::to_string(static_cast<int>(t)));
 }
 

@@ -56,7 +56,7 @@ std::string read_frame_blocking(int fd, Clock::time_point deadline, const std::s
 }  // namespace
 
 Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
-    : opts_(std::move(opts)), cb_(std::move(callbacks)), credit_bytes_(opts_.credit_bytes) {
+    : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}), credit_bytes_(opts_.credit_bytes) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
@@ -76,7 +76,6 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
     join_as_worker(store, deadline);
   }
   const auto now = Clock::now();
-  live_ = Liveness(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s)), {});
   for (size_t r = coordinator_ ? 1 : 0; r < peers_.size(); ++r)
     if (peers_[r].fd.valid()) live_.watch(r, now);
   last_sent_ns_ = now_ns();

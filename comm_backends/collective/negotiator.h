@@ -187,7 +187,7 @@ class Negotiator {
   std::vector<Peer> peers_;  // rank 0: indexed by rank (entry 0 unused); others: [0] is the coordinator
   // Silence and goodbyes of peers_ by rank. A closed socket is judged where it is read (TCP delivers a peer's last
   // frames before its end, so no grace is needed) and leaves the watch.
-  Liveness live_{std::chrono::seconds(1)};
+  Liveness live_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::vector<uint64_t>> ready_groups_;  // ordered, handed to cb_.execute once no lock is held
   std::chrono::steady_clock::time_point bye_deadline_;

@@ -25,7 +25,7 @@ std::vector<std::string> split_lines(const std::string& s) {
 }  // namespace
 
 PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
-    : env_(env), cfg_(cfg), live_(duration_cast<Clock::duration>(duration<double>(env.timeout_s))) {
+    : env_(env), cfg_(cfg), live_(env.timeout_s) {
   env_.validate();
   cfg_.validate(env_.timeout_s);
   if (env_.role != Role::worker) throw InvalidArgument("PsBackend needs COMMSCHED_ROLE=worker");
@@ -331,11 +331,10 @@ void PsBackend::send_join_if_asked() {
 }
 
 void PsBackend::on_joined(int server, const Header& h) {
-  if (server == 0) joined_last_ = static_cast<int>(h.aux);
-  if (++joined_answers_ < env_.num_servers) return;
   std::lock_guard lock(mu_);
+  if (server == 0) join_last_ = static_cast<int>(h.aux);  // join() reads it only once join_done_ is set
+  if (++joined_answers_ < env_.num_servers) return;
   join_done_ = true;
-  join_last_ = joined_last_;
   state_cv_.notify_all();
 }
 

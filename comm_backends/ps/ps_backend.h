@@ -106,7 +106,7 @@ class PsBackend final : public CommBackend {
   std::deque<Queued> queue_;
   bool join_asked_ = false;  // join() waits: the I/O thread sends the joins
   bool join_done_ = false;   // every server answered `joined`
-  int join_last_ = -1;
+  int join_last_ = -1;       // as server 0 reported it
 
   // I/O thread only.
   std::vector<ps::PeerId> server_peer_;          // by server rank
@@ -116,7 +116,6 @@ class PsBackend final : public CommBackend {
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint64_t>> parked_;  // awaiting an owner
   uint64_t next_request_ = 1;
   int joined_answers_ = 0;                       // servers that answered this join so far
-  int joined_last_ = -1;                         // as server 0 reported it
   Clock::time_point started_;
   std::thread io_;
 };

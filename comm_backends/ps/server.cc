@@ -29,10 +29,9 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       summer_(cfg.server_threads, cfg.parallel_sum_bytes),
       slots_(static_cast<uint32_t>(env.num_workers), cfg.deterministic, summer_, pool_),
       sharder_(std::max(1, env.num_servers)),
-      live_(duration_cast<Clock::duration>(duration<double>(env.timeout_s))),
+      live_(env.timeout_s),
       server_endpoints_(static_cast<size_t>(env.num_servers)),
       worker_peer_(static_cast<size_t>(env.num_workers), 0),
-      joined_(static_cast<size_t>(env.num_workers), false),
       lag_(env.num_workers),
       lag_warned_(static_cast<size_t>(env.num_workers)) {}
 
@@ -232,16 +231,13 @@ void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payloa
 // The worker stands in with zeros from now on; once every worker has joined, each hears `joined` (naming the last)
 // and every slot waits for every worker again.
 void Server::on_join(uint32_t worker) {
-  if (joined_[worker]) return;
-  joined_[worker] = true;
-  lag_.forget(worker);
   outcomes_.clear();
-  slots_.join(worker, outcomes_);
+  if (!slots_.join(worker, outcomes_)) return;  // said twice
+  lag_.forget(worker);
   for (Outcome& o : outcomes_) send_outcome(o);
   outcomes_.clear();
-  if (std::count(joined_.begin(), joined_.end(), true) < env_.num_workers) return;
+  if (!slots_.all_joined()) return;
   slots_.end_joins();
-  joined_.assign(joined_.size(), false);
   Header h = header(MsgType::joined);
   h.aux = worker;
   for (PeerId w : worker_peer_) send_msg(*transport_, w, h);

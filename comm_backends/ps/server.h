@@ -83,7 +83,6 @@ class Server {
   std::unordered_set<PeerId> dropped_;         // foreign or malformed connections: ignored from now on
   std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
   std::vector<PeerId> worker_peer_;            // by rank
-  std::vector<bool> joined_;                   // by worker rank: said join since every worker last had
   bool rendezvous_done_ = false;
   bool failed_ = false;
   std::string authentication_;

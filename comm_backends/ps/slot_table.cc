@@ -27,8 +27,8 @@ SlotTable::SlotTable(uint32_t num_workers, bool deterministic, Summer& summer, s
       pool_(std::move(pool)),
       joined_(num_workers, false) {}
 
-void SlotTable::join(uint32_t rank, std::vector<Outcome>& out) {
-  if (rank >= num_workers_ || joined_[rank]) return;
+bool SlotTable::join(uint32_t rank, std::vector<Outcome>& out) {
+  if (rank >= num_workers_ || joined_[rank]) return false;
   joined_[rank] = true;
   std::vector<Key> waiting;
   for (auto& [k, s] : slots_)
@@ -39,7 +39,10 @@ void SlotTable::join(uint32_t rank, std::vector<Outcome>& out) {
     ++it->second.arrived;
     finish_if_complete(it, out);
   }
+  return true;
 }
+
+bool SlotTable::all_joined() const { return std::count(joined_.begin(), joined_.end(), true) == num_workers_; }
 
 void SlotTable::end_joins() { joined_.assign(num_workers_, false); }
 

@@ -50,7 +50,9 @@ class SlotTable {
   size_t open_slots() const { return slots_.size(); }
   // Worker `rank` has joined (Horovod's join): it stands in with zeros for every slot it has not pushed to, open now
   // or opened later, until end_joins(). Appends answers that became due to `out`.
-  void join(uint32_t rank, std::vector<Outcome>& out);
+  // Returns false (and does nothing) when `rank` had joined already.
+  bool join(uint32_t rank, std::vector<Outcome>& out);
+  bool all_joined() const;
   // Every worker has joined: from now on every slot waits for every worker again.
   void end_joins();
   const BufferPool& pool() const { return *pool_; }
