@@ -2,23 +2,16 @@
 --root; the cluster spans both; a failed worker or Ctrl-C on either node tears both nodes down."""
 import os
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
 
-from torch_cluster import HERE, PYTHON, child_env, commsched_bin
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from torch_cluster import HERE, PYTHON, child_env, commsched_bin, free_port_pair
 
 
 def start_nodes(mode, servers, workers=1):
-    port = free_port()
+    port = free_port_pair()
     procs = []
     for node in (1, 0):  # node 1 first: it must wait for node 0
         cmd = [commsched_bin(), "launch", "--nnodes", "2", "--node-rank", str(node), "--root", f"127.0.0.1:{port}",

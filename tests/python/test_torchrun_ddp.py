@@ -2,18 +2,11 @@
 hook gives the parameters of plain DDP (within 1e-6) on Gloo under torchrun and on the PS under commsched launch."""
 import os
 import signal
-import socket
 import subprocess
 
 import torch
 
-from torch_cluster import HERE, PYTHON, child_env, commsched_bin, launch, run_process
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from torch_cluster import HERE, PYTHON, child_env, commsched_bin, free_port_pair, launch, run_process
 
 
 def torchrun(script_args, nproc=2, timeout=120, master_port=None, extra=None):
@@ -23,7 +16,7 @@ def torchrun(script_args, nproc=2, timeout=120, master_port=None, extra=None):
     # --tee 1 --redirects 2: Debian's torch 1.13 on Python 3.11 fails on its own default of 0 (an enum flag
     # lookup that finds no member for 0).
     cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
-           "--master_port", str(master_port or free_port()), "--tee", "1", "--redirects", "2"]
+           "--master_port", str(master_port or free_port_pair()), "--tee", "1", "--redirects", "2"]
     cmd += [str(a) for a in script_args]
     return run_process(cmd, env, timeout)
 
@@ -38,7 +31,7 @@ def test_torchrun_horovod_script_runs_on_gloo_and_ranks_agree(tmp_path):
 
 
 def test_torchrun_workers_use_servers_started_with_commsched_server(tmp_path):
-    master = free_port()
+    master = free_port_pair()
     env = {k: v for k, v in child_env({}).items() if not k.startswith(("COMMSCHED_", "DMLC_"))}
     env.update(COMMSCHED_ROLE="server", COMMSCHED_RANK="0", COMMSCHED_NUM_WORKERS="2", COMMSCHED_NUM_SERVERS="1",
                COMMSCHED_ROOT_ADDR="127.0.0.1", COMMSCHED_ROOT_PORT=str(master + 1), COMMSCHED_TIMEOUT="10")

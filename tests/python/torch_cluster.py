@@ -3,6 +3,7 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 
@@ -25,6 +26,23 @@ def commsched_bin():
     if not found:
         pytest.fail("the commsched executable was not found (set COMMSCHED_BIN)")
     return found
+
+
+def free_port_pair():
+    """A port P with P + 1 free too, both checked while held: commsched's rendezvous under torchrun and under a
+    multi-node launch listens on --root's port + 1 (a single free port left P + 1 to chance; CI once lost it)."""
+    for _ in range(100):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            try:
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
 
 
 def child_env(extra):
