@@ -21,7 +21,8 @@ constexpr uint64_t kOneBatchInFlight = 1;      // a credit below any partition: 
 
 bool has_servers(const ClusterShape& s) { return s.servers > 0; }
 
-uint64_t ps_credit_for(uint64_t partition, int workers) { return partition * uint64_t(workers + 1); }
+// Two rounds of one partition from every worker plus one (see the header: the receipt's way back is a second queue).
+uint64_t ps_credit_for(uint64_t partition, int workers) { return partition * 2 * uint64_t(workers + 1); }
 
 uint64_t ps_partition(int workers) {
   // 256 KiB up to 16 workers, then halved for every doubling of W, down to 64 KiB.
@@ -56,7 +57,7 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
   const bool ring = !has_servers(shape);
   const uint64_t credit = config.knobs.credit_bytes;
   const std::string credit_why = ring ? "the collectives run one at a time; what queues meanwhile is fused"
-                                      : "one partition from every worker plus one";
+                                      : "a push is acknowledged behind two queues of every worker's partitions at its server";
   std::string why = ring ? describe_ring(shape)
                          : "knobs for " + std::to_string(shape.workers) + " workers x " +
                                std::to_string(shape.servers) + " servers: ";

@@ -18,7 +18,7 @@ TEST(AutoKnobs, PartitionShrinksWithWorkersAndCreditCoversOnePartitionFromEach) 
                         Case{32, 128 * KiB}, Case{64, 64 * KiB}, Case{1024, 64 * KiB}}) {
     const AutoKnobs k = auto_knobs({c.workers, c.workers});
     EXPECT_EQ(k.knobs.partition_bytes, c.partition) << c.workers << " workers";
-    EXPECT_EQ(k.knobs.credit_bytes, c.partition * uint64_t(c.workers + 1)) << c.workers << " workers";
+    EXPECT_EQ(k.knobs.credit_bytes, c.partition * 2 * uint64_t(c.workers + 1)) << c.workers << " workers";
     EXPECT_EQ(k.small_tensor_bytes, 0u) << "the parameter server keeps its fusion off";
   }
 }
@@ -88,14 +88,14 @@ TEST(AutoKnobs, ExplicitKnobsAreKeptAndAnExplicitPartitionGetsItsCredit) {
   part.set("partition_bytes", "1MiB");
   const std::string why = apply_auto_knobs(part, {16, 16});
   EXPECT_EQ(part.knobs.partition_bytes, 1 * MiB);
-  EXPECT_EQ(part.knobs.credit_bytes, 17 * MiB);
+  EXPECT_EQ(part.knobs.credit_bytes, 34 * MiB);
   EXPECT_NE(why.find("partition 1 MiB (set)"), std::string::npos) << why;
-  EXPECT_NE(why.find("credit 17 MiB (automatic"), std::string::npos) << why;
+  EXPECT_NE(why.find("credit 34 MiB (automatic"), std::string::npos) << why;
 
   EngineConfig none;
   apply_auto_knobs(none, {16, 4});
   EXPECT_EQ(none.knobs.partition_bytes, 256 * KiB);
-  EXPECT_EQ(none.knobs.credit_bytes, 17 * 256 * KiB);
+  EXPECT_EQ(none.knobs.credit_bytes, 34 * 256 * KiB);
 }
 
 TEST(AutoKnobs, AllReduceKeepsWhatWasSet) {
