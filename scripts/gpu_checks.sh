@@ -43,8 +43,9 @@ for n in 1 2 3 4; do
     exit 1
   fi
 done
-# The device-copy stage on CUDA (the parameter server's path for CUDA tensors): no test may skip, and the host
-# stand-in suite runs beside it. Then the staging bandwidth against plain cudaMemcpy of the same bytes.
+# The device-copy stage on CUDA (the parameter server's path for CUDA tensors) and the host-to-device stage in front
+# of NCCL (control messages on host tensors under COMMSCHED_BACKEND=nccl): no test may skip, and the host stand-in
+# suite runs beside it. Then the staging bandwidth against plain cudaMemcpy of the same bytes.
 cmake --build "$BUILD" --target cuda_copy_test device_copy_test staging_bandwidth -j"$JOBS"
 "$BUILD"/tests/unit/device/device_copy_test --gtest_brief=1
 copy="$("$BUILD"/tests/unit/device/cuda_copy_test 2>&1)" || { echo "$copy"; exit 1; }

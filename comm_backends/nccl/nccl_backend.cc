@@ -1,6 +1,7 @@
 #include "comm_backends/nccl/nccl_backend.h"
 
 #include "comm_backends/collective/fusion_buffer.h"
+#include "cuda/cuda_devices.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -36,15 +37,6 @@ ncclDataType_t nccl_type(DType t) {
 }
 
 }  // namespace
-
-int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error so later calls start clean
-    return 0;
-  }
-  return n;
-}
 
 struct NcclBackend::Impl {
   ncclComm_t comm = nullptr;
