@@ -16,6 +16,8 @@
 #endif
 #ifdef COMMSCHED_HAVE_CUDA
 #include "comm_backends/nccl/nccl_backend.h"
+#include "comm_backends/nccl/nccl_local_collective.h"
+#include "cuda/cuda_copier.h"
 #endif
 
 namespace commsched {
@@ -50,6 +52,20 @@ LocalCollectiveFactory local_collective([[maybe_unused]] const HierarchicalOptio
       return std::make_unique<GlooLocalCollective>(connect_gloo_mesh(env, rank, size, store, prefix), rank, size);
     };
 #endif
+#ifdef COMMSCHED_HAVE_CUDA
+  if (o.local == "nccl")
+    return [](const ClusterEnv& env, int rank, int size, collective::KvStore& store, const std::string& prefix) {
+      return std::make_unique<NcclLocalCollective>(env, rank, size, store, prefix);
+    };
+#endif
+  return nullptr;
+}
+
+// A local collective on GPUs stages its slices through pinned host memory with the device-copy stage's copier.
+std::shared_ptr<DeviceCopier> slice_copier([[maybe_unused]] const HierarchicalOptions& o) {
+#ifdef COMMSCHED_HAVE_CUDA
+  if (o.local == "nccl") return make_cuda_copier();
+#endif
   return nullptr;
 }
 
@@ -57,7 +73,8 @@ std::shared_ptr<CommBackend> make_ps(const ClusterEnv& env, const EngineConfig& 
   if (env.num_servers < 1)
     throw InvalidArgument("COMMSCHED_BACKEND=ps needs servers, but COMMSCHED_NUM_SERVERS=0 (use `commsched launch`)");
   const HierarchicalOptions h = HierarchicalOptions::from_env();
-  return make_parameter_server(env, PsConfig::from_env(), h, collective_options(engine), local_collective(h));
+  return make_parameter_server(env, PsConfig::from_env(), h, collective_options(engine), local_collective(h),
+                               slice_copier(h));
 }
 
 std::shared_ptr<CommBackend> make_loopback(const ClusterEnv& env, const EngineConfig&) {

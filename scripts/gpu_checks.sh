@@ -54,6 +54,15 @@ if grep -q '^\[  SKIPPED \]' <<<"$copy"; then
   echo "gpu_checks: CUDA copy tests skipped on a machine with $gpus GPU(s)" >&2
   exit 1
 fi
+# Hierarchical mode with the NCCL local collective (2 emulated machines x 2 GPUs, one server in the process): needs two
+# GPUs, so it may skip on a one-GPU machine and nowhere else; the CPU (Gloo) cases run beside it.
+cmake --build "$BUILD" --target hierarchical_test -j"$JOBS"
+hier="$("$BUILD"/tests/unit/hierarchical/hierarchical_test 2>&1)" || { echo "$hier"; exit 1; }
+echo "$hier" | grep -E '^\[ +(OK|SKIPPED|FAILED|PASSED) +\]' || true
+if [ "$gpus" -ge 2 ] && grep -q '^\[  SKIPPED \] HierarchicalNccl\.' <<<"$hier"; then
+  echo "gpu_checks: hierarchical NCCL test skipped on a machine with $gpus GPU(s)" >&2
+  exit 1
+fi
 echo "gpu_checks: staging bandwidth (device -> pinned host -> device through the engine, vs plain cudaMemcpy)"
 "$BUILD"/bench/gpu/staging_bandwidth 512 4096 5
 "$BUILD"/bench/gpu/staging_bandwidth 512 1024 5

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <thread>
 #include <vector>
@@ -14,11 +15,18 @@
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/hierarchical/hierarchical_backend.h"
+#include "comm_backends/gloo/gloo_local_collective.h"
 #include "comm_backends/ps/server.h"
+#include "scheduler/stages/host_copier.h"
 #include "scheduler/engine.h"
 #include "scheduler/priority_credit_policy.h"
 #include "tests/integration/harness/local_cluster.h"
 #include "tests/unit/device/fake_tensor.h"
+#if COMMSCHED_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cuda/cuda_devices.h"
+#endif
 
 namespace commsched {
 namespace {
@@ -52,13 +60,14 @@ struct Cluster {
   std::future<int> server;
   std::vector<std::shared_ptr<CommBackend>> backends;
 
-  Cluster(int machines, int local, bool plain = false) {
+  using Make = std::function<std::shared_ptr<CommBackend>(const ClusterEnv&)>;
+  Cluster(int machines, int local, bool plain = false, Make make = nullptr, const char* local_kind = "gloo") {
     base.num_workers = machines * local;
     base.num_servers = 1;
     base.root_port = testing::free_tcp_port();
     base.local_size = local;
     base.timeout_s = 20;
-    ::setenv("COMMSCHED_HIERARCHICAL", plain ? "off" : "gloo", 1);
+    ::setenv("COMMSCHED_HIERARCHICAL", plain ? "off" : local_kind, 1);
     ::setenv("COMMSCHED_HIERARCHICAL_PORT", std::to_string(testing::free_tcp_port()).c_str(), 1);
     ClusterEnv server_env = base;
     server_env.role = Role::server;
@@ -73,7 +82,7 @@ struct Cluster {
         e.rank = r;
         e.local_rank = r % local;
         try {
-          backends[static_cast<size_t>(r)] = find_backend("ps")->make(e, EngineConfig{});
+          backends[static_cast<size_t>(r)] = make ? make(e) : find_backend("ps")->make(e, EngineConfig{});
         } catch (const std::exception& ex) {
           errors[static_cast<size_t>(r)] = ex.what();
         }
@@ -169,6 +178,72 @@ TEST(Hierarchical, FusedSmallTensorsAndThreeWorkersPerMachine) {
   EXPECT_LT(s.groups, s.submitted) << "no partitions were fused";
 }
 
+// A local collective on "device" memory (NCCL's case) stages each slice through pinned host buffers: here Gloo on
+// host memory that says it is device 1, and the host stand-in copier, so the staging path runs without a GPU.
+class DeviceMemoryLocal final : public LocalCollective {
+ public:
+  explicit DeviceMemoryLocal(std::unique_ptr<LocalCollective> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return "device-memory"; }
+  int local_rank() const override { return inner_->local_rank(); }
+  int local_size() const override { return inner_->local_size(); }
+  Device memory() const override { return Device::cuda; }
+  int device_index() const override { return 1; }
+  void reduce_scatter(std::byte* d, DType t, std::span<const uint64_t> s) override { inner_->reduce_scatter(d, t, s); }
+  void all_gather(std::byte* d, DType t, std::span<const uint64_t> s) override { inner_->all_gather(d, t, s); }
+
+ private:
+  std::unique_ptr<LocalCollective> inner_;
+};
+
+TEST(Hierarchical, ADeviceLocalCollectiveStagesOnlyItsSliceThroughTheHost) {
+  REQUIRE_GLOO();
+  std::vector<std::shared_ptr<HostCopier>> copiers(4);
+  for (auto& c : copiers) c = std::make_shared<HostCopier>();
+  HierarchicalOptions o;
+  o.local = "nccl";
+  o.port = testing::free_tcp_port();
+  const LocalCollectiveFactory local = [](const ClusterEnv& env, int rank, int size, collective::KvStore& store,
+                                          const std::string& prefix) -> std::unique_ptr<LocalCollective> {
+    return std::make_unique<DeviceMemoryLocal>(
+        std::make_unique<GlooLocalCollective>(connect_gloo_mesh(env, rank, size, store, prefix), rank, size));
+  };
+  Cluster c(2, 2, false, [&](const ClusterEnv& e) {
+    return std::make_shared<HierarchicalBackend>(e, PsConfig{}, o, collective::CollectiveOptions{}, local,
+                                                 copiers[static_cast<size_t>(e.rank)]);
+  });
+  for (auto& b : c.backends) {
+    ASSERT_TRUE(b);
+    EXPECT_TRUE(b->supports(Op::push_pull, Device::cuda));
+    EXPECT_FALSE(b->supports(Op::push_pull, Device::cpu)) << "host tensors must take the host-to-device stage";
+    EXPECT_EQ(b->cuda_device(), 1);
+  }
+  auto engines = engines_over(c, 4100);
+  std::vector<std::vector<FakeDeviceTensor>> t(4);
+  for (auto& mine : t) mine.emplace_back("w", DType::f32, 20011);
+  for (int it = 0; it < 2; ++it) {
+    for (int r = 0; r < 4; ++r) {
+      t[r][0].fill(r, 0, it);
+      Task task = t[r][0].task(Op::push_pull);
+      task.buffer.device_index = 1;
+      engines[r]->submit(std::move(task));
+    }
+    for (auto& e : engines) e->backward_done();
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_TRUE(engines[r]->wait_all_for(60s));
+      const Status s = engines[r]->wait_all();
+      ASSERT_TRUE(s.ok()) << s.message;
+      ASSERT_EQ(t[r][0].first_wrong(4, 0, it), -1) << "rank " << r << " iteration " << it;
+    }
+  }
+  // Each group's slice went out and back (groups: the coordinator fuses partitions, at most one per partition).
+  const uint64_t parts = partition_count(20011, DType::f32, 4100);
+  for (auto& cp : copiers) {
+    EXPECT_GE(cp->copies(), 2u * 2) << "a slice skipped the staging";
+    EXPECT_LE(cp->copies(), 2u * 2 * parts);
+    EXPECT_EQ(cp->copies() % 2, 0u) << "a slice went out without coming back";
+  }
+}
+
 TEST(Hierarchical, BroadcastReachesEveryWorker) {
   REQUIRE_GLOO();
   Cluster c(2, 2);
@@ -248,6 +323,49 @@ TEST(Hierarchical, TheOptionIsValidatedByTheRegistry) {
   ::unsetenv("COMMSCHED_HIERARCHICAL");
   EXPECT_FALSE(HierarchicalOptions::from_env().enabled());
 }
+
+#if COMMSCHED_HAVE_CUDA
+// The NCCL local collective on GPUs: 2 emulated machines x 2 workers, local rank r on GPU r (each machine's
+// communicator spans GPUs 0 and 1), CUDA tensors in place, each slice staged through pinned host memory for the PS.
+TEST(HierarchicalNccl, TwoMachinesOfTwoGpusSumExactly) {
+  if (cuda_device_count() < 2)
+    GTEST_SKIP() << "needs 2 CUDA devices (one per local rank), found " << cuda_device_count()
+                 << "; run scripts/gpu_checks.sh on a machine with two GPUs";
+  Cluster c(2, 2, false, nullptr, "nccl");
+  for (auto& b : c.backends) {
+    ASSERT_TRUE(b);
+    ASSERT_TRUE(b->supports(Op::push_pull, Device::cuda));
+  }
+  auto engines = engines_over(c, 1 << 16);
+  const uint64_t counts[] = {1, 3, 1001, 300007};
+  std::vector<std::vector<FakeDeviceTensor>> host(4);
+  std::vector<std::vector<void*>> dev(4);
+  for (int r = 0; r < 4; ++r)
+    for (size_t i = 0; i < std::size(counts); ++i) {
+      host[r].emplace_back("g" + std::to_string(i), DType::f32, counts[i]);
+      host[r][i].fill(r, i, 0);
+      cudaSetDevice(r % 2);
+      void* d = nullptr;
+      ASSERT_EQ(cudaMalloc(&d, host[r][i].bytes.size()), cudaSuccess);
+      cudaMemcpy(d, host[r][i].bytes.data(), host[r][i].bytes.size(), cudaMemcpyHostToDevice);
+      dev[r].push_back(d);
+      Task t = host[r][i].task(Op::push_pull);
+      t.buffer = Buffer{d, Device::cuda, r % 2, nullptr};
+      engines[r]->submit(std::move(t));
+    }
+  for (auto& e : engines) e->backward_done();
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(engines[r]->wait_all_for(120s));
+    const Status s = engines[r]->wait_all();
+    ASSERT_TRUE(s.ok()) << s.message;
+    for (size_t i = 0; i < std::size(counts); ++i) {
+      cudaMemcpy(host[r][i].bytes.data(), dev[r][i], host[r][i].bytes.size(), cudaMemcpyDeviceToHost);
+      cudaFree(dev[r][i]);
+      EXPECT_EQ(host[r][i].first_wrong(4, i, 0), -1) << "rank " << r << " tensor " << i;
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace commsched
