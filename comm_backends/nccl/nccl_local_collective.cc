@@ -18,6 +18,9 @@ NcclLocalCollective::NcclLocalCollective(const ClusterEnv& env, int local_rank, 
   const std::string who = "hierarchical nccl local rank " + std::to_string(local_rank) + " of " + std::to_string(local_size);
   const int devices = cuda_device_count();
   if (devices == 0) throw std::runtime_error(who + ": no CUDA device visible (cudaGetDeviceCount)");
+  if (devices < local_size)  // NCCL refuses two ranks of one communicator on one GPU
+    throw InvalidArgument(who + ": COMMSCHED_HIERARCHICAL=nccl needs one GPU per worker of a machine, but " +
+                          std::to_string(local_size) + " workers see " + std::to_string(devices) + " GPU(s)");
   device_ = local_rank % devices;
   check_cuda(cudaSetDevice(device_), who + ": cudaSetDevice(" + std::to_string(device_) + ")");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), who + ": cudaStreamCreate");
