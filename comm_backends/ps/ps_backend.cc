@@ -294,6 +294,10 @@ void PsBackend::send_request(uint64_t id, int server) {
     h.elements = static_cast<uint32_t>(r.part.dense_bytes / dtype_size(t.dtype));
   }
   if (r.batch->sent) h.flags |= kFlagAckReceipt;
+  if (lane_contributors_ && !bcast) {
+    h.flags |= kFlagLane;
+    h.aux = lane_contributors_;
+  }
   OutPayload p;
   if (!bcast || t.root == env_.rank) p = OutPayload{r.part.data(), r.part.bytes, {}};  // zero-copy from the tensor
   send_msg(*transport_, server_peer_[static_cast<size_t>(server)], h, std::move(p));
