@@ -104,8 +104,8 @@ inline constexpr KnobSpec kKnobs[] = {
      {KnobScale::log_bytes, 64.0 * 1024, 64.0 * 1024 * 1024, 4096, {}, false}},
     {"credit_bytes", "credit", &Knobs::credit_bytes, &EngineConfig::credit_set,
      "bytescheduler credit: bytes in flight (unlimited: no limit); when unset: parameter server 2 x (workers + 1) "
-     "partitions, since every worker's push of a partition queues at one server's downlink and its receipt behind "
-     "the sums in that server's send queue; all-reduce one batch in "
+     "partitions up to 16 MiB (at least workers + 1), since every worker's push of a partition queues at one "
+     "server's downlink and its receipt behind the sums in that server's send queue; all-reduce one batch in "
      "flight, since the collectives run one at a time and what queues meanwhile is fused",
      // A multiple of the partition: below one partition the scheduler stalls, and the useful credit scales with it.
      // One batch in flight is what latency-bound collectives want (scheduler/auto_knobs.h), so the tuner can reach it.
