@@ -50,10 +50,16 @@ bool Roster::complete() const {
   return true;
 }
 
-std::string Roster::missing() const {
-  std::string out;
+std::vector<Roster::Member> Roster::missing() const {
+  std::vector<Member> out;
   for (const auto& [key, conn] : awaited_)
-    if (conn == 0) out += (out.empty() ? "" : ", ") + ps::peer_name(key.first, key.second);
+    if (conn == 0) out.push_back({key.first, key.second});
+  return out;
+}
+
+std::string names(const std::vector<Roster::Member>& members) {
+  std::string out;
+  for (const Roster::Member& m : members) out += (out.empty() ? "" : ", ") + ps::peer_name(m.role, m.rank);
   return out;
 }
 

@@ -41,8 +41,8 @@ class Roster {
   Id id_of(Member m) const;
   // Every awaited member has said hello.
   bool complete() const;
-  // The awaited members still missing, as "worker 3, server 1" ("" when complete).
-  std::string missing() const;
+  // The awaited members still missing, in role and rank order.
+  std::vector<Member> missing() const;
   // The connections of every member of `role`, in rank order.
   std::vector<Id> ids(PeerRole role) const;
 
@@ -50,5 +50,8 @@ class Roster {
   std::map<std::pair<PeerRole, uint32_t>, Id> awaited_;  // -> 0 until its hello
   std::map<Id, Member> members_;
 };
+
+// "worker 3, server 1" ("" for none).
+std::string names(const std::vector<Roster::Member>& members);
 
 }  // namespace commsched::control
