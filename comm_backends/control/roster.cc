@@ -27,11 +27,20 @@ std::optional<std::string> Roster::admit(Id id, Member m) {
   }
   if (it->second != 0) return "this " + role_word(m.role) + " rank is already connected";
   it->second = id;
-  members_[id] = m;
+  insert(id, m);
   return std::nullopt;
 }
 
-void Roster::add(Id id, Member m) { members_[id] = m; }
+void Roster::add(Id id, Member m) { insert(id, m); }
+
+void Roster::insert(Id id, Member m) {
+  members_[id] = m;
+  by_member_[{m.role, m.rank}] = id;
+  std::vector<Id>& ids = by_role_[m.role];
+  ids.clear();
+  for (auto it = by_member_.lower_bound({m.role, 0}); it != by_member_.end() && it->first.first == m.role; ++it)
+    ids.push_back(it->second);
+}
 
 const Roster::Member* Roster::find(Id id) const {
   auto it = members_.find(id);
@@ -39,9 +48,8 @@ const Roster::Member* Roster::find(Id id) const {
 }
 
 Roster::Id Roster::id_of(Member m) const {
-  for (const auto& [id, member] : members_)
-    if (member == m) return id;
-  return 0;
+  auto it = by_member_.find({m.role, m.rank});
+  return it == by_member_.end() ? 0 : it->second;
 }
 
 bool Roster::complete() const {
@@ -63,13 +71,10 @@ std::string names(const std::vector<Roster::Member>& members) {
   return out;
 }
 
-std::vector<Roster::Id> Roster::ids(PeerRole role) const {
-  std::map<uint32_t, Id> by_rank;
-  for (const auto& [id, m] : members_)
-    if (m.role == role) by_rank[m.rank] = id;
-  std::vector<Id> out;
-  for (const auto& [rank, id] : by_rank) out.push_back(id);
-  return out;
+const std::vector<Roster::Id>& Roster::ids(PeerRole role) const {
+  static const std::vector<Id> none;
+  auto it = by_role_.find(role);
+  return it == by_role_.end() ? none : it->second;
 }
 
 }  // namespace commsched::control

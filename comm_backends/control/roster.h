@@ -43,12 +43,15 @@ class Roster {
   bool complete() const;
   // The awaited members still missing, in role and rank order.
   std::vector<Member> missing() const;
-  // The connections of every member of `role`, in rank order.
-  std::vector<Id> ids(PeerRole role) const;
+  // The connections of every member of `role`, in rank order (kept up to date: the loops ask per message).
+  const std::vector<Id>& ids(PeerRole role) const;
 
  private:
+  void insert(Id id, Member m);
   std::map<std::pair<PeerRole, uint32_t>, Id> awaited_;  // -> 0 until its hello
   std::map<Id, Member> members_;
+  std::map<std::pair<PeerRole, uint32_t>, Id> by_member_;
+  std::map<PeerRole, std::vector<Id>> by_role_;  // in rank order
 };
 
 // "worker 3, server 1" ("" for none).

@@ -89,8 +89,10 @@ bool Van::poll(milliseconds max_wait) {
   if (auto loss = live_.check(now)) lost(loss->peer, loss->why);
   if (!failed_ && !ready_ && now - started_ > duration<double>(opts_.rendezvous_timeout_s)) {
     const std::string missing = opts_.role == PeerRole::worker ? "the peer table from server 0" : names(roster_.missing());
-    fail(Status::Error("rendezvous timed out after " + std::to_string(opts_.rendezvous_timeout_s) +
-                       " s waiting for " + missing + " (COMMSCHED_PS_RENDEZVOUS_TIMEOUT)"));
+    std::ostringstream os;
+    os << "rendezvous timed out after " << opts_.rendezvous_timeout_s << " s waiting for " << missing
+       << " (COMMSCHED_PS_RENDEZVOUS_TIMEOUT)";
+    fail(Status::Error(os.str()));
   }
   if (!failed_ && now >= next_tick_) tick(now);
   return !failed_;

@@ -96,7 +96,7 @@ class Van {
   // The connection of a member (0: not connected).
   ps::PeerId peer(PeerRole role, uint32_t rank) const { return roster_.id_of({role, rank}); }
   // Connections of every member of `role`, in rank order.
-  std::vector<ps::PeerId> peers(PeerRole role) const { return roster_.ids(role); }
+  const std::vector<ps::PeerId>& peers(PeerRole role) const { return roster_.ids(role); }
   // "worker 2 (127.0.0.1:4711)" for logs and errors.
   std::string name(ps::PeerId peer) const;
 

@@ -24,7 +24,7 @@ namespace {
 // One node: a transport, a Van over it and a protocol that records what reaches it, driven by its own thread.
 class Node final : public VanProtocol {
  public:
-  enum class Mode { serve, leave_when_ready, vanish_when_ready, freeze_when_ready };
+  enum class Mode { serve, leave_when_ready, vanish_when_ready, freeze_when_ready, garble_when_ready };
 
   Node(VanOptions o, Mode mode) : mode_(mode) {
     o.heartbeat_s = 0.05;
@@ -91,6 +91,11 @@ class Node final : public VanProtocol {
       if (ready_ && mode_ == Mode::freeze_when_ready) {  // hung: connections open, nothing said
         std::this_thread::sleep_for(5ms);
         continue;
+      }
+      if (ready_ && mode_ == Mode::garble_when_ready) {  // a member whose next frame is not a header
+        const char junk[ps::kHeaderBytes] = "not a commsched header";
+        van_->transport().send(van_->peer(PeerRole::server, 0), std::as_bytes(std::span(junk)));
+        mode_ = Mode::serve;
       }
       if (ready_ && mode_ == Mode::leave_when_ready) {
         van_->leave();
@@ -188,7 +193,8 @@ TEST(Van, RendezvousPeerTablePassThroughAndGoodbye) {
   }
 }
 
-// A worker that vanishes (no goodbye) is named by every survivor, directly or as reported, and nobody else is.
+// A worker that vanishes (no goodbye) is named by every survivor, directly or as reported, and nobody else is named
+// lost (reporters are named as such).
 TEST(Van, AVanishedWorkerIsNamedToEverySurvivor) {
   Cluster c = start_cluster({Node::Mode::serve, Node::Mode::vanish_when_ready, Node::Mode::serve});
   const auto start = std::chrono::steady_clock::now();
@@ -202,9 +208,10 @@ TEST(Van, AVanishedWorkerIsNamedToEverySurvivor) {
   for (Node* n : survivors) {
     const Status st = *n->failure();
     EXPECT_EQ(st.code, Status::Code::peer_lost) << st.message;
-    EXPECT_NE(st.message.find("worker 1"), std::string::npos) << st.message;
-    EXPECT_EQ(st.message.find("worker 0"), std::string::npos) << st.message;
-    EXPECT_EQ(st.message.find("worker 2"), std::string::npos) << st.message;
+    // "worker 1 (addr) lost: ...", perhaps followed by who reported it: the lost one is named first, and only it.
+    EXPECT_EQ(st.message.rfind("worker 1 ", 0), 0u) << st.message;
+    EXPECT_EQ(st.message.find(" lost"), st.message.find(" lost: ")) << st.message;
+    EXPECT_EQ(st.message.find(" lost: "), st.message.rfind(" lost: ")) << st.message;
   }
   // The workers heard it from a server.
   EXPECT_NE(c.workers[0]->failure()->message.find("(reported by server"), std::string::npos);
@@ -254,4 +261,34 @@ TEST(Van, StrangersAreDroppedAndTheMembersServed) {
   EXPECT_NE(logs.find("first message is ping, not hello"), std::string::npos) << logs;
   EXPECT_NE(logs.find("still serving the others"), std::string::npos) << logs;
   stranger->close(false);
+}
+
+// A member that sends a malformed frame stops the cluster, named as the culprit by every survivor.
+TEST(Van, AMemberSendingGarbageIsNamedAndStopsTheCluster) {
+  Cluster c = start_cluster({Node::Mode::serve, Node::Mode::garble_when_ready});
+  std::vector<Node*> survivors{c.root.get(), c.server1.get(), c.workers[0].get()};
+  ASSERT_TRUE(eventually([&] {
+    for (Node* n : survivors)
+      if (!n->failure()) return false;
+    return true;
+  })) << c.root->logs();
+  EXPECT_NE(c.root->failure()->message.find("worker 1"), std::string::npos) << c.root->failure()->message;
+  EXPECT_NE(c.root->failure()->message.find("sent a malformed message: bad magic"), std::string::npos)
+      << c.root->failure()->message;
+  for (Node* n : {c.server1.get(), c.workers[0].get()})
+    EXPECT_NE(n->failure()->message.find("worker 1"), std::string::npos) << n->failure()->message;
+}
+
+// A rank that never comes: the root gives up after the rendezvous timeout naming it, and tells those who came.
+TEST(Van, ARendezvousTimeoutNamesWhoIsMissing) {
+  VanOptions o = options(PeerRole::server, 0, 2, 1);
+  o.rendezvous_timeout_s = 0.5;
+  Node root(o, Node::Mode::serve);
+  const std::string ep = root.start();
+  Node worker(options(PeerRole::worker, 0, 2, 1, ep), Node::Mode::serve);
+  worker.start();
+  ASSERT_TRUE(eventually([&] { return root.failure() && worker.failure(); }));
+  EXPECT_NE(root.failure()->message.find("rendezvous timed out after 0.5"), std::string::npos) << root.failure()->message;
+  EXPECT_NE(root.failure()->message.find("waiting for worker 1"), std::string::npos) << root.failure()->message;
+  EXPECT_NE(worker.failure()->message.find("waiting for worker 1"), std::string::npos) << worker.failure()->message;
 }
