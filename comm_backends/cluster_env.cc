@@ -1,5 +1,6 @@
 #include "comm_backends/cluster_env.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "scheduler/config.h"
@@ -92,15 +93,24 @@ ClusterEnv ClusterEnv::from_env() {
     }
   }
   apply_first_set(e, "bind", {"DMLC_INTERFACE"});
-  e.local_rank = e.rank;
-  e.local_size = e.num_workers;
-  apply_first_set(e, "local_rank", {"LOCAL_RANK"});
-  apply_first_set(e, "local_size", {"LOCAL_WORLD_SIZE"});
-  apply_first_set(e, "timeout", {});
   const int n = server ? e.num_servers : e.num_workers;
+  // Unset, a process is alone with the others of its role on one host: a server's defaults are server-shaped, so a
+  // server started by hand with only its role and rank is valid.
+  e.local_rank = e.rank;
+  e.local_size = std::max(n, 1);
+  std::string local_var = apply_first_set(e, "local_rank", {"LOCAL_RANK"});
+  const std::string size_var = apply_first_set(e, "local_size", {"LOCAL_WORLD_SIZE"});
+  apply_first_set(e, "timeout", {});
   if (e.rank >= n)  // named after the variable it came from (RANK under torchrun)
     throw InvalidArgument(rank_var + "=" + std::to_string(e.rank) + " is invalid: a " + (server ? "server" : "worker") +
                           " rank must be in [0, " + std::to_string(n) + ")");
+  if (e.local_rank >= e.local_size)  // named after the variables it came from, or the defaults it fell back to
+    throw InvalidArgument((local_var.empty() ? "the local rank (default: " + rank_var + ")" : local_var) + "=" +
+                          std::to_string(e.local_rank) + " is invalid: must be below the local size " +
+                          std::to_string(e.local_size) + " (" +
+                          (size_var.empty() ? std::string("default: the number of ") + (server ? "servers" : "workers")
+                                            : size_var) +
+                          ")");
   e.validate();
   return e;
 }

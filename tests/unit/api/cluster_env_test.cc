@@ -115,5 +115,29 @@ TEST(ClusterEnv, ContractVariablesAreRegistryRows) {
   }
 }
 
+// A server started by hand names only its role, rank and the cluster's shape; its local defaults must not be a
+// worker's (rank 2 of 3 servers beside 1 worker was once "LOCAL_RANK=2 must be in [0, 1)").
+TEST(ClusterEnv, ServerStartedByHandNeedsNoLocalVariables) {
+  Env env({{"COMMSCHED_ROLE", "server"}, {"COMMSCHED_NUM_WORKERS", "1"}, {"COMMSCHED_NUM_SERVERS", "3"},
+           {"COMMSCHED_RANK", "2"}});
+  const ClusterEnv e = ClusterEnv::from_env();
+  EXPECT_EQ(e.role, Role::server);
+  EXPECT_EQ(e.rank, 2);
+  EXPECT_EQ(e.local_rank, 2);
+  EXPECT_EQ(e.local_size, 3);
+}
+
+TEST(ClusterEnv, LocalRankBeyondLocalSizeNamesBothVariables) {
+  Env env({{"COMMSCHED_NUM_WORKERS", "4"}, {"COMMSCHED_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}});
+  try {
+    ClusterEnv::from_env();
+    FAIL() << "local rank 3 of a local size 2 accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("default: COMMSCHED_RANK)=3 is invalid"), std::string::npos) << m;
+    EXPECT_NE(m.find("local size 2 (LOCAL_WORLD_SIZE)"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace commsched
