@@ -57,26 +57,27 @@ Van::Van(VanOptions opts, Transport& transport, VanProtocol& protocol)
 std::string Van::start() {
   started_ = Clock::now();
   next_tick_ = started_ + heartbeat_;
-  const auto workers = static_cast<uint32_t>(opts_.num_workers);
   if (opts_.role == PeerRole::worker) {
-    const PeerId root = transport_.connect(opts_.root_endpoint);
-    roster_.add(root, {PeerRole::server, 0});
-    live_.watch(root);  // silence counts once the root has spoken
-    send(root, header(MsgType::hello));
+    say_hello_to_root({});
     return {};
   }
-  roster_.expect(PeerRole::worker, 0, workers);
+  roster_.expect(PeerRole::worker, 0, static_cast<uint32_t>(opts_.num_workers));
   if (opts_.rank == 0) {
     roster_.expect(PeerRole::server, 1, static_cast<uint32_t>(opts_.num_servers - 1));
     return transport_.bind(opts_.bind_host, opts_.root_port);
   }
-  const std::string endpoint =
-      "tcp://" + opts_.advertised_host + ":" + port_of(transport_.bind(opts_.bind_host, 0));
+  const std::string endpoint = "tcp://" + opts_.advertised_host + ":" + port_of(transport_.bind(opts_.bind_host, 0));
+  say_hello_to_root(endpoint);
+  return endpoint;
+}
+
+// Workers and servers >= 1: the root is a member from the start; its silence counts once it has spoken.
+void Van::say_hello_to_root(const std::string& endpoint) {
   const PeerId root = transport_.connect(opts_.root_endpoint);
   roster_.add(root, {PeerRole::server, 0});
   live_.watch(root);
-  send_text(root, header(MsgType::hello), endpoint);
-  return endpoint;
+  if (endpoint.empty()) send(root, header(MsgType::hello));  // a worker advertises nothing
+  else send_text(root, header(MsgType::hello), endpoint);
 }
 
 bool Van::poll(milliseconds max_wait) {

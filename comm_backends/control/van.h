@@ -113,6 +113,7 @@ class Van {
 
  private:
   using Clock = std::chrono::steady_clock;
+  void say_hello_to_root(const std::string& endpoint);
   void handle(ps::Incoming& in);
   void on_member_message(ps::PeerId id, const Roster::Member& m, const ps::Header& h, std::unique_ptr<ps::Payload> p);
   void on_hello(ps::PeerId id, const ps::Header& h, const std::string& text);
