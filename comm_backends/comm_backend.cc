@@ -5,15 +5,19 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"
+#include "comm_backends/hierarchical/hierarchical_backend.h"
 #include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/ps_config.h"
 #include "scheduler/config.h"
 #ifdef COMMSCHED_HAVE_GLOO
 #include "comm_backends/gloo/gloo_backend.h"
+#include "comm_backends/gloo/gloo_local_collective.h"
 #endif
 #ifdef COMMSCHED_HAVE_CUDA
 #include "comm_backends/nccl/nccl_backend.h"
+#include "comm_backends/nccl/nccl_local_collective.h"
+#include "cuda/cuda_copier.h"
 #endif
 
 namespace commsched {
@@ -32,10 +36,45 @@ constexpr bool kHaveNccl =
     false;
 #endif
 
-std::shared_ptr<CommBackend> make_ps(const ClusterEnv& env, const EngineConfig&) {
+// The collective backends: rank 0's coordinator runs the policy the engines run (not the environment's, which an
+// explicit config, e.g. Python's init(policy=...), may override).
+collective::CollectiveOptions collective_options(const EngineConfig& engine) {
+  auto o = collective::CollectiveOptions::from_env();
+  o.policy = engine;
+  return o;
+}
+
+// Hierarchical mode's local collective among the workers of one machine (COMMSCHED_HIERARCHICAL=gloo).
+LocalCollectiveFactory local_collective([[maybe_unused]] const HierarchicalOptions& o) {
+#ifdef COMMSCHED_HAVE_GLOO
+  if (o.local == "gloo")
+    return [](const ClusterEnv& env, int rank, int size, collective::KvStore& store, const std::string& prefix) {
+      return std::make_unique<GlooLocalCollective>(connect_gloo_mesh(env, rank, size, store, prefix), rank, size);
+    };
+#endif
+#ifdef COMMSCHED_HAVE_CUDA
+  if (o.local == "nccl")
+    return [](const ClusterEnv& env, int rank, int size, collective::KvStore& store, const std::string& prefix) {
+      return std::make_unique<NcclLocalCollective>(env, rank, size, store, prefix);
+    };
+#endif
+  return nullptr;
+}
+
+// A local collective on GPUs stages its slices through pinned host memory with the device-copy stage's copier.
+std::shared_ptr<DeviceCopier> slice_copier([[maybe_unused]] const HierarchicalOptions& o) {
+#ifdef COMMSCHED_HAVE_CUDA
+  if (o.local == "nccl") return make_cuda_copier();
+#endif
+  return nullptr;
+}
+
+std::shared_ptr<CommBackend> make_ps(const ClusterEnv& env, const EngineConfig& engine) {
   if (env.num_servers < 1)
     throw InvalidArgument("COMMSCHED_BACKEND=ps needs servers, but COMMSCHED_NUM_SERVERS=0 (use `commsched launch`)");
-  return std::make_shared<PsBackend>(env, PsConfig::from_env());
+  const HierarchicalOptions h = HierarchicalOptions::from_env();
+  return make_parameter_server(env, PsConfig::from_env(), h, collective_options(engine), local_collective(h),
+                               slice_copier(h));
 }
 
 std::shared_ptr<CommBackend> make_loopback(const ClusterEnv& env, const EngineConfig&) {
@@ -45,13 +84,6 @@ std::shared_ptr<CommBackend> make_loopback(const ClusterEnv& env, const EngineCo
   return make_loopback_group(1).front();
 }
 
-// The collective backends: rank 0's coordinator runs the policy the engines run (not the environment's, which an
-// explicit config, e.g. Python's init(policy=...), may override).
-[[maybe_unused]] collective::CollectiveOptions collective_options(const EngineConfig& engine) {
-  auto o = collective::CollectiveOptions::from_env();
-  o.policy = engine;
-  return o;
-}
 
 std::shared_ptr<CommBackend> make_gloo([[maybe_unused]] const ClusterEnv& env, [[maybe_unused]] const EngineConfig& engine) {
 #ifdef COMMSCHED_HAVE_GLOO

@@ -54,6 +54,10 @@ class CommBackend {
   // a backend without a row (a test double) has a reason to override it.
   virtual bool supports(Op op, Device device) const;
 
+  // The CUDA device whose memory this backend's collectives use (a device-only backend, NCCL): host tensors are
+  // staged there (the host-to-device copy stage). 0 for the others.
+  virtual int cuda_device() const { return 0; }
+
   // Whether the backend's reduction understands partitions encoded with `scheme` (a parameter server that decodes,
   // sums and encodes the pull). Casts (fp16/bf16) need no such support: their sum is defined on the wire.
   virtual bool reduces_encoded(compression::Scheme /*scheme*/) const { return false; }

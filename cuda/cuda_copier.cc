@@ -61,6 +61,18 @@ class CudaCopier final : public DeviceCopier {
 
   void free_host(std::byte* p) noexcept override { cudaFreeHost(p); }
 
+  std::byte* alloc_device(size_t bytes, int device_index) override {
+    check(cudaSetDevice(device_index), "cudaSetDevice", dev(device_index));
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "cudaMalloc", std::to_string(bytes) + " bytes on " + dev(device_index));
+    return static_cast<std::byte*>(p);
+  }
+
+  void free_device(std::byte* p, int device_index) noexcept override {
+    cudaSetDevice(device_index);
+    cudaFree(p);  // a pool frees only buffers no copy uses any more (every copy was waited for)
+  }
+
   std::unique_ptr<CopyCompletion> to_host(std::byte* host, const std::byte* device, size_t bytes, int device_index,
                                           void* ready) override {
     Streams& s = streams(device_index);

@@ -489,6 +489,9 @@ void check_route(const TaskDesc& t, const std::vector<std::shared_ptr<Stage>>& s
   if (at == Device::cuda)
     msg += " (CUDA tensors reach a host-only backend through the device-copy stage, which this engine does not have: "
            "it comes with a build with CUDA, COMMSCHED_WITH_CUDA)";
+  else
+    msg += " (host tensors reach a device-only backend through the host-to-device copy stage, which this engine does "
+           "not have)";
   throw InvalidArgument(msg);
 }
 

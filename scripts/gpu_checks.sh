@@ -43,14 +43,24 @@ for n in 1 2 3 4; do
     exit 1
   fi
 done
-# The device-copy stage on CUDA (the parameter server's path for CUDA tensors): no test may skip, and the host
-# stand-in suite runs beside it. Then the staging bandwidth against plain cudaMemcpy of the same bytes.
+# The device-copy stage on CUDA (the parameter server's path for CUDA tensors) and the host-to-device stage in front
+# of NCCL (control messages on host tensors under COMMSCHED_BACKEND=nccl): no test may skip, and the host stand-in
+# suite runs beside it. Then the staging bandwidth against plain cudaMemcpy of the same bytes.
 cmake --build "$BUILD" --target cuda_copy_test device_copy_test staging_bandwidth -j"$JOBS"
 "$BUILD"/tests/unit/device/device_copy_test --gtest_brief=1
 copy="$("$BUILD"/tests/unit/device/cuda_copy_test 2>&1)" || { echo "$copy"; exit 1; }
 echo "$copy"
 if grep -q '^\[  SKIPPED \]' <<<"$copy"; then
   echo "gpu_checks: CUDA copy tests skipped on a machine with $gpus GPU(s)" >&2
+  exit 1
+fi
+# Hierarchical mode with the NCCL local collective (2 emulated machines x 2 GPUs, one server in the process): needs two
+# GPUs, so it may skip on a one-GPU machine and nowhere else; the CPU (Gloo) cases run beside it.
+cmake --build "$BUILD" --target hierarchical_test -j"$JOBS"
+hier="$("$BUILD"/tests/unit/hierarchical/hierarchical_test 2>&1)" || { echo "$hier"; exit 1; }
+echo "$hier" | grep -E '^\[ +(OK|SKIPPED|FAILED|PASSED) +\]' || true
+if [ "$gpus" -ge 2 ] && grep -q '^\[  SKIPPED \] HierarchicalNccl\.' <<<"$hier"; then
+  echo "gpu_checks: hierarchical NCCL test skipped on a machine with $gpus GPU(s)" >&2
   exit 1
 fi
 echo "gpu_checks: staging bandwidth (device -> pinned host -> device through the engine, vs plain cudaMemcpy)"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "comm_backends/loopback/loopback_backend.h"
-#include "comm_backends/nccl/nccl_backend.h"  // cuda_device_count
+#include "cuda/cuda_devices.h"
 #include "cuda/cuda_copier.h"
 #include "scheduler/engine.h"
 #include "scheduler/priority_credit_policy.h"

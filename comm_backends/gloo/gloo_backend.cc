@@ -85,22 +85,29 @@ void gloo_allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, void* data, D
   throw std::invalid_argument("gloo allreduce: unknown dtype value " + std::to_string(static_cast<int>(dtype)));
 }
 
+GlooMesh connect_gloo_mesh(const ClusterEnv& env, int rank, int size, collective::KvStore& kv, const std::string& prefix) {
+  GlooMesh mesh;
+  mesh.device = gloo::transport::tcp::CreateDevice(transport_attr(env));
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  // Gloo's timeout bounds every collective, so a hung (not dead) peer is noticed too.
+  ctx->setTimeout(to_ms(env.timeout_s));
+  GlooStore store(kv, prefix, to_ms(std::max(60.0, 3 * env.timeout_s)));
+  try {
+    ctx->connectFullMesh(store, mesh.device);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("gloo rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                             ": connecting to every rank failed: " + e.what());
+  }
+  mesh.context = ctx;
+  return mesh;
+}
+
 GlooBackend::GlooBackend(const ClusterEnv& env, collective::CollectiveOptions opts)
     : CollectiveBackend(env.rank, env.num_workers), env_(env), rendezvous_(env, "commsched/gloo/") {
   env.validate();
-  const auto timeout = to_ms(env.timeout_s);
-  device_ = gloo::transport::tcp::CreateDevice(transport_attr(env));
-  auto ctx = std::make_shared<gloo::rendezvous::Context>(env.rank, env.num_workers);
-  // Gloo's timeout bounds every collective, so a hung (not dead) peer is noticed too.
-  ctx->setTimeout(timeout);
-  GlooStore store(rendezvous_.store(), rendezvous_.scope() + "mesh/", to_ms(std::max(60.0, 3 * env.timeout_s)));
-  try {
-    ctx->connectFullMesh(store, device_);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("gloo backend rank " + std::to_string(env.rank) + " of " + std::to_string(env.num_workers) +
-                             ": connecting to every rank failed: " + e.what());
-  }
-  context_ = ctx;
+  GlooMesh mesh = connect_gloo_mesh(env, env.rank, env.num_workers, rendezvous_.store(), rendezvous_.scope() + "mesh/");
+  device_ = std::move(mesh.device);
+  context_ = std::move(mesh.context);
   auto nopts = opts.negotiator_options(env);
   nopts.key_prefix = rendezvous_.scope() + "negotiator/";
   // Gloo collectives are synchronous: they run on the negotiator thread that receives (on rank 0: makes) the order.

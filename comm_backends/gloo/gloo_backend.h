@@ -52,6 +52,15 @@ class GlooBackend : public collective::CollectiveBackend {
   uint32_t tag_ = 0;
 };
 
+// A connected Gloo mesh: the context, and the TCP device its pairs live on.
+struct GlooMesh {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::Context> context;
+};
+// Connects `rank` of `size` processes into a full mesh whose addresses meet in `store` under `prefix`; the bind
+// address (COMMSCHED_BIND) and the timeouts come from `env`. Throws naming the rank when it fails.
+GlooMesh connect_gloo_mesh(const ClusterEnv& env, int rank, int size, collective::KvStore& store, const std::string& prefix);
+
 // Sums `elements` values of `dtype` in place across every rank of a connected Gloo context. Exposed for the benchmark's
 // plain-Gloo baseline so both sides use the same reduction.
 void gloo_allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, void* data, DType dtype, size_t elements, uint32_t tag);

@@ -1,6 +1,8 @@
 #include "comm_backends/nccl/nccl_backend.h"
 
 #include "comm_backends/collective/fusion_buffer.h"
+#include "comm_backends/nccl/nccl_common.h"
+#include "cuda/cuda_devices.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -11,40 +13,11 @@
 #include <string>
 
 namespace commsched {
+using namespace nccl;
+
 namespace {
-
 std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
-
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-void check_nccl(ncclResult_t r, const std::string& what) {
-  if (r != ncclSuccess && r != ncclInProgress) throw std::runtime_error(what + ": " + ncclGetErrorString(r));
-}
-
-ncclDataType_t nccl_type(DType t) {
-  switch (t) {
-    case DType::f32: return ncclFloat32;
-    case DType::f64: return ncclFloat64;
-    case DType::f16: return ncclFloat16;
-    case DType::bf16: return ncclBfloat16;
-    case DType::i32: return ncclInt32;
-    case DType::i64: return ncclInt64;
-  }
-  throw std::invalid_argument("nccl: unknown dtype value " + std::to_string(static_cast<int>(t)));
-}
-
 }  // namespace
-
-int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error so later calls start clean
-    return 0;
-  }
-  return n;
-}
 
 struct NcclBackend::Impl {
   ncclComm_t comm = nullptr;
@@ -82,28 +55,6 @@ struct NcclBackend::Impl {
   }
 };
 
-// Device memory for the shared fusion buffer: copies are ordered on the backend's stream, before and after the
-// collective; a buffer is freed only once the stream no longer reads it.
-class DeviceFusionMemory final : public collective::FusionBuffer::Memory {
- public:
-  explicit DeviceFusionMemory(cudaStream_t stream) : stream_(stream) {}
-  void* allocate(size_t bytes) override {
-    void* p = nullptr;
-    check_cuda(cudaMalloc(&p, bytes), "nccl fusion buffer of " + std::to_string(bytes) + " bytes");
-    return p;
-  }
-  void release(void* buffer) override {
-    cudaStreamSynchronize(stream_);  // rare: only when the fused size grows, and at shutdown
-    cudaFree(buffer);
-  }
-  void copy(void* dst, const void* src, size_t bytes) override {
-    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "nccl fusion copy");
-  }
-
- private:
-  cudaStream_t stream_;
-};
-
 struct NcclBackend::Pending {
   cudaEvent_t event;
   GroupDone done;
@@ -118,19 +69,10 @@ NcclBackend::NcclBackend(const ClusterEnv& env, collective::CollectiveOptions op
   device_ = env.local_rank % devices;
   check_cuda(cudaSetDevice(device_), who + ": cudaSetDevice(" + std::to_string(device_) + ")");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), who + ": cudaStreamCreate");
-  impl_->fusion = std::make_unique<collective::FusionBuffer>(std::make_unique<DeviceFusionMemory>(impl_->stream));
+  impl_->fusion = std::make_unique<collective::FusionBuffer>(std::make_unique<nccl::DeviceFusionMemory>(impl_->stream));
 
-  ncclUniqueId id;
-  const std::string id_key = rendezvous_.scope() + "unique_id";
-  if (env.rank == 0) {
-    check_nccl(ncclGetUniqueId(&id), who + ": ncclGetUniqueId");
-    rendezvous_.store().set(id_key, std::string(reinterpret_cast<const char*>(&id), sizeof id));
-  } else {
-    const std::string bytes = rendezvous_.store().get(id_key, to_ms(std::max(60.0, 3 * env.timeout_s)));
-    if (bytes.size() != sizeof id) throw std::runtime_error(who + ": malformed ncclUniqueId in the rendezvous store");
-    std::memcpy(&id, bytes.data(), sizeof id);
-  }
-  check_nccl(ncclCommInitRank(&impl_->comm, env.num_workers, id, env.rank), who + ": ncclCommInitRank");
+  impl_->comm = nccl_communicator(env.rank, env.num_workers, rendezvous_.store(), rendezvous_.scope() + "unique_id",
+                                  env.timeout_s, who);
   poller_ = std::thread([this] { poll_completions(); });
 
   auto nopts = opts.negotiator_options(env);

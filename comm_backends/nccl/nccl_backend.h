@@ -23,9 +23,6 @@
 
 namespace commsched {
 
-// Number of CUDA devices visible to this process; 0 when there is no driver or no device (never throws).
-int cuda_device_count();
-
 class NcclBackend : public collective::CollectiveBackend {
  public:
   // Picks device local_rank % device count, creates the communicator (blocks until every rank has joined).
@@ -35,6 +32,7 @@ class NcclBackend : public collective::CollectiveBackend {
 
   std::string_view name() const override { return "nccl"; }
   int device() const { return device_; }
+  int cuda_device() const override { return device_; }
 
  protected:
   void execute(std::span<const PartitionView> group, GroupDone done) override;

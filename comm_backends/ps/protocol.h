@@ -46,7 +46,10 @@ inline constexpr uint8_t kMaxMsgType = 15;
 
 // Header flags.
 inline constexpr uint8_t kFlagAckReceipt = 1;  // push_pull/bcast: answer `received` on arrival, before the sum
-inline constexpr uint8_t kKnownFlags = kFlagAckReceipt;
+// push_pull: a lane of hierarchical mode (comm_backends/hierarchical): the range is one machine's slice, pushed by one
+// worker per machine, so the sum is over `aux` contributors (the machines), not over every worker.
+inline constexpr uint8_t kFlagLane = 2;
+inline constexpr uint8_t kKnownFlags = kFlagAckReceipt | kFlagLane;
 std::string_view msg_type_name(MsgType t);
 
 enum class PeerRole : uint8_t { worker = 0, server = 1, tool = 2 };
@@ -65,7 +68,7 @@ struct Header {
   uint64_t iteration = 0;
   uint64_t round = 0;          // per-key submission counter: pushes of the same round are summed together
   uint64_t request_id = 0;     // worker-chosen; echoed in the answer
-  uint32_t aux = 0;            // per-type extra (owning server, broadcast root, number of servers)
+  uint32_t aux = 0;            // per-type extra (owning server, broadcast root, number of servers, lane contributors)
   // push_pull/sum only: the compression::Scheme the payload is encoded with when the server decodes it to sum (topk,
   // signsgd; the sum comes back encoded the same way and the same size), 0 for plain data. Casts (fp16/bf16) travel
   // as plain data of the narrow dtype. `dtype` stays the tensor's.

@@ -226,6 +226,10 @@ void PsBackend::send_request(uint64_t id, int server) {
     h.elements = static_cast<uint32_t>(r.part.dense_bytes / dtype_size(t.dtype));
   }
   if (r.batch->sent) h.flags |= kFlagAckReceipt;
+  if (lane_contributors_ && !bcast) {
+    h.flags |= kFlagLane;
+    h.aux = lane_contributors_;
+  }
   OutPayload p;
   if (!bcast || t.root == env_.rank) p = OutPayload{r.part.data(), r.part.bytes, {}};  // zero-copy from the tensor
   van_->send(van_->peer(PeerRole::server, static_cast<uint32_t>(server)), h, std::move(p));

@@ -48,6 +48,10 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   // fails or stops meanwhile. No time limit: the others may train for long; a lost peer still ends it.
   bool joins() const override { return true; }
   int join() override;
+  // Hierarchical mode (comm_backends/hierarchical): from now on every push_pull is a lane, one machine's slice that
+  // one worker per machine pushes, summed over `machines` contributors instead of every worker (ps::kFlagLane).
+  // Broadcasts stay whole-cluster. Call before the first start().
+  void set_lane_contributors(uint32_t machines) { lane_contributors_ = machines; }
   // Says goodbye to every server (so they may exit 0) and stops. Do not call from a `done` callback.
   void shutdown() override;
 
@@ -97,6 +101,7 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
 
   ClusterEnv env_;
   PsConfig cfg_;
+  uint32_t lane_contributors_ = 0;  // 0: push_pulls are summed over every worker
   std::unique_ptr<ps::Transport> transport_;
   std::unique_ptr<control::Van> van_;  // drives transport_ on the I/O thread
 

@@ -32,7 +32,7 @@ bool SlotTable::join(uint32_t rank, std::vector<Outcome>& out) {
   joined_[rank] = true;
   std::vector<Key> waiting;
   for (auto& [k, s] : slots_)
-    if (!s.seen[rank]) waiting.push_back(k);
+    if (!s.seen[rank] && !(s.first.flags & kFlagLane)) waiting.push_back(k);
   for (const Key& k : waiting) {
     auto it = slots_.find(k);
     it->second.seen[rank] = true;
@@ -49,8 +49,10 @@ void SlotTable::end_joins() { joined_.assign(num_workers_, false); }
 // Workers disagreeing about a tensor (size, dtype, range, broadcast root) is a user error: name everything.
 std::string SlotTable::mismatch(const Slot& s, const Header& h) const {
   const Header& f = s.first;
+  const bool lane = (f.flags & kFlagLane) != 0;
   if (f.type == h.type && f.dtype == h.dtype && f.length == h.length && f.tensor_bytes == h.tensor_bytes &&
-      f.codec == h.codec && f.elements == h.elements && (h.type != MsgType::bcast || f.aux == h.aux))
+      f.codec == h.codec && f.elements == h.elements && (h.type != MsgType::bcast || f.aux == h.aux) &&
+      lane == ((h.flags & kFlagLane) != 0) && (!lane || f.aux == h.aux))
     return {};
   std::ostringstream os;
   os << "key " << h.key << " round " << h.round << ": workers disagree about the tensor: worker " << f.sender_rank
@@ -62,6 +64,9 @@ std::string SlotTable::mismatch(const Slot& s, const Header& h) const {
      << h.tensor_bytes << "-byte " << dtype_name(h.dtype) << " tensor";
   if (h.type == MsgType::bcast) os << " (root " << h.aux << ")";
   if (h.codec) os << " (" << compression::scheme_name(static_cast<compression::Scheme>(h.codec)) << " of " << h.elements << " elements)";
+  if (lane || (h.flags & kFlagLane))
+    os << " (hierarchical lanes: the first push " << (lane ? "expects " + std::to_string(f.aux) + " machines" : "is no lane")
+       << ", this one " << ((h.flags & kFlagLane) ? "expects " + std::to_string(h.aux) + " machines" : "is no lane") << ")";
   return os.str();
 }
 
@@ -70,21 +75,37 @@ std::string SlotTable::malformed(const Header& h, const std::string& why) {
          ": worker " + std::to_string(h.sender_rank) + " sent a malformed compressed push: " + why;
 }
 
+std::string SlotTable::open(Slot& s, const Header& h) {
+  s.first = h;
+  const bool lane = h.type == MsgType::push_pull && (h.flags & kFlagLane);
+  if (lane) {
+    s.seen.assign(num_workers_, false);
+    s.expected = h.aux;
+  } else {
+    s.seen = joined_;  // joined workers stand in with zeros
+    s.arrived = static_cast<uint32_t>(std::count(joined_.begin(), joined_.end(), true));
+    s.expected = num_workers_;
+  }
+  if (deterministic_ && h.type == MsgType::push_pull) s.held.resize(num_workers_);
+  if (lane && (h.aux == 0 || h.aux > num_workers_ || num_workers_ % h.aux != 0)) {
+    s.expected = 1;  // answered with the error at once
+    return "key " + std::to_string(h.key) + " offset " + std::to_string(h.offset) + ": worker " +
+           std::to_string(h.sender_rank) + " pushed a hierarchical lane of " + std::to_string(h.aux) +
+           " machines, which does not divide the " + std::to_string(num_workers_) + " workers";
+  }
+  if (h.codec) {
+    const auto scheme = static_cast<compression::Scheme>(h.codec);
+    if (auto why = compression::wire_spec(scheme, h.dtype, h.elements, h.length, s.spec); !why.empty())
+      return malformed(h, why);
+  }
+  return {};
+}
+
 void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payload, std::vector<Outcome>& out) {
   const Key k{h.key, h.offset, h.round};
   auto [it, fresh] = slots_.try_emplace(k);
   Slot& s = it->second;
-  if (fresh) {
-    s.first = h;
-    s.seen = joined_;  // joined workers stand in with zeros
-    s.arrived = static_cast<uint32_t>(std::count(joined_.begin(), joined_.end(), true));
-    if (deterministic_ && h.type == MsgType::push_pull) s.held.resize(num_workers_);
-    if (h.codec) {
-      const auto scheme = static_cast<compression::Scheme>(h.codec);
-      if (auto why = compression::wire_spec(scheme, h.dtype, h.elements, h.length, s.spec); !why.empty())
-        s.error = malformed(h, why);
-    }
-  }
+  if (fresh) s.error = open(s, h);
   const Waiter w{peer, h.sender_rank, h.request_id, !(h.type == MsgType::bcast && h.aux == h.sender_rank)};
   if (h.sender_rank >= num_workers_ || s.seen[h.sender_rank]) {
     Outcome o = error_for(s, {w});
@@ -126,7 +147,7 @@ void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payl
 
 void SlotTable::finish_if_complete(std::unordered_map<Key, Slot, KeyHash>::iterator it, std::vector<Outcome>& out) {
   Slot& s = it->second;
-  if (s.arrived < num_workers_) return;
+  if (s.arrived < s.expected) return;
   const Header& h = s.first;
   if (!s.error.empty()) {
     if (!s.waiters.empty()) out.push_back(error_for(s, std::move(s.waiters)));  // poisoned by the last push

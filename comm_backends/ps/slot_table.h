@@ -6,6 +6,9 @@
 // Accumulators and sums come from a BufferPool, so memory is reused across rounds; slots are erased when answered,
 // so partition boundaries may change from one round to the next.
 //
+// A lane push (kFlagLane, hierarchical mode) opens a slot that expects `aux` contributors, one worker per machine;
+// every other slot expects every worker. Lane slots take no part in joins (hierarchical mode does not join).
+//
 // Compressed pushes (Header::codec: top-k, signSGD) are decoded into a dense accumulator (f32, or f64 for f64
 // tensors), summed (deterministic mode: in rank order), and the sum is encoded again with the same scheme and size.
 // Top-k keeps the server's own error feedback: what the answer leaves out is kept per range and added to the next
@@ -69,6 +72,7 @@ class SlotTable {
   };
   struct Slot {
     Header first;                                 // the first push: the sizes every other push must match
+    uint32_t expected = 0;                        // pushes that complete the slot: every worker, or a lane's
     uint32_t arrived = 0;                         // pushes, and joined workers standing in
     uint32_t summed = 0;                          // pushes with data accumulated so far
     std::vector<bool> seen;                       // by rank
@@ -86,6 +90,8 @@ class SlotTable {
   };
   std::string mismatch(const Slot& s, const Header& h) const;
   static std::string malformed(const Header& h, const std::string& why);
+  // Opens the slot of `h`'s first push: its contributors, the joined workers standing in. Empty, or why not.
+  std::string open(Slot& s, const Header& h);
   void accumulate_encoded(Slot& s, const Header& h, std::shared_ptr<Payload> p);
   std::shared_ptr<const std::byte> finish_encoded(Slot& s);
   void accumulate(Slot& s, const Header& h, std::shared_ptr<Payload> p);

@@ -41,14 +41,21 @@ std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& en
   return info->make(env, config);
 }
 
+bool carries_any(const CommBackend& backend, Device device) {
+  for (Op op : {Op::push_pull, Op::allreduce, Op::broadcast})
+    if (backend.supports(op, device)) return true;
+  return false;
+}
+
 // CUDA tensors reach a backend that carries host memory only (the parameter server, Gloo, loopback) through pinned
-// staging buffers; a backend that takes CUDA buffers (NCCL) gets them as they are. Without CUDA nothing is staged,
-// and the engine refuses CUDA tasks on such a backend, saying why.
+// staging buffers; host tensors (control messages: the tuner's decision, broadcast_object, metric averages) reach a
+// backend that carries device memory only (NCCL) through staging buffers on its device; a backend that takes a
+// tensor's memory gets it as it is. Without CUDA nothing is staged, and the engine refuses what the backend cannot
+// carry, saying why.
 std::vector<std::shared_ptr<Stage>> device_stages([[maybe_unused]] const CommBackend& backend) {
 #ifdef COMMSCHED_HAVE_CUDA
-  const bool takes_cuda = backend.supports(Op::push_pull, Device::cuda) || backend.supports(Op::allreduce, Device::cuda) ||
-                          backend.supports(Op::broadcast, Device::cuda);
-  if (!takes_cuda) return {std::make_shared<DeviceCopyStage>(make_cuda_copier())};
+  if (!carries_any(backend, Device::cuda)) return {std::make_shared<DeviceCopyStage>(make_cuda_copier())};
+  if (!carries_any(backend, Device::cpu)) return {DeviceCopyStage::to_device(make_cuda_copier(), backend.cuda_device())};
 #endif
   return {};
 }
@@ -96,7 +103,8 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
   rank_ = backend->rank();
   size_ = backend->size();
   std::vector<std::shared_ptr<Stage>> stages = device_stages(*backend);
-  stages_device_copies_ = !stages.empty();
+  // CUDA tensors then go through pinned host staging (and carry a ready event instead of a synced stream).
+  stages_device_copies_ = !stages.empty() && !carries_any(*backend, Device::cuda);
   engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_, std::move(stages));
   if (options.tune) tune_ = *options.tune;
   else tune_ = ContextEnvOptions::from_env().tune;

@@ -5,6 +5,7 @@
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/comm_backend.h"
+#include "comm_backends/hierarchical/hierarchical_backend.h"
 #include "comm_backends/ps/ps_config.h"
 #include "scheduler/config.h"
 #include "scheduler/policy_factory.h"
@@ -63,6 +64,7 @@ std::vector<OptionInfo> all_options() {
   append(out, tuner::tuner_option_table());
   append(out, ps_option_table());
   append(out, collective::CollectiveOptions::table());
+  append(out, HierarchicalOptions::table());
   append(out, cluster_option_table());
   return out;
 }

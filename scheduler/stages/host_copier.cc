@@ -68,6 +68,16 @@ void HostCopier::free_host(std::byte* p) noexcept {
   ::operator delete(p, kPageAlign);
 }
 
+std::byte* HostCopier::alloc_device(size_t bytes, int) {
+  device_allocations_.fetch_add(1);
+  return static_cast<std::byte*>(::operator new(bytes, kPageAlign));
+}
+
+void HostCopier::free_device(std::byte* p, int) noexcept {
+  device_frees_.fetch_add(1);
+  ::operator delete(p, kPageAlign);
+}
+
 void HostCopier::fail_copy(uint64_t after, std::string message) {
   std::lock_guard lk(fail_mu_);
   fail_at_ = static_cast<int64_t>(copies_.load() + after);

@@ -27,6 +27,9 @@ class HostCopier final : public DeviceCopier {
   std::string_view name() const override { return "host"; }
   std::byte* alloc_host(size_t bytes) override;
   void free_host(std::byte* p) noexcept override;
+  // "Device" memory is host memory too, counted apart so tests see which side the pool allocates on.
+  std::byte* alloc_device(size_t bytes, int device_index) override;
+  void free_device(std::byte* p, int device_index) noexcept override;
   std::unique_ptr<CopyCompletion> to_host(std::byte* host, const std::byte* device, size_t bytes, int device_index,
                                           void* ready) override;
   std::unique_ptr<CopyCompletion> to_device(std::byte* device, const std::byte* host, size_t bytes,
@@ -37,6 +40,8 @@ class HostCopier final : public DeviceCopier {
   uint64_t allocations() const { return allocations_.load(); }
   uint64_t frees() const { return frees_.load(); }
   uint64_t copies() const { return copies_.load(); }
+  uint64_t device_allocations() const { return device_allocations_.load(); }
+  uint64_t device_frees() const { return device_frees_.load(); }
 
  private:
   // One in-order queue with its thread: a stream.
@@ -57,7 +62,7 @@ class HostCopier final : public DeviceCopier {
   std::unique_ptr<CopyCompletion> enqueue(Lane& lane, std::function<void()> copy);
 
   Lane d2h_, h2d_;
-  std::atomic<uint64_t> allocations_{0}, frees_{0}, copies_{0};
+  std::atomic<uint64_t> allocations_{0}, frees_{0}, copies_{0}, device_allocations_{0}, device_frees_{0};
   std::mutex fail_mu_;
   int64_t fail_at_ = -1;  // copies_ value whose copy fails; -1: none
   std::string fail_message_;

@@ -28,14 +28,24 @@ void StagingBuffer::release() {
   pool_.reset();
 }
 
-std::shared_ptr<StagingPool> StagingPool::make(std::shared_ptr<DeviceCopier> copier) {
-  return std::shared_ptr<StagingPool>(new StagingPool(std::move(copier)));
+std::shared_ptr<StagingPool> StagingPool::make(std::shared_ptr<DeviceCopier> copier, StagingMemory memory) {
+  return std::shared_ptr<StagingPool>(new StagingPool(std::move(copier), memory));
+}
+
+std::byte* StagingPool::allocate(size_t bytes) {
+  if (memory_.kind == StagingMemory::Kind::device) return copier_->alloc_device(bytes, memory_.device_index);
+  return copier_->alloc_host(bytes);
+}
+
+void StagingPool::free(std::byte* p) noexcept {
+  if (memory_.kind == StagingMemory::Kind::device) copier_->free_device(p, memory_.device_index);
+  else copier_->free_host(p);
 }
 
 StagingPool::~StagingPool() {
   // Leased buffers hold the pool alive, so every buffer is free here.
   for (auto& list : free_)
-    for (std::byte* p : list) copier_->free_host(p);
+    for (std::byte* p : list) free(p);
 }
 
 size_t StagingPool::class_bytes(size_t bytes) { return std::bit_ceil(std::max(bytes, kMinClassBytes)); }
@@ -55,7 +65,7 @@ StagingBuffer StagingPool::acquire(size_t bytes) {
     }
   }
   if (!b.data_) {
-    std::byte* p = copier_->alloc_host(cap);  // outside the lock: pinning pages takes milliseconds
+    std::byte* p = allocate(cap);  // outside the lock: pinning pages (or cudaMalloc) takes milliseconds
     std::lock_guard lk(mu_);
     b.data_ = p;
     ++stats_.allocations;

@@ -155,3 +155,16 @@ hvd.shutdown()
     assert rc == 0, log
     assert "LBFGS needs every gradient at once; cross-iteration mode is off" in log, log
     assert "step(closure) needs every gradient at once; waiting in step()" in log, log
+
+
+def test_hierarchical_mode_trains_like_single_process(tmp_path):
+    """COMMSCHED_HIERARCHICAL=gloo: the four workers of this host reduce-scatter with Gloo, push and pull one slice
+    each through the server (a lane of one machine), and all-gather; same results as one process on the combined
+    batch (broadcast_parameters and broadcast_optimizer_state go through the server as they are)."""
+    out = tmp_path / "hierarchical"
+    out.mkdir()
+    env = dict(ENGINE_ENV, COMMSCHED_POLICY="bytescheduler", COMMSCHED_HIERARCHICAL="gloo")
+    rc, log = launch(4, [HERE / "torch_worker.py", "--out", out, "--steps", STEPS, "--batch", BATCH], env)
+    assert rc == 0, log
+    assert "hierarchical mode: 1 machine(s) x 4 workers, local collective gloo" in log, log
+    check_against_reference({k: [torch.load(out / f"{k}.{r}.pt") for r in range(4)] for k in KINDS}, 4)

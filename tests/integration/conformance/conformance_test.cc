@@ -24,7 +24,7 @@
 #include "tests/integration/conformance/conformance_case.h"
 #include "tests/integration/harness/local_cluster.h"
 #if COMMSCHED_HAVE_CUDA
-#include "comm_backends/nccl/nccl_backend.h"
+#include "cuda/cuda_devices.h"
 #endif
 
 namespace commsched::testing {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "cuda/cuda_devices.h"
 #include "plugins/launch/process_group.h"
 #include "scheduler/completion_waiter.h"
 #include "tests/integration/collective/workload.h"

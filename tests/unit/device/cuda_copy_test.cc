@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "comm_backends/loopback/loopback_backend.h"
-#include "comm_backends/nccl/nccl_backend.h"  // cuda_device_count
+#include "comm_backends/nccl/nccl_backend.h"
+#include "cuda/cuda_devices.h"
 #include "cuda/cuda_copier.h"
 #include "plugins/api/context.h"
+#include "plugins/launch/process_group.h"
 #include "scheduler/engine.h"
 #include "scheduler/priority_credit_policy.h"
 #include "scheduler/stages/device_copy_stage.h"
@@ -166,6 +168,88 @@ TEST(CudaCopy, ACudaErrorIsTheTasksErrorNamingTheCallAndTheTensor) {
   ASSERT_FALSE(s.ok());
   for (const char* part : {"bad.device", "device_copy", "cudaSetDevice", "cuda:9999"})
     EXPECT_NE(s.message.find(part), std::string::npos) << "missing '" << part << "' in: " << s.message;
+}
+
+// NCCL in a real run: the Context puts the host-to-device stage in front of the NCCL backend, so the control
+// messages on host tensors (the tuner's decision and broadcast_object are i64/i32 broadcasts, a metric average an f32
+// all-reduce) reach the communicator through staging buffers on its device, beside CUDA tensors that go as they are.
+TEST(CudaCopy, ContextOnNcclCarriesHostTensorsThroughTheHostToDeviceStage) {
+  REQUIRE_GPU();
+  ContextOptions o;
+  o.backend = "nccl";
+  o.cluster = ClusterEnv{};
+  o.cluster->root_port = free_loopback_port();
+  o.cluster->timeout_s = 10;
+  Context ctx(o);
+  EXPECT_FALSE(ctx.stages_device_copies()) << "CUDA tensors on NCCL must not go through host staging";
+  int64_t decision[5] = {11, -2, 3, 1 << 20, 1};
+  float metric[1000];
+  for (int i = 0; i < 1000; ++i) metric[i] = static_cast<float>(i % 17);
+  DeviceTensor grad(4096 * sizeof(float));
+  std::vector<float> g(4096, 2.5f);
+  grad.upload(g.data());
+  Task b;
+  b.name = "commsched.tuner.decision";
+  b.op = Op::broadcast;
+  b.dtype = DType::i64;
+  b.count = 5;
+  b.buffer.data = decision;
+  ctx.engine().submit(std::move(b));
+  Task m;
+  m.name = "metric.loss";
+  m.op = Op::allreduce;
+  m.dtype = DType::f32;
+  m.count = 1000;
+  m.buffer.data = metric;
+  ctx.engine().submit(std::move(m));
+  Task c = cuda_task("fc.grad", DType::f32, 4096, grad.ptr);
+  c.op = Op::allreduce;
+  ctx.engine().submit(std::move(c));
+  ctx.engine().flush();
+  ASSERT_TRUE(ctx.engine().wait_all_for(60s));
+  const Status s = ctx.engine().wait_all();
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(decision[0], 11);
+  EXPECT_EQ(decision[3], 1 << 20);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(metric[i], static_cast<float>(i % 17)) << "element " << i;
+  grad.download(g.data());
+  EXPECT_EQ(g[4095], 2.5f);
+}
+
+// The stage on a CUDA copier beside a real NCCL communicator: host tensors of every dtype sum exactly (one rank: the
+// sum is the input, so what is checked is the round trip through the device staging buffers and the communicator).
+TEST(CudaCopy, HostToDeviceStageOnNcclRoundTripsEveryDtype) {
+  REQUIRE_GPU();
+  ClusterEnv env;
+  env.root_port = free_loopback_port();
+  env.timeout_s = 10;
+  auto nccl = std::make_shared<NcclBackend>(env);
+  auto stage = DeviceCopyStage::to_device(make_cuda_copier(), nccl->device());
+  auto engine = engine_over(nccl, stage, 4096);
+  std::vector<std::vector<std::byte>> host;
+  const DType dtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64};
+  for (DType d : dtypes) {
+    std::vector<std::byte> bytes(10007 * dtype_size(d));
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>((i * 31) % 251 & 0x3f);
+    host.push_back(bytes);
+  }
+  std::vector<std::vector<std::byte>> want = host;
+  for (size_t k = 0; k < host.size(); ++k) {
+    Task t;
+    t.name = std::string("host.") + std::string(dtype_name(dtypes[k]));
+    t.op = Op::allreduce;
+    t.dtype = dtypes[k];
+    t.count = 10007;
+    t.buffer.data = host[k].data();
+    engine->submit(std::move(t));
+  }
+  engine->flush();
+  ASSERT_TRUE(engine->wait_all_for(60s));
+  const Status s = engine->wait_all();
+  ASSERT_TRUE(s.ok()) << s.message;
+  for (size_t k = 0; k < host.size(); ++k) EXPECT_EQ(host[k], want[k]) << dtype_name(dtypes[k]);
+  EXPECT_EQ(stage->staging().leased, 0u);
+  EXPECT_GT(stage->staging().allocations, 0u);
 }
 
 }  // namespace

@@ -73,5 +73,19 @@ TEST(StagingPool, ALeaseKeepsThePoolAlive) {
   EXPECT_EQ(copier->frees(), 1u);
 }
 
+TEST(StagingPool, ADevicePoolAllocatesOnItsDeviceAndReusesLikeAHostPool) {
+  auto copier = std::make_shared<HostCopier>();
+  {
+    auto pool = StagingPool::make(copier, StagingMemory::device(2));
+    std::byte* first = pool->acquire(3000).data();
+    EXPECT_EQ(pool->acquire(4000).data(), first);
+    EXPECT_EQ(pool->stats().allocations, 1u);
+    EXPECT_EQ(copier->device_allocations(), 1u);
+    EXPECT_EQ(copier->allocations(), 0u) << "a device pool took pinned host memory";
+  }
+  EXPECT_EQ(copier->device_frees(), 1u);
+  EXPECT_EQ(copier->frees(), 0u);
+}
+
 }  // namespace
 }  // namespace commsched
