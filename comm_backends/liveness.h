@@ -1,5 +1,5 @@
-// Which peers of a control loop are alive: the one liveness rule of every loop that talks to peers (the PS server,
-// the PS worker, the collective negotiator), so they cannot drift apart.
+// Which peers of a control loop are alive: the one liveness rule of every loop that talks to peers (the control
+// plane's Van, under the PS server and worker, and the collective negotiator), so they cannot drift apart.
 //
 // A peer is lost when it has said nothing for `silence_limit` (COMMSCHED_TIMEOUT: hung, or unreachable), or when its
 // connection ended and no goodbye followed within `bye_grace`. The grace exists because a peer's last message and

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/control/net_util.h"
 #include "scheduler/config.h"
 
 namespace commsched::collective {
@@ -33,7 +34,7 @@ CollectiveOptions CollectiveOptions::from_env() {
 
 std::string advertised_host(const ClusterEnv& env) {
   if (!env.bind.empty()) return env.bind;
-  return local_address_towards(env.root_addr, env.root_port);
+  return control::local_address_towards(env.root_addr, env.root_port);
 }
 
 NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) const {

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "comm_backends/control/roster.h"
 #include "scheduler/policy_factory.h"
 
 namespace commsched::collective {
@@ -96,12 +97,14 @@ void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline)
   if (opts_.size == 1) return;
   Fd listener = listen_tcp(opts_.host, 0);
   store.set(opts_.key_prefix + "coordinator", opts_.host + ":" + std::to_string(bound_port(listener.get())));
-  int joined = 0;
-  while (joined < opts_.size - 1) {
+  // The PS control plane's admission rule: each rank once, in range (every rank is a "worker" of the group).
+  control::Roster roster;
+  control::Roster::Id accepted = 0;  // connections, numbered as they come
+  roster.expect(control::PeerRole::worker, 1, static_cast<uint32_t>(opts_.size - 1));
+  while (!roster.complete()) {
     if (!wait_readable(listener.get(), deadline)) {
       std::string missing;
-      for (int r = 1; r < opts_.size; ++r)
-        if (!peers_[r].fd.valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      for (const control::Roster::Member& m : roster.missing()) missing += (missing.empty() ? "" : ", ") + std::to_string(m.rank);
       throw std::runtime_error("negotiator rank 0: ranks " + missing + " did not join within " +
                                std::to_string(opts_.join_timeout_s) + " s");
     }
@@ -113,12 +116,15 @@ void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline)
     if (read_type(r) != MsgType::hello) throw std::runtime_error("negotiator rank 0: a joining peer did not say hello");
     const int rank = r.get<int32_t>();
     const int size = r.get<int32_t>();
-    if (size != opts_.size || rank <= 0 || rank >= opts_.size || peers_[rank].fd.valid())
+    std::optional<std::string> refused;
+    if (size != opts_.size) refused = "this group has " + std::to_string(opts_.size) + " ranks";
+    else if (rank < 0) refused = "negative rank";
+    else refused = roster.admit(++accepted, {control::PeerRole::worker, static_cast<uint32_t>(rank)});
+    if (refused)
       throw std::runtime_error("negotiator rank 0: a peer joined as rank " + std::to_string(rank) + " of " +
-                               std::to_string(size) + ", but this group has " + std::to_string(opts_.size) +
-                               " ranks (duplicate rank or mismatched COMMSCHED_NUM_WORKERS?)");
+                               std::to_string(size) + " and was refused: " + *refused +
+                               " (duplicate rank or mismatched COMMSCHED_NUM_WORKERS?)");
     peers_[rank].fd = std::move(fd);
-    ++joined;
   }
   // Everyone is connected: release the workers together.
   for (int r = 1; r < opts_.size; ++r) send_all(peers_[r].fd.get(), encode_simple(MsgType::welcome), who(r));

@@ -150,18 +150,4 @@ std::string recv_exact(int fd, size_t n, const std::string& what) {
   return out;
 }
 
-std::string local_address_towards(const std::string& host, int port) {
-  AddrInfo ai;
-  resolve(host, port, SOCK_DGRAM, false, ai);
-  Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid() || ::connect(fd.get(), ai.list->ai_addr, ai.list->ai_addrlen) != 0)
-    throw std::runtime_error("no route to " + endpoint(host, port) + ": " + errno_text());
-  sockaddr_in local{};
-  socklen_t len = sizeof local;
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len);
-  char buf[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
-  return buf;
-}
-
 }  // namespace commsched::collective

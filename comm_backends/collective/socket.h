@@ -1,4 +1,5 @@
-// Small blocking/non-blocking TCP helpers for the rendezvous store and the order negotiator.
+// Small blocking/non-blocking TCP helpers for the rendezvous store and the order negotiator (the route towards the
+// root is comm_backends/control/net_util.h's, shared with the parameter server).
 // Plain sockets rather than ZeroMQ: a closed connection tells us at once which peer died (one socket per rank), and a
 // round trip costs one kernel hop each way instead of going through ZeroMQ's I/O thread.
 #pragma once
@@ -45,7 +46,5 @@ void tune_control_socket(int fd, double send_timeout_s);
 void send_all(int fd, std::string_view bytes, const std::string& what);
 // Reads exactly n bytes (blocking socket) or throws; `what` names the peer.
 std::string recv_exact(int fd, size_t n, const std::string& what);
-// The local address this host uses to reach host:port (no packet is sent: a UDP connect only picks the route).
-std::string local_address_towards(const std::string& host, int port);
 
 }  // namespace commsched::collective

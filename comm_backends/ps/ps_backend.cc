@@ -1,48 +1,22 @@
 #include "comm_backends/ps/ps_backend.h"
 
 #include <cstring>
-#include <sstream>
 #include <utility>
-
-#include "comm_backends/cluster_auth.h"
-#include "comm_backends/ps/messaging.h"
-#include "comm_backends/ps/net_util.h"
 
 namespace commsched {
 namespace {
 using namespace ps;
-using std::chrono::duration;
-using std::chrono::duration_cast;
-using std::chrono::milliseconds;
-
-std::vector<std::string> split_lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream is(s);
-  for (std::string line; std::getline(is, line);)
-    if (!line.empty()) out.push_back(line);
-  return out;
-}
+using control::payload_text;
 }  // namespace
 
-PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
-    : env_(env), cfg_(cfg), live_(env.timeout_s) {
+PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cfg_(cfg) {
   env_.validate();
   cfg_.validate(env_.timeout_s);
   if (env_.role != Role::worker) throw InvalidArgument("PsBackend needs COMMSCHED_ROLE=worker");
   if (env_.num_servers < 1) throw InvalidArgument("COMMSCHED_NUM_SERVERS must be at least 1 for the parameter server");
-  TransportOptions opts;
-  opts.emulate_rate_bps = cfg_.emulate_rate_bps;
-  opts.max_message_bytes = cfg_.max_message_bytes + 4096;
-  opts.io_threads = cfg_.io_threads;
-  // Workers bind nothing, but authenticate exactly when the servers of this run do (the same rule on the same env).
-  opts.auth_secret = ClusterAuth::from_env().secret_for(bind_host(env_));
-  transport_ = make_transport(cfg_.transport, opts);
-  const auto n = static_cast<size_t>(env_.num_servers);
-  server_peer_.assign(n, 0);
-  server_peer_[0] = transport_->connect("tcp://" + env_.root_addr + ":" + std::to_string(env_.root_port));
-  live_.watch(server_peer_[0]);  // silence counts once the root has spoken
-  send_msg(*transport_, server_peer_[0], header(MsgType::hello));
-  started_ = Clock::now();
+  transport_ = make_transport(cfg_.transport, cfg_.transport_options(env_));
+  van_ = std::make_unique<control::Van>(cfg_.van_options(env_), *transport_, static_cast<control::VanProtocol&>(*this));
+  van_->start();  // dials the root and says hello; the I/O thread takes the Van from here
   io_ = std::thread([this] { io_main(); });
   std::unique_lock lock(mu_);
   state_cv_.wait(lock, [&] { return state_ != State::connecting; });
@@ -103,24 +77,12 @@ void PsBackend::shutdown() {
   if (io_.joinable() && io_.get_id() != std::this_thread::get_id()) io_.join();
 }
 
-Header PsBackend::header(MsgType t) const {
-  return make_header(t, PeerRole::worker, static_cast<uint32_t>(env_.rank));
-}
-
 std::string PsBackend::server_name(int s) const {
-  const std::string addr = server_peer_[static_cast<size_t>(s)] ? transport_->describe(server_peer_[static_cast<size_t>(s)]) : "";
-  return peer_name(PeerRole::server, static_cast<uint32_t>(s)) + (addr.empty() ? "" : " (" + addr + ")");
-}
-
-int PsBackend::server_of(PeerId peer) const {
-  for (size_t s = 0; s < server_peer_.size(); ++s)
-    if (server_peer_[s] == peer) return static_cast<int>(s);
-  return -1;
+  return van_->name(van_->peer(PeerRole::server, static_cast<uint32_t>(s)));
 }
 
 void PsBackend::io_main() {
-  const auto hb = duration_cast<milliseconds>(duration<double>(cfg_.heartbeat_s));
-  auto next_tick = Clock::now();
+  const auto hb = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(cfg_.heartbeat_s));
   for (;;) {
     State st;
     bool stop;
@@ -129,51 +91,25 @@ void PsBackend::io_main() {
       st = state_;
       stop = stopping_;
     }
-    if (st == State::failed) return;
     if (stop) return finish_stopped();
-    const auto now = Clock::now();
-    const auto wait = next_tick > now ? duration_cast<milliseconds>(next_tick - now) : milliseconds(0);
     try {
-      if (auto in = transport_->receive(live_.poll_wait(wait, now))) handle(*in);
-      if (auto loss = live_.check(Clock::now())) server_lost(server_of(loss->peer), loss->why);
+      if (!van_->poll(hb)) return finish_failed();
       if (st == State::ready) {
         dispatch_queued();
         send_join_if_asked();
       }
-      if (Clock::now() >= next_tick) {
-        tick();
-        next_tick = Clock::now() + hb;
-      }
     } catch (const std::exception& e) {
       fail_all(Status::Error(std::string("ps worker I/O failed: ") + e.what()));
     }
+    if (van_->failed()) return finish_failed();
   }
 }
 
-void PsBackend::handle(Incoming& in) {
-  const int s = server_of(in.peer);
-  if (s < 0) return;
-  if (in.kind == Incoming::Kind::dropped) return server_lost(s, in.detail);  // it refused our handshake
-  if (in.kind == Incoming::Kind::disconnected) return live_.closed(in.peer, Clock::now());
-  std::optional<uint64_t> psize;
-  if (in.payload) psize = in.payload->bytes().size();
-  Decoded d = decode_header(in.header, psize, DecodeLimits{cfg_.max_message_bytes});
-  if (!d.header || in.extra_frames)
-    return fail_all(Status::Error(server_name(s) + " sent a malformed message: " +
-                                  (d.header ? std::string("extra frames") : d.error)));
-  live_.heard(in.peer, Clock::now());
-  on_message(s, *d.header, std::move(in.payload));
-}
-
-void PsBackend::on_message(int server, const Header& h, std::unique_ptr<Payload> payload) {
+void PsBackend::on_message(PeerId from, const control::Roster::Member& sender, const Header& h,
+                           std::unique_ptr<Payload> payload) {
+  const int server = static_cast<int>(sender.rank);
   switch (h.type) {
-    case MsgType::ping: return;
-    case MsgType::bye: live_.said_bye(server_peer_[static_cast<size_t>(server)]); return;
-    case MsgType::peers: return on_peers(h, payload_text(payload.get()));
     case MsgType::assign_rep: return on_assignment(h);
-    case MsgType::peer_lost:
-      return fail_all(Status::Error(payload_text(payload.get()) + " (reported by " + server_name(server) + ")",
-                                    Status::Code::peer_lost));
     case MsgType::error:
       if (h.request_id == 0) return fail_all(Status::Error(payload_text(payload.get())));
       [[fallthrough]];
@@ -181,26 +117,22 @@ void PsBackend::on_message(int server, const Header& h, std::unique_ptr<Payload>
     case MsgType::bcast_data: return on_answer(server, h, std::move(payload));
     case MsgType::received: return on_received(server, h);
     case MsgType::joined: return on_joined(server, h);
-    default:
-      return fail_all(Status::Error(server_name(server) + " sent an unexpected " +
-                                    std::string(msg_type_name(h.type)) + " message"));
+    default: return van_->malformed(from, "unexpected " + std::string(msg_type_name(h.type)) + " message");
   }
 }
 
-void PsBackend::on_peers(const Header& h, const std::string& text) {
-  const auto endpoints = split_lines(text);
-  if (h.aux != static_cast<uint32_t>(env_.num_servers) || endpoints.size() + 1 != server_peer_.size())
-    return fail_all(Status::Error("the root has " + std::to_string(h.aux) + " servers (" +
-                                  std::to_string(endpoints.size() + 1) + " endpoints) but COMMSCHED_NUM_SERVERS=" +
-                                  std::to_string(env_.num_servers)));
-  for (size_t s = 1; s < server_peer_.size(); ++s) {
-    server_peer_[s] = transport_->connect(endpoints[s - 1]);
-    live_.watch(server_peer_[s], Clock::now());
-    send_msg(*transport_, server_peer_[s], header(MsgType::hello));
-  }
+void PsBackend::on_ready() {
   std::lock_guard lock(mu_);
   state_ = State::ready;
   state_cv_.notify_all();
+}
+
+// The transport closes right after this: the callers' batches fail in finish_failed(), once nothing references them.
+void PsBackend::on_failed(const Status& st) {
+  std::lock_guard lock(mu_);
+  failure_ = st;
+  state_ = State::failed;  // from here on start() fails inline: nothing new can slip into the queue
+  failed_queue_.swap(queue_);
 }
 
 void PsBackend::dispatch_queued() {
@@ -256,7 +188,7 @@ void PsBackend::dispatch(Queued& q) {
         h.key = p.task->key;
         h.offset = p.offset;
         h.length = p.bytes;
-        send_msg(*transport_, server_peer_[0], h);
+        van_->send(van_->peer(PeerRole::server, 0), h);
       }
       waiting.push_back(id);
     }
@@ -264,7 +196,7 @@ void PsBackend::dispatch(Queued& q) {
 }
 
 void PsBackend::on_assignment(const Header& h) {
-  if (h.aux >= server_peer_.size())
+  if (h.aux >= static_cast<uint32_t>(env_.num_servers))
     return fail_all(Status::Error("root assigned key " + std::to_string(h.key) + " to unknown server " +
                                   std::to_string(h.aux)));
   const std::pair<uint64_t, uint64_t> where{h.key, h.offset};
@@ -300,7 +232,7 @@ void PsBackend::send_request(uint64_t id, int server) {
   }
   OutPayload p;
   if (!bcast || t.root == env_.rank) p = OutPayload{r.part.data(), r.part.bytes, {}};  // zero-copy from the tensor
-  send_msg(*transport_, server_peer_[static_cast<size_t>(server)], h, std::move(p));
+  van_->send(van_->peer(PeerRole::server, static_cast<uint32_t>(server)), h, std::move(p));
 }
 
 void PsBackend::on_answer(int server, const Header& h, std::unique_ptr<Payload> payload) {
@@ -331,7 +263,7 @@ void PsBackend::send_join_if_asked() {
     if (!std::exchange(join_asked_, false)) return;
   }
   joined_answers_ = 0;
-  for (PeerId id : server_peer_) send_msg(*transport_, id, header(MsgType::join));
+  for (PeerId id : van_->peers(PeerRole::server)) van_->send(id, header(MsgType::join));
 }
 
 void PsBackend::on_joined(int server, const Header& h) {
@@ -357,52 +289,27 @@ void PsBackend::complete(uint64_t id, const Status& st) {
   if (--batch->remaining == 0 && batch->done) batch->done(batch->status);
 }
 
-void PsBackend::tick() {
-  const auto now = Clock::now();
-  State st;
-  {
-    std::lock_guard lock(mu_);
-    st = state_;
-  }
-  if (st == State::connecting && now - started_ > duration<double>(cfg_.rendezvous_timeout_s))
-    return fail_all(Status::Error("no answer from the root within " + std::to_string(cfg_.rendezvous_timeout_s) + " s"));
-  for (PeerId id : live_.expected()) send_msg(*transport_, id, header(MsgType::ping));
-}
-
-void PsBackend::server_lost(int server, const std::string& why) {
-  const std::string what = server_name(server) + " lost: " + why;
-  // Tell the other servers, so they (and through them every other worker) stop too.
-  for (PeerId id : live_.expected())
-    if (id != server_peer_[static_cast<size_t>(server)])
-      send_text(*transport_, id, header(MsgType::peer_lost), what + " (noticed by worker " + std::to_string(env_.rank) + ")");
-  fail_all(Status::Error(what, Status::Code::peer_lost));
-}
-
-void PsBackend::fail_all(const Status& st) {
+void PsBackend::finish_failed() {
+  Status st;
   std::deque<Queued> queued;
   {
     std::lock_guard lock(mu_);
-    if (state_ == State::failed) return;
-    failure_ = st;
-    state_ = State::failed;  // from here on start() fails inline: nothing new can slip into the queue
-    queued.swap(queue_);
+    st = failure_;
+    queued.swap(failed_queue_);
+    state_cv_.notify_all();
   }
-  // Close before calling back: once it returns, no zero-copy send references a caller's buffer any more.
-  transport_->close(true);
   std::vector<std::shared_ptr<BatchState>> batches;
   for (auto& [id, r] : inflight_) batches.push_back(r.batch);
   inflight_.clear();
   parked_.clear();
-  state_cv_.notify_all();
   for (auto& b : batches)
-    if (b.use_count() > 0 && b->done) std::exchange(b->done, nullptr)(st);
+    if (b->done) std::exchange(b->done, nullptr)(st);
   for (Queued& q : queued)
     if (q.done) q.done(st);
 }
 
 void PsBackend::finish_stopped() {
-  for (PeerId id : live_.expected()) send_msg(*transport_, id, header(MsgType::bye));
-  transport_->close(true);
+  van_->leave();  // the goodbye: servers exit 0 once every worker has said it
   const Status st = Status::Error("ps backend shut down", Status::Code::cancelled);
   std::deque<Queued> queued;
   {

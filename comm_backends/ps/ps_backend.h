@@ -4,8 +4,9 @@
 // One I/O thread owns the transport; start() only queues and wakes it, so it never blocks. Partitions are sent
 // zero-copy from the task's buffer and the answer is written back in place. Which server owns a partition
 // (key, offset) is asked once of the root's Sharder and cached, so every worker agrees.
-// When a server is lost (connection closed, or silent for COMMSCHED_TIMEOUT), or a server reports a lost peer, every
-// in-flight and later batch fails with Status::Code::peer_lost and a message naming the peer.
+// The worker is a protocol on the control plane (comm_backends/control/van.h), which does the rendezvous, heartbeats,
+// peer loss and goodbye. When a server is lost (connection closed, or silent for COMMSCHED_TIMEOUT), or a server
+// reports a lost peer, every in-flight and later batch fails with Status::Code::peer_lost and a message naming it.
 #pragma once
 
 #include <condition_variable>
@@ -19,14 +20,14 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/comm_backend.h"
-#include "comm_backends/liveness.h"
+#include "comm_backends/control/van.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/transport.h"
 
 namespace commsched {
 
-class PsBackend final : public CommBackend {
+class PsBackend final : public CommBackend, private control::VanProtocol {
  public:
   // Connects to the cluster described by `env` (a worker) and waits for the rendezvous. Throws std::runtime_error
   // naming the root and the reason when it fails or times out; InvalidArgument for a bad configuration.
@@ -75,10 +76,13 @@ class PsBackend final : public CommBackend {
   };
   enum class State { connecting, ready, failed, stopped };
 
+  // control::VanProtocol (on the I/O thread)
+  void on_message(ps::PeerId from, const control::Roster::Member& sender, const ps::Header& h,
+                  std::unique_ptr<ps::Payload> payload) override;
+  void on_ready() override;
+  void on_failed(const Status& status) override;
+
   void io_main();
-  void handle(ps::Incoming& in);
-  void on_message(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
-  void on_peers(const ps::Header& h, const std::string& text);
   void on_assignment(const ps::Header& h);
   void on_answer(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
   void dispatch_queued();
@@ -89,18 +93,17 @@ class PsBackend final : public CommBackend {
   void mark_received(Request& r);
   void send_request(uint64_t id, int server);
   void complete(uint64_t id, const Status& st);
-  void tick();
-  void server_lost(int server, const std::string& why);
-  void fail_all(const Status& st);
+  void fail_all(const Status& st) { van_->fail(st); }
+  void finish_failed();
   void finish_stopped();
-  int server_of(ps::PeerId peer) const;
-  ps::Header header(ps::MsgType t) const;
+  ps::Header header(ps::MsgType t) const { return van_->header(t); }
   std::string server_name(int s) const;
 
   ClusterEnv env_;
   PsConfig cfg_;
   uint32_t lane_contributors_ = 0;  // 0: push_pulls are summed over every worker
   std::unique_ptr<ps::Transport> transport_;
+  std::unique_ptr<control::Van> van_;  // drives transport_ on the I/O thread
 
   // Shared with callers of start()/shutdown().
   std::mutex mu_;
@@ -114,14 +117,12 @@ class PsBackend final : public CommBackend {
   int join_last_ = -1;       // as server 0 reported it
 
   // I/O thread only.
-  std::vector<ps::PeerId> server_peer_;          // by server rank
-  Liveness live_;                                // of the servers, by PeerId
+  std::deque<Queued> failed_queue_;              // taken from queue_ on failure, failed once the transport is closed
   std::unordered_map<uint64_t, Request> inflight_;
   std::map<std::pair<uint64_t, uint64_t>, int> owner_;                   // (key, offset) -> server
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint64_t>> parked_;  // awaiting an owner
   uint64_t next_request_ = 1;
   int joined_answers_ = 0;                       // servers that answered this join so far
-  Clock::time_point started_;
   std::thread io_;
 };
 

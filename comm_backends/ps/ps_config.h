@@ -6,6 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/control/van.h"
+#include "comm_backends/ps/transport.h"
 #include "options/option_table.h"
 
 namespace commsched {
@@ -27,6 +30,11 @@ struct PsConfig {
   static PsConfig from_env();
   // Throws InvalidArgument naming the variable and value.
   void validate(double peer_timeout_s) const;
+
+  // What the server and the worker of `env` build their transport and control plane with (the same rules for
+  // both: workers authenticate exactly when the servers of the run do).
+  ps::TransportOptions transport_options(const ClusterEnv& env) const;
+  control::VanOptions van_options(const ClusterEnv& env) const;
 };
 
 // The registry rows of PsConfig.

@@ -1,21 +1,16 @@
-// The parameter server process: rendezvous root (rank 0), shard assignment (rank 0), summation, liveness.
-//
-// Rendezvous (documented in README.md): server 0 binds COMMSCHED_ROOT_PORT and is the root. Servers 1..S-1 bind an
-// ephemeral port, connect to the root and say hello with their endpoint. Workers connect to the root and say hello;
-// once every server and worker has, the root sends each worker the list of server endpoints. Workers then connect to
-// every other server. Every connection carries heartbeats both ways; a lost peer stops every process.
+// The parameter server process: shard assignment (rank 0) and summation, a protocol on the control plane
+// (comm_backends/control/van.h), which does the rendezvous (server 0 is the root), heartbeats, peer loss and the
+// goodbye barrier: the server exits 0 once every worker has said bye, 1 when the Van fails.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "comm_backends/cluster_env.h"
-#include "comm_backends/liveness.h"
+#include "comm_backends/control/van.h"
 #include "comm_backends/ps/lag_tracker.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/sharder.h"
@@ -35,7 +30,7 @@ int run_server(const ClusterEnv& env, const PsConfig& cfg, bool owns_process = f
 
 namespace ps {
 
-class Server {
+class Server final : public control::VanProtocol {
  public:
   Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Transport> transport);
   int run();
@@ -46,49 +41,29 @@ class Server {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Peer {
-    PeerRole role = PeerRole::worker;
-    uint32_t rank = 0;
-  };
 
-  void setup();
-  void handle(Incoming& in);
-  void on_message(PeerId id, const Header& h, std::unique_ptr<Payload> payload);
-  Peer* register_peer(PeerId id, const Header& h);
-  void on_hello(PeerId id, const Header& h, const std::string& text);
-  void maybe_finish_rendezvous();
+  // control::VanProtocol
+  void on_message(PeerId id, const control::Roster::Member& sender, const Header& h,
+                  std::unique_ptr<Payload> payload) override;
+  void on_ready() override;
+  void on_failed(const Status& status) override;
+
   void on_assign(PeerId id, const Header& h);
   void on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payload);
   void on_join(uint32_t worker);
   void send_outcome(Outcome& o);
-  void drop_peer(PeerId id, const std::string& why);
-  void tick();
-  void lose(const std::string& who_and_why, PeerId except);
-  bool all_workers_left() const;
-  Header header(MsgType t) const;
   void log(const std::string& line) const;
-  std::string name_of(PeerId id) const;
 
   ClusterEnv env_;
   PsConfig cfg_;
   std::unique_ptr<Transport> transport_;
+  control::Van van_;
   std::shared_ptr<BufferPool> pool_;
   Summer summer_;
   SlotTable slots_;
   Sharder sharder_;
-  std::string endpoint_;                       // what we advertise
-  PeerId root_ = 0;                            // our connection to the root (servers >= 1)
-  std::unordered_map<PeerId, Peer> peers_;
-  Liveness live_;                              // of every peer in peers_
-  std::unordered_set<PeerId> dropped_;         // foreign or malformed connections: ignored from now on
-  std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
-  std::vector<PeerId> worker_peer_;            // by rank
-  bool rendezvous_done_ = false;
-  bool failed_ = false;
   std::string authentication_;
-  std::string failure_;
   std::function<void()> failure_hook_;
-  Clock::time_point next_tick_;
   std::vector<Outcome> outcomes_;
   // Slow-but-live workers: named in a warning once they hold the others back kLagWarningS or more (every kLagRepeat).
   static constexpr double kLagWarningS = 1.0;
@@ -96,6 +71,7 @@ class Server {
   void warn_laggards(Clock::time_point now);
   LagTracker lag_;
   std::vector<Clock::time_point> lag_warned_;  // by worker rank
+  Clock::time_point next_lag_check_;
 };
 
 }  // namespace ps

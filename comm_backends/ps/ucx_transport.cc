@@ -56,7 +56,7 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/buffer_pool.h"
-#include "comm_backends/ps/net_util.h"
+#include "comm_backends/control/net_util.h"
 #include "comm_backends/ps/token_bucket.h"
 #include "comm_backends/ps/transport.h"
 
@@ -122,7 +122,7 @@ sockaddr_in resolve(const std::string& host, int port, const std::string& what) 
     a.sin_addr.s_addr = htonl(INADDR_ANY);
     return a;
   }
-  const std::string ip = interface_address(host);  // COMMSCHED_BIND may name an interface
+  const std::string ip = control::interface_address(host);  // COMMSCHED_BIND may name an interface
   addrinfo hints{};
   hints.ai_family = AF_INET;
   addrinfo* res = nullptr;

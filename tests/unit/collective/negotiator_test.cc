@@ -220,6 +220,45 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   EXPECT_EQ(g.log(0).groups.size(), 3u);
 }
 
+// Rendezvous through the control plane's admission rule (control::Roster): a rank that never comes is named when
+// rank 0 gives up, and a second process claiming a rank already taken is refused, saying so.
+std::string join_error(std::future<void>& f) {
+  try {
+    f.get();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Negotiator, RankZeroNamesTheRanksThatNeverJoined) {
+  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreClient store("127.0.0.1", server.port(), 5000ms);
+  RankLog log;
+  NegotiatorOptions o = options(0, 3);
+  o.join_timeout_s = 0.5;
+  auto f = std::async(std::launch::async, [&] { Negotiator n(o, store, log.callbacks()); });
+  const std::string what = join_error(f);
+  EXPECT_NE(what.find("ranks 1, 2 did not join within"), std::string::npos) << what;
+}
+
+TEST(Negotiator, ASecondClaimOfARankIsRefused) {
+  TcpStoreServer server("127.0.0.1", 0);
+  std::vector<std::unique_ptr<TcpStoreClient>> stores;
+  for (int i = 0; i < 3; ++i) stores.push_back(std::make_unique<TcpStoreClient>("127.0.0.1", server.port(), 5000ms));
+  RankLog logs[3];
+  std::vector<std::future<void>> fs;
+  for (int i = 0; i < 3; ++i) {
+    NegotiatorOptions o = options(i == 0 ? 0 : 1, 3);  // two processes both say they are rank 1
+    o.join_timeout_s = 5;
+    fs.push_back(std::async(std::launch::async, [&, i, o] { Negotiator n(o, *stores[i], logs[i].callbacks()); }));
+  }
+  const std::string what = join_error(fs[0]);
+  EXPECT_NE(what.find("joined as rank 1 of 3 and was refused"), std::string::npos) << what;
+  EXPECT_NE(what.find("already connected"), std::string::npos) << what;
+  for (int i = 1; i < 3; ++i) EXPECT_FALSE(join_error(fs[i]).empty());  // neither impostor nor victim goes on alone
+}
+
 TEST(Negotiator, RoundTripLatencyOnLoopback) {
   // Not a timed assertion: prints the per-round cost for the record (one partition ready on both ranks -> ordered).
   Group g(2);

@@ -1,11 +1,12 @@
-// Address helpers for rendezvous: which address this process binds to and advertises to its peers.
+// Address helpers for rendezvous: which address this process binds to and advertises to its peers. One copy for
+// every control loop (the PS server and worker, the collective negotiation, Gloo's transport address).
 #pragma once
 
 #include <string>
 
 #include "comm_backends/cluster_env.h"
 
-namespace commsched::ps {
+namespace commsched::control {
 
 // Host part to bind data sockets to: COMMSCHED_BIND (address or interface name, ZeroMQ accepts both; '*' for every
 // interface) or else the local address of the route towards the root (127.0.0.1 when the root is on loopback).
@@ -15,5 +16,8 @@ std::string bind_host(const ClusterEnv& env);
 std::string advertised_host(const ClusterEnv& env);
 // IPv4 address of the interface `name` ("" when there is none).
 std::string interface_address(const std::string& name);
+// The local address the kernel would use to reach host:port (a UDP "connect" picks the route and sends nothing).
+// Throws std::runtime_error naming host:port when it cannot be resolved or has no route (callers pass the root).
+std::string local_address_towards(const std::string& host, int port);
 
-}  // namespace commsched::ps
+}  // namespace commsched::control

@@ -1,4 +1,4 @@
-#include "comm_backends/ps/net_util.h"
+#include "comm_backends/control/net_util.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace commsched::ps {
+namespace commsched::control {
 std::string interface_address(const std::string& name) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return {};
@@ -27,10 +27,7 @@ std::string interface_address(const std::string& name) {
   return found;
 }
 
-namespace {
-
-// The local address the kernel would use to reach host:port (a UDP "connect" sends nothing).
-std::string route_source(const std::string& host, int port) {
+std::string local_address_towards(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
@@ -54,21 +51,19 @@ std::string route_source(const std::string& host, int port) {
   return out;
 }
 
-}  // namespace
-
 // Never every interface by default: the one that faces the root (loopback for a one-host run), so a port is not
 // reachable from networks the run does not use. COMMSCHED_BIND='*' asks for every interface explicitly.
 std::string bind_host(const ClusterEnv& env) {
   if (!env.bind.empty()) return env.bind;
-  return route_source(env.root_addr, env.root_port);
+  return local_address_towards(env.root_addr, env.root_port);
 }
 
 std::string advertised_host(const ClusterEnv& env) {
-  if (env.bind.empty()) return route_source(env.root_addr, env.root_port);
+  if (env.bind.empty()) return local_address_towards(env.root_addr, env.root_port);
   if (auto a = interface_address(env.bind); !a.empty()) return a;
   in_addr probe{};
   if (inet_pton(AF_INET, env.bind.c_str(), &probe) == 1) return env.bind;
   throw std::runtime_error("COMMSCHED_BIND='" + env.bind + "' is neither an IPv4 address nor an interface with one");
 }
 
-}  // namespace commsched::ps
+}  // namespace commsched::control

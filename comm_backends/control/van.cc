@@ -1,0 +1,250 @@
+#include "comm_backends/control/van.h"
+
+#include <algorithm>
+#include <array>
+#include <sstream>
+
+#include "comm_backends/control/net_util.h"
+
+namespace commsched::control {
+namespace {
+using namespace ps;
+using std::chrono::duration;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+std::string port_of(const std::string& endpoint) { return endpoint.substr(endpoint.rfind(':') + 1); }
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  for (std::string line; std::getline(is, line);)
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+}  // namespace
+
+std::string payload_text(const ps::Payload* p) {
+  if (!p) return {};
+  auto b = p->bytes();
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+VanOptions VanOptions::from(const ClusterEnv& env) {
+  VanOptions o;
+  o.role = env.role == Role::server ? PeerRole::server : PeerRole::worker;
+  o.rank = static_cast<uint32_t>(env.rank);
+  o.num_workers = env.num_workers;
+  o.num_servers = env.num_servers;
+  o.root_endpoint = "tcp://" + env.root_addr + ":" + std::to_string(env.root_port);
+  o.root_port = env.root_port;
+  o.timeout_s = env.timeout_s;
+  if (o.role == PeerRole::server) {
+    o.bind_host = control::bind_host(env);
+    if (o.rank != 0) o.advertised_host = control::advertised_host(env);
+  }
+  return o;
+}
+
+Van::Van(VanOptions opts, Transport& transport, VanProtocol& protocol)
+    : opts_(std::move(opts)),
+      transport_(transport),
+      protocol_(protocol),
+      live_(opts_.timeout_s),
+      server_endpoints_(static_cast<size_t>(std::max(1, opts_.num_servers))),
+      heartbeat_(duration_cast<milliseconds>(duration<double>(opts_.heartbeat_s))) {}
+
+std::string Van::start() {
+  started_ = Clock::now();
+  next_tick_ = started_ + heartbeat_;
+  if (opts_.role == PeerRole::worker) {
+    say_hello_to_root({});
+    return {};
+  }
+  roster_.expect(PeerRole::worker, 0, static_cast<uint32_t>(opts_.num_workers));
+  if (opts_.rank == 0) {
+    roster_.expect(PeerRole::server, 1, static_cast<uint32_t>(opts_.num_servers - 1));
+    return transport_.bind(opts_.bind_host, opts_.root_port);
+  }
+  const std::string endpoint = "tcp://" + opts_.advertised_host + ":" + port_of(transport_.bind(opts_.bind_host, 0));
+  say_hello_to_root(endpoint);
+  return endpoint;
+}
+
+// Workers and servers >= 1: the root is a member from the start; its silence counts once it has spoken.
+void Van::say_hello_to_root(const std::string& endpoint) {
+  const PeerId root = transport_.connect(opts_.root_endpoint);
+  roster_.add(root, {PeerRole::server, 0});
+  live_.watch(root);
+  if (endpoint.empty()) send(root, header(MsgType::hello));  // a worker advertises nothing
+  else send_text(root, header(MsgType::hello), endpoint);
+}
+
+bool Van::poll(milliseconds max_wait) {
+  if (failed_) return false;
+  auto now = Clock::now();
+  const auto to_tick = next_tick_ > now ? duration_cast<milliseconds>(next_tick_ - now) : milliseconds(0);
+  if (auto in = transport_.receive(live_.poll_wait(std::min(max_wait, to_tick), now))) handle(*in);
+  if (failed_) return false;
+  now = Clock::now();
+  if (auto loss = live_.check(now)) lost(loss->peer, loss->why);
+  if (!failed_ && !ready_ && now - started_ > duration<double>(opts_.rendezvous_timeout_s)) {
+    const std::string missing = opts_.role == PeerRole::worker ? "the peer table from server 0" : names(roster_.missing());
+    std::ostringstream os;
+    os << "rendezvous timed out after " << opts_.rendezvous_timeout_s << " s waiting for " << missing
+       << " (COMMSCHED_PS_RENDEZVOUS_TIMEOUT)";
+    fail(Status::Error(os.str()));
+  }
+  if (!failed_ && now >= next_tick_) tick(now);
+  return !failed_;
+}
+
+// Pings also probe: an unroutable peer is reported as gone by the transport.
+void Van::tick(Clock::time_point now) {
+  for (PeerId id : live_.expected()) send(id, header(MsgType::ping));
+  next_tick_ = now + heartbeat_;
+}
+
+void Van::leave() {
+  if (failed_) return;
+  for (PeerId id : live_.expected()) send(id, header(MsgType::bye));
+  transport_.close(true);
+}
+
+bool Van::all_left(PeerRole role) const {
+  if (!ready_) return false;
+  for (PeerId id : roster_.ids(role))
+    if (!live_.left(id)) return false;
+  return true;
+}
+
+std::string Van::name(PeerId peer) const {
+  const Roster::Member* m = roster_.find(peer);
+  const std::string addr = transport_.describe(peer);
+  const std::string n = m ? peer_name(m->role, m->rank) : "unregistered peer";
+  return addr.empty() ? n : n + " (" + addr + ")";
+}
+
+void Van::send(PeerId peer, const Header& h, OutPayload payload) {
+  std::array<std::byte, kHeaderBytes> buf;
+  encode_header(h, buf);
+  transport_.send(peer, buf, std::move(payload));
+}
+
+void Van::send_text(PeerId peer, const Header& h, std::string text) {
+  if (text.size() > kMaxTextPayload) text.resize(kMaxTextPayload);
+  auto owned = std::make_shared<std::string>(std::move(text));  // lives until the transport lets go of it
+  send(peer, h, OutPayload{reinterpret_cast<const std::byte*>(owned->data()), owned->size(), [owned] {}});
+}
+
+void Van::handle(Incoming& in) {
+  const Roster::Member* member = roster_.find(in.peer);
+  if (in.kind == Incoming::Kind::dropped) {
+    if (member) return lost(in.peer, in.detail);  // a member refused our handshake
+    return log(in.detail);
+  }
+  if (dropped_.count(in.peer)) return;
+  if (in.kind == Incoming::Kind::disconnected) return live_.closed(in.peer, Clock::now());
+  std::optional<uint64_t> psize;
+  if (in.payload) psize = in.payload->bytes().size();
+  Decoded d = decode_header(in.header, psize, DecodeLimits{opts_.max_message_bytes});
+  if (!d.header) return malformed(in.peer, d.error);
+  if (in.extra_frames) return malformed(in.peer, std::to_string(in.extra_frames) + " unexpected extra frame(s)");
+  const Header& h = *d.header;
+  if (!member) {
+    if (h.type != MsgType::hello) return drop(in.peer, "first message is " + std::string(msg_type_name(h.type)) + ", not hello");
+    return on_hello(in.peer, h, payload_text(in.payload.get()));
+  }
+  if (h.sender_role != member->role || h.sender_rank != member->rank)
+    return malformed(in.peer, "sender changed from " + peer_name(member->role, member->rank) + " to " +
+                                  peer_name(h.sender_role, h.sender_rank));
+  live_.heard(in.peer, Clock::now());
+  on_member_message(in.peer, *member, h, std::move(in.payload));
+}
+
+void Van::on_member_message(PeerId id, const Roster::Member& m, const Header& h, std::unique_ptr<Payload> p) {
+  switch (h.type) {
+    case MsgType::ping: return;
+    case MsgType::bye: return live_.said_bye(id);
+    case MsgType::hello: return malformed(id, "said hello twice");
+    case MsgType::peer_lost:
+      return fail(Status::Error(payload_text(p.get()) + " (reported by " + name(id) + ")", Status::Code::peer_lost), id);
+    case MsgType::peers:
+      if (opts_.role == PeerRole::worker && m.role == PeerRole::server && m.rank == 0 && !ready_)
+        return on_peers(h, payload_text(p.get()));
+      return malformed(id, "unexpected peers message");
+    default: return protocol_.on_message(id, m, h, std::move(p));
+  }
+}
+
+void Van::on_hello(PeerId id, const Header& h, const std::string& text) {
+  std::optional<std::string> why;
+  const bool server = h.sender_role == PeerRole::server;
+  if (server && text.rfind("tcp://", 0) != 0) why = "no endpoint to advertise ('" + text + "')";
+  else why = roster_.admit(id, {h.sender_role, h.sender_rank});
+  if (why) return drop(id, "hello from " + peer_name(h.sender_role, h.sender_rank) + " refused: " + *why);
+  live_.watch(id, Clock::now());
+  if (server) server_endpoints_[h.sender_rank] = text;
+  maybe_ready();
+}
+
+// Servers: once every awaited member has said hello. The root then hands every worker the peer table.
+void Van::maybe_ready() {
+  if (ready_ || !roster_.complete()) return;
+  if (opts_.rank == 0) {
+    std::string list;
+    for (int s = 1; s < opts_.num_servers; ++s) list += server_endpoints_[static_cast<size_t>(s)] + "\n";
+    Header h = header(MsgType::peers);
+    h.aux = static_cast<uint32_t>(opts_.num_servers);
+    for (PeerId w : roster_.ids(PeerRole::worker)) send_text(w, h, list);
+  }
+  ready_ = true;
+  protocol_.on_ready();
+}
+
+// Workers: the root's peer table; dial every other server and say hello there.
+void Van::on_peers(const Header& h, const std::string& text) {
+  const auto endpoints = split_lines(text);
+  if (h.aux != static_cast<uint32_t>(opts_.num_servers) || endpoints.size() + 1 != static_cast<size_t>(opts_.num_servers))
+    return fail(Status::Error("the root has " + std::to_string(h.aux) + " servers (" +
+                              std::to_string(endpoints.size() + 1) + " endpoints) but COMMSCHED_NUM_SERVERS=" +
+                              std::to_string(opts_.num_servers)));
+  for (size_t s = 1; s <= endpoints.size(); ++s) {
+    const PeerId id = transport_.connect(endpoints[s - 1]);
+    roster_.add(id, {PeerRole::server, static_cast<uint32_t>(s)});
+    live_.watch(id, Clock::now());
+    send(id, header(MsgType::hello));
+  }
+  ready_ = true;
+  protocol_.on_ready();
+}
+
+void Van::malformed(PeerId id, const std::string& why) {
+  if (roster_.find(id)) return fail(Status::Error(name(id) + " sent a malformed message: " + why), id);
+  drop(id, why);
+}
+
+void Van::drop(PeerId id, const std::string& why) {
+  log("dropping connection from " + name(id) + ": " + why + "; still serving the others");
+  send_text(id, header(MsgType::error), "connection dropped by " + peer_name(opts_.role, opts_.rank) + ": " + why);
+  dropped_.insert(id);
+}
+
+void Van::lost(PeerId id, const std::string& why) {
+  fail(Status::Error(name(id) + " lost: " + why, Status::Code::peer_lost), id);
+}
+
+void Van::fail(const Status& status, PeerId culprit) {
+  if (failed_) return;
+  failed_ = true;
+  for (PeerId id : live_.expected())
+    if (id != culprit) send_text(id, header(MsgType::peer_lost), status.message);
+  protocol_.on_failed(status);
+  transport_.close(true);
+}
+
+void Van::log(const std::string& line) const {
+  if (opts_.log) opts_.log(line);
+}
+
+}  // namespace commsched::control

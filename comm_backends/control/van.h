@@ -1,0 +1,141 @@
+// The control plane of the parameter server (as ps-lite's Van): over any `Transport`, it does the rendezvous, the
+// heartbeats, peer-loss detection and propagation, the goodbye barrier and the handling of malformed messages, once,
+// for the server and the worker alike. They are protocols on top: every other message (push_pull, sums, sharding,
+// join) passes through to them, from a member whose identity the Van has checked.
+//
+// Rendezvous (README.md): server 0 is the root and binds COMMSCHED_ROOT_PORT. Servers 1..S-1 bind an ephemeral
+// port, dial the root and say hello with the endpoint they advertise. Workers dial the root and say hello. Once every
+// worker and server has, the root sends each worker the peer table (the other servers' endpoints); workers dial every
+// other server and say hello there too; a server >= 1 is ready once every worker has said hello to it. Ranks come from
+// the environment contract (COMMSCHED_RANK); the Roster admits each rank once. A peer is authenticated by the
+// transport (TransportOptions::auth_secret) before any of its messages reaches the Van.
+//
+// Liveness (comm_backends/liveness.h): every connection carries a ping each heartbeat in both directions; a member is
+// lost when its connection ends with no goodbye within the grace, or it is silent for COMMSCHED_TIMEOUT. The node that
+// notices tells every member it still expects (`peer_lost` naming the lost one) and fails; a node told so fails too and
+// passes it on to its other members, so the news reaches every survivor in one or two hops and names the same peer.
+//
+// Malformed input: a member that sends a malformed or unexpected message fails the node (and the cluster, through
+// peer_lost). A connection that is not a member (a stranger, a port scanner, a bad hello) gets an error reply, is
+// logged and ignored from then on; the others are still served.
+//
+// Threading: one thread drives the Van (poll, send, leave); only the transport's wake() may be called elsewhere.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "scheduler/types.h"
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/control/roster.h"
+#include "comm_backends/liveness.h"
+#include "comm_backends/ps/protocol.h"
+#include "comm_backends/ps/transport.h"
+
+namespace commsched::control {
+
+struct VanOptions {
+  PeerRole role = PeerRole::worker;  // worker or server
+  uint32_t rank = 0;
+  int num_workers = 1;
+  int num_servers = 1;
+  std::string root_endpoint;         // "tcp://host:port" of server 0
+  // Servers: the host to bind (an address, an interface name, '*') and the host to advertise (servers >= 1).
+  std::string bind_host;
+  int root_port = 0;                 // server 0 binds it
+  std::string advertised_host;
+  double heartbeat_s = 0.25;
+  double timeout_s = 10;             // COMMSCHED_TIMEOUT
+  double rendezvous_timeout_s = 120;
+  uint64_t max_message_bytes = 0;    // decode limit of data ranges
+  std::function<void(const std::string&)> log;  // dropped connections (the others are still served)
+
+  // The environment contract's part (role, rank, sizes, root, bind and advertised hosts, COMMSCHED_TIMEOUT).
+  static VanOptions from(const ClusterEnv& env);
+};
+
+// A text payload (an error, a peer table) as a string ("" without one).
+std::string payload_text(const ps::Payload* p);
+
+// What a protocol on top of the Van sees.
+class VanProtocol {
+ public:
+  virtual ~VanProtocol() = default;
+  // A protocol message from a member (never hello, ping, bye, peer_lost or peers: the Van's own).
+  virtual void on_message(ps::PeerId from, const Roster::Member& sender, const ps::Header& h,
+                          std::unique_ptr<ps::Payload> payload) = 0;
+  // The rendezvous is complete: every member this node talks to is known (worker: dialed every server).
+  virtual void on_ready() {}
+  // Called once when this node fails (a lost peer, a report of one, malformed input, a rendezvous timeout); the
+  // survivors have been told. The Van closes the transport right after this returns, so do not release callers'
+  // buffers here: do that once poll() has returned false.
+  virtual void on_failed(const Status& status) = 0;
+};
+
+class Van {
+ public:
+  Van(VanOptions opts, ps::Transport& transport, VanProtocol& protocol);
+
+  // Binds (servers), dials the root and says hello. Returns the endpoint this node advertises ("" for workers).
+  // Throws std::runtime_error when the bind fails.
+  std::string start();
+  // One round of the control loop: waits at most `max_wait` for an event and handles it, judges liveness, sends the
+  // heartbeats that are due. False once the node has failed (the transport is closed then).
+  bool poll(std::chrono::milliseconds max_wait);
+  // Goodbye: says bye to every member still expected to speak, then closes the transport (delivering what is queued).
+  void leave();
+
+  bool ready() const { return ready_; }
+  bool failed() const { return failed_; }
+  // The goodbye barrier: every member of `role` has said bye (after the rendezvous).
+  bool all_left(PeerRole role) const;
+  // The connection of a member (0: not connected).
+  ps::PeerId peer(PeerRole role, uint32_t rank) const { return roster_.id_of({role, rank}); }
+  // Connections of every member of `role`, in rank order.
+  const std::vector<ps::PeerId>& peers(PeerRole role) const { return roster_.ids(role); }
+  // "worker 2 (127.0.0.1:4711)" for logs and errors.
+  std::string name(ps::PeerId peer) const;
+
+  void send(ps::PeerId peer, const ps::Header& h, ps::OutPayload payload = {});
+  void send_text(ps::PeerId peer, const ps::Header& h, std::string text);
+  // A header of type `t` from this node.
+  ps::Header header(ps::MsgType t) const { return ps::make_header(t, opts_.role, opts_.rank); }
+
+  // The protocol found a message from `peer` against its rules: a member fails the node, a stranger is dropped.
+  void malformed(ps::PeerId peer, const std::string& why);
+  // Fails the node (telling every member still expected, except `culprit`) with `status`. Idempotent.
+  void fail(const Status& status, ps::PeerId culprit = 0);
+  ps::Transport& transport() { return transport_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void say_hello_to_root(const std::string& endpoint);
+  void handle(ps::Incoming& in);
+  void on_member_message(ps::PeerId id, const Roster::Member& m, const ps::Header& h, std::unique_ptr<ps::Payload> p);
+  void on_hello(ps::PeerId id, const ps::Header& h, const std::string& text);
+  void on_peers(const ps::Header& h, const std::string& text);
+  void maybe_ready();
+  void drop(ps::PeerId id, const std::string& why);
+  void lost(ps::PeerId id, const std::string& why);
+  void tick(Clock::time_point now);
+  void log(const std::string& line) const;
+
+  VanOptions opts_;
+  ps::Transport& transport_;
+  VanProtocol& protocol_;
+  Roster roster_;
+  Liveness live_;
+  std::unordered_set<ps::PeerId> dropped_;     // strangers: ignored from now on
+  std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
+  std::chrono::milliseconds heartbeat_;
+  Clock::time_point started_;
+  Clock::time_point next_tick_;
+  bool ready_ = false;
+  bool failed_ = false;
+};
+
+}  // namespace commsched::control

@@ -1,0 +1,294 @@
+// The control plane alone, in one process over the ZeroMQ transport on loopback: rendezvous with two servers and the
+// peer table, protocol messages passed through, the goodbye barrier, a vanished or frozen node named to every
+// survivor (and nobody else named), strangers dropped while the members are served.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm_backends/control/van.h"
+
+using namespace std::chrono_literals;
+using namespace commsched;
+using namespace commsched::control;
+using ps::MsgType;
+
+namespace {
+
+// One node: a transport, a Van over it and a protocol that records what reaches it, driven by its own thread.
+class Node final : public VanProtocol {
+ public:
+  enum class Mode { serve, leave_when_ready, vanish_when_ready, freeze_when_ready, garble_when_ready };
+
+  Node(VanOptions o, Mode mode) : mode_(mode) {
+    o.heartbeat_s = 0.05;
+    o.log = [this](const std::string& line) { record(logs_, line); };
+    transport_ = ps::make_zmq_transport({});
+    van_ = std::make_unique<Van>(std::move(o), *transport_, *this);
+  }
+  ~Node() override {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (!closed_) transport_->close(false);
+  }
+  std::string start() {
+    const std::string ep = van_->start();
+    thread_ = std::thread([this] { loop(); });
+    return ep;
+  }
+
+  void on_message(ps::PeerId, const Roster::Member& sender, const ps::Header& h,
+                  std::unique_ptr<ps::Payload>) override {
+    record(messages_, std::string(ps::msg_type_name(h.type)) + " from " + ps::peer_name(sender.role, sender.rank));
+  }
+  void on_ready() override {
+    ready_ = true;
+    if (van_->header(MsgType::ping).sender_role == PeerRole::worker)  // a protocol message to every server
+      for (ps::PeerId s : van_->peers(PeerRole::server)) van_->send(s, van_->header(MsgType::join));
+  }
+  void on_failed(const Status& st) override {
+    std::lock_guard lock(mu_);
+    failure_ = st;
+  }
+
+  bool ready() const { return ready_; }
+  bool exited() const { return exited_; }
+  bool left_cleanly() const { return left_cleanly_; }
+  std::optional<Status> failure() const {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
+  std::vector<std::string> messages() const {
+    std::lock_guard lock(mu_);
+    return messages_;
+  }
+  std::string logs() const {
+    std::lock_guard lock(mu_);
+    std::string s;
+    for (const auto& l : logs_) s += l + "\n";
+    return s;
+  }
+
+ private:
+  void record(std::vector<std::string>& to, std::string line) {
+    std::lock_guard lock(mu_);
+    to.push_back(std::move(line));
+  }
+  void loop() {
+    const bool server = van_->header(MsgType::ping).sender_role == PeerRole::server;
+    while (!stop_) {
+      if (ready_ && mode_ == Mode::vanish_when_ready) {  // a crash: no goodbye, the connections just end
+        transport_->close(false);
+        closed_ = true;
+        break;
+      }
+      if (ready_ && mode_ == Mode::freeze_when_ready) {  // hung: connections open, nothing said
+        std::this_thread::sleep_for(5ms);
+        continue;
+      }
+      if (ready_ && mode_ == Mode::garble_when_ready) {  // a member whose next frame is not a header
+        const char junk[ps::kHeaderBytes] = "not a commsched header";
+        van_->transport().send(van_->peer(PeerRole::server, 0), std::as_bytes(std::span(junk)));
+        mode_ = Mode::serve;
+      }
+      if (ready_ && mode_ == Mode::leave_when_ready) {
+        van_->leave();
+        closed_ = left_cleanly_ = true;
+        break;
+      }
+      if (!van_->poll(10ms)) {
+        closed_ = true;
+        break;
+      }
+      if (server && van_->all_left(PeerRole::worker)) {  // the goodbye barrier
+        van_->leave();
+        closed_ = left_cleanly_ = true;
+        break;
+      }
+    }
+    exited_ = true;
+  }
+
+  Mode mode_;
+  std::unique_ptr<ps::Transport> transport_;
+  std::unique_ptr<Van> van_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false}, ready_{false}, exited_{false}, closed_{false}, left_cleanly_{false};
+  mutable std::mutex mu_;
+  std::optional<Status> failure_;
+  std::vector<std::string> messages_, logs_;
+};
+
+VanOptions options(PeerRole role, uint32_t rank, int workers, int servers, const std::string& root = {}) {
+  VanOptions o;
+  o.role = role;
+  o.rank = rank;
+  o.num_workers = workers;
+  o.num_servers = servers;
+  o.root_endpoint = root;
+  o.bind_host = "127.0.0.1";
+  o.advertised_host = "127.0.0.1";
+  o.root_port = 0;  // any free port: the tests pass the root's endpoint around themselves
+  o.timeout_s = 2;
+  o.rendezvous_timeout_s = 20;
+  return o;
+}
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+struct Cluster {
+  std::unique_ptr<Node> root, server1;
+  std::vector<std::unique_ptr<Node>> workers;
+};
+
+// Server 0 (root), server 1 and `modes.size()` workers, started in that order.
+Cluster start_cluster(const std::vector<Node::Mode>& worker_modes, Node::Mode server1_mode = Node::Mode::serve) {
+  const int w = static_cast<int>(worker_modes.size());
+  Cluster c;
+  c.root = std::make_unique<Node>(options(PeerRole::server, 0, w, 2), Node::Mode::serve);
+  const std::string root = c.root->start();
+  c.server1 = std::make_unique<Node>(options(PeerRole::server, 1, w, 2, root), server1_mode);
+  c.server1->start();
+  for (int r = 0; r < w; ++r) {
+    c.workers.push_back(
+        std::make_unique<Node>(options(PeerRole::worker, static_cast<uint32_t>(r), w, 2, root), worker_modes[r]));
+    c.workers.back()->start();
+  }
+  return c;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+}  // namespace
+
+// Both workers learn server 1 from the root's peer table, reach both servers with a protocol message, and leave;
+// both servers pass the goodbye barrier and leave too, nobody failing.
+TEST(Van, RendezvousPeerTablePassThroughAndGoodbye) {
+  Cluster c = start_cluster({Node::Mode::leave_when_ready, Node::Mode::leave_when_ready});
+  ASSERT_TRUE(eventually([&] { return c.root->exited() && c.server1->exited(); })) << c.root->logs();
+  for (Node* n : {c.root.get(), c.server1.get(), c.workers[0].get(), c.workers[1].get()}) {
+    EXPECT_TRUE(n->ready());
+    EXPECT_TRUE(n->left_cleanly());
+    EXPECT_FALSE(n->failure()) << n->failure()->message;
+  }
+  for (Node* s : {c.root.get(), c.server1.get()}) {
+    EXPECT_TRUE(contains(s->messages(), "join from worker 0"));
+    EXPECT_TRUE(contains(s->messages(), "join from worker 1"));
+  }
+}
+
+// A worker that vanishes (no goodbye) is named by every survivor, directly or as reported, and nobody else is named
+// lost (reporters are named as such).
+TEST(Van, AVanishedWorkerIsNamedToEverySurvivor) {
+  Cluster c = start_cluster({Node::Mode::serve, Node::Mode::vanish_when_ready, Node::Mode::serve});
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Node*> survivors{c.root.get(), c.server1.get(), c.workers[0].get(), c.workers[2].get()};
+  ASSERT_TRUE(eventually([&] {
+    for (Node* n : survivors)
+      if (!n->failure()) return false;
+    return true;
+  })) << c.root->logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  for (Node* n : survivors) {
+    const Status st = *n->failure();
+    EXPECT_EQ(st.code, Status::Code::peer_lost) << st.message;
+    // "worker 1 (addr) lost: ...", perhaps followed by who reported it: the lost one is named first, and only it.
+    EXPECT_EQ(st.message.rfind("worker 1 ", 0), 0u) << st.message;
+    EXPECT_EQ(st.message.find(" lost"), st.message.find(" lost: ")) << st.message;
+    EXPECT_EQ(st.message.find(" lost: "), st.message.rfind(" lost: ")) << st.message;
+  }
+  // The workers heard it from a server.
+  EXPECT_NE(c.workers[0]->failure()->message.find("(reported by server"), std::string::npos);
+}
+
+// A frozen server 1 (connections open, silent) is found by the silence limit and named by everybody.
+TEST(Van, AFrozenServerIsFoundBySilenceAndNamed) {
+  Cluster c = start_cluster({Node::Mode::serve, Node::Mode::serve}, Node::Mode::freeze_when_ready);
+  std::vector<Node*> survivors{c.root.get(), c.workers[0].get(), c.workers[1].get()};
+  ASSERT_TRUE(eventually([&] {
+    for (Node* n : survivors)
+      if (!n->failure()) return false;
+    return true;
+  }));
+  for (Node* n : survivors) {
+    const Status st = *n->failure();
+    EXPECT_EQ(st.code, Status::Code::peer_lost) << st.message;
+    EXPECT_NE(st.message.find("server 1"), std::string::npos) << st.message;
+  }
+  const std::string direct = c.root->failure()->message + c.workers[0]->failure()->message;
+  EXPECT_NE(direct.find("no message for 2 s"), std::string::npos) << direct;
+}
+
+// Strangers on the root's port (a hello for a rank out of range, a message before any hello) get an error and are
+// ignored; the real members complete the rendezvous.
+TEST(Van, StrangersAreDroppedAndTheMembersServed) {
+  Node root(options(PeerRole::server, 0, 1, 1), Node::Mode::serve);
+  const std::string ep = root.start();
+  auto stranger = ps::make_zmq_transport({});
+  std::array<std::byte, ps::kHeaderBytes> hello, ping;
+  ps::encode_header(ps::make_header(MsgType::hello, PeerRole::worker, 5), hello);
+  ps::encode_header(ps::make_header(MsgType::ping, PeerRole::worker, 0), ping);
+  const ps::PeerId a = stranger->connect(ep), b = stranger->connect(ep);
+  stranger->send(a, hello);
+  stranger->send(b, ping);
+  int errors = 0;
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (errors < 2 && std::chrono::steady_clock::now() < end)
+    if (auto in = stranger->receive(10ms); in && in->kind == ps::Incoming::Kind::message) ++errors;
+  EXPECT_EQ(errors, 2) << "every stranger gets an error reply\n" << root.logs();
+  Node worker(options(PeerRole::worker, 0, 1, 1, ep), Node::Mode::leave_when_ready);
+  worker.start();
+  ASSERT_TRUE(eventually([&] { return root.exited(); })) << root.logs();
+  EXPECT_TRUE(root.left_cleanly());
+  const std::string logs = root.logs();
+  EXPECT_NE(logs.find("hello from worker 5 refused: rank 5 is out of range [0, 1)"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("first message is ping, not hello"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("still serving the others"), std::string::npos) << logs;
+  stranger->close(false);
+}
+
+// A member that sends a malformed frame stops the cluster, named as the culprit by every survivor.
+TEST(Van, AMemberSendingGarbageIsNamedAndStopsTheCluster) {
+  Cluster c = start_cluster({Node::Mode::serve, Node::Mode::garble_when_ready});
+  std::vector<Node*> survivors{c.root.get(), c.server1.get(), c.workers[0].get()};
+  ASSERT_TRUE(eventually([&] {
+    for (Node* n : survivors)
+      if (!n->failure()) return false;
+    return true;
+  })) << c.root->logs();
+  EXPECT_NE(c.root->failure()->message.find("worker 1"), std::string::npos) << c.root->failure()->message;
+  EXPECT_NE(c.root->failure()->message.find("sent a malformed message: bad magic"), std::string::npos)
+      << c.root->failure()->message;
+  for (Node* n : {c.server1.get(), c.workers[0].get()})
+    EXPECT_NE(n->failure()->message.find("worker 1"), std::string::npos) << n->failure()->message;
+}
+
+// A rank that never comes: the root gives up after the rendezvous timeout naming it, and tells those who came.
+TEST(Van, ARendezvousTimeoutNamesWhoIsMissing) {
+  VanOptions o = options(PeerRole::server, 0, 2, 1);
+  o.rendezvous_timeout_s = 0.5;
+  Node root(o, Node::Mode::serve);
+  const std::string ep = root.start();
+  Node worker(options(PeerRole::worker, 0, 2, 1, ep), Node::Mode::serve);
+  worker.start();
+  ASSERT_TRUE(eventually([&] { return root.failure() && worker.failure(); }));
+  EXPECT_NE(root.failure()->message.find("rendezvous timed out after 0.5"), std::string::npos) << root.failure()->message;
+  EXPECT_NE(root.failure()->message.find("waiting for worker 1"), std::string::npos) << root.failure()->message;
+  EXPECT_NE(worker.failure()->message.find("waiting for worker 1"), std::string::npos) << worker.failure()->message;
+}
