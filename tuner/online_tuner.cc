@@ -323,8 +323,7 @@ void OnlineTuner::finish(const Knobs& knobs) {
   }
 }
 
-// Every knob of the knob set by its short name: "partition 1 MiB, credit 8 MiB (8x)".
-std::string OnlineTuner::describe(const Knobs& k) const {
+std::string describe_knobs(const Knobs& k) {
   std::string out;
   for (const KnobSpec& spec : kKnobs) {
     const uint64_t v = k.*spec.field;

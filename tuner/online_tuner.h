@@ -55,6 +55,10 @@ struct Decision {
   bool final = false;  // tuning is over; keep these knobs
 };
 using AgreeFn = std::function<Decision(const Decision& proposed_by_rank0)>;
+
+// Every knob of the knob set (scheduler/config.h kKnobs) by its short name, for logs: "partition 1 MiB, credit 8 MiB
+// (8x)"; a credit below its partition reads "one batch in flight", 0 "unlimited".
+std::string describe_knobs(const Knobs& k);
 using LogFn = std::function<void(const std::string&)>;
 
 class OnlineTuner {
@@ -101,7 +105,7 @@ class OnlineTuner {
   std::optional<Knobs> next_warm_start();
   void finish(const Knobs& knobs);
   void begin_trial(const Knobs& knobs);
-  std::string describe(const Knobs& k) const;
+  std::string describe(const Knobs& k) const { return describe_knobs(k); }
 
   KnobControl& control_;
   TuningKey key_;

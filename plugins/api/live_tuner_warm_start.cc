@@ -10,6 +10,7 @@
 #include "options/parse.h"
 #include "scheduler/auto_knobs.h"
 #include "simulator/warm_start.h"
+#include "tuner/online_tuner.h"
 
 namespace commsched {
 namespace {
@@ -28,13 +29,6 @@ std::string ms(double seconds) {
   s.precision(1);
   s << seconds * 1e3 << " ms";
   return s.str();
-}
-
-std::string knobs_text(const Knobs& k) {
-  const std::string credit = k.credit_bytes == 0                   ? "unlimited"
-                             : k.credit_bytes < k.partition_bytes ? "one batch in flight"
-                                                                   : format_bytes(k.credit_bytes);
-  return "partition " + format_bytes(k.partition_bytes) + ", credit " + credit;
 }
 
 }  // namespace
@@ -106,11 +100,11 @@ LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
   if (plan.ranked.empty()) {
     why << "no candidate";
   } else {
-    why << "chose " << knobs_text(plan.ranked.front().knobs) << ", predicted " << ms(plan.ranked.front().predicted_s)
-        << "/step against " << ms(plan.current.predicted_s) << " at the current " << knobs_text(plan.current.knobs)
+    why << "chose " << tuner::describe_knobs(plan.ranked.front().knobs) << ", predicted " << ms(plan.ranked.front().predicted_s)
+        << "/step against " << ms(plan.current.predicted_s) << " at the current " << tuner::describe_knobs(plan.current.knobs)
         << "; next " ;
     for (size_t i = 1; i < plan.ranked.size(); ++i)
-      why << (i > 1 ? ", " : "") << knobs_text(plan.ranked[i].knobs) << " (" << ms(plan.ranked[i].predicted_s) << ")";
+      why << (i > 1 ? ", " : "") << tuner::describe_knobs(plan.ranked[i].knobs) << " (" << ms(plan.ranked[i].predicted_s) << ")";
   }
   out.why = why.str();
   return out;
