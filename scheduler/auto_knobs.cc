@@ -75,7 +75,7 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
                                       : std::string("unlimited")) +
          (config.credit_set ? " (set)" : " (automatic: " + credit_why + ")");
   if (fusion_automatic)
-    why += ", tensors fused up to " + format_bytes(config.small_tensor_bytes) +
+    why += ", tensors fused up to " + format_bytes(config.knobs.small_tensor_bytes) +
            " (automatic: each collective pays the ring latency)";
   return why;
 }
@@ -92,16 +92,16 @@ AutoKnobs auto_knobs(const ClusterShape& shape) {
   if (shape.workers <= 1) return AutoKnobs{};
   if (has_servers(shape)) {
     const uint64_t partition = ps_partition(shape.workers);
-    return {Knobs{partition, ps_credit_for(partition, shape.workers)}, 0};
+    return {Knobs{partition, ps_credit_for(partition, shape.workers), 0}};
   }
   const uint64_t partition = ring_partition(shape);
-  return {Knobs{partition, kOneBatchInFlight}, ring_fusion_for(partition)};
+  return {Knobs{partition, kOneBatchInFlight, ring_fusion_for(partition)}};
 }
 
 std::string apply_auto_knobs(EngineConfig& config, const ClusterShape& shape) {
   if (shape.workers <= 1) return {};
   const bool ring = !has_servers(shape);
-  const bool fusion_automatic = ring && config.small_tensor_bytes == 0;
+  const bool fusion_automatic = ring && config.knobs.small_tensor_bytes == 0;
   if (config.partition_set && config.credit_set && !fusion_automatic) return {};
   const AutoKnobs automatic = auto_knobs(shape);
   if (!config.partition_set) config.knobs.partition_bytes = automatic.knobs.partition_bytes;
@@ -109,7 +109,7 @@ std::string apply_auto_knobs(EngineConfig& config, const ClusterShape& shape) {
   if (!config.credit_set)
     config.knobs.credit_bytes = ring ? kOneBatchInFlight : partition == 0 ? 0 : ps_credit_for(partition, shape.workers);
   if (fusion_automatic)
-    config.small_tensor_bytes = partition == 0 ? automatic.small_tensor_bytes : ring_fusion_for(partition);
+    config.knobs.small_tensor_bytes = partition == 0 ? automatic.knobs.small_tensor_bytes : ring_fusion_for(partition);
 
   return explain(config, shape, fusion_automatic);
 }

@@ -73,10 +73,9 @@ struct MessageCost {
 // The simulator's ring model (simulator/network.h) charges exactly this.
 MessageCost ring_allreduce_cost(int workers, double link_bps, double step_latency_s);
 
-// What the automatic choice sets.
+// What the automatic choice sets: the knob set (small_tensor_bytes 0: the policy's, or the collective's, default).
 struct AutoKnobs {
   Knobs knobs;
-  uint64_t small_tensor_bytes = 0;  // 0: the policy's (or the collective's) default fusion
 };
 
 // The automatic knobs for a cluster of this shape: the parameter server's rule when it has servers, the all-reduce

@@ -28,8 +28,8 @@ ValueType<compression::Spec> compression_value() {
 }
 
 void add_knob_options(OptionTable<EngineConfig>& t) {
-  const ValueType<uint64_t> size = size_value(ZeroSize::unlimited);
   for (const KnobSpec& k : kKnobs) {
+    const ValueType<uint64_t> size = size_value(k.zero);
     const EngineConfig defaults;
     OptionInfo info{"", std::string(k.name), {std::string(k.alias)}, env_of(k.name), size.type, size.show(defaults.knobs.*k.field),
                     size.allowed, std::string(k.doc)};
@@ -45,11 +45,6 @@ OptionTable<EngineConfig> build_engine_table() {
   t.bind("policy", env_of("policy"), [](EngineConfig& c) -> PolicyKind& { return c.policy; }, policy_value(),
          "scheduling policy (aliases: see `commsched options --policies`)");
   add_knob_options(t);
-  t.bind("small_tensor_bytes", env_of("small_tensor_bytes"), [](EngineConfig& c) -> uint64_t& { return c.small_tensor_bytes; },
-         size_value(ZeroSize::off),
-         "bytescheduler fuses queued tensors up to this size into one message (0: off; on all-reduce, 0 is automatic: "
-         "two partitions)",
-         {"small_tensor"});
   t.bind("credit_stall_guard", env_of("credit_stall_guard"), [](EngineConfig& c) -> bool& { return c.credit_stall_guard; },
          bool_value(), "bytescheduler lends credit to a partition the credit would stall (see PriorityCreditPolicy)");
   t.bind("fusion_bytes", env_of("fusion_bytes"), [](EngineConfig& c) -> uint64_t& { return c.fusion_bytes; },

@@ -44,20 +44,20 @@ PolicyKind parse_policy(std::string_view var, std::string_view value);
 // name in upper case.
 struct EngineConfig {
   PolicyKind policy;                      // policy
-  Knobs knobs;                            // partition_bytes, credit_bytes (the knob set, kKnobs below)
+  Knobs knobs;                            // partition_bytes, credit_bytes, small_tensor_bytes (the knob set, kKnobs)
   uint64_t fusion_bytes = 64ull << 20;    // fusion_bytes (fusion policy threshold)
   double fusion_cycle_s = 0.005;          // fusion_cycle (fusion policy cycle)
-  uint64_t small_tensor_bytes = 0;        // small_tensor_bytes: bytescheduler fuses below (0: off)
   bool credit_stall_guard = true;         // credit_stall_guard: see PriorityCreditPolicy
   std::string timeline_path;              // timeline (empty: off)
   uint64_t timeline_max_events = 1'000'000;  // timeline_max_events
   double mg_alpha_s = 50e-6;              // mg_alpha: per-message latency for MG-WFBP
   double mg_beta_s_per_byte = 8.0 / 10e9; // mg_bandwidth (rate) -> seconds per byte
   compression::Spec compression;          // compression: none, fp16, bf16, topk:RATIO, signsgd
-  // Whether partition_bytes / credit_bytes were given (option or environment); the composition root replaces the
-  // others by the automatic knobs for the cluster's shape (scheduler/auto_knobs.h).
+  // Whether partition_bytes / credit_bytes / small_tensor_bytes were given (option or environment); the composition
+  // root replaces the others by the automatic knobs for the cluster's shape (scheduler/auto_knobs.h).
   bool partition_set = false;
   bool credit_set = false;
+  bool small_tensor_set = false;
 
   // Applies one option by name or alias ("policy", "partition_bytes", ...); throws InvalidArgument naming it.
   // `var` is what a bad value's error names (default: the environment variable; a CLI passes its flag).
@@ -82,6 +82,7 @@ struct KnobTuning {
   std::string_view of;           // log_multiple: the knob this one scales with (earlier in the table)
   bool unlimited_band = false;   // log_multiple: one more octave-wide band at the top means 0 (no limit)
   bool one_batch_band = false;   // log_multiple: one more octave-wide band at the bottom means 1 (one batch in flight)
+  bool off_band = false;         // log_bytes: one more octave-wide band at the bottom means 0 (off)
 };
 
 // The knob set: the knobs a tuner changes live, by name. The engine options, the tuner's search space and its
@@ -94,6 +95,7 @@ struct KnobSpec {
   bool EngineConfig::*given;       // set when the option was given (auto_knobs replaces the others)
   std::string_view doc;
   KnobTuning tuning;               // the tuner's default bounds (the tuner's options may narrow them)
+  ZeroSize zero = ZeroSize::unlimited;  // what 0 means to the option's parser and in logs
 };
 inline constexpr KnobSpec kKnobs[] = {
     {"partition_bytes", "partition", &Knobs::partition_bytes, &EngineConfig::partition_set,
@@ -110,6 +112,13 @@ inline constexpr KnobSpec kKnobs[] = {
      // A multiple of the partition: below one partition the scheduler stalls, and the useful credit scales with it.
      // One batch in flight is what latency-bound collectives want (scheduler/auto_knobs.h), so the tuner can reach it.
      {KnobScale::log_multiple, 1.0, 64.0, 1, "partition_bytes", true, true}},
+    {"small_tensor_bytes", "small_tensor", &Knobs::small_tensor_bytes, &EngineConfig::small_tensor_set,
+     "bytescheduler fuses queued tensors up to this size into one message (0: off; on all-reduce, 0 is automatic: "
+     "two partitions)",
+     // Off is the band below the smallest bound: the tuner learns whether fusing pays at all, next to fusing a little.
+     // The top reaches the automatic all-reduce bound (two partitions) of the large partitions slow rings want.
+     {KnobScale::log_bytes, 16.0 * 1024, 256.0 * 1024 * 1024, 4096, {}, false, false, true},
+     ZeroSize::off},
 };
 inline constexpr size_t kKnobCount = std::size(kKnobs);
 

@@ -28,7 +28,7 @@ struct Event {
   TaskState* task = nullptr;  // arrived: ownership passes to the scheduler node
   uint64_t id = 0;            // batch_sent/batch_done: batch id; backward_done/flush: tasks submitted before it
   Status status;
-  uint64_t credit = 0;        // knobs
+  Knobs knobs;                // knobs
 };
 
 const char* event_name(Event::Kind k) {
@@ -89,10 +89,7 @@ struct Engine::Impl {
         }) {
     active_partition_bytes.store(config.knobs.partition_bytes);
     pending_knobs = config.knobs;
-    if (backend->manages_credit()) {
-      policy->set_credit_bytes(0);
-      apply_credit(config.knobs.credit_bytes);
-    }
+    if (backend->manages_credit()) apply_knobs(config.knobs);
     if (!config.timeline_path.empty())
       timeline = std::make_unique<Timeline>(config.timeline_path, backend->rank(), config.timeline_max_events);
   }
@@ -158,7 +155,7 @@ struct Engine::Impl {
           break;
         case Event::Kind::tick: break;  // pump() polls the policy
         case Event::Kind::knobs:
-          if (!stopped && fault.empty()) apply_credit(e.credit);
+          if (!stopped && fault.empty()) apply_knobs(e.knobs);
           break;
         case Event::Kind::shutdown: fail_everything(); break;
       }
@@ -192,10 +189,14 @@ struct Engine::Impl {
     }
   }
 
-  // The credit knob goes to the policy, or to the backend when it keeps the credit itself (then the policy has none).
-  void apply_credit(uint64_t credit) {
-    if (backend->manages_credit()) backend->set_credit_bytes(policy->uses_credit() ? credit : 0);
-    else policy_call("set_credit_bytes", [&] { policy->set_credit_bytes(credit); });
+  // The knobs go to the policy; the credit goes to the backend instead when it keeps the credit itself (then the
+  // policy has none). The partition size is the engine's own (active_partition_bytes).
+  void apply_knobs(Knobs k) {
+    if (backend->manages_credit()) {
+      backend->set_credit_bytes(policy->uses_credit() ? k.credit_bytes : 0);
+      k.credit_bytes = 0;
+    }
+    policy_call("set_knobs", [&] { policy->set_knobs(k); });
   }
 
   void on_arrived(TaskState* t) {
@@ -557,7 +558,7 @@ void Engine::backward_done() {
   m.post(std::move(mark));
   Event kn;
   kn.kind = Event::Kind::knobs;
-  kn.credit = k.credit_bytes;
+  kn.knobs = k;
   m.post(std::move(kn));
   if (m.timeline) trace_backward_done(*m.timeline, m.now(), m.iteration.load(), k);
 }

@@ -19,7 +19,7 @@ const std::vector<PolicyInfo>& registrations() {
        "priority + credit (ByteScheduler): partitions, most urgent layer first, bounded bytes in flight",
        false, {"partition_bytes", "credit_bytes", "small_tensor_bytes", "credit_stall_guard"},
        [](const EngineConfig& c) -> std::unique_ptr<Policy> {
-         return std::make_unique<PriorityCreditPolicy>(c.knobs.credit_bytes, c.small_tensor_bytes, c.credit_stall_guard);
+         return std::make_unique<PriorityCreditPolicy>(c.knobs.credit_bytes, c.knobs.small_tensor_bytes, c.credit_stall_guard);
        },
        /*baseline=*/false},
       {"wfbp", {"fifo"}, "wait-free backpropagation: whole tensors in the order backward produces them", false, {},

@@ -24,6 +24,11 @@ class PriorityCreditPolicy final : public Policy {
   void on_task_arrived(const TaskArrival& task, Nanos now) override;
   void on_batch_done(const Batch& batch, Nanos now) override;
   void set_credit_bytes(uint64_t credit) override { credit_ = credit; }
+  // The credit and the fusion bound; queued tensors are fused by the new bound from the next dispatch on.
+  void set_knobs(const Knobs& k) override {
+    credit_ = k.credit_bytes;
+    small_ = k.small_tensor_bytes;
+  }
   bool uses_credit() const override { return true; }
   void poll(Nanos now, std::vector<Batch>& out) override;
   std::optional<Nanos> next_wakeup() const override;
@@ -31,6 +36,7 @@ class PriorityCreditPolicy final : public Policy {
   uint64_t bytes_in_flight() const override { return in_flight_; }
 
   uint64_t credit_bytes() const { return credit_; }
+  uint64_t small_tensor_bytes() const { return small_; }
   uint64_t overdrafts() const { return overdrafts_; }
 
  private:

@@ -96,11 +96,11 @@ const Axis kAxes[] = {
     {"small_tensor_bytes",
      [](const GridSpec& spec, const EngineConfig& c) {
        std::vector<EngineConfig> out;
-       for (uint64_t small : spec.small_tensor_bytes) (out.emplace_back(c)).small_tensor_bytes = small;
+       for (uint64_t small : spec.small_tensor_bytes) (out.emplace_back(c)).knobs.small_tensor_bytes = small;
        return out;
      },
      [](const GridSpec&, double u, EngineConfig& c) {
-       c.small_tensor_bytes =
+       c.knobs.small_tensor_bytes =
            u < kOffBand ? 0 : static_cast<uint64_t>(log_scale(64 << 10, 512 << 20, (u - kOffBand) / (1 - kOffBand)));
      }},
 };
@@ -124,7 +124,7 @@ std::string describe_option(std::string_view option, const EngineConfig& c) {
     return c.knobs.credit_bytes == 1   ? "one batch in flight"
            : c.knobs.credit_bytes == 0 ? "credit unlimited"
                                        : "credit " + format_bytes(c.knobs.credit_bytes);
-  if (option == "small_tensor_bytes") return c.small_tensor_bytes ? "fuse <= " + format_bytes(c.small_tensor_bytes) : "";
+  if (option == "small_tensor_bytes") return c.knobs.small_tensor_bytes ? "fuse <= " + format_bytes(c.knobs.small_tensor_bytes) : "";
   if (option == "fusion_bytes") return "threshold " + format_bytes(c.fusion_bytes);
   if (option == "fusion_cycle") return "cycle " + format_seconds(c.fusion_cycle_s);
   return "";

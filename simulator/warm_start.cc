@@ -17,9 +17,13 @@ GridSpec spec_for(const WarmStartJob& job) {
   s.base.policy = PolicyKind::bytescheduler;
   use_default_knob_grid(s);
   // Only what the online tuner searches: one batch in flight (multiplier 0) or a credit of 1x or more of the
-  // partition; it keeps the fusion bound.
+  // partition; fusion off (0) or a bound within its registered range, and the job's own bound.
   std::erase_if(s.credit_multipliers, [](double k) { return k > 0 && k < 1; });
-  s.small_tensor_bytes = {job.base.small_tensor_bytes};
+  const KnobTuning& fusion = registered_tuning("small_tensor_bytes");
+  std::erase_if(s.small_tensor_bytes, [&](uint64_t b) { return b != 0 && (double(b) < fusion.min || double(b) > fusion.max); });
+  if (std::find(s.small_tensor_bytes.begin(), s.small_tensor_bytes.end(), job.base.knobs.small_tensor_bytes) ==
+      s.small_tensor_bytes.end())
+    s.small_tensor_bytes.push_back(job.base.knobs.small_tensor_bytes);
   s.sim.iterations = 8;
   s.sim.warmup = 2;
   return s;
@@ -43,6 +47,7 @@ WarmStartCandidate simulate_current(const GridSpec& spec, const ModelProfile& mo
   GridSpec one = spec;
   one.partitions = {job.base.knobs.partition_bytes};
   one.credit_multipliers = {credit_multiple(job.base.knobs)};
+  one.small_tensor_bytes = {job.base.knobs.small_tensor_bytes};
   const std::vector<CellResult> r = rank_candidates(one, model, job.link_bps, job.workers, PolicyKind::bytescheduler);
   return {job.base.knobs, r.front().iteration_s};
 }

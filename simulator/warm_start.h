@@ -38,8 +38,9 @@ struct WarmStartPlan {
   WarmStartCandidate current;              // the knobs the job runs now (job.base.knobs), simulated the same way
 };
 
-// The `count` best distinct configurations of the knob grid the online tuner can reach (partition, and credit as one
-// batch in flight or 1x or more of the partition), fastest predicted first, and the prediction for job.base's own
+// The `count` best distinct configurations of the knob grid the online tuner can reach (partition, credit as one
+// batch in flight or 1x or more of the partition, and the fusion bound off or within its registered range, beside the
+// job's own), fastest predicted first, and the prediction for job.base's own
 // knobs. Throws InvalidArgument on a bad job (workers < 1, link rate <= 0).
 WarmStartPlan plan_warm_start(const ModelProfile& model, const WarmStartJob& job, size_t count);
 // The knobs of plan_warm_start(...).ranked alone.

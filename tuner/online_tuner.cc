@@ -327,7 +327,7 @@ std::string describe_knobs(const Knobs& k) {
   std::string out;
   for (const KnobSpec& spec : kKnobs) {
     const uint64_t v = k.*spec.field;
-    std::string text = v == 0 ? "unlimited" : format_bytes(v);
+    std::string text = v != 0 ? format_bytes(v) : spec.zero == ZeroSize::off ? "off" : "unlimited";
     if (spec.tuning.scale == KnobScale::log_multiple && v != 0) {
       uint64_t base = 0;
       for (const KnobSpec& of : kKnobs)

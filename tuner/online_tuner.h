@@ -1,4 +1,5 @@
-// The online auto-tuner: tunes partition size and credit live, while training runs, through a KnobControl.
+// The online auto-tuner: tunes the knob set (partition size, credit, fusion bound) live, while training runs,
+// through a KnobControl.
 //
 // Protocol. The engine (or any driver) calls on_iteration_end() after every training iteration on every rank. The
 // tuner runs a sequence of trials; each trial uses one configuration for a fixed number of iterations: warm-up
@@ -57,7 +58,8 @@ struct Decision {
 using AgreeFn = std::function<Decision(const Decision& proposed_by_rank0)>;
 
 // Every knob of the knob set (scheduler/config.h kKnobs) by its short name, for logs: "partition 1 MiB, credit 8 MiB
-// (8x)"; a credit below its partition reads "one batch in flight", 0 "unlimited".
+// (8x), small_tensor off"; a credit below its partition reads "one batch in flight", 0 "unlimited" (or "off", for a
+// knob whose 0 means off).
 std::string describe_knobs(const Knobs& k);
 using LogFn = std::function<void(const std::string&)>;
 

@@ -49,6 +49,8 @@ double octaves(const KnobTuning& t) { return std::log2(t.max / t.min); }
 double axis_octaves(const KnobTuning& t) {
   return octaves(t) + (t.unlimited_band ? 1.0 : 0.0) + (t.one_batch_band ? 1.0 : 0.0);
 }
+// log_bytes with an off band: the band is as wide as one octave of the sizes (all of the axis when min == max).
+double off_band_width(const KnobTuning& t) { return 1.0 / (octaves(t) + 1.0); }
 constexpr uint64_t kOneBatchInFlight = 1;  // a credit below any partition (scheduler/auto_knobs.h)
 
 // The tuner's own options narrow the built-in knobs' registered bounds (their variables are named after them).
@@ -93,6 +95,13 @@ SearchSpace::SearchSpace(const SearchSpaceBounds& bounds, std::span<const KnobSp
 
 uint64_t SearchSpace::bytes_at(const Axis& a, double u) const {
   const double lo = a.tuning.min, hi = a.tuning.max;
+  u = std::clamp(u, 0.0, 1.0);
+  if (a.tuning.off_band) {
+    // The band's upper boundary belongs to the smallest size, so that from_values() round-trips it exactly.
+    const double band = off_band_width(a.tuning);
+    if (u < band - 1e-9) return 0;
+    u = band < 1.0 ? std::max(0.0, (u - band) / (1.0 - band)) : 0.0;
+  }
   const double raw = lo * std::pow(hi / lo, std::clamp(u, 0.0, 1.0));
   const double align = static_cast<double>(a.tuning.alignment);
   const auto aligned = static_cast<uint64_t>(std::llround(raw / align)) * a.tuning.alignment;
@@ -116,9 +125,12 @@ uint64_t SearchSpace::multiple_at(const Axis& a, double v, uint64_t base) const 
 
 double SearchSpace::coordinate_of_bytes(const Axis& a, uint64_t bytes) const {
   const double lo = a.tuning.min, hi = a.tuning.max;
+  const double band = a.tuning.off_band ? off_band_width(a.tuning) : 0.0;
+  if (a.tuning.off_band && bytes == 0) return 0.0;  // off
   const uint64_t v = std::clamp(bytes, static_cast<uint64_t>(lo), static_cast<uint64_t>(hi));
-  if (!(hi > lo)) return 0.0;
-  return std::clamp(std::log(static_cast<double>(v) / lo) / std::log(hi / lo), 0.0, 1.0);
+  if (!(hi > lo)) return band;
+  const double sized = std::clamp(std::log(static_cast<double>(v) / lo) / std::log(hi / lo), 0.0, 1.0);
+  return band + (1.0 - band) * sized;
 }
 
 double SearchSpace::coordinate_of_multiple(const Axis& a, uint64_t value, uint64_t base) const {

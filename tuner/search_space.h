@@ -1,6 +1,6 @@
 // The tuner's search space: one axis of [0,1] per knob of the knob set with a tuning scale (scheduler/config.h
 // kKnobs), in table order, so a knob registered as tunable is searched without an edit here. By default that is
-// partition size and credit, both on log scales:
+// partition size, credit and the small-tensor fusion bound, all on log scales:
 //
 // partition (log_bytes): bytes = min * (max/min)^u, rounded to a multiple of `alignment`.
 // credit (log_multiple of the partition): credit is a multiple m of the partition size, because the useful credit
@@ -12,6 +12,9 @@
 // (credit_bytes == 1, below any partition: the policy sends one batch whenever nothing is in flight), which is what
 // latency-bound collectives want and the next step down from a credit of one partition.
 //   bands: [one batch] [m = min .. max, k = log2(max/min) octaves] [unlimited], each octave 1/(k + bands) of [0, 1]
+// fusion bound (log_bytes with off_band): bytescheduler's small-tensor bound, with an octave-wide band at the bottom
+// meaning 0 (no fusion), so the tuner weighs fusing at all next to fusing a little.
+//   bands: [off] [bytes = min .. max, k = log2(max/min) octaves], each octave 1/(k + 1) of [0, 1]
 //
 // The tuner's options (SearchSpaceBounds) narrow the registered bounds of the two built-in knobs.
 #pragma once
@@ -73,7 +76,7 @@ class SearchSpace {
     int of = -1;  // log_multiple: the axis of the knob it scales with
   };
   using Point = std::vector<double>;     // one coordinate in [0,1] per axis
-  using Values = std::vector<uint64_t>;  // one knob value per axis (0: no limit, where the axis has that band)
+  using Values = std::vector<uint64_t>;  // one knob value per axis (0: no limit or off, where the axis has that band)
 
   // The axes are the rows of `knobs` with a tuning scale. Throws InvalidArgument naming the bound or the knob whose
   // tuning is inconsistent (bounds out of order, `of` naming no earlier axis).

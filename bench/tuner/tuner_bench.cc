@@ -126,14 +126,23 @@ std::vector<Knobs> random_points(const SearchSpace& space, const Knobs& start, u
   std::mt19937_64 rng(seed * 31 + 7);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<Knobs> pts{space.to_knobs(space.from_knobs(start))};
-  while (pts.size() < kRandomBudget) pts.push_back(space.to_knobs(std::vector<double>{u(rng), u(rng)}));
+  while (pts.size() < kRandomBudget) {
+    std::vector<double> x(static_cast<size_t>(space.dim()));
+    for (double& c : x) c = u(rng);
+    pts.push_back(space.to_knobs(x));
+  }
   return pts;
 }
 
 std::vector<Knobs> coarse_grid_points(const SearchSpace& space, uint64_t seed) {
   std::vector<Knobs> pts;
   for (double a : {0.125, 0.375, 0.625, 0.875})
-    for (double b : {0.125, 0.375, 0.625, 0.875}) pts.push_back(space.to_knobs(std::vector<double>{a, b}));
+    for (double b : {0.125, 0.375, 0.625, 0.875}) {
+      std::vector<double> x(static_cast<size_t>(space.dim()), 0.0);  // further knobs at their low end (fusion: off)
+      x[0] = a;
+      x[1] = b;
+      pts.push_back(space.to_knobs(x));
+    }
   std::mt19937_64 rng(seed * 17 + 3);
   for (size_t i = pts.size() - 1; i > 0; --i) std::swap(pts[i], pts[rng() % (i + 1)]);
   return pts;

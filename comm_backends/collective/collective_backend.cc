@@ -46,7 +46,7 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.policy = policy;
   // A collective pays a call's latency that a parameter server's pipelined pushes hide, so on a collective
   // bytescheduler fuses small tensors up to the collective fusion size by default.
-  if (o.policy.policy == PolicyKind::bytescheduler && o.policy.small_tensor_bytes == 0) o.policy.small_tensor_bytes = fusion_bytes;
+  if (o.policy.policy == PolicyKind::bytescheduler && o.policy.knobs.small_tensor_bytes == 0) o.policy.knobs.small_tensor_bytes = fusion_bytes;
   o.credit_bytes = credit_bytes;
   o.host = env.rank == 0 ? env.root_addr : advertised_host(env);
   return o;

@@ -95,8 +95,8 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
   if (!backend) {  // a real cluster (not an in-process loopback group): knobs from its shape where none were set
     const int servers = backend_kind_ == BackendKind::ps ? env_.num_servers : 0;  // 0: the all-reduce rule
     // A given COMMSCHED_COLLECTIVE_FUSION_BYTES is the collectives' small-tensor bound: the automatic one keeps it.
-    if (servers == 0 && config_.small_tensor_bytes == 0 && env_value("COMMSCHED_COLLECTIVE_FUSION_BYTES"))
-      config_.small_tensor_bytes = collective::CollectiveOptions::from_env().fusion_bytes;
+    if (servers == 0 && config_.knobs.small_tensor_bytes == 0 && env_value("COMMSCHED_COLLECTIVE_FUSION_BYTES"))
+      config_.knobs.small_tensor_bytes = collective::CollectiveOptions::from_env().fusion_bytes;
     link_ = estimate_link();
     const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers, link_.rate_bps, 0});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << " (" << link_.source << ")\n";

@@ -1,9 +1,9 @@
 // LiveTuner: the online auto-tuner (tuner/online_tuner.h) attached to a running Engine.
 //
 // It measures each training step (the caller reports its wall time), runs the tuner's trials and switches the
-// engine's partition size and credit with Engine::set_knobs, which takes effect at the next backward_done(): the same
-// step on every rank, because every rank counts the same steps. Rank 0 decides; its decision (partition, credit,
-// final) reaches the other ranks as a small broadcast task (one int64 per knob of the knob set, then the final flag) submitted to the engine like any other, so it works for
+// engine's knobs (partition size, credit, fusion bound) with Engine::set_knobs, which takes effect at the next
+// backward_done(): the same step on every rank, because every rank counts the same steps. Rank 0 decides; its
+// decision (partition, credit, fusion bound, final) reaches the other ranks as a small broadcast task (one int64 per knob of the knob set, then the final flag) submitted to the engine like any other, so it works for
 // every backend that can broadcast (parameter server, Gloo, NCCL, loopback) without a side channel, and the engine
 // keeps its view of everything the backend carries (credit, collective order negotiation, timeline).
 //

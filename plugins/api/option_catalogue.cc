@@ -22,7 +22,7 @@ OptionTable<ContextEnvOptions> build_context_table() {
          "backend of the Python plugin and any Context; unset: ps with servers (commsched launch), loopback for one "
          "worker, else gloo (`commsched options --backends`)");
   t.bind("tune", "COMMSCHED_TUNE", [](ContextEnvOptions& o) -> bool& { return o.tune; }, bool_value(),
-         "online auto-tuning of partition size and credit (COMMSCHED_TUNER_* configure it)");
+         "online auto-tuning of partition size, credit and the small-tensor fusion bound (COMMSCHED_TUNER_* configure it)");
   return t;
 }
 

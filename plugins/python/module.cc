@@ -186,10 +186,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("is_shut_down", &Context::is_shut_down)
       .def("knobs", [](Context& c) {
              const Knobs k = c.engine().knobs();
-             py::dict d;  // the knob set by name (0: no split / no limit)
+             py::dict d;  // the knob set by name (0: no split / no limit / no fusion)
              for (const KnobSpec& spec : kKnobs) d[py::str(std::string(spec.name))] = k.*spec.field;
              return d;
-           }, "the live knobs by name, e.g. {'partition_bytes': 4194304, 'credit_bytes': 16777216}")
+           }, "the live knobs by name, e.g. {'partition_bytes': 4194304, 'credit_bytes': 16777216, 'small_tensor_bytes': 0}")
       .def("set_knobs", [](Context& c, const std::map<std::string, uint64_t>& values) {
              Knobs k = c.engine().knobs();
              for (const auto& [name, value] : values) {

@@ -39,7 +39,7 @@ def test_pytorch_train_auto_tunes_live(tmp_path):
     r = json.loads(result.read_text())
     assert r["tuner_trials"] == 4 and r["tuning_steps"] >= 4, r
     # The kept knobs by name, in bytes (what scripts/torch_main.sh prints).
-    assert set(r["knobs"]) == {"partition_bytes", "credit_bytes"}, r
+    assert set(r["knobs"]) == {"partition_bytes", "credit_bytes", "small_tensor_bytes"}, r
     assert all(isinstance(v, int) and v >= 0 for v in r["knobs"].values()), r
     assert "keeping partition" in log, log
     # The warm start (rank 0): the registered gradients and their measured backward, simulated on this cluster and

@@ -63,7 +63,7 @@ TEST(ContextAutoKnobs, AllReduceBackendsGetTheRingRuleWhereNothingWasSet) {
   for (const EngineConfig& c : gloo_configs(EngineConfig{})) {
     EXPECT_EQ(c.knobs.partition_bytes, want.knobs.partition_bytes);
     EXPECT_EQ(c.knobs.credit_bytes, 1u) << "one batch in flight";
-    EXPECT_EQ(c.small_tensor_bytes, want.small_tensor_bytes);
+    EXPECT_EQ(c.knobs.small_tensor_bytes, want.knobs.small_tensor_bytes);
   }
   EngineConfig set;
   set.set("credit_bytes", "32MiB");
@@ -77,7 +77,7 @@ TEST(ContextAutoKnobs, AGivenCollectiveFusionBoundIsKept) {
   ::setenv("COMMSCHED_COLLECTIVE_FUSION_BYTES", "2MiB", 1);
   const std::vector<EngineConfig> configs = gloo_configs(EngineConfig{});
   ::unsetenv("COMMSCHED_COLLECTIVE_FUSION_BYTES");
-  for (const EngineConfig& c : configs) EXPECT_EQ(c.small_tensor_bytes, 2u << 20);
+  for (const EngineConfig& c : configs) EXPECT_EQ(c.knobs.small_tensor_bytes, 2u << 20);
 }
 
 }  // namespace

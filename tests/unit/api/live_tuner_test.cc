@@ -17,22 +17,27 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 TEST(LiveTuner, DecisionsRoundTripAndMalformedOnesAreRejected) {
-  static_assert(kDecisionWordCount == 3, "partition, credit, final: update the malformed messages below");
-  tuner::Decision d{Knobs{3 << 20, 0}, true};
+  static_assert(kDecisionWordCount == 4, "partition, credit, fusion bound, final: update the malformed messages below");
+  tuner::Decision d{Knobs{3 << 20, 0, 64 << 10}, true};
   int64_t buf[kDecisionWordCount];
   encode_decision(d, DecisionWords(buf));
   const tuner::Decision back = decode_decision(ConstDecisionWords(buf));
   EXPECT_EQ(back.knobs.partition_bytes, 3u << 20);
   EXPECT_EQ(back.knobs.credit_bytes, 0u);
+  EXPECT_EQ(back.knobs.small_tensor_bytes, 64u << 10) << "the fusion bound travels with the decision";
   EXPECT_TRUE(back.final);
-  int64_t bad[kDecisionWordCount] = {1024, -5, 0};
+  EXPECT_EQ(buf[2], 64 << 10);
+  int64_t bad[kDecisionWordCount] = {1024, -5, 0, 0};
   EXPECT_THROW(decode_decision(ConstDecisionWords(bad)), InvalidArgument);
-  int64_t bad_flag[kDecisionWordCount] = {1024, 1024, 7};
+  int64_t bad_fusion[kDecisionWordCount] = {1024, 1024, -1, 0};
+  EXPECT_THROW(decode_decision(ConstDecisionWords(bad_fusion)), InvalidArgument);
+  int64_t bad_flag[kDecisionWordCount] = {1024, 1024, 4096, 7};
   try {
     decode_decision(ConstDecisionWords(bad_flag));
     ADD_FAILURE() << "a final flag of 7 was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("credit_bytes 1024"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("small_tensor_bytes 4096"), std::string::npos) << e.what();
   }
 }
 

@@ -79,7 +79,7 @@ TEST_P(CoordinatorMatchesSimulator, EveryIterationStartsWhenThePolicysDoes) {
   EngineConfig cfg;
   cfg.policy = GetParam();
   cfg.knobs.credit_bytes = 8 << 20;
-  cfg.small_tensor_bytes = 64 << 10;
+  cfg.knobs.small_tensor_bytes = 64 << 10;
   cfg.fusion_bytes = 16 << 20;
   sim::RingAllreduceNetwork net({16, 10e9, 5e-6});
   sim::SimOptions opts;

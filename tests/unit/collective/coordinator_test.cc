@@ -272,7 +272,7 @@ std::string keys_of(const std::vector<std::vector<uint64_t>>& batches) {
 TEST_P(CoordinatorRunsThePolicy, OrderEqualsThePolicysBatchesForTheSameReadySets) {
   EngineConfig cfg;
   cfg.policy = GetParam();
-  cfg.small_tensor_bytes = 2048;  // bytescheduler fuses
+  cfg.knobs.small_tensor_bytes = 2048;  // bytescheduler fuses
   cfg.fusion_bytes = 6000;        // fusion's threshold
   cfg.fusion_cycle_s = 0.001;
   cfg.credit_stall_guard = false;

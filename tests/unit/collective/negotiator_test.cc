@@ -56,7 +56,7 @@ NegotiatorOptions options(int rank, int size, uint64_t fusion = 0, double timeou
   o.size = size;
   o.timeout_s = timeout_s;
   o.join_timeout_s = 20;
-  o.policy.small_tensor_bytes = fusion;  // bytescheduler fuses small tensors up to this
+  o.policy.knobs.small_tensor_bytes = fusion;  // bytescheduler fuses small tensors up to this
   return o;
 }
 

@@ -110,7 +110,7 @@ Engines engines_over(Cluster& c, uint64_t partition, uint64_t small_tensor_bytes
   for (auto& b : c.backends) {
     EngineConfig cfg;
     cfg.knobs.partition_bytes = partition;
-    cfg.small_tensor_bytes = small_tensor_bytes;
+    cfg.knobs.small_tensor_bytes = small_tensor_bytes;
     out.push_back(std::make_unique<Engine>(std::make_unique<PriorityCreditPolicy>(0), b, cfg));
   }
   return out;

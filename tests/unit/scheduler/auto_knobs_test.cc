@@ -23,7 +23,7 @@ TEST(AutoKnobs, PartitionShrinksWithWorkersAndCreditCoversTwoRoundsUpToACap) {
     const AutoKnobs k = auto_knobs({c.workers, c.workers});
     EXPECT_EQ(k.knobs.partition_bytes, c.partition) << c.workers << " workers";
     EXPECT_EQ(k.knobs.credit_bytes, c.credit) << c.workers << " workers";
-    EXPECT_EQ(k.small_tensor_bytes, 0u) << "the parameter server keeps its fusion off";
+    EXPECT_EQ(k.knobs.small_tensor_bytes, 0u) << "the parameter server keeps its fusion off";
   }
 }
 
@@ -34,7 +34,7 @@ TEST(AutoKnobs, WithOneWorkerTheDefaultsStay) {
   }
   EngineConfig c;
   EXPECT_TRUE(apply_auto_knobs(c, {1, 0}).empty());
-  EXPECT_EQ(c.small_tensor_bytes, 0u);
+  EXPECT_EQ(c.knobs.small_tensor_bytes, 0u);
 }
 
 TEST(AutoKnobs, RingCostIsTwoNMinusOneStepsAndTwoNMinusOneOverNOfTheBytes) {
@@ -65,7 +65,7 @@ TEST(AutoKnobs, AllReducePartitionsAmortiseTheRingLatency) {
         EXPECT_GT(32 * cost.alpha_s, cost.beta_s_per_byte * double(p / 2)) << "not the smallest";
       }
       EXPECT_EQ(k.knobs.credit_bytes, 1u) << "one batch in flight";
-      EXPECT_EQ(k.small_tensor_bytes, std::min(2 * p, 1024 * MiB)) << "tensors fused up to two partitions";
+      EXPECT_EQ(k.knobs.small_tensor_bytes, std::min(2 * p, 1024 * MiB)) << "tensors fused up to two partitions";
     }
     const uint64_t at_10g = auto_knobs({workers, 0, 10e9, 5e-6}).knobs.partition_bytes;
     EXPECT_GE(at_10g, previous);
@@ -107,7 +107,7 @@ TEST(AutoKnobs, AllReduceKeepsWhatWasSet) {
   const std::string why = apply_auto_knobs(none, {256, 0, 10e9, 5e-6});
   EXPECT_EQ(none.knobs.partition_bytes, 64 * MiB);
   EXPECT_EQ(none.knobs.credit_bytes, 1u);
-  EXPECT_EQ(none.small_tensor_bytes, 128 * MiB);
+  EXPECT_EQ(none.knobs.small_tensor_bytes, 128 * MiB);
   EXPECT_NE(why.find("256-worker all-reduce"), std::string::npos) << why;
   EXPECT_NE(why.find("partition 64 MiB (automatic), credit one batch in flight (automatic"), std::string::npos) << why;
   EXPECT_NE(why.find("fused up to 128 MiB"), std::string::npos) << why;
@@ -117,7 +117,7 @@ TEST(AutoKnobs, AllReduceKeepsWhatWasSet) {
   apply_auto_knobs(part, {256, 0, 10e9, 5e-6});
   EXPECT_EQ(part.knobs.partition_bytes, 8 * MiB);
   EXPECT_EQ(part.knobs.credit_bytes, 1u);
-  EXPECT_EQ(part.small_tensor_bytes, 16 * MiB);
+  EXPECT_EQ(part.knobs.small_tensor_bytes, 16 * MiB);
 
   EngineConfig all;
   all.set("partition_bytes", "1MiB");
@@ -126,7 +126,7 @@ TEST(AutoKnobs, AllReduceKeepsWhatWasSet) {
   EXPECT_TRUE(apply_auto_knobs(all, {256, 0}).empty());
   EXPECT_EQ(all.knobs.partition_bytes, 1 * MiB);
   EXPECT_EQ(all.knobs.credit_bytes, 3 * MiB);
-  EXPECT_EQ(all.small_tensor_bytes, 128 * KiB);
+  EXPECT_EQ(all.knobs.small_tensor_bytes, 128 * KiB);
 }
 
 }  // namespace

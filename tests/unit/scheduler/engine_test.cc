@@ -306,6 +306,24 @@ TEST(Engine, KnobsChangeAtIterationBoundary) {
   EXPECT_EQ(engine.knobs().credit_bytes, 4096u);
 }
 
+// The fusion bound is a knob like the credit: set_knobs() reaches bytescheduler's policy at the next backward_done().
+TEST(Engine, FusionBoundChangesAtIterationBoundary) {
+  auto backend = std::make_shared<RecordingBackend>();
+  auto owned = std::make_unique<PriorityCreditPolicy>(0);
+  const PriorityCreditPolicy& policy = *owned;
+  Engine engine(std::move(owned), backend, config_with(1024, 0));
+  std::vector<float> buf(256);
+  engine.set_knobs(Knobs{1024, 0, 64 << 10});
+  engine.submit(make_task("w", 0, buf));
+  engine.wait_all();
+  EXPECT_EQ(policy.small_tensor_bytes(), 0u) << "not before the iteration boundary";
+  engine.backward_done();
+  engine.submit(make_task("v", 0, buf));  // queued behind the knob change: the scheduler has applied it once v is done
+  engine.wait_all();
+  EXPECT_EQ(policy.small_tensor_bytes(), 64u << 10);
+  EXPECT_EQ(engine.knobs().small_tensor_bytes, 64u << 10);
+}
+
 // An eager task (a parameter broadcast) under BSP would wait for a backward that is not coming; flush() releases it
 // and ends no iteration.
 TEST(Engine, FlushReleasesHeldTasksWithoutEndingTheIteration) {

@@ -80,6 +80,39 @@ TEST(PriorityCreditPolicy, FusesQueuedSmallTensorsOnly) {
   for (size_t i = 0; i < next[0].size(); ++i) EXPECT_EQ(next[0][i].task_id, i + 1) << "in priority order";
 }
 
+// The fusion bound is a knob: set_knobs() changes it live, and what is queued then is fused by the new bound.
+TEST(PriorityCreditPolicy, SetKnobsChangesTheFusionBoundLive) {
+  PriorityCreditPolicy p(/*credit=*/100, /*small=*/0, false);
+  auto drain_one_round = [&](uint64_t first_id, Nanos now) {
+    arrive(p, first_id, 0, 1, 100);  // fills the credit
+    std::vector<Batch> out;
+    p.poll(now, out);
+    EXPECT_EQ(out.size(), 1u);
+    for (uint64_t id = first_id + 1; id <= first_id + 4; ++id) arrive(p, id, static_cast<int32_t>(id), 1, 16);
+    p.on_batch_done(out[0], now + 1);
+    std::vector<Batch> next;
+    p.poll(now + 1, next);
+    for (const Batch& b : next) p.on_batch_done(b, now + 2);
+    return next;
+  };
+  const std::vector<Batch> before = drain_one_round(0, 0);
+  ASSERT_EQ(before.size(), 4u) << "fusion off: the small tensors go one by one";
+  EXPECT_EQ(before[0].size(), 1u);
+  Knobs k;
+  k.credit_bytes = 100;
+  k.small_tensor_bytes = 64;
+  p.set_knobs(k);
+  EXPECT_EQ(p.small_tensor_bytes(), 64u);
+  EXPECT_EQ(p.credit_bytes(), 100u);
+  const std::vector<Batch> after = drain_one_round(10, 10);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].size(), 4u) << "fused up to the new 64-byte bound";
+  k.small_tensor_bytes = 0;
+  p.set_knobs(k);
+  const std::vector<Batch> off_again = drain_one_round(20, 20);
+  ASSERT_EQ(off_again.size(), 4u) << "0 turns fusion off again";
+}
+
 TEST(PriorityCreditPolicy, StallGuardOverdraftsWhenNothingCompletes) {
   PriorityCreditPolicy p(/*credit=*/100);
   arrive(p, 0, 0, 3, 100);

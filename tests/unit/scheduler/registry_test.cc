@@ -37,7 +37,7 @@ TEST(OptionRegistry, DefaultsParseBackToTheDefaults) {
     EXPECT_EQ(c.knobs.credit_bytes, d.knobs.credit_bytes) << o.name << "=" << o.default_value;
     EXPECT_EQ(c.fusion_bytes, d.fusion_bytes) << o.name;
     EXPECT_DOUBLE_EQ(c.fusion_cycle_s, d.fusion_cycle_s) << o.name;
-    EXPECT_EQ(c.small_tensor_bytes, d.small_tensor_bytes) << o.name;
+    EXPECT_EQ(c.knobs.small_tensor_bytes, d.knobs.small_tensor_bytes) << o.name;
     EXPECT_EQ(c.credit_stall_guard, d.credit_stall_guard) << o.name;
     EXPECT_EQ(c.timeline_max_events, d.timeline_max_events) << o.name;
     EXPECT_DOUBLE_EQ(c.mg_alpha_s, d.mg_alpha_s) << o.name;
@@ -56,9 +56,10 @@ TEST(OptionRegistry, AliasesAndFlagSpellingsReachTheSameOption) {
   EXPECT_EQ(c.knobs.credit_bytes, 0u);
   EXPECT_TRUE(c.credit_set);
   c.set("SMALL_TENSOR", "0");  // 0 turns small-tensor fusion off (a flag's default)
-  EXPECT_EQ(c.small_tensor_bytes, 0u);
+  EXPECT_EQ(c.knobs.small_tensor_bytes, 0u);
   c.set("small_tensor_bytes", "64KiB");
-  EXPECT_EQ(c.small_tensor_bytes, 64u << 10);
+  EXPECT_EQ(c.knobs.small_tensor_bytes, 64u << 10);
+  EXPECT_TRUE(c.small_tensor_set);
 }
 
 TEST(OptionRegistry, ErrorsNameTheCallersVariable) {

@@ -68,6 +68,28 @@ TEST(WarmStart, ThePlanCarriesPredictionsAndTheCurrentKnobs) {
   EXPECT_LT(plan.ranked.front().predicted_s, plan.current.predicted_s);
 }
 
+// The fusion bound is a knob the warm start chooses: its candidates carry bounds the tuner can reach (off, or within
+// the registered range), and ResNet-50's many small tensors on a 64-worker ring pay 2(W-1) latencies each unless
+// fused, so the best candidate fuses although the job starts with fusion off.
+TEST(WarmStart, ChoosesTheFusionBoundToo) {
+  const ModelProfile m = profile("resnet50");
+  WarmStartJob job;
+  job.network = NetworkKind::allreduce;
+  job.workers = 64;
+  job.link_bps = 10e9;
+  job.latency_s = 5e-6;
+  job.base.knobs.small_tensor_bytes = 0;
+  const WarmStartPlan plan = plan_warm_start(m, job, 4);
+  ASSERT_FALSE(plan.ranked.empty());
+  const KnobTuning& t = registered_tuning("small_tensor_bytes");
+  for (const WarmStartCandidate& c : plan.ranked) {
+    const uint64_t f = c.knobs.small_tensor_bytes;
+    EXPECT_TRUE(f == 0 || (double(f) >= t.min && double(f) <= t.max)) << f;
+  }
+  EXPECT_NE(plan.ranked.front().knobs.small_tensor_bytes, 0u) << "fusing pays on a latency-bound ring";
+  EXPECT_EQ(plan.current.knobs.small_tensor_bytes, 0u) << "the job's own knobs, simulated as they are";
+}
+
 // Backward runs last layer first: tensor 2's gradient is ready first, then 1 (2 ms later), then 0 (6 ms later).
 TEST(MeasuredProfile, BackwardComputeIsTheGapBeforeEachGradient) {
   const std::vector<uint64_t> bytes = {4096, 400, 1 << 20};

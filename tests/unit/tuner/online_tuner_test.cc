@@ -103,6 +103,14 @@ TEST(OnlineTuner, EndsWithinFivePercentOfTheKnownOptimum) {
   EXPECT_EQ(within, 5);
 }
 
+// The knob describer names every knob of the set, the fusion bound by its short name, 0 as "off".
+TEST(DescribeKnobs, NamesTheFusionBoundAndItsOffValue) {
+  const std::string off = describe_knobs(Knobs{1 << 20, 8 << 20, 0});
+  EXPECT_EQ(off, "partition 1 MiB, credit 8 MiB (8x), small_tensor off") << off;
+  const std::string on = describe_knobs(Knobs{1 << 20, 0, 64 << 10});
+  EXPECT_EQ(on, "partition 1 MiB, credit unlimited, small_tensor 64 KiB") << on;
+}
+
 TEST(OnlineTuner, WritesOneCsvRowPerTrialAndLogsProgress) {
   FakeEngine engine(3);
   TunerOptions o = test_options("csv");
@@ -113,11 +121,11 @@ TEST(OnlineTuner, WritesOneCsvRowPerTrialAndLogsProgress) {
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line, TrialLog::header());
-  EXPECT_EQ(line.rfind("trial,partition_bytes,credit_bytes,score_iter_per_s,noise_rel,", 0), 0u) << line;
+  EXPECT_EQ(line.rfind("trial,partition_bytes,credit_bytes,small_tensor_bytes,score_iter_per_s,noise_rel,", 0), 0u) << line;
   int rows = 0;
   while (std::getline(in, line)) {
     ++rows;
-    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 7) << line;
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 8) << line;
     EXPECT_EQ(line.rfind(std::to_string(rows) + ",", 0), 0u) << line;
   }
   EXPECT_EQ(rows, tuner.trials_done());

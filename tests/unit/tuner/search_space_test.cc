@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <span>
+
 #include "scheduler/config.h"
 #include "scheduler/types.h"
 #include "tuner/search_space.h"
@@ -10,8 +13,11 @@ namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * 1024;
 
+// Partition and credit alone (the first two registered knobs): their axes' behaviour, independent of the others.
+SearchSpace two_knobs(const SearchSpaceBounds& b = {}) { return SearchSpace(b, std::span<const KnobSpec>(kKnobs).first(2)); }
+
 TEST(SearchSpace, CornersMapToTheBounds) {
-  SearchSpace s;
+  SearchSpace s = two_knobs();
   const Knobs lo = s.to_knobs(std::vector<double>{0.0, 0.0});
   EXPECT_EQ(lo.partition_bytes, 64 * KiB);
   EXPECT_EQ(lo.credit_bytes, 1u);  // one batch in flight
@@ -28,7 +34,7 @@ TEST(SearchSpace, CornersMapToTheBounds) {
 }
 
 TEST(SearchSpace, KnobsRoundTripThroughTheUnitSquare) {
-  SearchSpace s;
+  SearchSpace s = two_knobs();
   for (uint64_t p = 64 * KiB; p <= 64 * MiB; p *= 2) {
     for (uint64_t m : {1ull, 2ull, 3ull, 8ull, 64ull, 0ull, 99ull /* one batch in flight */}) {
       const Knobs k{p, m == 99 ? 1 : m * p};
@@ -45,7 +51,7 @@ TEST(SearchSpace, KnobsRoundTripThroughTheUnitSquare) {
 }
 
 TEST(SearchSpace, PointsRoundTripUpToRounding) {
-  SearchSpace s;
+  SearchSpace s = two_knobs();
   for (double a = 0.0; a <= 1.0; a += 0.125) {
     for (double b = 1.0 / 8.0; b <= 7.0 / 8.0; b += 0.1) {
       const std::vector<double> u{a, b};
@@ -58,7 +64,7 @@ TEST(SearchSpace, PointsRoundTripUpToRounding) {
 }
 
 TEST(SearchSpace, PartitionsAreAlignedAndMonotone) {
-  SearchSpace s;
+  SearchSpace s = two_knobs();
   uint64_t prev = 0;
   for (int i = 0; i <= 100; ++i) {
     const uint64_t p = s.to_values(std::vector<double>{i / 100.0, 0.0}).at(0);
@@ -69,7 +75,7 @@ TEST(SearchSpace, PartitionsAreAlignedAndMonotone) {
 }
 
 TEST(SearchSpace, OutOfRangeKnobsAreClamped) {
-  SearchSpace s;
+  SearchSpace s = two_knobs();
   const auto u = s.from_knobs(Knobs{1 * KiB, 1024 * MiB});
   EXPECT_DOUBLE_EQ(u[0], 0.0);
   EXPECT_NEAR(u[1], 7.0 / 8.0, 1e-12);  // a huge finite credit stays finite: the largest multiple
@@ -79,7 +85,7 @@ TEST(SearchSpace, WithoutUnlimitedTheTopIsTheLargestMultiple) {
   SearchSpaceBounds b;
   b.allow_unlimited_credit = false;
   b.max_credit_multiple = 16;
-  SearchSpace s(b);
+  SearchSpace s = two_knobs(b);
   EXPECT_EQ(s.to_knobs(std::vector<double>{0.0, 1.0}).credit_bytes, 16 * 64 * KiB);
   EXPECT_DOUBLE_EQ(s.from_knobs(Knobs{64 * KiB, 0}).at(1), 1.0);
 }
@@ -90,7 +96,7 @@ TEST(SearchSpace, BoundsAreConfigurableAndValidated) {
   EXPECT_TRUE(b.set("max_partition", "8MiB"));
   EXPECT_TRUE(b.set("max_credit_multiple", "16"));
   EXPECT_FALSE(b.set("no_such_option", "1"));
-  SearchSpace s(b);
+  SearchSpace s = two_knobs(b);
   EXPECT_EQ(s.to_knobs(std::vector<double>{0.0, 0.0}).partition_bytes, 256 * KiB);
   EXPECT_EQ(s.to_knobs(std::vector<double>{1.0, 0.0}).partition_bytes, 8 * MiB);
 
@@ -102,7 +108,7 @@ TEST(SearchSpace, BoundsAreConfigurableAndValidated) {
     EXPECT_NE(std::string(e.what()).find("COMMSCHED_TUNER_MAX_PARTITION"), std::string::npos) << e.what();
   }
   EXPECT_THROW(b.set("max_credit_multiple", "0.5"), InvalidArgument);
-  EXPECT_THROW(SearchSpace().to_knobs(std::vector<double>{0.5, -0.1}), InvalidArgument);
+  EXPECT_THROW(two_knobs().to_knobs(std::vector<double>{0.5, -0.1}), InvalidArgument);
 }
 
 TEST(SearchSpace, AxesAreTheRegisteredTunableKnobs) {
@@ -117,7 +123,45 @@ TEST(SearchSpace, AxesAreTheRegisteredTunableKnobs) {
   EXPECT_EQ(SearchSpaceBounds{}.max_credit_multiple, registered_tuning("credit_bytes").max);
 }
 
-// A third knob registered as tunable is searched without a change to the tuner: it gets an axis, with its own
+// The default space: partition, credit and bytescheduler's fusion bound, the third on a log scale whose bottom band
+// means 0 (off), the next octave starting at the registered minimum.
+TEST(SearchSpace, TheFusionBoundIsTheThirdAxisWithAnOffBand) {
+  SearchSpace s;
+  ASSERT_EQ(s.dim(), 3);
+  EXPECT_EQ(s.axes()[2].knob->name, "small_tensor_bytes");
+  const KnobTuning& t = registered_tuning("small_tensor_bytes");
+  ASSERT_TRUE(t.off_band);
+  const double band = 1.0 / (std::log2(t.max / t.min) + 1.0);
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.5, 0.5, 0.0}).small_tensor_bytes, 0u) << "the off band";
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.5, 0.5, band * 0.9}).small_tensor_bytes, 0u);
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.5, 0.5, band}).small_tensor_bytes, static_cast<uint64_t>(t.min));
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.5, 0.5, 1.0}).small_tensor_bytes, static_cast<uint64_t>(t.max));
+  uint64_t prev = 0;
+  for (int i = 0; i <= 100; ++i) {
+    const double u = i / 100.0;
+    const Knobs k = s.to_knobs(std::vector<double>{0.3, 0.4, u});
+    if (u >= band) {
+      EXPECT_GE(k.small_tensor_bytes, static_cast<uint64_t>(t.min)) << u;
+      EXPECT_LE(k.small_tensor_bytes, static_cast<uint64_t>(t.max)) << u;
+      EXPECT_EQ(k.small_tensor_bytes % t.alignment, 0u) << u;
+    }
+    EXPECT_GE(k.small_tensor_bytes, prev) << "monotone along its axis";
+    prev = k.small_tensor_bytes;
+    // The other axes decode as without the third.
+    const Knobs two = two_knobs().to_knobs(std::vector<double>{0.3, 0.4});
+    EXPECT_EQ(k.partition_bytes, two.partition_bytes);
+    EXPECT_EQ(k.credit_bytes, two.credit_bytes);
+  }
+  // Off and every octave round-trip exactly; out-of-range sizes clamp onto the bounds.
+  for (uint64_t f : {uint64_t{0}, 16 * KiB, 64 * KiB, 1 * MiB, 8 * MiB, 256 * MiB}) {
+    const Knobs k{1 * MiB, 4 * MiB, f};
+    EXPECT_EQ(s.to_knobs(s.from_knobs(k)).small_tensor_bytes, f) << f;
+  }
+  EXPECT_DOUBLE_EQ(s.from_knobs(Knobs{1 * MiB, 4 * MiB, 1}).at(2), band) << "below the minimum: the minimum, not off";
+  EXPECT_DOUBLE_EQ(s.from_knobs(Knobs{1 * MiB, 4 * MiB, 1ull << 40}).at(2), 1.0);
+}
+
+// A knob registered as tunable is searched without a change to the tuner: it gets an axis, with its own
 // bounds, scale and alignment, beside partition and credit, whose behaviour stays as it was.
 TEST(SearchSpace, AThirdRegisteredTunableKnobIsSearchedWithinItsBounds) {
   const KnobSpec knobs[] = {
@@ -138,7 +182,7 @@ TEST(SearchSpace, AThirdRegisteredTunableKnobIsSearchedWithinItsBounds) {
   EXPECT_EQ(lo[3], 2 * 8 * KiB);
   EXPECT_EQ(hi[3], 8 * 2 * MiB);
   // Partition and credit map exactly as in the default space.
-  SearchSpace plain;
+  SearchSpace plain = two_knobs();
   for (double a : {0.0, 0.3, 0.77, 1.0})
     for (double b : {0.0, 0.5, 7.0 / 8.0, 0.95}) {
       const Knobs want = plain.to_knobs(std::vector<double>{a, b});

@@ -64,7 +64,7 @@ TEST(WarmStart, TuningStartsFromTheFirstThenTheStartingKnobsThenTheOthers) {
   const auto said = [&](const std::string& what) {
     return std::any_of(log.begin(), log.end(), [&](const std::string& l) { return l.find(what) != std::string::npos; });
   };
-  EXPECT_TRUE(said("starting from partition 1 MiB, credit 8 MiB (8x) (warm start"));
+  EXPECT_TRUE(said("starting from partition 1 MiB, credit 8 MiB (8x), small_tensor off (warm start"));
   EXPECT_TRUE(said("(simulated 101.0 ms/iteration, measured 100.0)"));
 }
 
