@@ -57,10 +57,11 @@ def test_bad_input_raises_value_error():
 
 def test_search_space_round_trip_and_units():
     s = t.SearchSpace(min_partition="64KiB", max_partition="64MiB")
-    assert s.to_knobs([0.0, 0.0]) == (64 << 10, 1)  # credit 1: one batch in flight
-    assert s.to_knobs([0.0, 1.0 / 8]) == (64 << 10, 64 << 10)
-    assert s.to_knobs([1.0, 1.0]) == (64 << 20, 0)  # credit 0: unlimited
-    for knobs in [(1 << 20, 8 << 20), (256 << 10, 0), (64 << 20, 64 << 20), (1 << 20, 1)]:
+    assert t.SearchSpace.dim == 3  # partition, credit, small-tensor fusion bound
+    assert s.to_knobs([0.0, 0.0, 0.0]) == (64 << 10, 1, 0)  # credit 1: one batch in flight; fusion 0: off
+    assert s.to_knobs([0.0, 1.0 / 8, 0.0]) == (64 << 10, 64 << 10, 0)
+    assert s.to_knobs([1.0, 1.0, 1.0]) == (64 << 20, 0, 256 << 20)  # credit 0: unlimited; the largest fusion bound
+    for knobs in [(1 << 20, 8 << 20, 0), (256 << 10, 0, 64 << 10), (64 << 20, 64 << 20, 8 << 20), (1 << 20, 1, 0)]:
         assert s.to_knobs(s.from_knobs(*knobs)) == knobs
     with pytest.raises(ValueError, match="COMMSCHED_TUNER_MAX_PARTITION"):
         t.SearchSpace(min_partition="1MiB", max_partition="512KiB")
@@ -70,7 +71,7 @@ def test_tune_a_synthetic_objective_in_knob_space():
     s = t.SearchSpace()
     bo = t.BayesOpt(dim=t.SearchSpace.dim, goal="maximize", seed=2, candidates=500)
 
-    def throughput(part, credit):
+    def throughput(part, credit, _fusion):
         mult = 128 if credit == 0 else credit / part
         return 10 / (1 + 0.5 * (math.log2(part / (1 << 20)) / 4) ** 2 + 0.3 * ((math.log2(mult) - 3) / 4) ** 2)
 

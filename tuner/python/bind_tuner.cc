@@ -12,6 +12,8 @@
 
 namespace py = pybind11;
 using commsched::Knobs;
+using commsched::KnobSpec;
+using commsched::kKnobs;
 using commsched::tuner::BayesOpt;
 using commsched::tuner::BayesOptOptions;
 using commsched::tuner::Goal;
@@ -75,7 +77,8 @@ void bind_bayes_opt(py::module_& m) {
 
 void bind_search_space(py::module_& m) {
   py::class_<SearchSpace>(m, "SearchSpace",
-                          "Partition size and credit on log scales in [0,1]^2; credit 0 means unlimited.")
+                          "The knob set (partition size, credit, small-tensor fusion bound) on log scales in [0,1]^dim; "
+                          "credit 0 means unlimited, fusion bound 0 off.")
       .def(py::init([](const py::object& min_partition, const py::object& max_partition, double max_credit_multiple,
                        bool unlimited_credit) {
              SearchSpaceBounds b;
@@ -91,15 +94,18 @@ void bind_search_space(py::module_& m) {
       .def("to_knobs",
            [](const SearchSpace& s, const std::vector<double>& u) {
              const Knobs k = s.to_knobs(u);
-             return std::make_tuple(k.partition_bytes, k.credit_bytes);
+             py::list out;  // every knob of the knob set, in registry order
+             for (const KnobSpec& spec : kKnobs) out.append(k.*spec.field);
+             return py::tuple(out);
            },
-           py::arg("u"), "(partition_bytes, credit_bytes) for a point; credit_bytes == 0 means unlimited.")
+           py::arg("u"),
+           "(partition_bytes, credit_bytes, small_tensor_bytes) for a point; credit 0 means unlimited, fusion 0 off.")
       .def("from_knobs",
-           [](const SearchSpace& s, uint64_t partition_bytes, uint64_t credit_bytes) {
-             const auto p = s.from_knobs(Knobs{partition_bytes, credit_bytes});
+           [](const SearchSpace& s, uint64_t partition_bytes, uint64_t credit_bytes, uint64_t small_tensor_bytes) {
+             const auto p = s.from_knobs(Knobs{partition_bytes, credit_bytes, small_tensor_bytes});
              return std::vector<double>(p.begin(), p.end());
            },
-           py::arg("partition_bytes"), py::arg("credit_bytes"))
+           py::arg("partition_bytes"), py::arg("credit_bytes"), py::arg("small_tensor_bytes") = 0)
       .def("snap", [](const SearchSpace& s, const std::vector<double>& u) {
         const auto p = s.snap(u);
         return std::vector<double>(p.begin(), p.end());
