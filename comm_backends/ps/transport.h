@@ -45,8 +45,9 @@ class LandedPayload final : public Payload {
 
 // Where an arriving message's payload should land, asked by the transport on its I/O thread (the owner's thread,
 // inside receive()/close()) before the payload is received: the peer, the message's header frame and the payload's
-// size. A span of exactly `payload_bytes` bytes: the payload is written there and delivered as a landed() Payload;
-// nullopt (or a span of another size): the transport's own buffer, as without a sink.
+// size. A span of exactly `payload_bytes` bytes: the payload is written there and delivered as a landed() Payload
+// (unless the transport ignores sinks, see set_payload_sink); nullopt: the transport's own buffer, as without a sink.
+// A span of another size is a bug of the owner's; the transport then uses its own buffer too.
 // Lifetime: the transport may write into a returned span until it delivers that message, or, when the message is
 // never delivered (its peer was lost, the transport closed), until close() returns. close() forgets the sink first.
 using PayloadSink = std::function<std::optional<std::span<std::byte>>(PeerId peer, std::span<const std::byte> header,
