@@ -21,7 +21,14 @@ constexpr uint64_t kOneBatchInFlight = 1;      // a credit below any partition: 
 
 bool has_servers(const ClusterShape& s) { return s.servers > 0; }
 
-uint64_t ps_credit_for(uint64_t partition, int workers) { return partition * uint64_t(workers + 1); }
+constexpr uint64_t kPsCreditCap = 16 * MiB;         // above this, only (W + 1) partitions (see the header)
+
+// Two rounds of one partition from every worker plus one (the receipt's way back is a second queue), as long as that
+// stays within the cap; never below one round.
+uint64_t ps_credit_for(uint64_t partition, int workers) {
+  const uint64_t round = partition * uint64_t(workers + 1);
+  return std::max(round, std::min(2 * round, kPsCreditCap));
+}
 
 uint64_t ps_partition(int workers) {
   // 256 KiB up to 16 workers, then halved for every doubling of W, down to 64 KiB.
@@ -56,7 +63,8 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
   const bool ring = !has_servers(shape);
   const uint64_t credit = config.knobs.credit_bytes;
   const std::string credit_why = ring ? "the collectives run one at a time; what queues meanwhile is fused"
-                                      : "one partition from every worker plus one";
+                                      : "two rounds of one partition from every worker plus one, up to 16 MiB: a push's receipt "
+                                        "queues behind its server's sums";
   std::string why = ring ? describe_ring(shape)
                          : "knobs for " + std::to_string(shape.workers) + " workers x " +
                                std::to_string(shape.servers) + " servers: ";

@@ -6,7 +6,18 @@
 // rate after it left. A worker whose credit is smaller than about W partitions therefore stalls with its own uplink
 // idle, and only credit/partition servers are busy at a time (in the simulator, 4 MiB partitions and 16 MiB credit
 // keep the links of 16 workers 58% busy; bench/RESULTS.md). So:
-//   - credit covers one partition from every worker plus the next: (W + 1) partitions;
+//   - credit covers one partition from every worker plus the next, twice: 2(W + 1) partitions, while that is at most
+//     16 MiB, and never less than (W + 1) partitions. A push is acknowledged (and its credit released) when the
+//     server's receipt comes back, and the receipt leaves through the server's send queue behind the sums already
+//     queued there (comm_backends/ps answers in order on one connection): a push waits for the W pushes ahead of it
+//     at the server's downlink and then for about W sums ahead of its receipt at the server's uplink. With (W + 1)
+//     partitions the links of 8-16 simulated workers idled 10-20% of the run (ResNet-50, BERT, Transformer at 1 and
+//     10 Gbit/s; 2(W + 1) was 4% faster on ResNet-50 at 64 workers, every worker simulated). But bytes in flight also
+//     queue ahead of an urgent partition in the servers' FIFO queues: at 256 workers 2(W + 1) x 64 KiB = 32 MiB was
+//     18% slower than (W + 1) on ResNet-50 at 10 Gbit/s (every worker simulated), and 4(W + 1) was worse at 8
+//     workers too; hence the cap, which leaves 256 workers at (W + 1). PS grid (5 profiles x 1-100 Gbit/s x 2-256
+//     workers): within 1.10x of the dependency bound in 110 of 120 cells instead of 101, >= 0.98x the best baseline
+//     in all 120 (bench/RESULTS.md, issue 12, item 1);
 //   - partitions are small, 256 KiB up to 16 workers and halving per doubling beyond (64 KiB from 64 workers on),
 //     so that the incast latency W * partition / rate, which every tensor pays at least once, stays small and a
 //     model's bytes spread evenly over many servers. In the simulator's grid (5 profiles x 1-100 Gbit/s, every

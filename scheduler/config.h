@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <iterator>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -71,7 +72,8 @@ struct EngineConfig {
 enum class KnobScale {
   fixed,         // not searched
   log_bytes,     // bytes = min * (max/min)^u, rounded to a multiple of `alignment`
-  log_multiple,  // a multiple (min .. max) of the knob named `of`, 2^octaves; optionally ending in a band meaning 0
+  log_multiple,  // a multiple (min .. max) of the knob named `of`, 2^octaves; optionally with a band at the bottom
+                 // meaning 1 (below any multiple: one batch in flight) and one at the top meaning 0 (no limit)
 };
 struct KnobTuning {
   KnobScale scale = KnobScale::fixed;
@@ -79,6 +81,7 @@ struct KnobTuning {
   uint64_t alignment = 1;        // log_bytes: values are multiples of this
   std::string_view of;           // log_multiple: the knob this one scales with (earlier in the table)
   bool unlimited_band = false;   // log_multiple: one more octave-wide band at the top means 0 (no limit)
+  bool one_batch_band = false;   // log_multiple: one more octave-wide band at the bottom means 1 (one batch in flight)
 };
 
 // The knob set: the knobs a tuner changes live, by name. The engine options, the tuner's search space and its
@@ -100,13 +103,29 @@ inline constexpr KnobSpec kKnobs[] = {
      // 4 KiB alignment fits every dtype.
      {KnobScale::log_bytes, 64.0 * 1024, 64.0 * 1024 * 1024, 4096, {}, false}},
     {"credit_bytes", "credit", &Knobs::credit_bytes, &EngineConfig::credit_set,
-     "bytescheduler credit: bytes in flight (unlimited: no limit); when unset: parameter server (workers + 1) "
-     "partitions, since every worker's push of a partition queues at one server's downlink; all-reduce one batch in "
+     "bytescheduler credit: bytes in flight (unlimited: no limit); when unset: parameter server 2 x (workers + 1) "
+     "partitions up to 16 MiB (at least workers + 1), since every worker's push of a partition queues at one "
+     "server's downlink and its receipt behind the sums in that server's send queue; all-reduce one batch in "
      "flight, since the collectives run one at a time and what queues meanwhile is fused",
      // A multiple of the partition: below one partition the scheduler stalls, and the useful credit scales with it.
-     {KnobScale::log_multiple, 1.0, 64.0, 1, "partition_bytes", true}},
+     // One batch in flight is what latency-bound collectives want (scheduler/auto_knobs.h), so the tuner can reach it.
+     {KnobScale::log_multiple, 1.0, 64.0, 1, "partition_bytes", true, true}},
 };
 inline constexpr size_t kKnobCount = std::size(kKnobs);
+
+// The registration rules of a knob table, checked at compile time for kKnobs: a knob with a tuning scale has a
+// Knobs field (else the tuner would search it and never apply it), and a name. Throws InvalidArgument naming the knob.
+constexpr bool check_knob_registry(std::span<const KnobSpec> knobs) {
+  for (const KnobSpec& k : knobs) {
+    if (k.name.empty()) throw InvalidArgument("a registered knob has no name");
+    if (k.tuning.scale != KnobScale::fixed && k.field == nullptr)
+      throw InvalidArgument("knob '" + std::string(k.name) +
+                            "' has a tuning scale but no Knobs field: the tuner would search it and never apply it "
+                            "(add a field to Knobs, or register it as fixed)");
+  }
+  return true;
+}
+static_assert(check_knob_registry(kKnobs));
 
 // The tuning row of a registered knob (constant-evaluated where the name is a literal); throws when none.
 constexpr const KnobTuning& registered_tuning(std::string_view knob) {

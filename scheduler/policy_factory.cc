@@ -20,7 +20,8 @@ const std::vector<PolicyInfo>& registrations() {
        false, {"partition_bytes", "credit_bytes", "small_tensor_bytes", "credit_stall_guard"},
        [](const EngineConfig& c) -> std::unique_ptr<Policy> {
          return std::make_unique<PriorityCreditPolicy>(c.knobs.credit_bytes, c.small_tensor_bytes, c.credit_stall_guard);
-       }},
+       },
+       /*baseline=*/false},
       {"wfbp", {"fifo"}, "wait-free backpropagation: whole tensors in the order backward produces them", false, {},
        [](const EngineConfig&) -> std::unique_ptr<Policy> { return std::make_unique<FifoPolicy>(); }},
       {"bsp", {}, "bulk synchronous: every tensor after the end of backward", true, {},

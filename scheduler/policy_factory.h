@@ -24,6 +24,9 @@ struct PolicyInfo {
   // The engine options this policy reads (EngineConfig); what the simulator's grid and the tuner may vary for it.
   std::vector<std::string_view> options;
   std::unique_ptr<Policy> (*make)(const EngineConfig&) = nullptr;
+  // A baseline the scheduler is compared against (WFBP, BSP, fusion, MG-WFBP); false for the scheduler itself. The
+  // simulator's targets (simulator/report.h) judge the non-baseline rows against the best baseline row by this.
+  bool baseline = true;
 };
 
 // Every registered policy, in listing order (the default comparison order of `commsched bench`).

@@ -35,7 +35,7 @@ run tuned --policy bytescheduler --cross-iteration --tune "$@"
 import json
 base, sched, tuned = (json.load(open(f"out/torch_{k}.json")) for k in ("wfbp", "bytescheduler", "tuned"))
 def size(b):
-    return "unlimited" if b == 0 else f"{b / 2**20:.2f} MiB"
+    return "unlimited" if b == 0 else "one batch in flight" if b == 1 else f"{b / 2**20:.2f} MiB"
 print(f"\n{'configuration':40} {'ms/step':>9} {'95% CI':>8} {'img/s':>8} {'loss':>15}")
 rows = (("wfbp (baseline)", base), ("bytescheduler + cross-iteration", sched),
         ("bytescheduler + cross-iteration, tuned", tuned))

@@ -57,16 +57,38 @@ void write_link_use(std::ostream& out, const std::vector<CellResult>& cells) {
   }
 }
 
+// The registry row of a result row: its policy, or the policy an automatic-knobs row ("<policy>-auto") belongs to.
+const PolicyInfo* policy_of(const CellResult& c) {
+  if (const PolicyInfo* p = find_policy(c.policy)) return p;
+  constexpr std::string_view suffix = "-auto";
+  if (c.policy.ends_with(suffix)) return find_policy(std::string_view(c.policy).substr(0, c.policy.size() - suffix.size()));
+  return nullptr;
+}
+
+bool is_baseline(const CellResult& c) {
+  const PolicyInfo* p = policy_of(c);
+  return p != nullptr && p->baseline;
+}
+
+bool is_auto_row(const CellResult& c) {
+  const PolicyInfo* p = policy_of(c);
+  return p != nullptr && c.policy == auto_row_label(PolicyKind(p->name));
+}
+
 }  // namespace
 
 TargetCheck check_targets(const std::vector<CellResult>& cell) {
   TargetCheck t;
-  // The scheduler is judged at its automatic knobs where that row was run (what a user gets), else at its best.
+  // The scheduler (the registry's non-baseline policy) is judged at its automatic knobs where that row was run (what
+  // a user gets), else at its best; against the best of the baselines.
   const CellResult* bs = nullptr;
   const CellResult* best = nullptr;
   for (const CellResult& c : cell) {
-    if (c.policy == kAutoKnobsRow || (c.policy == "bytescheduler" && (!bs || bs->policy != kAutoKnobsRow))) bs = &c;
-    else if (!c.policy.starts_with("bytescheduler") && (!best || c.iteration_s < best->iteration_s)) best = &c;
+    if (is_baseline(c)) {
+      if (!best || c.iteration_s < best->iteration_s) best = &c;
+    } else if (policy_of(c) && (is_auto_row(c) || !bs || !is_auto_row(*bs))) {
+      bs = &c;
+    }
   }
   if (!bs || !best) return t;
   t.have = true;
@@ -130,9 +152,9 @@ void write_markdown(std::ostream& out, const std::vector<CellResult>& cells, con
       out << " - | - | - |\n";
     }
   }
-  out << "\nbytescheduler knobs (automatic, and the best of the grid or tuner) per cell:\n\n";
+  out << "\nscheduler knobs (automatic, and the best of the grid or tuner) per cell:\n\n";
   for (const CellResult& c : cells)
-    if (c.policy.starts_with("bytescheduler"))
+    if (policy_of(c) && !is_baseline(c))
       out << "- " << c.model << ", " << gbit(c.bandwidth_bps) << ", " << c.workers << " workers: " << c.knobs << '\n';
   write_link_use(out, cells);
 }

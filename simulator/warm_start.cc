@@ -1,6 +1,7 @@
 #include "simulator/warm_start.h"
 
 #include <algorithm>
+#include <string>
 
 namespace commsched::sim {
 namespace {
@@ -13,32 +14,92 @@ GridSpec spec_for(const WarmStartJob& job) {
   else s.ring_alpha_s = job.latency_s;
   s.ps_ingress_limited = !job.emulated_links;
   s.base = job.base;
+  s.base.policy = PolicyKind::bytescheduler;
   use_default_knob_grid(s);
-  // Only what the online tuner searches: its credit is 1x or more of the partition, and it keeps the fusion bound.
-  std::erase_if(s.credit_multipliers, [](double k) { return k < 1; });
+  // Only what the online tuner searches: one batch in flight (multiplier 0) or a credit of 1x or more of the
+  // partition; it keeps the fusion bound.
+  std::erase_if(s.credit_multipliers, [](double k) { return k > 0 && k < 1; });
   s.small_tensor_bytes = {job.base.small_tensor_bytes};
   s.sim.iterations = 8;
   s.sim.warmup = 2;
   return s;
 }
 
-}  // namespace
-
-std::vector<Knobs> simulated_warm_start(const ModelProfile& model, const WarmStartJob& job, size_t count) {
+void check(const WarmStartJob& job) {
   if (job.workers < 1) throw InvalidArgument("warm start: workers=" + std::to_string(job.workers) + ", expected >= 1");
   if (!(job.link_bps > 0))
     throw InvalidArgument("warm start: link rate " + std::to_string(job.link_bps) + " bit/s, expected > 0");
+}
+
+// The grid's credit axis is a multiple of the partition (0: one batch in flight); unlimited credit has none.
+double credit_multiple(const Knobs& k) {
+  if (k.credit_bytes == 0 || k.partition_bytes == 0) return 1e6;  // no limit in practice
+  if (k.credit_bytes < k.partition_bytes) return 0;
+  return double(k.credit_bytes) / double(k.partition_bytes);
+}
+
+// The job's own knobs, simulated with the same spec (a grid of one point).
+WarmStartCandidate simulate_current(const GridSpec& spec, const ModelProfile& model, const WarmStartJob& job) {
+  GridSpec one = spec;
+  one.partitions = {job.base.knobs.partition_bytes};
+  one.credit_multipliers = {credit_multiple(job.base.knobs)};
+  const std::vector<CellResult> r = rank_candidates(one, model, job.link_bps, job.workers, PolicyKind::bytescheduler);
+  return {job.base.knobs, r.front().iteration_s};
+}
+
+}  // namespace
+
+WarmStartPlan plan_warm_start(const ModelProfile& model, const WarmStartJob& job, size_t count) {
+  check(job);
   const GridSpec spec = spec_for(job);
-  std::vector<Knobs> out;
+  WarmStartPlan plan;
   for (const CellResult& c : rank_candidates(spec, model, job.link_bps, job.workers, PolicyKind::bytescheduler)) {
-    if (out.size() >= count) break;
+    if (plan.ranked.size() >= count) break;
     const Knobs& k = c.config.knobs;
-    const bool seen = std::any_of(out.begin(), out.end(), [&](const Knobs& o) {
-      return o.partition_bytes == k.partition_bytes && o.credit_bytes == k.credit_bytes;
-    });
-    if (!seen) out.push_back(k);
+    const bool seen = std::any_of(plan.ranked.begin(), plan.ranked.end(),
+                                  [&](const WarmStartCandidate& o) { return o.knobs == k; });
+    if (!seen) plan.ranked.push_back({k, c.iteration_s});
   }
+  plan.current = simulate_current(spec, model, job);
+  return plan;
+}
+
+std::vector<Knobs> simulated_warm_start(const ModelProfile& model, const WarmStartJob& job, size_t count) {
+  std::vector<Knobs> out;
+  for (const WarmStartCandidate& c : plan_warm_start(model, job, count).ranked) out.push_back(c.knobs);
   return out;
+}
+
+ModelProfile measured_profile(std::span<const uint64_t> tensor_bytes, std::span<const double> ready_s) {
+  if (tensor_bytes.size() != ready_s.size())
+    throw InvalidArgument("measured profile: " + std::to_string(tensor_bytes.size()) + " tensor sizes but " +
+                          std::to_string(ready_s.size()) + " ready times");
+  std::vector<size_t> order;  // backward order: the first gradient ready first
+  for (size_t i = 0; i < ready_s.size(); ++i)
+    if (ready_s[i] >= 0) order.push_back(i);
+  if (order.empty()) throw InvalidArgument("measured profile: no gradient was seen becoming ready");
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ready_s[a] < ready_s[b]; });
+  std::vector<double> backward(tensor_bytes.size(), 0.0);
+  std::vector<double> gaps;
+  for (size_t j = 1; j < order.size(); ++j) {
+    backward[order[j]] = ready_s[order[j]] - ready_s[order[j - 1]];
+    gaps.push_back(backward[order[j]]);
+  }
+  if (!gaps.empty()) {
+    std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+    backward[order.front()] = gaps[gaps.size() / 2];
+  }
+  std::vector<TensorProfile> tensors;
+  for (size_t i = 0; i < tensor_bytes.size(); ++i) {
+    TensorProfile t;
+    t.name = "tensor." + std::to_string(i);
+    t.layer = static_cast<int32_t>(i);
+    t.elements = std::max<uint64_t>(1, tensor_bytes[i] / dtype_size(DType::f32));
+    t.backward = static_cast<Nanos>(backward[i] * 1e9);
+    t.forward = static_cast<Nanos>(backward[i] * kForwardShareOfBackward * 1e9);
+    tensors.push_back(std::move(t));
+  }
+  return make_profile("measured", std::move(tensors));
 }
 
 }  // namespace commsched::sim

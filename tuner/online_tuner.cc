@@ -68,6 +68,7 @@ void OnlineTuner::watch(double seconds) {
 bool OnlineTuner::period_complete(double seconds) {
   ++trial_iterations_;
   if (trial_iterations_ <= options_.warmup_iterations) return false;
+  period_seconds_.push_back(seconds);
   window_seconds_ += seconds;
   if (++window_count_ < options_.window_iterations) return false;
   window_throughputs_.push_back(static_cast<double>(window_count_) / window_seconds_);
@@ -81,6 +82,26 @@ void OnlineTuner::reset_period() {
   window_seconds_ = 0.0;
   window_count_ = 0;
   window_throughputs_.clear();
+  period_seconds_.clear();
+}
+
+double OnlineTuner::relative_error(int measured_iterations) const {
+  if (pooled_dof_ <= 0 || measured_iterations <= 0) return 0.0;
+  return std::sqrt(pooled_sum_ / pooled_dof_ / measured_iterations);
+}
+
+// Better than the best so far beyond the noise of both measurements (two combined standard errors).
+bool OnlineTuner::beats_best(const TrialRecord& r) const {
+  if (!best_knobs_) return true;
+  const TrialRecord* best = nullptr;
+  for (const TrialRecord& t : trials_)
+    if (t.knobs == *best_knobs_) best = &t;
+  const double best_error = best ? relative_error(best->iterations - options_.warmup_iterations) : 0.0;
+  // The score is a median of windows, whose standard error is about 1.25 times the mean's.
+  constexpr double kMedianEfficiency = 1.25;
+  const double margin =
+      2.0 * kMedianEfficiency * std::hypot(relative_error(r.iterations - options_.warmup_iterations), best_error);
+  return r.score > best_score_ * (1.0 + margin);
 }
 
 void OnlineTuner::end_watch() {
@@ -104,6 +125,7 @@ void OnlineTuner::end_watch() {
 
 void OnlineTuner::restart_tuning() {
   optimizer_ = BayesOpt(optimizer_options(options_, space_));
+  pooled_sum_ = pooled_dof_ = 0.0;  // the noise of the network before the drift
   warm_start_.clear();  // predicted for the network before the drift
   trials_.clear();
   best_knobs_.reset();
@@ -119,8 +141,9 @@ void OnlineTuner::restart_tuning() {
 
 void OnlineTuner::start(uint64_t iteration) {
   first_iteration_ = iteration;
-  // The first trial measures the configuration training started with (snapped into the search space): the tuner
-  // then never ends worse than the default it was given.
+  // The first trial measures the warm start's first configuration, or else the one training started with (snapped
+  // into the search space); the latter is always among the first two, so the tuner never ends worse than the
+  // default it was given.
   const SearchSpace::Point here = space_.from_knobs(control_.knobs());
   Decision proposal{space_.to_knobs(here), false};
   if (options_.reuse_best && !options_.store_path.empty()) {
@@ -132,6 +155,14 @@ void OnlineTuner::start(uint64_t iteration) {
     } catch (const std::exception& e) {
       if (leader_) log_(std::string("ignoring the stored best configuration: ") + e.what());
     }
+  }
+  if (const std::optional<Knobs> warm = proposal.final ? std::nullopt : next_warm_start();
+      warm && *warm != proposal.knobs) {
+    // Start where the simulation says the optimum is; the starting configuration is measured right after it.
+    warm_start_.insert(warm_start_.begin(), proposal.knobs);
+    if (leader_) log_("starting from " + describe(*warm) + " (warm start; then " + describe(proposal.knobs) +
+                      ", the configuration training started with)");
+    proposal.knobs = *warm;
   }
   const Decision agreed = agree_(proposal);
   control_.set_knobs(agreed.knobs);
@@ -165,7 +196,11 @@ void OnlineTuner::end_trial() {
   r.first_iteration = trial_first_iteration_;
   const auto x = space_.from_knobs(trial_knobs_);
   optimizer_.tell(x, r.score);
-  if (!best_knobs_ || r.score > best_score_) {
+  pool_noise();
+  r.noise = relative_error(r.iterations - options_.warmup_iterations);
+  const bool faster = best_knobs_ && r.score > best_score_;
+  const bool better = beats_best(r);
+  if (better) {
     best_score_ = r.score;
     best_knobs_ = trial_knobs_;
   }
@@ -175,9 +210,12 @@ void OnlineTuner::end_trial() {
   if (leader_) {
     std::ostringstream s;
     s << "trial " << r.trial << " of " << options_.max_trials << ": " << describe(r.knobs) << " -> " << r.score
-      << " it/s; best single measurement so far " << best_score_ << " it/s (" << describe(*best_knobs_) << "); "
-      << "at most " << options_.max_trials - r.trial << " trials left, about "
-      << std::llround(tuning_seconds_ / r.trial * (options_.max_trials - r.trial)) << " s";
+      << " it/s";
+    if (r.noise > 0) s << " +- " << 100 * r.noise << "%";
+    s << prediction_note(r.knobs, r.score)
+      << (faster && !better ? "; faster than the best but within the noise, so not taken" : "") << "; best "
+      << best_score_ << " it/s (" << describe(*best_knobs_) << "); at most " << options_.max_trials - r.trial
+      << " trials left, about " << std::llround(tuning_seconds_ / r.trial * (options_.max_trials - r.trial)) << " s";
     log_(s.str());
   }
   const Decision agreed = agree_(next_decision());
@@ -189,10 +227,42 @@ void OnlineTuner::end_trial() {
   }
 }
 
-void OnlineTuner::warm_start(std::vector<Knobs> first_trials) {
+// Adds the current trial's iteration times to the pooled relative variance.
+void OnlineTuner::pool_noise() {
+  const size_t n = period_seconds_.size();
+  if (n < 2) return;
+  double mean = 0;
+  for (double t : period_seconds_) mean += t;
+  mean /= double(n);
+  double ss = 0;
+  for (double t : period_seconds_) ss += (t / mean - 1.0) * (t / mean - 1.0);
+  pooled_sum_ += ss;
+  pooled_dof_ += double(n - 1);
+}
+
+void OnlineTuner::warm_start(std::vector<Knobs> first_trials, std::vector<double> predicted_s) {
   if (state_ != State::not_started)
     throw InvalidArgument("OnlineTuner::warm_start: call it before the first on_iteration_end()");
+  if (!predicted_s.empty() && predicted_s.size() != first_trials.size())
+    throw InvalidArgument("OnlineTuner::warm_start: " + std::to_string(predicted_s.size()) + " predictions for " +
+                          std::to_string(first_trials.size()) + " configurations");
+  predicted_.clear();
+  for (size_t i = 0; i < predicted_s.size(); ++i)
+    predicted_.emplace_back(space_.to_knobs(space_.from_knobs(first_trials[i])), predicted_s[i]);
   warm_start_ = std::move(first_trials);
+}
+
+// " (simulated 120.0 ms/iteration, measured 131.5)" for a configuration the warm start predicted.
+std::string OnlineTuner::prediction_note(const Knobs& k, double score) const {
+  for (const auto& [knobs, seconds] : predicted_) {
+    if (knobs != k) continue;
+    std::ostringstream s;
+    s.setf(std::ios::fixed);
+    s.precision(1);
+    s << " (simulated " << seconds * 1e3 << " ms/iteration, measured " << 1e3 / score << ")";
+    return s.str();
+  }
+  return {};
 }
 
 std::optional<Knobs> OnlineTuner::next_warm_start() {
@@ -223,19 +293,9 @@ Decision OnlineTuner::next_decision() {
     }
     reason = "expected improvement below " + std::to_string(options_.stop_relative_ei) + " of the best";
   }
-  // Keep the trial with the best posterior mean: a single lucky measurement should not win. Say so when that is not
-  // the trial measured fastest, so the log does not read as keeping something other than the best.
-  const size_t best = optimizer_.best_index_by_model().value_or(0);
-  if (leader_) {
-    std::string why = "stopping after " + std::to_string(done) + " trials (" + reason + ")";
-    const Knobs& kept = trials_[best].knobs;
-    if (best_knobs_ && kept != *best_knobs_)
-      why += "; keeping the best by the model of all trials (" + describe(kept) + ", measured " +
-             std::to_string(trials_[best].score) + " it/s) rather than the single fastest measurement (" +
-             describe(*best_knobs_) + ", " + std::to_string(best_score_) + " it/s), which the model reads as noise";
-    log_(why);
-  }
-  return {trials_[best].knobs, true};
+  // Keep the best: the configuration no later trial beat beyond the noise (the one the log has called best).
+  if (leader_) log_("stopping after " + std::to_string(done) + " trials (" + reason + ")");
+  return {best_knobs_.value_or(trials_.front().knobs), true};
 }
 
 void OnlineTuner::finish(const Knobs& knobs) {
@@ -263,15 +323,22 @@ void OnlineTuner::finish(const Knobs& knobs) {
   }
 }
 
-std::string OnlineTuner::describe(const Knobs& k) const {
-  std::string credit = "unlimited";
-  if (k.credit_bytes != 0) {
-    std::ostringstream m;
-    m << format_bytes(k.credit_bytes) << " ("
-      << static_cast<double>(k.credit_bytes) / static_cast<double>(std::max<uint64_t>(k.partition_bytes, 1)) << "x)";
-    credit = m.str();
+std::string describe_knobs(const Knobs& k) {
+  std::string out;
+  for (const KnobSpec& spec : kKnobs) {
+    const uint64_t v = k.*spec.field;
+    std::string text = v == 0 ? "unlimited" : format_bytes(v);
+    if (spec.tuning.scale == KnobScale::log_multiple && v != 0) {
+      uint64_t base = 0;
+      for (const KnobSpec& of : kKnobs)
+        if (of.name == spec.tuning.of) base = k.*of.field;
+      std::ostringstream m;
+      m << " (" << static_cast<double>(v) / static_cast<double>(std::max<uint64_t>(base, 1)) << "x)";
+      text = base > 0 && v < base ? "one batch in flight" : text + m.str();
+    }
+    out += (out.empty() ? "" : ", ") + std::string(spec.alias.empty() ? spec.name : spec.alias) + " " + text;
   }
-  return "partition " + format_bytes(k.partition_bytes) + ", credit " + credit;
+  return out;
 }
 
 }  // namespace commsched::tuner

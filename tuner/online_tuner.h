@@ -12,9 +12,16 @@
 // tuning stops: a Knobs-only broadcast could not tell the other ranks to stop calling it, and ranks whose local
 // measurements disagree about stopping would then deadlock in the next broadcast.
 //
+// Noise. A trial's score is the median window; its noise is the spread of the iteration times it measured, pooled over
+// every trial so far (relative standard deviation per iteration, divided by the square root of the trial's measured
+// iterations: the standard error of its mean). The best configuration is the first trial's until a later one
+// measures faster by more than twice the combined standard error of the two (about 95% confidence); a faster
+// measurement within that is reported as noise and does not replace it. The log's "best" is always that
+// configuration, and it is the one kept at the end, so the log never names one configuration as best and keeps
+// another.
+//
 // Stopping. On the trial budget, or when the optimizer's max expected improvement falls below a fraction of the best
-// score (after min_trials); the tuner then switches to the best configuration (by posterior mean, robust to noise)
-// and keeps it. The best is saved to a JSON store keyed by model signature and cluster shape; a later run with the
+// score (after min_trials); the tuner then switches to the best configuration and keeps it. The best is saved to a JSON store keyed by model signature and cluster shape; a later run with the
 // same key reuses it without tuning.
 //
 // Watching (drift_threshold > 0). After the final decision the tuner goes on measuring, one trial's length at a time
@@ -30,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "scheduler/policy.h"
@@ -47,6 +55,10 @@ struct Decision {
   bool final = false;  // tuning is over; keep these knobs
 };
 using AgreeFn = std::function<Decision(const Decision& proposed_by_rank0)>;
+
+// Every knob of the knob set (scheduler/config.h kKnobs) by its short name, for logs: "partition 1 MiB, credit 8 MiB
+// (8x)"; a credit below its partition reads "one batch in flight", 0 "unlimited".
+std::string describe_knobs(const Knobs& k);
 using LogFn = std::function<void(const std::string&)>;
 
 class OnlineTuner {
@@ -55,12 +67,15 @@ class OnlineTuner {
   OnlineTuner(KnobControl& control, TuningKey key, TunerOptions options, AgreeFn agree = {}, LogFn log = {},
               bool is_leader = true);
 
-  // Warm start: configurations to try first, right after the one training started with and before the optimizer's
-  // own design, in this order: for example the best ones the simulator predicts for the job's profile and cluster
-  // (simulator/warm_start.h). They are measured like any trial, so a wrong prediction costs one trial each and never
-  // decides by itself. Only rank 0's list matters (its proposals are agreed). Call before the first
-  // on_iteration_end(); knobs outside the search space are snapped onto it, ones already measured are skipped.
-  void warm_start(std::vector<Knobs> first_trials);
+  // Warm start: configurations to try first, in this order, for example the best ones the simulator predicts for the
+  // job's profile and cluster (simulator/warm_start.h). The first one is where tuning starts (the first trial, agreed
+  // by every rank), the configuration training started with comes right after it (so the tuner never ends worse than
+  // the default it was given), then the others. They are measured like any trial, so a wrong prediction costs one
+  // trial each and never decides by itself. `predicted_s` (empty, or one per configuration): the simulated time per
+  // iteration, which the log sets beside the measured one. Only rank 0's list matters (its proposals are agreed).
+  // Call before the first on_iteration_end(); knobs outside the search space are snapped onto it, ones already
+  // measured are skipped.
+  void warm_start(std::vector<Knobs> first_trials, std::vector<double> predicted_s = {});
 
   // Called after every training iteration with its wall time in seconds (> 0, finite; throws InvalidArgument).
   void on_iteration_end(uint64_t iteration, double seconds);
@@ -90,7 +105,7 @@ class OnlineTuner {
   std::optional<Knobs> next_warm_start();
   void finish(const Knobs& knobs);
   void begin_trial(const Knobs& knobs);
-  std::string describe(const Knobs& k) const;
+  std::string describe(const Knobs& k) const { return describe_knobs(k); }
 
   KnobControl& control_;
   TuningKey key_;
@@ -113,8 +128,17 @@ class OnlineTuner {
   double window_seconds_ = 0.0;
   int window_count_ = 0;
   std::vector<double> window_throughputs_;
+  std::vector<double> period_seconds_;  // the measured iterations of the current trial or period (after warm-up)
+  // Pooled relative variance of iteration times: sum over trials of (n - 1) * variance / mean^2, and of (n - 1).
+  double pooled_sum_ = 0.0;
+  double pooled_dof_ = 0.0;
+  double relative_error(int measured_iterations) const;  // of a trial's score; 0 while no noise was measured
+  bool beats_best(const TrialRecord& r) const;
+  void pool_noise();
 
   std::vector<Knobs> warm_start_;  // still to try, front first
+  std::vector<std::pair<Knobs, double>> predicted_;  // simulated seconds per iteration, by (snapped) knobs
+  std::string prediction_note(const Knobs& k, double score) const;
   std::vector<TrialRecord> trials_;
   std::optional<Knobs> best_knobs_;
   double best_score_ = 0.0;

@@ -46,7 +46,10 @@ void SearchSpaceBounds::validate() const {
 namespace {
 
 double octaves(const KnobTuning& t) { return std::log2(t.max / t.min); }
-double axis_octaves(const KnobTuning& t) { return octaves(t) + (t.unlimited_band ? 1.0 : 0.0); }
+double axis_octaves(const KnobTuning& t) {
+  return octaves(t) + (t.unlimited_band ? 1.0 : 0.0) + (t.one_batch_band ? 1.0 : 0.0);
+}
+constexpr uint64_t kOneBatchInFlight = 1;  // a credit below any partition (scheduler/auto_knobs.h)
 
 // The tuner's own options narrow the built-in knobs' registered bounds (their variables are named after them).
 void apply_bounds(KnobTuning& t, std::string_view knob, const SearchSpaceBounds& b) {
@@ -99,7 +102,12 @@ uint64_t SearchSpace::bytes_at(const Axis& a, double u) const {
 uint64_t SearchSpace::multiple_at(const Axis& a, double v, uint64_t base) const {
   const KnobTuning& t = a.tuning;
   const double axis = axis_octaves(t);
-  const double octave = std::clamp(v, 0.0, 1.0) * axis;
+  double octave = std::clamp(v, 0.0, 1.0) * axis;
+  if (t.one_batch_band) {
+    // The band's upper boundary belongs to the smallest multiple, so that from_values() round-trips it exactly.
+    if (octave < 1.0 - 1e-9) return kOneBatchInFlight;
+    octave = std::max(0.0, octave - 1.0);
+  }
   // The boundary itself belongs to the largest finite multiple so that from_values() round-trips it exactly.
   if (t.unlimited_band && octave > octaves(t) + 1e-9) return 0;
   const double multiple = std::clamp(t.min * std::exp2(octave), t.min, t.max);
@@ -119,9 +127,11 @@ double SearchSpace::coordinate_of_multiple(const Axis& a, uint64_t value, uint64
   if (axis <= 0.0) return 0.0;
   if (value == 0) return 1.0;  // unlimited, or the largest multiple when unlimited is not part of the space
   const double multiple = static_cast<double>(value) / static_cast<double>(base);
+  const double below = t.one_batch_band ? 1.0 : 0.0;  // the one-batch band's width
+  if (t.one_batch_band && multiple < t.min) return 0.0;  // below one multiple: one batch in flight
   const double octave = std::clamp(std::log2(multiple / t.min), 0.0, octaves(t));
   // A finite value never maps into the unlimited band, even at the largest multiple.
-  return std::clamp(octave / axis, 0.0, 1.0);
+  return std::clamp((below + octave) / axis, 0.0, 1.0);
 }
 
 SearchSpace::Values SearchSpace::to_values(std::span<const double> u) const {

@@ -3,14 +3,15 @@
 // partition size and credit, both on log scales:
 //
 // partition (log_bytes): bytes = min * (max/min)^u, rounded to a multiple of `alignment`.
-// credit (log_multiple of the partition): credit is a multiple m of the partition size, because a credit below one
-// partition would stall the scheduler and because the useful credit scales with the partition. The axis covers
-// log2(max/min) octaves (min x .. max x) and, when unlimited credit is allowed, one more octave-wide band at the top
-// that means "no limit" (Knobs::credit_bytes == 0). Placing "unlimited" just past the largest finite multiple keeps
-// the objective smooth along the axis (a huge credit behaves like no credit limit), which suits the Gaussian process,
-// and lets the tuner learn that scheduling does not pay on a fast network.
-//   with unlimited:    v in [0, k/(k+1)] -> m = min 2^(v (k+1)),  v in (k/(k+1), 1] -> unlimited,  k = log2(max/min)
-//   without unlimited: v in [0, 1]       -> m = min 2^(v k)
+// credit (log_multiple of the partition): credit is a multiple m of the partition size, because the useful credit
+// scales with the partition. The axis covers log2(max/min) octaves (min x .. max x) and, when unlimited credit is
+// allowed, one more octave-wide band at the top that means "no limit" (Knobs::credit_bytes == 0). Placing "unlimited"
+// just past the largest finite multiple keeps the objective smooth along the axis (a huge credit behaves like no
+// credit limit), which suits the Gaussian process, and lets the tuner learn that scheduling does not pay on a fast
+// network. Likewise an octave-wide band at the bottom (one_batch_band) means "one batch in flight"
+// (credit_bytes == 1, below any partition: the policy sends one batch whenever nothing is in flight), which is what
+// latency-bound collectives want and the next step down from a credit of one partition.
+//   bands: [one batch] [m = min .. max, k = log2(max/min) octaves] [unlimited], each octave 1/(k + bands) of [0, 1]
 //
 // The tuner's options (SearchSpaceBounds) narrow the registered bounds of the two built-in knobs.
 #pragma once

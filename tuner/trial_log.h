@@ -15,7 +15,8 @@ struct TrialRecord {
   double score = 0.0;        // median window throughput, iterations per second
   int iterations = 0;        // iterations the trial took, warm-up included
   uint64_t first_iteration = 0;
-  double best_score = 0.0;   // best score so far, this trial included
+  double best_score = 0.0;   // the kept (best) configuration's score after this trial
+  double noise = 0.0;        // relative standard error of the score (0: a single iteration measured)
 };
 
 class TrialLog {
@@ -26,8 +27,8 @@ class TrialLog {
   bool is_open() const { return out_.is_open(); }
   void append(const TrialRecord& r);
 
-  static constexpr const char* kHeader =
-      "trial,partition_bytes,credit_bytes,score_iter_per_s,iterations,first_iteration,best_score_iter_per_s";
+  // trial, one column per knob of the knob set (scheduler/config.h kKnobs, by name), then the measurements.
+  static std::string header();
 
  private:
   std::ofstream out_;

@@ -1,5 +1,6 @@
 #include "plugins/api/context.h"
 
+#include <cmath>
 #include <iostream>
 #include <stdexcept>
 
@@ -96,8 +97,9 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
     // A given COMMSCHED_COLLECTIVE_FUSION_BYTES is the collectives' small-tensor bound: the automatic one keeps it.
     if (servers == 0 && config_.small_tensor_bytes == 0 && env_value("COMMSCHED_COLLECTIVE_FUSION_BYTES"))
       config_.small_tensor_bytes = collective::CollectiveOptions::from_env().fusion_bytes;
-    const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers});
-    if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << '\n';
+    link_ = estimate_link();
+    const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers, link_.rate_bps, 0});
+    if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << " (" << link_.source << ")\n";
   }
   if (!backend) backend = make_backend(backend_kind_, env_, config_);
   rank_ = backend->rank();
@@ -128,7 +130,10 @@ std::vector<std::unique_ptr<Context>> Context::loopback_group(int ranks, LinkMod
   return group;
 }
 
-void Context::set_model(std::span<const uint64_t> tensor_bytes) { model_signature_ = tuner::model_signature(tensor_bytes); }
+void Context::set_model(std::span<const uint64_t> tensor_bytes) {
+  model_signature_ = tuner::model_signature(tensor_bytes);
+  tensor_bytes_.assign(tensor_bytes.begin(), tensor_bytes.end());
+}
 
 Context::~Context() { shutdown(); }
 
@@ -159,12 +164,40 @@ void Context::end_step(double step_seconds) {
   // The tuner switches knobs through engine_->set_knobs(); they take effect at the next backward_done(), which every
   // worker reaches in the same step. A step without a time (the first clocked one) is skipped on every rank alike.
   if (!tune_ || !engine_ || step_seconds <= 0) return;
-  if (!tuner_) {
-    const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
-    tuner_ = std::make_unique<LiveTuner>(*engine_, key, *tuner_options_);
-    if (!tuner_warm_start_.empty()) tuner_->warm_start(std::move(tuner_warm_start_));
-  }
+  if (!tuner_) start_tuner();
   tuner_->on_step(step_seconds);  // after tuning too: the tuner watches for drift (COMMSCHED_TUNER_DRIFT)
+}
+
+void Context::start_tuner() {
+  const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
+  tuner_ = std::make_unique<LiveTuner>(*engine_, key, *tuner_options_);
+  if (tuner_warm_start_.empty()) plan_warm_start_from_measurement();
+  if (!tuner_warm_start_.empty())
+    tuner_->warm_start(std::move(tuner_warm_start_), std::move(tuner_warm_start_predicted_));
+}
+
+// Rank 0 only (its proposals are the ones agreed); the other ranks wait for the first agreement meanwhile.
+void Context::plan_warm_start_from_measurement() {
+  const std::optional<std::vector<double>>& ready = backward_samples_.best();
+  if (rank_ != 0 || size_ < 2 || backend_kind_ == BackendKind::loopback || !ready || tensor_bytes_.empty()) return;
+  LiveWarmStartJob job;
+  job.tensor_bytes = tensor_bytes_;
+  job.ready_s = *ready;
+  job.parameter_server = backend_kind_ == BackendKind::ps;
+  job.workers = size_;
+  job.servers = env_.num_servers;
+  job.link = link_;
+  job.config = config_;
+  job.config.knobs = engine_->knobs();
+  try {
+    LiveWarmStart w = plan_live_warm_start(job);
+    std::cerr << "[commsched tuner] " << w.why << "; measured " << std::llround(stats_.last_step_s * 1e3)
+              << " ms/step now (the first steps include warm-up)\n";
+    tuner_warm_start_ = std::move(w.trials);
+    tuner_warm_start_predicted_ = std::move(w.predicted_s);
+  } catch (const std::exception& e) {
+    std::cerr << "[commsched tuner] no warm start: " << e.what() << '\n';
+  }
 }
 
 bool Context::tuning_finished() const { return !tune_ || (tuner_ && tuner_->finished()); }

@@ -23,6 +23,7 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/loopback/loopback_backend.h"
+#include "plugins/api/live_tuner_warm_start.h"
 #include "scheduler/config.h"
 #include "scheduler/engine.h"
 #include "tuner/tuner_config.h"
@@ -103,11 +104,24 @@ class Context {
   StepStats step_stats() const { return stats_; }
 
   // The model's gradient sizes in bytes, in forward order: its signature keys the tuner's store of best
-  // configurations (see tuner::model_signature). Call before the first iteration_end(); optional.
+  // configurations (see tuner::model_signature), and with note_backward() they are what the tuner's warm start
+  // simulates. Call before the first iteration_end(); optional.
   void set_model(std::span<const uint64_t> tensor_bytes);
-  // Configurations the tuner tries first, after the starting one (for example the simulator's prediction for this
-  // job, simulator/warm_start.h). Rank 0's list is the one that counts. Call before the first iteration_end().
-  void set_tuner_warm_start(std::vector<Knobs> first_trials) { tuner_warm_start_ = std::move(first_trials); }
+  // When each gradient of set_model()'s tensors became ready in one backward (seconds on any clock; negative: not
+  // seen). Wanted while wants_backward_times() (rank 0, tuning, before the tuner starts at the second step's end);
+  // the tuner then starts from the knobs the simulator predicts fastest for this model, its measured backward, the
+  // cluster's shape and the link (plugins/api/live_tuner_warm_start.h), unless set_tuner_warm_start() gave some.
+  void note_backward(std::vector<double> ready_s) { backward_samples_.add(std::move(ready_s)); }
+  bool wants_backward_times() const { return tune_ && !tuner_ && rank_ == 0 && size_ > 1; }
+  // Configurations the tuner starts from, in order (for example the simulator's prediction for this job,
+  // simulator/warm_start.h; predicted_s: their simulated step times, or empty). Rank 0's list is the one that counts.
+  // Call before the first iteration_end().
+  void set_tuner_warm_start(std::vector<Knobs> first_trials, std::vector<double> predicted_s = {}) {
+    tuner_warm_start_ = std::move(first_trials);
+    tuner_warm_start_predicted_ = std::move(predicted_s);
+  }
+  // The link the automatic knobs and the warm start assume (estimated at construction).
+  const LinkEstimate& link() const { return link_; }
   bool tuning() const { return tune_; }
   // The auto-tuner, once the first step has ended with tuning on; null otherwise.
   const LiveTuner* tuner() const { return tuner_.get(); }
@@ -124,6 +138,8 @@ class Context {
   // `backend`: a backend built by the caller (a loopback group's rank); null: the one the configuration names.
   Context(const ContextOptions& options, std::shared_ptr<CommBackend> backend);
   void end_step(double step_seconds);
+  void start_tuner();
+  void plan_warm_start_from_measurement();
 
   ClusterEnv env_;
   EngineConfig config_;
@@ -135,6 +151,10 @@ class Context {
   std::unique_ptr<Engine> engine_;
   bool tune_ = false;
   std::vector<Knobs> tuner_warm_start_;
+  std::vector<double> tuner_warm_start_predicted_;
+  LinkEstimate link_;
+  std::vector<uint64_t> tensor_bytes_;
+  BackwardSamples backward_samples_;
   std::optional<tuner::TunerOptions> tuner_options_;  // parsed at construction when tuning
   uint64_t model_signature_ = 0;
   std::unique_ptr<LiveTuner> tuner_;

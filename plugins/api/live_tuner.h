@@ -36,7 +36,9 @@ class LiveTuner {
   // when the broadcast fails or does not complete within the agreement limit.
   void on_step(double seconds);
   // Configurations to try first (tuner::OnlineTuner::warm_start); before the first on_step().
-  void warm_start(std::vector<Knobs> first_trials) { tuner_->warm_start(std::move(first_trials)); }
+  void warm_start(std::vector<Knobs> first_trials, std::vector<double> predicted_s = {}) {
+    tuner_->warm_start(std::move(first_trials), std::move(predicted_s));
+  }
 
   const tuner::OnlineTuner& tuner() const { return *tuner_; }
   bool finished() const { return tuner_->finished(); }

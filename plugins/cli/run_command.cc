@@ -318,12 +318,19 @@ void warm_start_from_simulator(Context& ctx, const RunArgs& a, const sim::ModelP
     l.forward = static_cast<Nanos>(double(l.forward) * a.compute_scale);
     l.backward = static_cast<Nanos>(double(l.backward) * a.compute_scale);
   }
-  const std::vector<Knobs> knobs = sim::simulated_warm_start(scaled, job, 3);
+  const sim::WarmStartPlan plan = sim::plan_warm_start(scaled, job, 3);
   std::string line = "[commsched] tuner warm start, simulated for " + std::to_string(job.workers) + " workers x " +
                      std::to_string(job.servers) + " servers at " + *rate + ":";
-  for (const Knobs& k : knobs) line += " (" + format_bytes(k.partition_bytes) + ", " + format_bytes(k.credit_bytes) + ")";
-  std::cerr << line << '\n';
-  ctx.set_tuner_warm_start(knobs);
+  std::vector<Knobs> knobs;
+  std::vector<double> predicted;
+  for (const sim::WarmStartCandidate& c : plan.ranked) {
+    line += " (" + format_bytes(c.knobs.partition_bytes) + ", " + format_bytes(c.knobs.credit_bytes) + ": " +
+            std::to_string(std::llround(c.predicted_s * 1e3)) + " ms)";
+    knobs.push_back(c.knobs);
+    predicted.push_back(c.predicted_s);
+  }
+  std::cerr << line << "; the starting knobs: " << std::llround(plan.current.predicted_s * 1e3) << " ms\n";
+  ctx.set_tuner_warm_start(knobs, predicted);
 }
 
 void add_common(CLI::App* s, RunArgs& a) {

@@ -225,6 +225,11 @@ PYBIND11_MODULE(_C, m) {
       .def("set_model", [](Context& c, std::vector<uint64_t> tensor_bytes) { c.set_model(tensor_bytes); },
            py::arg("tensor_bytes"), "the model's gradient sizes in bytes, in forward order (keys the tuner's store)")
       .def_property_readonly("tuning", &Context::tuning, "whether the online auto-tuner is on (COMMSCHED_TUNE)")
+      .def_property_readonly("wants_backward_times", &Context::wants_backward_times,
+                             "whether note_backward() is wanted (rank 0, tuning, before the tuner starts)")
+      .def("note_backward", &Context::note_backward, py::arg("ready_s"),
+           "when each gradient of set_model()'s tensors became ready in one backward (seconds; negative: not seen); "
+           "the tuner's warm start simulates the model with that backward compute")
       .def("tuner_state", [](const Context& c) {
              py::dict d;
              const LiveTuner* t = c.tuner();

@@ -57,9 +57,10 @@ def test_bad_input_raises_value_error():
 
 def test_search_space_round_trip_and_units():
     s = t.SearchSpace(min_partition="64KiB", max_partition="64MiB")
-    assert s.to_knobs([0.0, 0.0]) == (64 << 10, 64 << 10)
+    assert s.to_knobs([0.0, 0.0]) == (64 << 10, 1)  # credit 1: one batch in flight
+    assert s.to_knobs([0.0, 1.0 / 8]) == (64 << 10, 64 << 10)
     assert s.to_knobs([1.0, 1.0]) == (64 << 20, 0)  # credit 0: unlimited
-    for knobs in [(1 << 20, 8 << 20), (256 << 10, 0), (64 << 20, 64 << 20)]:
+    for knobs in [(1 << 20, 8 << 20), (256 << 10, 0), (64 << 20, 64 << 20), (1 << 20, 1)]:
         assert s.to_knobs(s.from_knobs(*knobs)) == knobs
     with pytest.raises(ValueError, match="COMMSCHED_TUNER_MAX_PARTITION"):
         t.SearchSpace(min_partition="1MiB", max_partition="512KiB")

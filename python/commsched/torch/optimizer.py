@@ -25,6 +25,7 @@ call optimizer.flush() (state_dict() does) before reading the parameters other t
 model.state_dict().
 """
 import contextlib
+import time
 import warnings
 import weakref
 
@@ -84,8 +85,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._warned_fallback = False
         self._keep = []                 # gradient accumulators and hook handles (their lifetime is ours)
         self._register_grad_hooks()
-        # The model's signature (gradient sizes in declaration order) keys the auto-tuner's store of best knobs.
+        # The model's signature (gradient sizes in declaration order) keys the auto-tuner's store of best knobs; with
+        # the gradients' ready times of the first backwards it is what the tuner's warm start simulates.
         runtime.context().set_model([p.numel() * p.element_size() for p in self._params])
+        self._index = {p: i for i, p in enumerate(self._params)}
+        self._ready_times = None        # per parameter, while the tuner wants backward times (rank 0, first steps)
+        self._watch_backward_times(runtime.context())
         self._model = model
         if cross_iteration is None:
             cross_iteration = runtime.env_flag(CROSS_ITERATION_VAR, default=True)
@@ -186,6 +191,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(f"gradient of '{self._names[p]}' was computed more than "
                                    f"backward_passes_per_step={self._passes_per_step} times before step(); "
                                    "call step() (or raise backward_passes_per_step)")
+            if self._ready_times is not None:
+                self._ready_times[self._index[p]] = time.perf_counter()
             self._queue_backward_end()
             self._passes_left[p] -= 1
             if self._passes_left[p] == 0:
@@ -211,8 +218,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._callback_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
 
+    def _watch_backward_times(self, ctx):
+        self._ready_times = [-1.0] * len(self._params) if ctx.wants_backward_times else None
+
+    def _report_backward_times(self):
+        times, self._ready_times = self._ready_times, None
+        if times is not None and any(t >= 0 for t in times):
+            runtime.context().note_backward(times)
+
     def _on_backward_end(self):
         self._callback_queued = False
+        if self._completed_pass:
+            self._report_backward_times()
         if not self._order_final and self._backward_order:
             self._set_priorities(reversed(self._backward_order))
             self._order_final = True
@@ -334,6 +351,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._params:
             self._passes_left[p] = self._passes_per_step
         ctx.iteration_end()
+        self._watch_backward_times(ctx)
 
     def zero_grad(self, set_to_none=False):
         if not self._pending_update:

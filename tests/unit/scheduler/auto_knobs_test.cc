@@ -9,16 +9,20 @@ namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
 
-TEST(AutoKnobs, PartitionShrinksWithWorkersAndCreditCoversOnePartitionFromEach) {
+TEST(AutoKnobs, PartitionShrinksWithWorkersAndCreditCoversTwoRoundsUpToACap) {
   struct Case {
     int workers;
     uint64_t partition;
+    uint64_t credit;  // 2(W + 1) partitions up to 16 MiB, at least (W + 1)
   };
-  for (const Case& c : {Case{2, 256 * KiB}, Case{3, 256 * KiB}, Case{16, 256 * KiB}, Case{31, 256 * KiB},
-                        Case{32, 128 * KiB}, Case{64, 64 * KiB}, Case{1024, 64 * KiB}}) {
+  for (const Case& c : {Case{2, 256 * KiB, 6 * 256 * KiB}, Case{3, 256 * KiB, 8 * 256 * KiB},
+                        Case{16, 256 * KiB, 34 * 256 * KiB}, Case{31, 256 * KiB, 16 * MiB},
+                        Case{32, 128 * KiB, 66 * 128 * KiB}, Case{64, 64 * KiB, 130 * 64 * KiB},
+                        Case{128, 64 * KiB, 16 * MiB}, Case{256, 64 * KiB, 257 * 64 * KiB},
+                        Case{1024, 64 * KiB, 1025 * 64 * KiB}}) {
     const AutoKnobs k = auto_knobs({c.workers, c.workers});
     EXPECT_EQ(k.knobs.partition_bytes, c.partition) << c.workers << " workers";
-    EXPECT_EQ(k.knobs.credit_bytes, c.partition * uint64_t(c.workers + 1)) << c.workers << " workers";
+    EXPECT_EQ(k.knobs.credit_bytes, c.credit) << c.workers << " workers";
     EXPECT_EQ(k.small_tensor_bytes, 0u) << "the parameter server keeps its fusion off";
   }
 }
@@ -88,14 +92,14 @@ TEST(AutoKnobs, ExplicitKnobsAreKeptAndAnExplicitPartitionGetsItsCredit) {
   part.set("partition_bytes", "1MiB");
   const std::string why = apply_auto_knobs(part, {16, 16});
   EXPECT_EQ(part.knobs.partition_bytes, 1 * MiB);
-  EXPECT_EQ(part.knobs.credit_bytes, 17 * MiB);
+  EXPECT_EQ(part.knobs.credit_bytes, 17 * MiB) << "2 x 17 partitions is above the 16 MiB cap: one round of them";
   EXPECT_NE(why.find("partition 1 MiB (set)"), std::string::npos) << why;
   EXPECT_NE(why.find("credit 17 MiB (automatic"), std::string::npos) << why;
 
   EngineConfig none;
   apply_auto_knobs(none, {16, 4});
   EXPECT_EQ(none.knobs.partition_bytes, 256 * KiB);
-  EXPECT_EQ(none.knobs.credit_bytes, 17 * 256 * KiB);
+  EXPECT_EQ(none.knobs.credit_bytes, 34 * 256 * KiB);
 }
 
 TEST(AutoKnobs, AllReduceKeepsWhatWasSet) {

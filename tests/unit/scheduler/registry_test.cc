@@ -161,5 +161,14 @@ TEST(PolicyRegistry, HoldsTasksMatchesTheBehaviour) {
   }
 }
 
+// The simulator's targets judge the scheduler against the baselines by this property, not by name.
+TEST(PolicyRegistry, TheSchedulerIsTheOnlyNonBaseline) {
+  std::vector<std::string_view> non_baselines;
+  for (const PolicyInfo& p : policy_registry())
+    if (!p.baseline) non_baselines.push_back(p.name);
+  ASSERT_EQ(non_baselines.size(), 1u);
+  EXPECT_EQ(non_baselines.front(), "bytescheduler");
+}
+
 }  // namespace
 }  // namespace commsched

@@ -77,5 +77,46 @@ INSTANTIATE_TEST_SUITE_P(Profiles, RingAutoKnobs, ::testing::ValuesIn(cases()), 
          std::to_string(int(info.param.bps / 1e9)) + "gbit";
 });
 
+// The parameter server's credit rule, every worker simulated: where (W + 1) partitions left the links idle (a push's
+// receipt comes back behind the sums queued at its server), 2(W + 1) reaches the dependency bound within 10%.
+struct PsCase {
+  std::string model;
+  int workers;
+  double bps;
+  friend void PrintTo(const PsCase& c, std::ostream* os) {
+    *os << c.model << ", " << c.workers << " workers, " << c.bps / 1e9 << " Gbit/s";
+  }
+};
+
+class PsAutoKnobs : public ::testing::TestWithParam<PsCase> {};
+
+TEST_P(PsAutoKnobs, ReachTheBoundWhereOnePartitionPerWorkerDidNot) {
+  const PsCase& c = GetParam();
+  GridSpec spec;
+  spec.models = {load_profile(std::string(COMMSCHED_PROFILES_DIR) + "/" + c.model + ".json")};
+  spec.network = NetworkKind::ps;
+  spec.sim.iterations = 8;
+  spec.sim.warmup = 2;
+  const CellResult automatic = run_auto_cell(spec, spec.models[0], c.bps, c.workers);
+  EXPECT_LE(automatic.iteration_s, 1.10 * automatic.dependency_bound_s) << automatic.knobs;
+  // The rule before: one partition from every worker plus one.
+  spec.partitions = {automatic.config.knobs.partition_bytes};
+  spec.credit_multipliers = {double(c.workers + 1)};
+  spec.small_tensor_bytes = {0};
+  const CellResult before = run_cell(spec, spec.models[0], c.bps, c.workers, PolicyKind::bytescheduler);
+  EXPECT_GT(before.iteration_s, 1.10 * before.dependency_bound_s) << "the case no longer shows the difference";
+  EXPECT_LT(automatic.iteration_s, 0.97 * before.iteration_s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, PsAutoKnobs,
+                         ::testing::Values(PsCase{"resnet50", 8, 10e9}, PsCase{"bert-base", 8, 10e9},
+                                           PsCase{"bert-large", 16, 10e9}),
+                         [](const auto& info) {
+                           std::string name = info.param.model + "_" + std::to_string(info.param.workers) + "w";
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
+
 }  // namespace
 }  // namespace commsched::sim

@@ -39,7 +39,8 @@ TEST(WarmStart, RanksTheTunersReachableKnobsByPredictedTime) {
   ASSERT_EQ(knobs.size(), 3u);
   double previous = 0;
   for (size_t i = 0; i < knobs.size(); ++i) {
-    EXPECT_GE(knobs[i].credit_bytes, knobs[i].partition_bytes) << "the tuner's credit is at least one partition";
+    EXPECT_TRUE(knobs[i].credit_bytes >= knobs[i].partition_bytes || knobs[i].credit_bytes == 1)
+        << "the tuner's credit is one batch in flight or at least one partition";
     for (size_t j = 0; j < i; ++j)
       EXPECT_FALSE(knobs[i].partition_bytes == knobs[j].partition_bytes && knobs[i].credit_bytes == knobs[j].credit_bytes);
     const double t = predicted_s(m, job, knobs[i]);
@@ -48,6 +49,46 @@ TEST(WarmStart, RanksTheTunersReachableKnobsByPredictedTime) {
   }
   // The first is better than the fixed defaults, which pay 2(W-1) latencies per 4 MiB.
   EXPECT_LT(predicted_s(m, job, knobs[0]), predicted_s(m, job, Knobs{}));
+}
+
+TEST(WarmStart, ThePlanCarriesPredictionsAndTheCurrentKnobs) {
+  const ModelProfile m = profile("resnet50");
+  WarmStartJob job;
+  job.network = NetworkKind::allreduce;
+  job.workers = 64;
+  job.base.knobs = Knobs{};  // the fixed defaults: 4 MiB, 16 MiB
+  const WarmStartPlan plan = plan_warm_start(m, job, 3);
+  ASSERT_EQ(plan.ranked.size(), 3u);
+  for (size_t i = 0; i < plan.ranked.size(); ++i) {
+    EXPECT_NEAR(plan.ranked[i].predicted_s, predicted_s(m, job, plan.ranked[i].knobs), 1e-9);
+    if (i > 0) EXPECT_GE(plan.ranked[i].predicted_s, plan.ranked[i - 1].predicted_s);
+  }
+  EXPECT_EQ(plan.current.knobs, Knobs{});
+  EXPECT_NEAR(plan.current.predicted_s, predicted_s(m, job, Knobs{}), 1e-9);
+  EXPECT_LT(plan.ranked.front().predicted_s, plan.current.predicted_s);
+}
+
+// Backward runs last layer first: tensor 2's gradient is ready first, then 1 (2 ms later), then 0 (6 ms later).
+TEST(MeasuredProfile, BackwardComputeIsTheGapBeforeEachGradient) {
+  const std::vector<uint64_t> bytes = {4096, 400, 1 << 20};
+  const std::vector<double> ready = {10.008, 10.002, 10.000};
+  const ModelProfile p = measured_profile(bytes, ready);
+  ASSERT_EQ(p.tensors.size(), 3u);
+  EXPECT_EQ(p.tensors[0].elements, 1024u);
+  EXPECT_EQ(p.tensors[2].elements, 262144u);
+  EXPECT_NEAR(double(p.tensors[0].backward), 6e6, 1e3);
+  EXPECT_NEAR(double(p.tensors[1].backward), 2e6, 1e3);
+  EXPECT_NEAR(double(p.tensors[2].backward), 6e6, 1e3) << "the first one ready gets the median of the gaps";
+  EXPECT_NEAR(double(p.tensors[1].forward), 1e6, 1e3) << "forward: half the backward";
+  EXPECT_EQ(p.layers.size(), 3u);
+}
+
+TEST(MeasuredProfile, UnseenGradientsGetNoComputeAndBadInputIsNamed) {
+  const std::vector<uint64_t> bytes = {4096, 4096};
+  const ModelProfile p = measured_profile(bytes, std::vector<double>{-1.0, 0.5});
+  EXPECT_EQ(p.tensors[0].backward, 0);
+  EXPECT_THROW(measured_profile(bytes, std::vector<double>{0.5}), InvalidArgument);
+  EXPECT_THROW(measured_profile(bytes, std::vector<double>{-1.0, -1.0}), InvalidArgument);
 }
 
 TEST(WarmStart, RefusesABadJob) {

@@ -16,12 +16,13 @@ namespace {
 constexpr uint64_t MiB = 1024 * 1024;
 
 // Noise-free iteration time of a synthetic model: fastest (0.1 s) at partition 1 MiB and credit 8 MiB (8x); slower
-// away from it on log scales; unlimited credit behaves like a 128x credit.
+// away from it on log scales; unlimited credit behaves like a 128x credit, one batch in flight like half a partition.
 double ideal_seconds(const Knobs& k) {
   const double lp = std::log2(static_cast<double>(k.partition_bytes) / (1.0 * MiB));
-  const double multiple = k.credit_bytes == 0 ? 128.0
-                                              : static_cast<double>(k.credit_bytes) /
-                                                    static_cast<double>(k.partition_bytes);
+  const double multiple = k.credit_bytes == 0                   ? 128.0
+                          : k.credit_bytes < k.partition_bytes ? 0.5
+                                                                : static_cast<double>(k.credit_bytes) /
+                                                                      static_cast<double>(k.partition_bytes);
   const double lc = std::log2(multiple) - 3.0;
   return 0.1 * (1.0 + 0.5 * std::pow(lp / 4.0, 2) + 0.3 * std::pow(lc / 4.0, 2));
 }
@@ -111,18 +112,19 @@ TEST(OnlineTuner, WritesOneCsvRowPerTrialAndLogsProgress) {
   std::ifstream in(o.csv_path);
   std::string line;
   std::getline(in, line);
-  EXPECT_EQ(line, TrialLog::kHeader);
+  EXPECT_EQ(line, TrialLog::header());
+  EXPECT_EQ(line.rfind("trial,partition_bytes,credit_bytes,score_iter_per_s,noise_rel,", 0), 0u) << line;
   int rows = 0;
   while (std::getline(in, line)) {
     ++rows;
-    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 6) << line;
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 7) << line;
     EXPECT_EQ(line.rfind(std::to_string(rows) + ",", 0), 0u) << line;
   }
   EXPECT_EQ(rows, tuner.trials_done());
   ASSERT_FALSE(quiet_log.empty());
   EXPECT_NE(quiet_log.front().find("trial 1 of " + std::to_string(o.max_trials)), std::string::npos)
       << quiet_log.front();
-  EXPECT_NE(quiet_log.front().find("best single measurement so far"), std::string::npos);
+  EXPECT_NE(quiet_log.front().find("; best "), std::string::npos);
   EXPECT_NE(quiet_log.front().find("at most " + std::to_string(o.max_trials - 1) + " trials left, about "),
             std::string::npos)
       << quiet_log.front();
@@ -282,6 +284,64 @@ TEST(OnlineTuner, RanksFollowRankZeroDecisions) {
   EXPECT_EQ(r0.best_knobs()->credit_bytes, r1.best_knobs()->credit_bytes);
   EXPECT_FALSE(std::filesystem::exists(o1.csv_path) && std::filesystem::file_size(o1.csv_path) > 0);
   EXPECT_FALSE(std::filesystem::exists(o1.store_path));
+}
+
+// Two configurations, one `gain` times faster than the other, measured with 5% noise per iteration.
+class TwoSpeeds : public KnobControl {
+ public:
+  TwoSpeeds(uint64_t seed, double gain) : rng_(seed), noise_(0.0, 0.05), gain_(gain) {}
+  Knobs knobs() const override { return active_; }
+  void set_knobs(const Knobs& k) override { active_ = k; }
+  double run_iteration() {
+    return (active_.partition_bytes == 4 * MiB ? 0.1 / gain_ : 0.1) * std::exp(noise_(rng_));
+  }
+
+ private:
+  Knobs active_{4 * MiB, 16 * MiB};
+  std::mt19937_64 rng_;
+  std::normal_distribution<double> noise_;
+  double gain_;
+};
+
+// Trial 1: 1 MiB (the warm start), trial 2: the starting 4 MiB; then the budget ends. Returns the knobs kept.
+Knobs keep_of_two(uint64_t seed, double gain, std::vector<std::string>& log) {
+  TwoSpeeds control(seed, gain);
+  TunerOptions o;
+  o.max_trials = 2;
+  o.min_trials = 2;
+  o.warmup_iterations = 1;
+  o.window_iterations = 3;
+  o.windows_per_trial = 3;
+  o.drift_threshold = 0;
+  OnlineTuner tuner(control, TuningKey{7, 2, 1, "fake"}, o, {}, [&](const std::string& s) { log.push_back(s); });
+  tuner.warm_start({{1 * MiB, 8 * MiB}});
+  for (uint64_t it = 0; it < 100 && !tuner.finished(); ++it) tuner.on_iteration_end(it, control.run_iteration());
+  EXPECT_TRUE(tuner.finished());
+  EXPECT_GT(tuner.trials()[1].noise, 0.005) << "5% per iteration over 9 iterations: about 1.7%";
+  return *tuner.best_knobs();
+}
+
+TEST(OnlineTuner, AFasterMeasurementWithinTheNoiseDoesNotReplaceTheBest) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    std::vector<std::string> log;
+    EXPECT_EQ(keep_of_two(seed, 1.0, log).partition_bytes, 1 * MiB) << "seed " << seed << ": equal speeds, noise";
+    // The log calls best what is kept, after every trial.
+    for (const std::string& line : log)
+      if (line.rfind("trial ", 0) == 0)
+        EXPECT_NE(line.find("; best "), std::string::npos) << line;
+    EXPECT_NE(log.back().find("keeping partition 1 MiB"), std::string::npos) << log.back();
+    const std::string& second = log[log.size() - 3];
+    EXPECT_NE(second.find("best " ), std::string::npos);
+    EXPECT_NE(second.find("(partition 1 MiB"), std::string::npos) << second;
+  }
+}
+
+TEST(OnlineTuner, AnImprovementBeyondTheNoiseReplacesTheBest) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    std::vector<std::string> log;
+    EXPECT_EQ(keep_of_two(seed, 1.2, log).partition_bytes, 4 * MiB) << "seed " << seed << ": 20% faster";
+    EXPECT_NE(log.back().find("keeping partition 4 MiB"), std::string::npos) << log.back();
+  }
 }
 
 TEST(OnlineTuner, RejectsBadIterationTimes) {

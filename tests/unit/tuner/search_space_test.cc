@@ -14,21 +14,24 @@ TEST(SearchSpace, CornersMapToTheBounds) {
   SearchSpace s;
   const Knobs lo = s.to_knobs(std::vector<double>{0.0, 0.0});
   EXPECT_EQ(lo.partition_bytes, 64 * KiB);
-  EXPECT_EQ(lo.credit_bytes, 64 * KiB);  // one partition
+  EXPECT_EQ(lo.credit_bytes, 1u);  // one batch in flight
+  // One partition sits exactly at the edge of the one-batch band: 1 of 8 octaves.
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.0, 1.0 / 8.0}).credit_bytes, 64 * KiB);
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.0, 0.5 / 8.0}).credit_bytes, 1u);
   const Knobs hi = s.to_knobs(std::vector<double>{1.0, 1.0});
   EXPECT_EQ(hi.partition_bytes, 64 * MiB);
   EXPECT_EQ(hi.credit_bytes, 0u);  // unlimited
-  // The largest finite multiple sits exactly at the edge of the unlimited band: 6 of 7 octaves.
-  const Knobs edge = s.to_knobs(std::vector<double>{0.0, 6.0 / 7.0});
+  // The largest finite multiple sits exactly at the edge of the unlimited band: 7 of 8 octaves.
+  const Knobs edge = s.to_knobs(std::vector<double>{0.0, 7.0 / 8.0});
   EXPECT_EQ(edge.credit_bytes, 64 * 64 * KiB);
-  EXPECT_EQ(s.to_knobs(std::vector<double>{0.0, 6.5 / 7.0}).credit_bytes, 0u);
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.0, 7.5 / 8.0}).credit_bytes, 0u);
 }
 
 TEST(SearchSpace, KnobsRoundTripThroughTheUnitSquare) {
   SearchSpace s;
   for (uint64_t p = 64 * KiB; p <= 64 * MiB; p *= 2) {
-    for (uint64_t m : {1ull, 2ull, 3ull, 8ull, 64ull, 0ull}) {
-      const Knobs k{p, m * p};
+    for (uint64_t m : {1ull, 2ull, 3ull, 8ull, 64ull, 0ull, 99ull /* one batch in flight */}) {
+      const Knobs k{p, m == 99 ? 1 : m * p};
       const auto u = s.from_knobs(k);
       EXPECT_GE(u[0], 0.0);
       EXPECT_LE(u[0], 1.0);
@@ -44,7 +47,7 @@ TEST(SearchSpace, KnobsRoundTripThroughTheUnitSquare) {
 TEST(SearchSpace, PointsRoundTripUpToRounding) {
   SearchSpace s;
   for (double a = 0.0; a <= 1.0; a += 0.125) {
-    for (double b = 0.0; b <= 6.0 / 7.0; b += 0.1) {
+    for (double b = 1.0 / 8.0; b <= 7.0 / 8.0; b += 0.1) {
       const std::vector<double> u{a, b};
       const auto p = s.snap(u);
       EXPECT_NEAR(p[0], a, 1e-3);  // 4 KiB alignment on a 10-octave axis
@@ -69,7 +72,7 @@ TEST(SearchSpace, OutOfRangeKnobsAreClamped) {
   SearchSpace s;
   const auto u = s.from_knobs(Knobs{1 * KiB, 1024 * MiB});
   EXPECT_DOUBLE_EQ(u[0], 0.0);
-  EXPECT_NEAR(u[1], 6.0 / 7.0, 1e-12);  // a huge finite credit stays finite: the largest multiple
+  EXPECT_NEAR(u[1], 7.0 / 8.0, 1e-12);  // a huge finite credit stays finite: the largest multiple
 }
 
 TEST(SearchSpace, WithoutUnlimitedTheTopIsTheLargestMultiple) {
@@ -137,7 +140,7 @@ TEST(SearchSpace, AThirdRegisteredTunableKnobIsSearchedWithinItsBounds) {
   // Partition and credit map exactly as in the default space.
   SearchSpace plain;
   for (double a : {0.0, 0.3, 0.77, 1.0})
-    for (double b : {0.0, 0.5, 6.0 / 7.0, 0.95}) {
+    for (double b : {0.0, 0.5, 7.0 / 8.0, 0.95}) {
       const Knobs want = plain.to_knobs(std::vector<double>{a, b});
       const Knobs got = s.to_knobs(std::vector<double>{a, b, 0.4, 0.6});
       EXPECT_EQ(got.partition_bytes, want.partition_bytes);
@@ -180,6 +183,22 @@ TEST(SearchSpace, InconsistentKnobTuningIsNamed) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("'missing'"), std::string::npos) << e.what();
   }
+}
+
+// The registry's rules (scheduler/config.h check_knob_registry, a compile-time check of kKnobs): a tunable knob the
+// tuner could not apply is a registration error naming it.
+TEST(KnobRegistry, ATunableKnobWithoutAKnobsFieldIsRefused) {
+  EXPECT_TRUE(check_knob_registry(kKnobs));
+  const KnobSpec unapplied[] = {kKnobs[0], {"ghost_bytes", "", nullptr, nullptr, "searched, never applied",
+                                            {KnobScale::log_bytes, 4096, 1 << 20, 4096, {}, false}}};
+  try {
+    check_knob_registry(unapplied);
+    FAIL() << "a tunable knob without a Knobs field was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'ghost_bytes'"), std::string::npos) << e.what();
+  }
+  const KnobSpec fixed[] = {{"fixed_bytes", "", nullptr, nullptr, "not searched", {}}};
+  EXPECT_TRUE(check_knob_registry(fixed)) << "a fixed knob needs no field";
 }
 
 TEST(TunerOptions, ParsesOptionsAndNamesBadOnes) {

@@ -1,6 +1,7 @@
 // OnlineTuner::warm_start: the configurations given are the first ones tried after the starting one, in order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -44,29 +45,44 @@ std::vector<Knobs> run(OnlineTuner& tuner, Control& control) {
   return tried;
 }
 
-TEST(WarmStart, TheGivenKnobsAreTriedFirstInOrderAndAlreadyMeasuredOnesSkipped) {
+TEST(WarmStart, TuningStartsFromTheFirstThenTheStartingKnobsThenTheOthers) {
   Control control;
-  OnlineTuner tuner(control, TuningKey{1, 2, 1, "ps"}, quick(), {}, [](const std::string&) {});
-  tuner.warm_start({{1 * MiB, 8 * MiB}, {4 * MiB, 16 * MiB} /* the start: skipped */, {256 << 10, 1 * MiB}});
+  std::vector<std::string> log;
+  OnlineTuner tuner(control, TuningKey{1, 2, 1, "ps"}, quick(), {}, [&](const std::string& s) { log.push_back(s); });
+  tuner.warm_start({{1 * MiB, 8 * MiB}, {4 * MiB, 16 * MiB} /* the start: skipped */, {256 << 10, 1 * MiB}},
+                   {0.101, 0.2, 0.3});
   const std::vector<Knobs> tried = run(tuner, control);
   ASSERT_GE(tried.size(), 3u);
-  EXPECT_EQ(tried[0].partition_bytes, 4 * MiB);  // the configuration training started with
-  EXPECT_EQ(tried[1].partition_bytes, 1 * MiB);
-  EXPECT_EQ(tried[1].credit_bytes, 8 * MiB);
+  EXPECT_EQ(tried[0].partition_bytes, 1 * MiB);  // the warm start's choice: where tuning starts
+  EXPECT_EQ(tried[0].credit_bytes, 8 * MiB);
+  EXPECT_EQ(tried[1].partition_bytes, 4 * MiB);  // the configuration training started with, right after
   EXPECT_EQ(tried[2].partition_bytes, 256u << 10);
   EXPECT_EQ(tried[2].credit_bytes, 1 * MiB);
   ASSERT_TRUE(tuner.finished());
   EXPECT_EQ(tuner.best_knobs()->partition_bytes, 1 * MiB) << "the predicted optimum, measured best, is kept";
+  // Predicted against measured, for the log: the first trial measured 100 ms per iteration (1 MiB, 8 MiB).
+  const auto said = [&](const std::string& what) {
+    return std::any_of(log.begin(), log.end(), [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(said("starting from partition 1 MiB, credit 8 MiB (8x) (warm start"));
+  EXPECT_TRUE(said("(simulated 101.0 ms/iteration, measured 100.0)"));
 }
 
-TEST(WarmStart, KnobsOutsideTheSearchSpaceAreSnappedOntoIt) {
+TEST(WarmStart, PredictionsMustMatchTheConfigurations) {
   Control control;
   OnlineTuner tuner(control, TuningKey{1, 2, 1, "ps"}, quick(), {}, [](const std::string&) {});
-  tuner.warm_start({{1 * MiB, 1}});  // one batch in flight: below the space's 1x credit
+  EXPECT_THROW(tuner.warm_start({{1 * MiB, 8 * MiB}}, {0.1, 0.2}), InvalidArgument);
+}
+
+TEST(WarmStart, KnobsOutsideTheSearchSpaceAreSnappedOntoItAndOneBatchInFlightIsInIt) {
+  Control control;
+  OnlineTuner tuner(control, TuningKey{1, 2, 1, "ps"}, quick(), {}, [](const std::string&) {});
+  tuner.warm_start({{1 * MiB, 1}, {1ull << 40, 3 * (1ull << 40)}});  // one batch in flight; a partition too big
   const std::vector<Knobs> tried = run(tuner, control);
-  ASSERT_GE(tried.size(), 2u);
-  EXPECT_EQ(tried[1].partition_bytes, 1 * MiB);
-  EXPECT_EQ(tried[1].credit_bytes, 1 * MiB);
+  ASSERT_GE(tried.size(), 3u);
+  EXPECT_EQ(tried[0].partition_bytes, 1 * MiB);
+  EXPECT_EQ(tried[0].credit_bytes, 1u) << "one batch in flight is a point of the search space";
+  EXPECT_EQ(tried[2].partition_bytes, 64 * MiB) << "snapped onto the largest partition";
 }
 
 TEST(WarmStart, MustComeBeforeTheFirstIteration) {

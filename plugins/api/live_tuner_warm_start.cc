@@ -1,0 +1,113 @@
+#include "plugins/api/live_tuner_warm_start.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "options/parse.h"
+#include "scheduler/auto_knobs.h"
+#include "simulator/warm_start.h"
+#include "tuner/online_tuner.h"
+
+namespace commsched {
+namespace {
+
+// A sysfs attribute's first word; empty when unreadable (virtual interfaces have no speed).
+std::string read_word(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string word;
+  in >> word;
+  return in ? word : std::string();
+}
+
+std::string ms(double seconds) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(1);
+  s << seconds * 1e3 << " ms";
+  return s.str();
+}
+
+}  // namespace
+
+LinkEstimate estimate_link(const std::string& net_dir) {
+  if (const std::optional<std::string> rate = env_value("COMMSCHED_EMULATE_RATE")) {
+    const double bps = parse_rate_bps("COMMSCHED_EMULATE_RATE", *rate, /*allow_unlimited=*/true);
+    if (bps > 0) return {bps, true, "emulated link COMMSCHED_EMULATE_RATE=" + *rate};
+  }
+  double best_mbps = 0;
+  std::string best_name;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(net_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "lo" || read_word(entry.path() / "operstate") != "up") continue;
+    const std::string speed = read_word(entry.path() / "speed");
+    char* end = nullptr;
+    const double mbps = speed.empty() ? 0 : std::strtod(speed.c_str(), &end);
+    if (mbps > best_mbps) best_mbps = mbps, best_name = name;
+  }
+  if (best_mbps > 0)
+    return {best_mbps * 1e6, false, "NIC " + best_name + " at " + std::to_string(int64_t(best_mbps)) + " Mbit/s"};
+  return {0, false, "link assumed " + std::to_string(int(kAssumedLinkBps / 1e9)) + " Gbit/s (no NIC speed readable)"};
+}
+
+void BackwardSamples::add(std::vector<double> ready_s) {
+  double first = 0, last = 0;
+  bool any = false;
+  for (double t : ready_s) {
+    if (t < 0) continue;
+    first = any ? std::min(first, t) : t;
+    last = any ? std::max(last, t) : t;
+    any = true;
+  }
+  if (!any) return;
+  const double span = last - first;
+  if (!best_ || span < best_span_s_) {
+    best_ = std::move(ready_s);
+    best_span_s_ = span;
+  }
+}
+
+LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
+  const auto started = std::chrono::steady_clock::now();
+  const sim::ModelProfile model = sim::measured_profile(job.tensor_bytes, job.ready_s);
+  sim::WarmStartJob w;
+  w.network = job.parameter_server ? sim::NetworkKind::ps : sim::NetworkKind::allreduce;
+  w.workers = job.workers;
+  w.servers = job.parameter_server ? job.servers : 0;
+  w.link_bps = job.link.rate_bps > 0 ? job.link.rate_bps : kAssumedLinkBps;
+  w.latency_s = job.parameter_server ? w.latency_s : kAssumedStepLatencyS;
+  w.emulated_links = job.link.emulated;
+  w.base = job.config;
+  const sim::WarmStartPlan plan = sim::plan_warm_start(model, w, 3);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+  LiveWarmStart out;
+  for (const sim::WarmStartCandidate& c : plan.ranked) {
+    out.trials.push_back(c.knobs);
+    out.predicted_s.push_back(c.predicted_s);
+  }
+  std::ostringstream why;
+  why << "warm start: simulated " << job.workers << " workers"
+      << (job.parameter_server ? " x " + std::to_string(job.servers) + " servers" : std::string(" (ring)")) << ", "
+      << job.link.source << ", " << job.tensor_bytes.size() << " gradients ("
+      << format_bytes(model.total_bytes()) << "), measured backward " << ms(double(model.compute_per_iteration()) /
+                                                                              (1 + sim::kForwardShareOfBackward) * 1e-9)
+      << " (+ forward taken as half), in " << ms(took) << ": ";
+  if (plan.ranked.empty()) {
+    why << "no candidate";
+  } else {
+    why << "chose " << tuner::describe_knobs(plan.ranked.front().knobs) << ", predicted " << ms(plan.ranked.front().predicted_s)
+        << "/step against " << ms(plan.current.predicted_s) << " at the current " << tuner::describe_knobs(plan.current.knobs)
+        << "; next " ;
+    for (size_t i = 1; i < plan.ranked.size(); ++i)
+      why << (i > 1 ? ", " : "") << tuner::describe_knobs(plan.ranked[i].knobs) << " (" << ms(plan.ranked[i].predicted_s) << ")";
+  }
+  out.why = why.str();
+  return out;
+}
+
+}  // namespace commsched

@@ -1,0 +1,70 @@
+// The live tuner's warm start for a training process (the Python plugin, or any caller of Context): what the link is,
+// what the model's backward computes, and which knobs the simulator predicts fastest for that, before tuning starts.
+//
+// Link. Estimated before the backend connects, so that the automatic knobs (scheduler/auto_knobs.h) and the
+// simulation use it: the EMULATED rate when the launcher paces every process's sends (COMMSCHED_EMULATE_RATE, what
+// the local benchmarks run), else the speed the fastest network interface that is up reports (/sys/class/net/*/speed,
+// the NIC the cluster's traffic crosses on a dedicated node), else 10 Gbit/s, said so in the log. The latency is the
+// simulator's default for the network (25 us per PS message, 5 us per ring step): nothing is timed at startup, so a
+// rank pays no exchange for it and no rank can disagree.
+//
+// Compute. The plugin reports when each gradient became ready in the first backwards (Context::note_backward); the
+// gap between consecutive gradients is the backward compute of the layer that produced the later one, and the
+// forward is taken as half of it (simulator/warm_start.h measured_profile). The least disturbed backward (the
+// shortest) is the one kept.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm_backends/cluster_env.h"
+#include "scheduler/config.h"
+#include "scheduler/policy.h"
+
+namespace commsched {
+
+struct LinkEstimate {
+  double rate_bps = 0;       // per process, each direction; 0: unknown (the assumed default applies)
+  bool emulated = false;     // the transport paces sends at rate_bps (receivers are not limited)
+  std::string source;        // for the log: where the rate came from
+};
+// The estimate above; `net_dir` is where the interfaces are listed (tests point it elsewhere).
+LinkEstimate estimate_link(const std::string& net_dir = "/sys/class/net");
+
+// The gradient ready times of one backward, kept until the tuner starts: tensor i of the model's signature became
+// ready at ready_s[i] seconds (any clock; negative: not seen in that backward).
+class BackwardSamples {
+ public:
+  // Keeps the sample with the shortest span from the first gradient to the last (the least disturbed one).
+  void add(std::vector<double> ready_s);
+  const std::optional<std::vector<double>>& best() const { return best_; }
+
+ private:
+  std::optional<std::vector<double>> best_;
+  double best_span_s_ = 0;
+};
+
+struct LiveWarmStartJob {
+  std::vector<uint64_t> tensor_bytes;  // the model's gradient sizes, in forward order
+  std::vector<double> ready_s;         // one backward's ready times (BackwardSamples::best)
+  bool parameter_server = true;        // false: a ring all-reduce
+  int workers = 2;
+  int servers = 0;
+  LinkEstimate link;
+  EngineConfig config;                 // the engine's options, with the knobs it runs now
+};
+
+struct LiveWarmStart {
+  std::vector<Knobs> trials;           // tried first, in this order (the first is where tuning starts)
+  std::vector<double> predicted_s;     // the simulated time per step of each
+  std::string why;                     // one line for the log: what was simulated, what was chosen, predicted vs now
+};
+
+// Simulates the knobs the tuner can reach for this job (the same Policy code as the engine, simulator/warm_start.h)
+// and returns the best three, fastest first. Throws InvalidArgument on a job the simulator refuses.
+LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job);
+
+}  // namespace commsched

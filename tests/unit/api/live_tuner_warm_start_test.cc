@@ -1,0 +1,91 @@
+// The live tuner's warm start in a training process (plugins/api/live_tuner_warm_start.h): the link estimate, the
+// backward samples and the simulated plan.
+#include "plugins/api/live_tuner_warm_start.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace commsched {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write(const fs::path& file, const std::string& text) {
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << text << "\n";
+}
+
+// A /sys/class/net look-alike: lo, a NIC that is down, a virtual one without a speed, and a 25 Gbit/s one.
+fs::path fake_net_dir() {
+  const fs::path dir = fs::path(testing::TempDir()) / "commsched_net";
+  fs::remove_all(dir);
+  write(dir / "lo" / "operstate", "unknown");
+  write(dir / "eth0" / "operstate", "down");
+  write(dir / "eth0" / "speed", "100000");
+  write(dir / "veth1" / "operstate", "up");
+  write(dir / "ens5" / "operstate", "up");
+  write(dir / "ens5" / "speed", "25000");
+  return dir;
+}
+
+TEST(LinkEstimate, EmulatedRateFirstThenTheFastestNicThatIsUpThenAssumed) {
+  ::unsetenv("COMMSCHED_EMULATE_RATE");
+  const LinkEstimate nic = estimate_link(fake_net_dir().string());
+  EXPECT_DOUBLE_EQ(nic.rate_bps, 25e9);
+  EXPECT_FALSE(nic.emulated);
+  EXPECT_NE(nic.source.find("ens5"), std::string::npos) << nic.source;
+
+  ::setenv("COMMSCHED_EMULATE_RATE", "2gbit", 1);
+  const LinkEstimate emulated = estimate_link(fake_net_dir().string());
+  ::unsetenv("COMMSCHED_EMULATE_RATE");
+  EXPECT_DOUBLE_EQ(emulated.rate_bps, 2e9);
+  EXPECT_TRUE(emulated.emulated);
+  EXPECT_NE(emulated.source.find("COMMSCHED_EMULATE_RATE=2gbit"), std::string::npos) << emulated.source;
+
+  const LinkEstimate none = estimate_link((fs::path(testing::TempDir()) / "commsched_no_such_dir").string());
+  EXPECT_EQ(none.rate_bps, 0);
+  EXPECT_NE(none.source.find("assumed"), std::string::npos) << none.source;
+}
+
+TEST(BackwardSamples, KeepsTheShortestBackward) {
+  BackwardSamples s;
+  EXPECT_FALSE(s.best());
+  s.add({-1.0, -1.0});  // nothing seen: ignored
+  EXPECT_FALSE(s.best());
+  s.add({0.030, 0.010, 0.0});
+  s.add({0.050, 0.020, 0.0});  // slower: disturbed
+  ASSERT_TRUE(s.best());
+  EXPECT_DOUBLE_EQ((*s.best())[0], 0.030);
+  s.add({1.020, 1.010, 1.0});
+  EXPECT_DOUBLE_EQ((*s.best())[0], 1.020);
+}
+
+TEST(LiveWarmStart, SimulatesTheMeasuredModelAndSaysWhatItChoseAndWhy) {
+  LiveWarmStartJob job;
+  // 40 tensors of 1 MiB, 2 ms of backward each: 80 ms of backward, 40 MiB of gradients.
+  for (int i = 0; i < 40; ++i) {
+    job.tensor_bytes.push_back(1 << 20);
+    job.ready_s.push_back(0.002 * (40 - i));
+  }
+  job.workers = 2;
+  job.servers = 1;
+  job.link = {1e9, true, "emulated link COMMSCHED_EMULATE_RATE=1gbit"};
+  job.config.knobs = Knobs{4 << 20, 16 << 20};
+  const LiveWarmStart w = plan_live_warm_start(job);
+  ASSERT_EQ(w.trials.size(), 3u);
+  ASSERT_EQ(w.predicted_s.size(), 3u);
+  for (size_t i = 1; i < w.predicted_s.size(); ++i) EXPECT_GE(w.predicted_s[i], w.predicted_s[i - 1]);
+  // 40 MiB through one server at 1 Gbit/s is at least 0.33 s per step; the compute is 0.12 s.
+  EXPECT_GT(w.predicted_s[0], 0.3);
+  for (const char* said : {"2 workers x 1 servers", "COMMSCHED_EMULATE_RATE=1gbit", "40 gradients", "measured backward",
+                           "chose partition", "predicted", "against", "at the current partition 4 MiB"})
+    EXPECT_NE(w.why.find(said), std::string::npos) << said << " in: " << w.why;
+  job.ready_s.assign(40, -1.0);
+  EXPECT_THROW(plan_live_warm_start(job), InvalidArgument) << "no gradient seen";
+}
+
+}  // namespace
+}  // namespace commsched
