@@ -354,7 +354,9 @@ class UcxTransport final : public Transport {
     const auto deadline = Clock::now() + kGracefulLinger;
     if (graceful) {
       while (!backlog_.empty()) dispatch(pop_front(backlog_));
-      while ((!in_flight_.empty() || any_waiting()) && Clock::now() < deadline) progress_or_nap();
+      // Also let the fetches of arriving messages finish: force-closing an endpoint while its peer still moves a
+      // rendezvous payload to us made UCX 1.13's TCP transport abort the peer (tcp_ep.c PUT_TX_WAITING_ACK).
+      while ((!in_flight_.empty() || any_waiting() || fetching_ > 0) && Clock::now() < deadline) progress_or_nap();
       flush_all(deadline);  // what UCX reported sent has reached the peers before their sockets end
     }
     std::vector<void*> closing;
@@ -801,7 +803,10 @@ class UcxTransport final : public Transport {
       rp.user_data = holder;
       ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_, m->desc, m->target(), m->size, &rp);
       m->desc = nullptr;
-      if (UCS_PTR_IS_PTR(r)) continue;
+      if (UCS_PTR_IS_PTR(r)) {
+        ++fetching_;
+        continue;
+      }
       delete holder;
       fetched(*m, UCS_PTR_STATUS(r));
     }
@@ -809,6 +814,7 @@ class UcxTransport final : public Transport {
 
   static void on_fetched(void* req, ucs_status_t status, size_t /*length*/, void* user_data) {
     auto* holder = static_cast<std::shared_ptr<InMsg>*>(user_data);
+    --(*holder)->owner->fetching_;
     (*holder)->owner->fetched(**holder, status);
     delete holder;
     ucp_request_free(req);
@@ -937,6 +943,7 @@ class UcxTransport final : public Transport {
   std::shared_ptr<BufferPool> pool_ = BufferPool::create();
   PayloadSink sink_;
   bool closing_ = false;  // inside close(): failed fetches are cancellations, not losses
+  size_t fetching_ = 0;   // rendezvous fetches UCX is still doing
   std::string last_lanes_;
   bool redial_pending_ = false;
   Clock::time_point last_progress_{};

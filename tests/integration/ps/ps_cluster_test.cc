@@ -318,7 +318,7 @@ TEST_P(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
 
 // Pulls landing in the tensors: UCX only (ZeroMQ copies from its own frames, which the other suites cover). On
 // ZeroMQ the shutdown case below showed a separate, older problem: the worker's bye sometimes does not arrive when
-// it shuts down with answers in flight, and the server reports it lost.
+// it shuts down with answers in flight (about one run in ten here), and the server reports it lost.
 class PsLanding : public PsCluster {};
 
 // Pulls land in the tensors (UCX: the answer of a 4 MiB push_pull is fetched straight into it). Server 0 is killed
@@ -341,22 +341,15 @@ TEST_P(PsLanding, ServerKilledMidPullWritesNoTensorAfterItsCompletion) {
 
 // The worker shuts down with 1 MiB pulls in flight (right after the first answer of a round of 8; UCX fetches them
 // by rendezvous): the requests the shutdown cancels complete only once nothing can write into their tensors
-// (poisoned in the callback, untouched after), the others carry exact sums, and the worker exits 0.
-// The server exits 0, or fails naming worker 0 as lost: a worker that leaves with answers still coming sometimes
-// loses its bye on the way (seen on ZeroMQ and on UCX over TCP alike, in about one run in ten here), a separate and
-// older problem of the goodbye under traffic that this test does not cover.
+// (poisoned in the callback, untouched after), the others carry exact sums, and the cluster ends cleanly: the
+// worker's close lets the fetches in flight finish before it closes its endpoints (force-closing them mid-transfer
+// made UCX's TCP transport abort the server; it may also be why the bye was sometimes lost before).
 TEST_P(PsLanding, ShutdownWithPullsInFlightWritesNoTensorAfterItsCompletion) {
   LocalCluster c(kExe, 1, 1, {"--tensors", "8", "--iterations", "3", "--max-bytes", "1048576", "--mode", "land-shutdown"},
                  env());
   c.start();
   ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
-  EXPECT_EQ(c.proc("worker 0").exit_code.value_or(-1), 0) << all_logs(c);
-  const std::string server_log = c.read_log("server 0");
-  if (c.proc("server 0").exit_code.value_or(-1) != 0) {
-    EXPECT_NE(server_log.find("worker 0"), std::string::npos) << all_logs(c);
-    EXPECT_NE(server_log.find("lost"), std::string::npos) << all_logs(c);
-    std::cout << "the server did not see the worker's bye (the goodbye under traffic, see above)\n";
-  }
+  expect_all_ok(c);
   const std::string log = c.read_log("worker 0");
   const auto at = log.find(" requests failed or cancelled, their tensors untouched after");
   ASSERT_NE(at, std::string::npos) << all_logs(c);
