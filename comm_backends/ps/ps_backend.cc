@@ -16,6 +16,9 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cf
   if (env_.num_servers < 1) throw InvalidArgument("COMMSCHED_NUM_SERVERS must be at least 1 for the parameter server");
   transport_ = make_transport(cfg_.transport, cfg_.transport_options(env_));
   van_ = std::make_unique<control::Van>(cfg_.van_options(env_), *transport_, static_cast<control::VanProtocol&>(*this));
+  transport_->set_payload_sink([this](PeerId peer, std::span<const std::byte> header, size_t bytes) {
+    return landing_for(peer, header, bytes);
+  });
   van_->start();  // dials the root and says hello; the I/O thread takes the Van from here
   io_ = std::thread([this] { io_main(); });
   std::unique_lock lock(mu_);
@@ -208,7 +211,8 @@ void PsBackend::on_assignment(const Header& h) {
 }
 
 void PsBackend::send_request(uint64_t id, int server) {
-  const Request& r = inflight_.at(id);
+  Request& r = inflight_.at(id);
+  r.server = server;
   const TaskDesc& t = *r.part.task;
   const bool bcast = t.op == Op::broadcast;
   Header h = header(bcast ? MsgType::bcast : MsgType::push_pull);
@@ -235,18 +239,43 @@ void PsBackend::send_request(uint64_t id, int server) {
   van_->send(van_->peer(PeerRole::server, static_cast<uint32_t>(server)), h, std::move(p));
 }
 
+std::optional<std::span<std::byte>> PsBackend::landing_for(PeerId peer, std::span<const std::byte> header,
+                                                           size_t bytes) {
+  const Decoded d = decode_header(header, bytes);
+  if (!d.header || (d.header->type != MsgType::sum && d.header->type != MsgType::bcast_data)) return std::nullopt;
+  const Header& h = *d.header;
+  auto it = inflight_.find(h.request_id);
+  if (it == inflight_.end()) return std::nullopt;
+  Request& r = it->second;
+  const PartitionView& p = r.part;
+  // Exactly the range asked for, from the server asked, once: anything else takes the checked path in on_answer.
+  if (r.landing || r.server < 0 || van_->peer(PeerRole::server, static_cast<uint32_t>(r.server)) != peer ||
+      h.key != p.task->key || h.offset != p.offset || h.length != p.bytes || bytes != p.bytes)
+    return std::nullopt;
+  r.landing = true;
+  return std::span(p.data(), p.bytes);
+}
+
 void PsBackend::on_answer(int server, const Header& h, std::unique_ptr<Payload> payload) {
   auto it = inflight_.find(h.request_id);
   if (it == inflight_.end())
     return fail_all(Status::Error(server_name(server) + " answered unknown request " + std::to_string(h.request_id)));
   const PartitionView& p = it->second.part;
+  const bool landed = payload && payload->landed();
+  // Another answer while the landing one is still being written into the tensor (or a landed one that is not this
+  // request's): completing now could hand the tensor back while the transport writes into it. Failing closes the
+  // transport before any callback runs.
+  if (it->second.landing != landed || (landed && payload->bytes().data() != p.data()))
+    return fail_all(Status::Error(server_name(server) + " answered request " + std::to_string(h.request_id) +
+                                  " twice (a second answer while the first was arriving)"));
+  it->second.landing = false;
   if (h.type == MsgType::error)
     return complete(h.request_id, Status::Error(payload_text(payload.get()) + " (from " + server_name(server) + ")",
                                                 Status::Code::invalid));
   if (h.key != p.task->key || h.offset != p.offset || h.length != p.bytes)
     return fail_all(Status::Error(server_name(server) + " answered request " + std::to_string(h.request_id) +
                                   " with the wrong range for key " + std::to_string(h.key)));
-  if (payload && !payload->bytes().empty()) std::memcpy(p.data(), payload->bytes().data(), p.bytes);
+  if (payload && !landed && !payload->bytes().empty()) std::memcpy(p.data(), payload->bytes().data(), p.bytes);
   complete(h.request_id, Status::Ok());
 }
 
@@ -289,7 +318,11 @@ void PsBackend::complete(uint64_t id, const Status& st) {
   if (--batch->remaining == 0 && batch->done) batch->done(batch->status);
 }
 
+// finish_failed and finish_stopped run the callers' callbacks only once the transport is closed (Van::fail and
+// Van::leave close it; the explicit close is a no-op then and states the rule): no answer can still be landing in a
+// tensor that a callback hands back to its owner.
 void PsBackend::finish_failed() {
+  transport_->close(false);
   Status st;
   std::deque<Queued> queued;
   {
@@ -310,6 +343,7 @@ void PsBackend::finish_failed() {
 
 void PsBackend::finish_stopped() {
   van_->leave();  // the goodbye: servers exit 0 once every worker has said it
+  transport_->close(false);
   const Status st = Status::Error("ps backend shut down", Status::Code::cancelled);
   std::deque<Queued> queued;
   {

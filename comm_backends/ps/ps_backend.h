@@ -2,7 +2,8 @@
 // the same round trip) and broadcast (rank `root` sends, everybody receives; for initial parameters).
 //
 // One I/O thread owns the transport; start() only queues and wakes it, so it never blocks. Partitions are sent
-// zero-copy from the task's buffer and the answer is written back in place. Which server owns a partition
+// zero-copy from the task's buffer and the answer is written back in place: where the transport can (UCX), it lands
+// there directly (a PayloadSink: no copy after the transport's own); otherwise it is copied from the delivered frame. Which server owns a partition
 // (key, offset) is asked once of the root's Sharder and cached, so every worker agrees.
 // The worker is a protocol on the control plane (comm_backends/control/van.h), which does the rendezvous, heartbeats,
 // peer loss and goodbye. When a server is lost (connection closed, or silent for COMMSCHED_TIMEOUT), or a server
@@ -68,6 +69,10 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
     std::shared_ptr<BatchState> batch;
     PartitionView part;
     bool received = false;
+    int server = -1;       // where the request went (-1: waiting for its owner)
+    // The transport may be writing this request's answer into the tensor (the sink chose it). Until that answer is
+    // delivered the request is never completed on its own: only after the transport has closed (finish_*).
+    bool landing = false;
   };
   struct Queued {
     std::vector<PartitionView> batch;
@@ -85,6 +90,10 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   void io_main();
   void on_assignment(const ps::Header& h);
   void on_answer(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
+  // The PayloadSink (I/O thread): the tensor range of the in-flight request a well-formed answer of the right size
+  // from the right server belongs to; nullopt otherwise (the answer goes through the transport's buffer and
+  // on_answer's checks, as without a sink).
+  std::optional<std::span<std::byte>> landing_for(ps::PeerId peer, std::span<const std::byte> header, size_t bytes);
   void dispatch_queued();
   void dispatch(Queued& q);
   void on_received(int server, const ps::Header& h);

@@ -21,12 +21,37 @@ namespace commsched::ps {
 // Transport-assigned handle of a remote peer (a connection we made, or one that reached our bound endpoint).
 using PeerId = uint64_t;
 
-// A received payload frame. Zero-copy: the bytes live in the transport's own buffer until this object dies.
+// A received payload frame. Zero-copy: the bytes live in the transport's own buffer until this object dies, or in
+// the destination the owner's PayloadSink chose (landed()).
 class Payload {
  public:
   virtual ~Payload() = default;
   virtual std::span<const std::byte> bytes() const = 0;
+  // True: bytes() is the destination the PayloadSink returned for this message, and the payload already sits there
+  // (the receiver must not copy it again).
+  virtual bool landed() const { return false; }
 };
+
+// A payload that the transport wrote straight into the sink's destination: it owns nothing.
+class LandedPayload final : public Payload {
+ public:
+  explicit LandedPayload(std::span<std::byte> at) : at_(at) {}
+  std::span<const std::byte> bytes() const override { return at_; }
+  bool landed() const override { return true; }
+
+ private:
+  std::span<std::byte> at_;
+};
+
+// Where an arriving message's payload should land, asked by the transport on its I/O thread (the owner's thread,
+// inside receive()/close()) before the payload is received: the peer, the message's header frame and the payload's
+// size. A span of exactly `payload_bytes` bytes: the payload is written there and delivered as a landed() Payload
+// (unless the transport ignores sinks, see set_payload_sink); nullopt: the transport's own buffer, as without a sink.
+// A span of another size is a bug of the owner's; the transport then uses its own buffer too.
+// Lifetime: the transport may write into a returned span until it delivers that message, or, when the message is
+// never delivered (its peer was lost, the transport closed), until close() returns. close() forgets the sink first.
+using PayloadSink = std::function<std::optional<std::span<std::byte>>(PeerId peer, std::span<const std::byte> header,
+                                                                      size_t payload_bytes)>;
 
 // A payload to send without copying. `release` runs (on any thread) once the transport will never read `data` again.
 struct OutPayload {
@@ -68,6 +93,10 @@ class Transport {
   virtual void close(bool graceful) = 0;
   // Human-readable remote address of a peer, for logs and errors ("" when unknown).
   virtual std::string describe(PeerId peer) const = 0;
+  // Registers the sink that may choose where payloads land (empty: none). Call from the owner's thread. A transport
+  // may ignore it (this default): the ZeroMQ transport does, because its frames arrive in ZeroMQ's own buffers, so
+  // landing in the owner's memory would still be one copy, the same one the owner makes from the delivered frame.
+  virtual void set_payload_sink(PayloadSink sink) { (void)sink; }
 };
 
 struct TransportOptions {

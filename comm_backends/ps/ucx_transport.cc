@@ -29,6 +29,9 @@
 // every UCX callback runs inside ucp_worker_progress() on that thread. wake() touches only our own eventfd.
 // Receive buffers come from a BufferPool, so after the first rounds the same addresses recur and UCX's registration
 // cache (used by RDMA rendezvous) hits; send buffers are the callers' tensors, registered through the same cache.
+// With a PayloadSink (the PS worker's pulls), a payload lands in the owner's memory instead: a rendezvous message is
+// fetched straight into it (one CMA copy or RDMA read, no copy after), an eager one is copied into it from UCX's
+// buffer (the one copy it would otherwise take into the pool). Only proven peers' messages are offered to the sink.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
@@ -190,8 +193,10 @@ struct InMsg {  // one arrived message until it is complete and every earlier me
   State state = State::receiving;
   Incoming in;
   std::shared_ptr<std::byte> buf;
+  std::byte* dest = nullptr;  // the sink's destination (then buf is empty): the payload lands there
   size_t size = 0;
   void* desc = nullptr;  // rendezvous data descriptor, until fetched
+  std::byte* target() const { return dest ? dest : buf.get(); }
   UcxTransport* owner = nullptr;
 };
 
@@ -340,12 +345,18 @@ class UcxTransport final : public Transport {
     [[maybe_unused]] auto r = ::write(wake_fd_, &one, sizeof one);
   }
 
+  void set_payload_sink(PayloadSink sink) override { sink_ = std::move(sink); }
+
   void close(bool graceful) override {
+    sink_ = nullptr;  // nothing arriving from here on lands in the owner's memory
     if (!worker_) return;
+    closing_ = true;
     const auto deadline = Clock::now() + kGracefulLinger;
     if (graceful) {
       while (!backlog_.empty()) dispatch(pop_front(backlog_));
-      while ((!in_flight_.empty() || any_waiting()) && Clock::now() < deadline) progress_or_nap();
+      // Also let the fetches of arriving messages finish: force-closing an endpoint while its peer still moves a
+      // rendezvous payload to us made UCX 1.13's TCP transport abort the peer (tcp_ep.c PUT_TX_WAITING_ACK).
+      while ((!in_flight_.empty() || any_waiting() || fetching_ > 0) && Clock::now() < deadline) progress_or_nap();
       flush_all(deadline);  // what UCX reported sent has reached the peers before their sockets end
     }
     std::vector<void*> closing;
@@ -365,7 +376,9 @@ class UcxTransport final : public Transport {
     listen_fd_ = -1;
     for (auto& m : fetch_) ucp_am_data_release(worker_, m->desc);
     fetch_.clear();
-    ucp_worker_destroy(worker_);  // completes what is still outstanding (callbacks run here)
+    // Completes what is still outstanding (callbacks run here). From here on UCX writes into no destination the
+    // sink gave: a rendezvous fetch has finished or is gone with the worker (the owner may free its memory).
+    ucp_worker_destroy(worker_);
     worker_ = nullptr;
     ucp_cleanup(ctx_);
     ctx_ = nullptr;
@@ -765,14 +778,16 @@ class UcxTransport final : public Transport {
     const auto* h = static_cast<const std::byte*>(header) + kPrefix;
     m->in.header.assign(h, h + hlen);
     m->size = len;
-    if (len > 0) m->buf = pool_->acquire(len);
+    if (len > 0 && p.state == Peer::State::up) m->dest = landing(id, m->in.header, len);
+    if (len > 0 && !m->dest) m->buf = pool_->acquire(len);
     p.inbox.push_back(m);
     if (prm.recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-      m->desc = data;  // fetched right after this callback (zero-copy into our buffer)
+      m->desc = data;  // fetched right after this callback (zero-copy into our buffer, or the sink's)
       fetch_.push_back(std::move(m));
       return UCS_INPROGRESS;
     }
-    if (len > 0) std::memcpy(m->buf.get(), data, len);  // eager: small, UCX's buffer is reused when we return
+    // Eager: small, and UCX's buffer is reused when we return, so one copy, into the sink's destination if any.
+    if (len > 0) std::memcpy(m->target(), data, len);
     m->state = InMsg::State::ready;
     deliver(id);
     return UCS_OK;
@@ -786,22 +801,41 @@ class UcxTransport final : public Transport {
       rp.cb.recv_am = &UcxTransport::on_fetched;
       auto* holder = new std::shared_ptr<InMsg>(m);
       rp.user_data = holder;
-      ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_, m->desc, m->buf.get(), m->size, &rp);
+      ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_, m->desc, m->target(), m->size, &rp);
       m->desc = nullptr;
-      if (UCS_PTR_IS_PTR(r)) continue;
+      if (UCS_PTR_IS_PTR(r)) {
+        ++fetching_;
+        continue;
+      }
       delete holder;
-      m->state = UCS_PTR_STATUS(r) == UCS_OK ? InMsg::State::ready : InMsg::State::failed;
-      deliver(m->in.peer);
+      fetched(*m, UCS_PTR_STATUS(r));
     }
   }
 
   static void on_fetched(void* req, ucs_status_t status, size_t /*length*/, void* user_data) {
     auto* holder = static_cast<std::shared_ptr<InMsg>*>(user_data);
-    InMsg& m = **holder;
-    m.state = status == UCS_OK ? InMsg::State::ready : InMsg::State::failed;
-    m.owner->deliver(m.in.peer);
+    --(*holder)->owner->fetching_;
+    (*holder)->owner->fetched(**holder, status);
     delete holder;
     ucp_request_free(req);
+  }
+
+  // A rendezvous fetch ended. One that failed loses its message; when that message was to land in the owner's memory
+  // the owner waits for it, so the connection is lost (and named) rather than left one answer short. Not while
+  // closing: close() itself cancels what is in flight.
+  void fetched(InMsg& m, ucs_status_t status) {
+    m.state = status == UCS_OK ? InMsg::State::ready : InMsg::State::failed;
+    if (m.state == InMsg::State::failed && m.dest && !closing_)
+      if (auto it = peers_.find(m.in.peer); it != peers_.end())
+        return lose(it->first, it->second, ucs_err("the payload of a message could not be fetched", status));
+    deliver(m.in.peer);
+  }
+
+  // The sink's destination for a payload of `len` bytes, when it names one of exactly that size.
+  std::byte* landing(PeerId id, std::span<const std::byte> header, size_t len) {
+    if (!sink_) return nullptr;
+    const std::optional<std::span<std::byte>> at = sink_(id, header, len);
+    return at && at->size() == len ? at->data() : nullptr;
   }
 
   // Moves the peer's complete messages, in arrival order, to the event queue; its disconnection after the last.
@@ -817,7 +851,8 @@ class UcxTransport final : public Transport {
     while (!p.inbox.empty() && (p.inbox.front()->state != InMsg::State::receiving || p.state == Peer::State::failed)) {
       std::shared_ptr<InMsg> m = pop_front(p.inbox);
       if (m->state != InMsg::State::ready) continue;  // cut off by the peer's loss
-      if (m->size > 0) m->in.payload = std::make_unique<PooledPayload>(std::move(m->buf), m->size);
+      if (m->dest) m->in.payload = std::make_unique<LandedPayload>(std::span(m->dest, m->size));
+      else if (m->size > 0) m->in.payload = std::make_unique<PooledPayload>(std::move(m->buf), m->size);
       events_.push_back(std::move(m->in));
     }
     if (p.state == Peer::State::failed && p.inbox.empty() && !p.reported) {
@@ -906,6 +941,9 @@ class UcxTransport final : public Transport {
   std::vector<pollfd> fds_;
   std::vector<PeerId> fd_peer_;
   std::shared_ptr<BufferPool> pool_ = BufferPool::create();
+  PayloadSink sink_;
+  bool closing_ = false;  // inside close(): failed fetches are cancellations, not losses
+  size_t fetching_ = 0;   // rendezvous fetches UCX is still doing
   std::string last_lanes_;
   bool redial_pending_ = false;
   Clock::time_point last_progress_{};

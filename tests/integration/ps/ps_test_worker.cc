@@ -1,7 +1,8 @@
 // Test process for the parameter-server integration tests. With COMMSCHED_ROLE=server it runs a server; otherwise a
 // worker that drives PsBackend directly (no engine): it submits batches with start() and waits on `done`.
 //
-//   ps_test_worker [--tensors N] [--iterations I] [--max-bytes B] [--seed S] [--mode exact|random|loop|mismatch|engine|tune|join]
+//   ps_test_worker [--tensors N] [--iterations I] [--max-bytes B] [--seed S]
+//                  [--mode exact|random|loop|mismatch|engine|tune|join|land|land-shutdown]
 //                  [--out FILE] [--ready FILE] [--tag ANY] [--slow-rank R --slow-ms M]
 // exact:    integer-valued data of every dtype; checks every sum exactly; broadcast from rank 0 first.
 // random:   random f32/f16/bf16/f64 data; writes an FNV hash of all results to --out (determinism test).
@@ -16,7 +17,16 @@
 // join:     like engine, but worker r runs --iterations + r iterations and then joins: in iteration it the workers
 //           that already joined count as zeros. join() must name the last rank as the one that joined last; then
 //           every worker runs one more iteration of the same tensors (rounds line up again) and sums over all.
-// Exit codes: 0 ok, 1 wrong sums, 3 a batch failed (message on stderr), 4 bad usage.
+// land:     --tensors f32 tensors of --max-bytes, one partition each (big enough for UCX's rendezvous, whose
+//           answers land in the tensor), each its own batch, in a loop until something fails (kill tests; touches
+//           --ready after the first iteration). A failed batch's tensor is overwritten with a poison pattern in its
+//           callback, and once the backend is destroyed every poisoned tensor must still hold it: nothing may be
+//           written into a tensor after its request completed.
+// land-shutdown: like land for --iterations iterations, then one more round submitted and shut down at once, with the
+//           answers in flight; the same poison check for the requests the shutdown cancelled, exact sums for the
+//           others.
+// Exit codes: 0 ok, 1 wrong sums, 3 a batch failed (message on stderr), 4 bad usage, 5 a tensor written after its
+// request completed.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -263,8 +273,90 @@ int run_engine_worker(const Options& o) {
   return 0;
 }
 
+constexpr std::byte kPoison{0xa5};
+
+// Modes land and land-shutdown (see the top of the file).
+int run_landing_worker(const Options& o) {
+  const ClusterEnv env = ClusterEnv::from_env();
+  const int rank = env.rank;
+  auto backend = std::make_unique<PsBackend>(env, PsConfig::from_env());
+  std::vector<Tensor> ts(static_cast<size_t>(o.tensors));
+  for (size_t i = 0; i < ts.size(); ++i) {
+    TaskDesc& d = ts[i].desc;
+    d.dtype = DType::f32;
+    d.count = o.max_bytes / 4;
+    d.name = "land." + std::to_string(i);
+    d.key = task_key(d.name);
+    d.op = Op::push_pull;
+    ts[i].data.resize(d.bytes());
+    d.buffer.data = ts[i].data.data();
+  }
+  std::mutex mu;
+  std::vector<bool> poisoned(ts.size(), false);
+  Status failure;
+  std::atomic<int> settled{0};
+  const bool shutdown_test = o.mode == "land-shutdown";
+  for (int it = 0; !shutdown_test || it <= o.iterations; ++it) {
+    const bool last = shutdown_test && it == o.iterations;
+    fill(ts, rank, it);
+    CompletionWaiter waiter;
+    settled = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {  // every tensor its own batch; a failed one is poisoned in its callback
+      waiter.expect(1);
+      backend->start({PartitionView{&ts[i].desc, 0, 0, ts[i].desc.bytes()}}, [&, i](const Status& st) {
+        if (!st.ok()) {
+          std::memset(ts[i].data.data(), static_cast<int>(kPoison), ts[i].data.size());
+          std::lock_guard lock(mu);
+          poisoned[i] = true;
+          if (failure.ok()) failure = st;
+        }
+        ++settled;
+        waiter.settle(Status::Ok());
+      });
+    }
+    if (last) {  // shut down once the first answer is back: the others are on their way
+      while (settled == 0) std::this_thread::yield();
+      backend->shutdown();
+    }
+    (void)waiter.wait(std::chrono::minutes(5));
+    std::lock_guard lock(mu);
+    if (!failure.ok() && !last) break;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (poisoned[i]) continue;
+      for (uint64_t e = 0; e < ts[i].desc.count; ++e) {
+        double want = 0;
+        for (int r = 0; r < env.num_workers; ++r) want += value_of(r, i, e, it);
+        if (const double got = load(DType::f32, ts[i].data.data() + 4 * e); got != want) {
+          std::cerr << "worker " << rank << ": " << ts[i].desc.name << " element " << e << " is " << got
+                    << ", expected " << want << " (iteration " << it << ")" << std::endl;
+          return 1;
+        }
+      }
+    }
+    if (it == 0 && !o.ready.empty()) std::ofstream(o.ready) << "ready\n";
+  }
+  backend.reset();  // the transport is closed and UCX is gone: a late write would have happened by now
+  size_t hit = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (!poisoned[i]) continue;
+    ++hit;
+    for (size_t b = 0; b < ts[i].data.size(); ++b)
+      if (ts[i].data[b] != kPoison) {
+        std::cerr << "worker " << rank << ": " << ts[i].desc.name << " byte " << b
+                  << " was written after its request completed with '" << failure.message << "'" << std::endl;
+        return 5;
+      }
+  }
+  std::cout << "worker " << rank << ": " << hit << " requests failed or cancelled, their tensors untouched after"
+            << std::endl;
+  if (!shutdown_test) return fail(failure, rank);
+  if (!failure.ok() && failure.code != Status::Code::cancelled) return fail(failure, rank);
+  return 0;
+}
+
 int run_worker(const Options& o) {
   if (o.mode == "engine" || o.mode == "tune" || o.mode == "join") return run_engine_worker(o);
+  if (o.mode == "land" || o.mode == "land-shutdown") return run_landing_worker(o);
   const ClusterEnv env = ClusterEnv::from_env();
   PsBackend backend(env, PsConfig::from_env());
   const int rank = env.rank;

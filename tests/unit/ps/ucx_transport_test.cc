@@ -1,14 +1,17 @@
 // UCX transport, two ends in one process, over each UCX transport set we support on one host (UCX_TLS):
-// exact bytes and order for eager and rendezvous sizes, every zero-copy payload released, a closed peer reported,
+// exact bytes and order for eager and rendezvous sizes, every zero-copy payload released, payloads landing where a
+// PayloadSink says, a closed peer reported,
 // a dial before the listener is up redialled, oversized messages dropping their sender, wake(), and the shared-secret
 // handshake (peers with the secret talk; without it, or with another one, they are refused by name).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -103,6 +106,60 @@ TEST_P(UcxTransportTest, ExactBytesInOrderAndEveryPayloadReleased) {
   client->close(true);
   server->close(true);
   EXPECT_EQ(released.load(), static_cast<int>(sizes.size()) + 1);
+}
+
+// A PayloadSink chooses where payloads land: messages it gives a destination of exactly their size arrive there
+// (eager sizes copied in, rendezvous sizes fetched in) and say landed(); a destination of another size, or none,
+// leaves the payload in the transport's buffer. The sink sees each message's header and payload size, and is not
+// asked for messages without a payload.
+TEST_P(UcxTransportTest, PayloadsLandWhereTheSinkSays) {
+  auto server = make();
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make();
+  const PeerId to_server = client->connect(ep);
+  const std::vector<size_t> sizes = {100, 65536, 4 << 20, 8192, 1 << 20, 0, 16 << 20, 3, 5 << 20, 70000};
+  std::vector<std::vector<std::byte>> bodies, dests;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    bodies.push_back(pattern(sizes[i], static_cast<int>(i) + 1));
+    dests.emplace_back(sizes[i] + 1, std::byte{0});
+  }
+  // Only a peer that has proved itself is offered to the sink: let the handshake finish first.
+  client->send(to_server, header_of(100));
+  ASSERT_EQ(messages(pump(*client, *server, [](auto& v) { return messages(v) == 1; })), 1u);
+  std::vector<size_t> asked;
+  // Header i: i % 3 == 0 lands in dests[i]; 1: a span one byte too long (ignored); 2: none.
+  server->set_payload_sink([&](PeerId, std::span<const std::byte> h, size_t bytes) -> std::optional<std::span<std::byte>> {
+    size_t i = 0;
+    while (i < sizes.size() && !std::equal(h.begin(), h.end(), header_of(static_cast<int>(i)).begin())) ++i;
+    EXPECT_LT(i, sizes.size()) << "the sink got a header that was never sent";
+    if (i == sizes.size()) return std::nullopt;
+    EXPECT_EQ(bytes, sizes[i]) << i;
+    asked.push_back(i);
+    if (i % 3 == 0) return std::span(dests[i].data(), bytes);
+    if (i % 3 == 1) return std::span(dests[i].data(), bytes + 1);
+    return std::nullopt;
+  });
+  for (size_t i = 0; i < sizes.size(); ++i)
+    client->send(to_server, header_of(static_cast<int>(i)), OutPayload{bodies[i].data(), bodies[i].size(), {}});
+  auto got = pump(*client, *server, [&](auto& v) { return messages(v) == sizes.size(); });
+  ASSERT_EQ(messages(got), sizes.size());
+  std::vector<size_t> want_asked;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i]) want_asked.push_back(i);
+    const size_t n = got[i].payload ? got[i].payload->bytes().size() : 0;
+    ASSERT_EQ(n, sizes[i]) << i;
+    if (!n) continue;
+    const auto b = got[i].payload->bytes();
+    EXPECT_TRUE(std::equal(bodies[i].begin(), bodies[i].end(), b.begin())) << i;
+    const bool lands = i % 3 == 0;
+    EXPECT_EQ(got[i].payload->landed(), lands) << i;
+    EXPECT_EQ(b.data() == dests[i].data(), lands) << i;
+    if (lands) EXPECT_TRUE(std::equal(bodies[i].begin(), bodies[i].end(), dests[i].begin())) << i;
+    else EXPECT_EQ(std::count(dests[i].begin(), dests[i].end(), std::byte{0}), static_cast<long>(sizes[i] + 1)) << i;
+  }
+  EXPECT_EQ(asked, want_asked);
+  client->close(true);
+  server->close(true);
 }
 
 TEST_P(UcxTransportTest, ClosedPeerIsReportedByAddress) {
