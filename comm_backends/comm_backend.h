@@ -48,6 +48,10 @@ class CommBackend {
   // thread.
   virtual bool manages_credit() const { return false; }
   virtual void set_credit_bytes(uint64_t /*credit_bytes*/) {}
+  // The same backend's policy also owns the small-tensor fusion bound (knob small_tensor_bytes: rank 0's coordinator
+  // fuses what it orders), so the engine hands it over beside the credit, at start and at every knob change; without
+  // this a bound the tuner picks would be searched and never applied.
+  virtual void set_fusion_bytes(uint64_t /*small_tensor_bytes*/) {}
 
   // Whether the backend can carry this operation on buffers of this device. By default its row of the backend
   // registry answers (BackendInfo::ops x devices, the row named name()): the one list of what a backend moves. Only

@@ -190,10 +190,11 @@ struct Engine::Impl {
   }
 
   // The knobs go to the policy; the credit goes to the backend instead when it keeps the credit itself (then the
-  // policy has none). The partition size is the engine's own (active_partition_bytes).
+  // policy has none), and so does the fusion bound, which its coordinator applies. The partition size is the engine's own (active_partition_bytes).
   void apply_knobs(Knobs k) {
     if (backend->manages_credit()) {
       backend->set_credit_bytes(policy->uses_credit() ? k.credit_bytes : 0);
+      backend->set_fusion_bytes(k.small_tensor_bytes);
       k.credit_bytes = 0;
     }
     policy_call("set_knobs", [&] { policy->set_knobs(k); });

@@ -46,7 +46,8 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.policy = policy;
   // A collective pays a call's latency that a parameter server's pipelined pushes hide, so on a collective
   // bytescheduler fuses small tensors up to the collective fusion size by default.
-  if (o.policy.policy == PolicyKind::bytescheduler && o.policy.knobs.small_tensor_bytes == 0) o.policy.knobs.small_tensor_bytes = fusion_bytes;
+  if (o.policy.policy == PolicyKind::bytescheduler) o.auto_fusion_bytes = fusion_bytes;
+  if (o.policy.knobs.small_tensor_bytes == 0) o.policy.knobs.small_tensor_bytes = o.auto_fusion_bytes;
   o.credit_bytes = credit_bytes;
   o.host = env.rank == 0 ? env.root_addr : advertised_host(env);
   return o;
@@ -265,6 +266,10 @@ void CollectiveBackend::stop_base() { shutdown(); }
 
 void CollectiveBackend::set_credit_bytes(uint64_t credit_bytes) {
   if (negotiator_) negotiator_->set_credit_bytes(credit_bytes);
+}
+
+void CollectiveBackend::set_fusion_bytes(uint64_t small_tensor_bytes) {
+  if (negotiator_) negotiator_->set_fusion_bytes(small_tensor_bytes);
 }
 
 NegotiatorStats CollectiveBackend::negotiation_stats() const {

@@ -69,6 +69,7 @@ class CollectiveBackend : public CommBackend {
   // unlimited. COMMSCHED_COLLECTIVE_CREDIT_BYTES is the credit until an engine sets one.
   bool manages_credit() const override { return true; }
   void set_credit_bytes(uint64_t credit_bytes) override;
+  void set_fusion_bytes(uint64_t small_tensor_bytes) override;
   // Horovod's join, where this backend's buffers are host memory (Gloo): a joined rank runs the others'
   // partitions with zeros of the ordered size until every rank has joined (see Negotiator::join).
   bool joins() const override { return supports(Op::allreduce, Device::cpu); }

@@ -72,6 +72,8 @@ class Coordinator {
   // When flush() must run again even if nothing arrives (a fusion cycle); nullopt: none.
   std::optional<Nanos> next_wakeup() const { return policy_->next_wakeup(); }
   void set_credit_bytes(uint64_t credit) { policy_->set_credit_bytes(credit); }
+  // The knobs rank 0's policy uses (credit, small-tensor fusion bound); the partition size is each rank's engine's.
+  void set_knobs(const Knobs& k) { policy_->set_knobs(k); }
   uint64_t bytes_in_flight() const { return policy_->bytes_in_flight(); }
   const Policy& policy() const { return *policy_; }
 

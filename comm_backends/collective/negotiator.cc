@@ -57,7 +57,8 @@ std::string read_frame_blocking(int fd, Clock::time_point deadline, const std::s
 }  // namespace
 
 Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
-    : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}), credit_bytes_(opts_.credit_bytes) {
+    : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}), credit_bytes_(opts_.credit_bytes),
+      fusion_bytes_(opts_.policy.knobs.small_tensor_bytes) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
@@ -249,6 +250,13 @@ void Negotiator::set_credit_bytes(uint64_t credit) {
   wake(wake_.get());
 }
 
+void Negotiator::set_fusion_bytes(uint64_t small_tensor_bytes) {
+  if (!coordinator_) return;
+  fusion_bytes_ = small_tensor_bytes == 0 ? opts_.auto_fusion_bytes : small_tensor_bytes;
+  credit_changed_ = true;
+  wake(wake_.get());
+}
+
 void Negotiator::shutdown() {
   {
     std::lock_guard lock(mu_);
@@ -332,7 +340,12 @@ void Negotiator::loop() {
       [[maybe_unused]] const ssize_t n = ::read(wake_.get(), &v, sizeof v);
     }
     take_inbox();
-    if (coordinator_ && credit_changed_.exchange(false)) coordinator_->set_credit_bytes(credit_bytes_.load());
+    if (coordinator_ && credit_changed_.exchange(false)) {
+      Knobs k;
+      k.credit_bytes = credit_bytes_.load();
+      k.small_tensor_bytes = fusion_bytes_.load();
+      coordinator_->set_knobs(k);
+    }
     if (coordinator_)
       for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
     for (size_t i = 1; i < fds.size() && !finished_; ++i)

@@ -47,6 +47,9 @@ struct NegotiatorOptions {
   // coordinator.h), and its credit: bytes ordered but not completed (0: no limit).
   EngineConfig policy;
   uint64_t credit_bytes = 0;
+  // What a fusion bound of 0 set at run time means: the collective's automatic fusion (as policy.knobs'
+  // small_tensor_bytes of 0 means at start; CollectiveOptions::negotiator_options).
+  uint64_t auto_fusion_bytes = 0;
   std::string host = "127.0.0.1";    // rank 0: address to bind and advertise the coordinator on
   std::string key_prefix = "commsched/negotiator/";
   // The execute callback may block (runs the collective itself): heartbeats then come from a separate thread, and
@@ -103,6 +106,9 @@ class Negotiator {
   int join();
   // Changes the global credit (0: no limit) from any thread; it applies on rank 0, and is a no-op elsewhere.
   void set_credit_bytes(uint64_t credit);
+  // Changes the small-tensor fusion bound the same way (0: NegotiatorOptions::auto_fusion_bytes): from any thread,
+  // applied on rank 0.
+  void set_fusion_bytes(uint64_t small_tensor_bytes);
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
   // Status::Code::cancelled. Idempotent.
   void shutdown();
@@ -197,7 +203,8 @@ class Negotiator {
 
   std::atomic<uint64_t> completed_groups_{0};
   std::atomic<uint64_t> credit_bytes_;
-  std::atomic<bool> credit_changed_{false};
+  std::atomic<uint64_t> fusion_bytes_;
+  std::atomic<bool> credit_changed_{false};  // either knob: the coordinator gets both at once
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
 

@@ -220,6 +220,31 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   EXPECT_EQ(g.log(0).groups.size(), 3u);
 }
 
+// The fusion bound is a tuner knob too: set at run time on rank 0, it fuses what the credit holds back (before it,
+// the same queue went one partition at a time). Rank 1's call is ignored, as its credit is.
+TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
+  Group g(2);  // no fusion at start
+  g.rank(0).set_credit_bytes(100);  // one 64-byte partition in flight at a time
+  // One submission is one report per rank, so rank 0 knows all five ready everywhere once it orders the first.
+  for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2), sub(4, 64, 3), sub(5, 64, 4)});
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
+  g.rank(0).completed();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(2, 10s));
+  {
+    std::lock_guard lock(g.log(0).mu);
+    ASSERT_EQ(g.log(0).groups.size(), 2u);
+    EXPECT_EQ(g.log(0).groups[1].size(), 1u) << "fused with no fusion bound";
+  }
+  g.rank(1).set_fusion_bytes(1);     // ignored: rank 0 decides
+  g.rank(0).set_fusion_bytes(1024);  // applied before the completion below (same thread, same order)
+  g.rank(0).completed();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(5, 10s));
+  std::lock_guard lock(g.log(0).mu);
+  ASSERT_EQ(g.log(0).groups.size(), 3u) << "the three held partitions did not go as one fused group";
+  EXPECT_EQ(g.log(0).groups[2].size(), 3u);
+  EXPECT_EQ(g.log(1).groups, g.log(0).groups);
+}
+
 // Rendezvous through the control plane's admission rule (control::Roster): a rank that never comes is named when
 // rank 0 gives up, and a second process claiming a rank already taken is refused, saying so.
 std::string join_error(std::future<void>& f) {
