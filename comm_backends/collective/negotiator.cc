@@ -246,14 +246,14 @@ void Negotiator::completed() {
 void Negotiator::set_credit_bytes(uint64_t credit) {
   if (!coordinator_) return;  // the coordinator on rank 0 decides alone
   credit_bytes_ = credit;
-  credit_changed_ = true;
+  knobs_changed_ = true;
   wake(wake_.get());
 }
 
 void Negotiator::set_fusion_bytes(uint64_t small_tensor_bytes) {
   if (!coordinator_) return;
   fusion_bytes_ = small_tensor_bytes == 0 ? opts_.auto_fusion_bytes : small_tensor_bytes;
-  credit_changed_ = true;
+  knobs_changed_ = true;
   wake(wake_.get());
 }
 
@@ -340,7 +340,7 @@ void Negotiator::loop() {
       [[maybe_unused]] const ssize_t n = ::read(wake_.get(), &v, sizeof v);
     }
     take_inbox();
-    if (coordinator_ && credit_changed_.exchange(false)) {
+    if (coordinator_ && knobs_changed_.exchange(false)) {
       Knobs k;
       k.credit_bytes = credit_bytes_.load();
       k.small_tensor_bytes = fusion_bytes_.load();

@@ -204,7 +204,7 @@ class Negotiator {
   std::atomic<uint64_t> completed_groups_{0};
   std::atomic<uint64_t> credit_bytes_;
   std::atomic<uint64_t> fusion_bytes_;
-  std::atomic<bool> credit_changed_{false};  // either knob: the coordinator gets both at once
+  std::atomic<bool> knobs_changed_{false};  // credit or fusion bound: the coordinator gets both at once
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
 
