@@ -7,6 +7,7 @@
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/loopback/loopback_backend.h"
+#include "plugins/api/link_probe.h"
 #include "plugins/api/live_tuner.h"
 #include "plugins/api/option_catalogue.h"
 #include "scheduler/auto_knobs.h"
@@ -84,6 +85,7 @@ Context::Context(const ContextOptions& options) : Context(options, nullptr) {}
 Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> backend)
     : env_(options.cluster ? *options.cluster : ClusterEnv::from_env()),
       config_(options.engine_config ? *options.engine_config : EngineConfig::from_env()) {
+  const bool in_process_group = backend != nullptr;
   env_.validate();
   if (env_.role != Role::worker)
     throw InvalidArgument("COMMSCHED_ROLE=server: this process is a parameter server; run `commsched server` there "
@@ -112,6 +114,35 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
   else tune_ = ContextEnvOptions::from_env().tune;
   // A bad COMMSCHED_TUNER_* value fails here, not at the first step.
   if (tune_) tuner_options_ = options.tuner ? *options.tuner : tuner::TunerOptions::from_env();
+  // A loopback group's ranks are threads constructed one after another (an exchange here would wait for a rank not
+  // built yet), and its link is the LinkModel it was given.
+  if (tune_ && size_ > 1 && !in_process_group) probe_link();
+}
+
+// Every rank alike (COMMSCHED_TUNE and COMMSCHED_LINK_PROBE come from the launcher's environment): the exchange is
+// collective. A failure keeps the estimate; it costs at most the exchange's time limit.
+void Context::probe_link() {
+  const ContextEnvOptions env_options = ContextEnvOptions::from_env();
+  if (env_options.link_probe == "off") {
+    link_.source += "; not measured: COMMSCHED_LINK_PROBE=off";
+    return;
+  }
+  ProbeShape shape;
+  shape.parameter_server = backend_kind_ == BackendKind::ps;
+  shape.workers = size_;
+  shape.servers = env_.num_servers;
+  shape.partition_bytes = config_.knobs.partition_bytes;
+  const auto started = Clock::now();
+  try {
+    link_ = measured_link(link_, measure_link(shape, engine_exchange(*engine_, reduce_op_)));
+    if (rank_ == 0)
+      std::cerr << "[commsched] " << link_.source << ", in "
+                << std::llround(std::chrono::duration<double>(Clock::now() - started).count() * 1e3) << " ms\n";
+  } catch (const std::exception& e) {
+    link_.source += std::string("; not measured: ") + e.what();
+    if (rank_ == 0) std::cerr << "[commsched] the link could not be measured at startup, the warm start keeps the "
+                                 "estimate: " << e.what() << '\n';
+  }
 }
 
 std::vector<std::unique_ptr<Context>> Context::loopback_group(int ranks, LinkModel link, const ContextOptions& options) {
@@ -188,6 +219,7 @@ void Context::plan_warm_start_from_measurement() {
   job.servers = env_.num_servers;
   job.link = link_;
   job.config = config_;
+  job.bounds = tuner_options_->space;
   job.config.knobs = engine_->knobs();
   try {
     LiveWarmStart w = plan_live_warm_start(job);
