@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "scheduler/config.h"
 #include "scheduler/types.h"
@@ -56,6 +57,12 @@ void OnlineTuner::on_iteration_end(uint64_t iteration, double seconds) {
       break;
     case State::finished: watch(seconds); break;
   }
+}
+
+void OnlineTuner::begin(uint64_t iteration) {
+  if (state_ != State::not_started) throw std::logic_error("OnlineTuner::begin: tuning has already started");
+  last_iteration_ = iteration;
+  start(iteration);
 }
 
 // After tuning: the same windows as a trial, with one agreement at the end of each period (see the header).

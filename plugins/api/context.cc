@@ -194,7 +194,22 @@ void Context::end_step(double step_seconds) {
   stats_.total_step_s += step_seconds;
   // The tuner switches knobs through engine_->set_knobs(); they take effect at the next backward_done(), which every
   // worker reaches in the same step. A step without a time (the first clocked one) is skipped on every rank alike.
-  if (!tune_ || !engine_ || step_seconds <= 0) return;
+  if (!tune_ || !engine_) return;
+  if (step_seconds <= 0) {
+    // The first step has no time (nothing clocked its start), but its backward was timed: with the model's
+    // gradients given (set_model, which the plugin calls on every rank alike) the tuner begins here, its warm start
+    // planned from that backward, so the warm start's choice runs from the third step instead of the fourth (a
+    // switch applies from the next backward_done). The first backward carries one-time costs (gradient buffers
+    // allocated, caches cold), which only make its layers look slower than they are: the simulation then gives the
+    // links more time to overlap, the ranking of the candidates moves little (measured in bench/RESULTS.md), and the
+    // tuner measures every candidate it tries anyway. Without the model there is nothing to plan and the tuner starts
+    // at the first timed step, as before.
+    if (!tuner_ && !tensor_bytes_.empty()) {
+      start_tuner();
+      tuner_->begin();
+    }
+    return;
+  }
   if (!tuner_) start_tuner();
   tuner_->on_step(step_seconds);  // after tuning too: the tuner watches for drift (COMMSCHED_TUNER_DRIFT)
 }

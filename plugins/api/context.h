@@ -110,7 +110,7 @@ class Context {
   // simulates. Call before the first iteration_end(); optional.
   void set_model(std::span<const uint64_t> tensor_bytes);
   // When each gradient of set_model()'s tensors became ready in one backward (seconds on any clock; negative: not
-  // seen). Wanted while wants_backward_times() (rank 0, tuning, before the tuner starts at the second step's end);
+  // seen). Wanted while wants_backward_times() (rank 0, tuning, before the tuner starts at the first step's end);
   // the tuner then starts from the knobs the simulator predicts fastest for this model, its measured backward, the
   // cluster's shape and the link (plugins/api/live_tuner_warm_start.h), unless set_tuner_warm_start() gave some.
   void note_backward(std::vector<double> ready_s) { backward_samples_.add(std::move(ready_s)); }

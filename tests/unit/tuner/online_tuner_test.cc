@@ -209,6 +209,26 @@ TEST(OnlineTuner, FirstTrialMeasuresTheStartingConfigurationAndDropsWarmup) {
   EXPECT_EQ(second.first_iteration, first.first_iteration + static_cast<uint64_t>(o.iterations_per_trial()));
 }
 
+// begin(): the first agreement and switch at the end of an iteration without a time; the warm start's first
+// configuration is what the first trial measures, from the next iteration on.
+TEST(OnlineTuner, BeginStartsWithoutATimeAndTheNextIterationsAreMeasured) {
+  FakeEngine engine(5, 0.0);
+  TunerOptions o = test_options("begin");
+  OnlineTuner tuner(engine, TuningKey{4, 1, 0, "fake"}, o, {}, collect());
+  const Knobs warm{1 * MiB, 8 * MiB};
+  tuner.warm_start({warm});
+  tuner.begin(0);
+  EXPECT_EQ(tuner.trials_done(), 0);
+  EXPECT_THROW(tuner.begin(1), std::logic_error);
+  uint64_t it = 1;
+  for (; tuner.trials_done() < 1; ++it) tuner.on_iteration_end(it, engine.run_iteration());
+  const TrialRecord& first = tuner.trials().front();
+  EXPECT_EQ(first.knobs, warm) << "begin() switched to the warm start's first configuration";
+  EXPECT_EQ(first.first_iteration, 1u) << "the iteration that began tuning is not measured";
+  EXPECT_EQ(it - 1, static_cast<uint64_t>(o.iterations_per_trial()));
+  EXPECT_NEAR(first.score, 1.0 / ideal_seconds(warm), 1e-9) << "its warm-up dropped the switch's slow iteration";
+}
+
 TEST(OnlineTuner, SavesTheBestAndReusesItForTheSameModelAndCluster) {
   TunerOptions o = test_options("store");
   const TuningKey key{model_signature(std::vector<uint64_t>{4096, 1 << 20, 3 << 20}), 4, 2, "ps"};
