@@ -200,10 +200,10 @@ void Context::end_step(double step_seconds) {
     // gradients given (set_model, which the plugin calls on every rank alike) the tuner begins here, its warm start
     // planned from that backward, so the warm start's choice runs from the third step instead of the fourth (a
     // switch applies from the next backward_done). The first backward carries one-time costs (gradient buffers
-    // allocated, caches cold), which only make its layers look slower than they are: the simulation then gives the
-    // links more time to overlap, the ranking of the candidates moves little (measured in bench/RESULTS.md), and the
-    // tuner measures every candidate it tries anyway. Without the model there is nothing to plan and the tuner starts
-    // at the first timed step, as before.
+    // allocated, caches cold), which only make its layers look slower than they are (the simulation then gives the
+    // links more time to overlap); waiting a step for a second sample would cost a step on the default knobs for
+    // every job, while the tuner measures every candidate it tries, so a misranked one costs one trial. Without the
+    // model there is nothing to plan and the tuner starts at the first timed step, as before.
     if (!tuner_ && !tensor_bytes_.empty()) {
       start_tuner();
       tuner_->begin();
@@ -238,8 +238,10 @@ void Context::plan_warm_start_from_measurement() {
   job.config.knobs = engine_->knobs();
   try {
     LiveWarmStart w = plan_live_warm_start(job);
-    std::cerr << "[commsched tuner] " << w.why << "; measured " << std::llround(stats_.last_step_s * 1e3)
-              << " ms/step now (the first steps include warm-up)\n";
+    std::cerr << "[commsched tuner] " << w.why;
+    if (stats_.last_step_s > 0)  // at the first step's end there is no step time yet
+      std::cerr << "; measured " << std::llround(stats_.last_step_s * 1e3) << " ms/step now (the first steps include warm-up)";
+    std::cerr << '\n';
     tuner_warm_start_ = std::move(w.trials);
     tuner_warm_start_predicted_ = std::move(w.predicted_s);
   } catch (const std::exception& e) {
