@@ -276,9 +276,8 @@ std::optional<Knobs> OnlineTuner::next_warm_start() {
   while (!warm_start_.empty()) {
     const Knobs k = space_.to_knobs(space_.from_knobs(warm_start_.front()));
     warm_start_.erase(warm_start_.begin());
-    const bool measured = std::any_of(trials_.begin(), trials_.end(), [&](const TrialRecord& t) {
-      return t.knobs.partition_bytes == k.partition_bytes && t.knobs.credit_bytes == k.credit_bytes;
-    });
+    // Every knob of the set: candidates that differ in the fusion bound alone are different trials.
+    const bool measured = std::any_of(trials_.begin(), trials_.end(), [&](const TrialRecord& t) { return t.knobs == k; });
     if (!measured) return k;
   }
   return std::nullopt;

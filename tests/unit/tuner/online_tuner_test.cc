@@ -229,6 +229,18 @@ TEST(OnlineTuner, BeginStartsWithoutATimeAndTheNextIterationsAreMeasured) {
   EXPECT_NEAR(first.score, 1.0 / ideal_seconds(warm), 1e-9) << "its warm-up dropped the switch's slow iteration";
 }
 
+// Warm-start candidates that differ in the fusion bound alone are each measured (neither is taken as already done).
+TEST(OnlineTuner, WarmStartCandidatesDifferingOnlyInTheFusionBoundAreBothTried) {
+  FakeEngine engine(6, 0.0);
+  TunerOptions o = test_options("fusion_only");
+  OnlineTuner tuner(engine, TuningKey{5, 1, 0, "fake"}, o, {}, collect());
+  const Knobs off{1 * MiB, 8 * MiB, 0}, fused{1 * MiB, 8 * MiB, 64 * 1024};
+  tuner.warm_start({off, fused});
+  for (uint64_t it = 0; tuner.trials_done() < 3; ++it) tuner.on_iteration_end(it, engine.run_iteration());
+  EXPECT_EQ(tuner.trials()[0].knobs, off);
+  EXPECT_EQ(tuner.trials()[2].knobs, fused) << "after the starting configuration";
+}
+
 TEST(OnlineTuner, SavesTheBestAndReusesItForTheSameModelAndCluster) {
   TunerOptions o = test_options("store");
   const TuningKey key{model_signature(std::vector<uint64_t>{4096, 1 << 20, 3 << 20}), 4, 2, "ps"};
