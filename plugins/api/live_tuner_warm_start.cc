@@ -80,6 +80,15 @@ std::string describe_link(const LinkEstimate& link, bool parameter_server) {
   return s.str();
 }
 
+namespace {
+
+// True when no candidate of `plan` is predicted at least kWarmStartMinGain faster than its current knobs.
+bool keeps_current(const sim::WarmStartPlan& plan) {
+  return !plan.ranked.empty() && plan.ranked.front().predicted_s > plan.current.predicted_s * (1 - kWarmStartMinGain);
+}
+
+}  // namespace
+
 LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
   const auto started = std::chrono::steady_clock::now();
   const sim::ModelProfile model = sim::measured_profile(job.tensor_bytes, job.ready_s);
@@ -101,7 +110,13 @@ LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
   LiveWarmStart out;
+  const bool keep = keeps_current(plan);
+  if (keep) {
+    out.trials.push_back(plan.current.knobs);
+    out.predicted_s.push_back(plan.current.predicted_s);
+  }
   for (const sim::WarmStartCandidate& c : plan.ranked) {
+    if (keep && c.knobs == plan.current.knobs) continue;
     out.trials.push_back(c.knobs);
     out.predicted_s.push_back(c.predicted_s);
   }
@@ -114,6 +129,11 @@ LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
       << " (+ forward taken as half), in " << ms(took) << ": ";
   if (plan.ranked.empty()) {
     why << "no candidate";
+  } else if (keep) {
+    why << "keeps the current " << tuner::describe_knobs(plan.current.knobs) << " (predicted " << ms(plan.current.predicted_s)
+        << "/step) to start from: the best candidate, " << tuner::describe_knobs(plan.ranked.front().knobs) << ", is predicted "
+        << ms(plan.ranked.front().predicted_s) << ", less than " << int(kWarmStartMinGain * 100)
+        << "% faster, which the simulator cannot tell from its error; tries it next";
   } else {
     why << "chose " << tuner::describe_knobs(plan.ranked.front().knobs) << ", predicted " << ms(plan.ranked.front().predicted_s)
         << "/step against " << ms(plan.current.predicted_s) << " at the current " << tuner::describe_knobs(plan.current.knobs)

@@ -62,8 +62,15 @@ struct LiveWarmStartJob {
   tuner::SearchSpaceBounds bounds;     // the tuner's (COMMSCHED_TUNER_*): only knobs it can reach are simulated
 };
 
+// The least predicted gain for which the warm start starts tuning from its best candidate rather than the current
+// knobs. The simulator matched real runs within 10%, and its errors for two configurations of one cell differed by up
+// to about 5% (bench/RESULTS.md, the validation tables): a smaller predicted gain is not known to be one. The tuner
+// keeps the first configuration it measures unless a later one beats it beyond the noise, so the order matters.
+inline constexpr double kWarmStartMinGain = 0.05;
+
 struct LiveWarmStart {
-  std::vector<Knobs> trials;           // tried first, in this order (the first is where tuning starts)
+  std::vector<Knobs> trials;           // tried first, in this order (the first is where tuning starts: the current
+                                       // knobs when no candidate is predicted kWarmStartMinGain faster)
   std::vector<double> predicted_s;     // the simulated time per step of each
   std::string why;                     // one line for the log: what was simulated, what was chosen, predicted vs now
 };
