@@ -42,7 +42,8 @@ std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidt
   if (spec.network == NetworkKind::allreduce)
     return with_compression(std::make_unique<RingAllreduceNetwork>(RingParams{workers, bandwidth_bps, spec.ring_alpha_s}),
                             spec.compression);
-  return with_compression(std::make_unique<PsNetwork>(ps_params(spec, bandwidth_bps, workers)), spec.compression);
+  return with_compression(std::make_unique<PsNetwork>(ps_params(spec, bandwidth_bps, workers)), spec.compression,
+                          workers);
 }
 
 namespace {
@@ -170,7 +171,8 @@ SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, doubl
   opt.record_timeline = timeline;
   if (spec.network == NetworkKind::ps && workers <= spec.ps_each_worker_max)
     return simulate_each_worker(model, ps_params(spec, bandwidth_bps, workers),
-                                [&] { return make_sim_policy(config, net, /*symmetric_workers=*/false); }, opt);
+                                [&] { return make_sim_policy(config, net, /*symmetric_workers=*/false); }, opt,
+                                spec.compression);
   auto policy = make_sim_policy(config, net);
   return simulate(model, net, *policy, opt);
 }
