@@ -18,8 +18,10 @@
 # when set). SCRIPT=train runs examples/pytorch_train.py (the small CNN on learnable data) instead of the synthetic
 # benchmark, for TRAIN_STEPS steps (60; the first WARMUP untimed) at TRAIN_BATCH (16) per worker, and also reports
 # steps-to-loss (the first step whose running loss, over the workers and LOSS_WINDOW (5) steps, is below TARGET_LOSS
-# (1.0)) and time-to-loss (those steps x the measured mean step time); MODEL, IMAGE, BATCH and ITERS do not apply. Engine knobs (COMMSCHED_PARTITION_BYTES, COMMSCHED_CREDIT_BYTES, ...) pass through from the environment;
-# unset, they are the defaults (4MiB partitions, 16MiB credit).
+# (1.0)) and time-to-loss (those steps x the measured mean step time); MODEL, IMAGE, BATCH and ITERS do not apply.
+# Engine knobs (COMMSCHED_PARTITION_BYTES, COMMSCHED_CREDIT_BYTES, ...) pass through from the environment; unset, the
+# product picks them from the cluster's shape (scheduler/auto_knobs.h; e.g. 256 KiB partitions and 1.5 MiB credit at
+# 2 workers and 1 server; each worker's log says which).
 set -euo pipefail
 
 BUILD=$(realpath -m "${1:-build}")
