@@ -61,6 +61,31 @@ TEST(PsClusterCompression, TopkPaysEncodeOnTheWorkerAndDecodeAndEncodeOnTheServe
                             E{'d', 1, 0, enc + 2 * mib4 + dec}}));
 }
 
+// Fair-shared links (flow_net.h) carry the compressed bytes too, and the pushes leave once encoded.
+TEST(PsClusterCompression, FairSharedLinksCarryTheCompressedBytesAfterTheEncode) {
+  auto run = [](const CompressionModel& c) {
+    PsParams p{2, 1, 8e9, 8e9, 0, 0, true, true};
+    p.fair_share = true;
+    PsClusterFabric fabric(p, c);
+    EventLoop loop;
+    Recorder sink;
+    fabric.start(loop, sink);
+    fabric.dispatch(0, 0, one_part(7, 1000), 0);
+    fabric.dispatch(1, 0, one_part(7, 1000), 0);
+    loop.run();
+    return sink.events;
+  };
+  const std::vector<E> none = run({}), half = run({{Scheme::fp16}, 0, 0}), slow = run({{Scheme::fp16}, 1e-3, 0});
+  const Nanos encode = encode_ns({{Scheme::fp16}, 1e-3, 0}, 1000);
+  ASSERT_EQ(none.size(), 4u);
+  ASSERT_EQ(half.size(), 4u);
+  ASSERT_EQ(slow.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(double(std::get<3>(half[i])), std::get<3>(none[i]) / 2.0, 2) << i;
+    EXPECT_NEAR(double(std::get<3>(slow[i])), double(std::get<3>(half[i]) + encode), 2) << i;
+  }
+}
+
 // A compressed top-k or signSGD partition goes whole (the PS backend does not chunk it); fp16 is chunked as usual.
 TEST(PsClusterCompression, RecodedPushesAreNotChunked) {
   PsClusterFabric chunked({1, 2, 8e9, 8e9, 0, 1000, true, true}, {{Scheme::signsgd}, 0, 0});
