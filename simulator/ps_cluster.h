@@ -22,10 +22,10 @@
 //   whole as soon as the bucket is out of debt, arrives a latency later, and the bucket then owes its size. Nothing
 //   limits what a process receives.
 //
-// Compression (compression_model.h), with every link model: a worker's batch first waits for its encoder (one per worker), then its pushes
-// carry the compressed bytes; a server that recodes the scheme (top-k, signSGD) decodes each push as it arrives and
-// encodes the sum once the round is complete, on one CPU per server, before the sums leave; the worker's batch is done
-// its decode time after the last sum is in.
+// Compression (compression_model.h), with every link model: a worker's batch first waits for its encoder (one per
+// worker), then its pushes carry the compressed bytes; a server that recodes the scheme (top-k, signSGD) decodes each
+// push as it arrives and encodes the sum once the round is complete, on one CPU per server, before the sums leave;
+// the worker's batch is done its decode time after the last sum is in.
 #pragma once
 
 #include <cstdint>
