@@ -52,6 +52,14 @@ def mean_ci95(values):
     return m, 1.96 * math.sqrt(var / len(values))
 
 
+def first_step_below(losses, target, window):
+    """The number of steps after which the mean of the last `window` losses is first below `target`; None if never."""
+    for n in range(window, len(losses) + 1):
+        if sum(losses[n - window:n]) / window < target:
+            return n
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", help="wfbp, bytescheduler, bsp, fusion, mgwfbp (default: COMMSCHED_POLICY)")
@@ -69,7 +77,13 @@ def main():
     ap.add_argument("--check", action="store_true", help="exit 1 unless the loss fell by a third")
     ap.add_argument("--compression", default="none",
                     help="gradient compression: none, fp16, bf16, topk:RATIO, signsgd (the engine's stage)")
+    ap.add_argument("--target-loss", type=float,
+                    help="also report steps-to-loss: the first step whose running loss (mean over the workers and the "
+                         "last --loss-window steps) is below this, and time-to-loss = those steps x the mean step time")
+    ap.add_argument("--loss-window", type=int, default=5, help="steps in the running loss of --target-loss")
     a = ap.parse_args()
+    if a.loss_window < 1:
+        ap.error(f"--loss-window ({a.loss_window}) must be at least 1")
     if a.steps <= a.warmup:
         ap.error(f"--steps ({a.steps}) must exceed --warmup ({a.warmup})")
 
@@ -112,6 +126,10 @@ def main():
     first = hvd.allreduce(torch.tensor(sum(losses[:3]) / 3), name="loss.first").item()
     last = hvd.allreduce(torch.tensor(sum(losses[-3:]) / 3), name="loss.last").item()
     mean_s, ci_s = mean_ci95(step_s[a.warmup:])
+    steps_to_loss, mean_losses = None, None
+    if a.target_loss is not None:  # every worker's loss per step, averaged (one all-reduce after training)
+        mean_losses = hvd.allreduce(torch.tensor(losses, dtype=torch.float64), name="loss.per_step").tolist()
+        steps_to_loss = first_step_below(mean_losses, a.target_loss, a.loss_window)
     tuner = ctx.tuner_state()
     summary = {
         "policy": ctx.policy, "backend": ctx.backend, "compression": a.compression, "cross_iteration": optimizer.cross_iteration,
@@ -120,12 +138,18 @@ def main():
         "images_per_s": a.batch_size * hvd.size() / mean_s, "loss_first": first, "loss_last": last,
         "parameters": sum(p.numel() for p in model.parameters()),
         "knobs": dict(ctx.knobs()), "tuning_steps": tuning_steps, "tuner_trials": tuner["trials"],
+        "target_loss": a.target_loss, "loss_window": a.loss_window, "loss_per_step": mean_losses,
+        "steps_to_loss": steps_to_loss,
+        "time_to_loss_s": None if steps_to_loss is None else steps_to_loss * mean_s,
     }
     if hvd.rank() == 0:
         print(f"{summary['policy']}{' + cross-iteration' if summary['cross_iteration'] else ''} on "
               f"{summary['backend']}, {hvd.size()} workers: {summary['step_ms']:.1f} ms/step "
               f"(95% CI ±{summary['step_ms_ci95']:.1f}), {summary['images_per_s']:.1f} img/s, "
               f"loss {first:.3f} -> {last:.3f}", flush=True)
+        if a.target_loss is not None:
+            print(f"steps to loss {a.target_loss}: " + ("not reached" if steps_to_loss is None else
+                  f"{steps_to_loss} ({summary['time_to_loss_s']:.1f} s at the mean step time)"), flush=True)
         if a.result:
             with open(a.result, "w") as f:
                 json.dump(summary, f, indent=1)

@@ -42,6 +42,8 @@ struct BenchArgs {
   bool emulated_links = false;
   std::string link_model = "fifo";
   std::string ps_workers = "auto";
+  std::string compression = "none";
+  std::vector<std::string> stage_costs;  // encode, decode per MiB; empty: measured_compression's
   std::string fusion_bytes = "64MiB";
   std::string fusion_cycle = "5ms";
   int iterations = 12;
@@ -100,6 +102,14 @@ sim::GridSpec to_spec(const BenchArgs& a) {
   if (a.ps_workers == "each") s.ps_each_worker_max = std::numeric_limits<int>::max();
   else if (a.ps_workers == "one") s.ps_each_worker_max = 0;
   else if (a.ps_workers != "auto") throw InvalidArgument("--ps-workers: '" + a.ps_workers + "' (allowed: auto, each, one)");
+  s.compression = sim::measured_compression(compression::parse_spec("--compression", a.compression));
+  if (!a.stage_costs.empty()) {
+    if (a.stage_costs.size() != 2)
+      throw InvalidArgument("--stage-costs: " + std::to_string(a.stage_costs.size()) +
+                            " values (want two: encode,decode time per MiB, e.g. 370us,413us)");
+    s.compression.encode_s_per_mib = parse_seconds("--stage-costs", a.stage_costs[0]);
+    s.compression.decode_s_per_mib = parse_seconds("--stage-costs", a.stage_costs[1]);
+  }
   s.base.fusion_bytes = parse_bytes("--fusion-bytes", a.fusion_bytes);
   s.base.fusion_cycle_s = parse_seconds("--fusion-cycle", a.fusion_cycle);
   s.sim.iterations = a.iterations;
@@ -151,6 +161,8 @@ void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
     throw InvalidArgument("--mode cluster: need --trials >= 1, --trial-iterations >= 1, --trial-warmup >= 0, "
                           "--attempts >= 1");
   if (a.tune > 0) throw InvalidArgument("--tune: simulation only (cluster mode runs the knobs it is given)");
+  if (a.compression != "none")
+    throw InvalidArgument("--compression '" + a.compression + "': simulation only (cluster mode runs uncompressed)");
   auto single = [](const char* opt, size_t n) {
     if (n > 1) throw InvalidArgument(std::string(opt) + ": cluster mode runs one knob setting, got " + std::to_string(n));
   };
@@ -323,6 +335,14 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   b->add_option("--tune", args->tune,
                  "bytescheduler knobs found by the Bayesian optimiser in N simulated trials instead of the grid (0: grid)")
       ->capture_default_str();
+  b->add_option("--compression", args->compression,
+                "gradient compression modelled: none, fp16, bf16, topk[:RATIO], signsgd (compressed bytes, encode and "
+                "decode time on the workers; top-k and signSGD also decode and encode on the PS servers)")
+      ->capture_default_str();
+  b->add_option("--stage-costs", args->stage_costs,
+                "encode,decode CPU time per MiB of gradient (default: the costs measured by stage_micro_bench for "
+                "the scheme, bench/RESULTS.md)")
+      ->delimiter(',');
   b->add_option("--fusion-bytes", args->fusion_bytes, "fusion policy threshold")->capture_default_str();
   b->add_option("--fusion-cycle", args->fusion_cycle, "fusion policy cycle")->capture_default_str();
   b->add_option("--iterations", args->iterations, "simulated iterations")->capture_default_str();

@@ -45,7 +45,8 @@ std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidt
   if (spec.network == NetworkKind::allreduce)
     return with_compression(std::make_unique<RingAllreduceNetwork>(RingParams{workers, bandwidth_bps, spec.ring_alpha_s}),
                             spec.compression);
-  return with_compression(std::make_unique<PsNetwork>(ps_params(spec, bandwidth_bps, workers)), spec.compression);
+  return with_compression(std::make_unique<PsNetwork>(ps_params(spec, bandwidth_bps, workers)), spec.compression,
+                          workers);
 }
 
 namespace {
@@ -173,7 +174,8 @@ SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, doubl
   opt.record_timeline = timeline;
   if (spec.network == NetworkKind::ps && workers <= spec.ps_each_worker_max)
     return simulate_each_worker(model, ps_params(spec, bandwidth_bps, workers),
-                                [&] { return make_sim_policy(config, net, /*symmetric_workers=*/false); }, opt);
+                                [&] { return make_sim_policy(config, net, /*symmetric_workers=*/false); }, opt,
+                                spec.compression);
   if (spec.network == NetworkKind::ps && spec.ps_fair_share)  // the symmetric model has FIFO links only
     throw std::invalid_argument("the fair link model needs every worker simulated; " + std::to_string(workers) +
                                 " workers are above the limit for that (--ps-workers each lifts it)");

@@ -32,8 +32,8 @@ Nanos Sender::send(Nanos ready, uint64_t bytes) {
   return start;
 }
 
-PsClusterFabric::PsClusterFabric(PsParams p)
-    : p_(p), latency_(static_cast<Nanos>(std::llround(p.latency_s * 1e9))) {
+PsClusterFabric::PsClusterFabric(PsParams p, CompressionModel compression)
+    : p_(p), c_(compression), latency_(static_cast<Nanos>(std::llround(p.latency_s * 1e9))) {
   PsNetwork check(p);  // the same parameters must be valid for the symmetric model (and give the bounds)
   (void)check;
 }
@@ -43,8 +43,9 @@ void PsClusterFabric::start(EventLoop& loop, BatchSink& sink) {
   sink_ = &sink;
   const bool paced = !p_.server_ingress_limited;
   workers_.assign(size_t(p_.workers), WorkerState{Sender(p_.worker_bps, double(p_.emulated_burst_bytes), paced), {},
-                                                  {}, {}});
-  servers_.assign(size_t(p_.servers), ServerState{Sender(p_.server_bps, double(p_.emulated_burst_bytes), paced), {}, 0});
+                                                  {}, {}, 0});
+  servers_.assign(size_t(p_.servers),
+                  ServerState{Sender(p_.server_bps, double(p_.emulated_burst_bytes), paced), {}, 0, 0});
   owner_.clear();
   slots_.clear();
   flows_.reset();
@@ -85,30 +86,47 @@ size_t PsClusterFabric::owner(int32_t key, uint64_t offset, uint64_t bytes) {
 Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos now) {
   WorkerState& w = workers_[size_t(worker)];
   if (w.batches.size() <= id) w.batches.resize(id + 1);
+  uint64_t gradient = 0;
+  for (const PartRef& part : batch) gradient += part.bytes;
+  Nanos ready = now;  // when the pushes are encoded
+  if (compressed(c_)) {
+    ready = std::max(now, w.encoder_free) + encode_ns(c_, gradient);
+    w.encoder_free = ready;
+  }
   Nanos first = -1;
   uint32_t chunks = 0;
   for (const PartRef& part : batch) {  // one request per partition, as the PS backend sends a batch
-    const uint64_t chunk = p_.chunk_bytes == 0 ? part.bytes : p_.chunk_bytes;
-    for (uint64_t at = 0; at < part.bytes; at += chunk) {
-      const uint64_t n = std::min(chunk, part.bytes - at);
+    const uint64_t bytes = compressed(c_) ? wire_bytes(c_, part.bytes) : part.bytes;
+    const bool whole = p_.chunk_bytes == 0 || server_recodes(c_);
+    const uint64_t chunk = whole ? bytes : p_.chunk_bytes;
+    for (uint64_t at = 0; at < bytes; at += chunk) {
+      const uint64_t n = std::min(chunk, bytes - at);
+      const uint64_t dense = whole ? part.bytes : 0;  // only a recoded push (always whole) costs the server CPU
       const size_t s = owner(part.priority, part.offset + at, n);
       const int round = w.rounds[{part.priority, part.offset + at}]++;
-      auto arrived = [this, s, slot = SlotKey{{part.priority, part.offset + at}, round}, n, worker, id] {
-        on_push(s, slot, n, {worker, id});
+      auto arrived = [this, s, slot = SlotKey{{part.priority, part.offset + at}, round}, n, dense, worker, id] {
+        on_push(s, slot, n, dense, {worker, id});
       };
-      Nanos begin = now;  // fair sharing: the timeline shows when the batch was handed to the connections
-      if (flows_) flows_->send(to_server(worker, s), n, latency_, std::move(arrived));
-      else begin = transmit(w.up, servers_[s].in, p_.server_bps, n, now, std::move(arrived));
+      Nanos begin = ready;  // fair sharing: the timeline shows when the batch was handed to the connections
+      if (flows_) {
+        auto send = [this, conn = to_server(worker, s), n, arrived = std::move(arrived)]() mutable {
+          flows_->send(conn, n, latency_, std::move(arrived));
+        };
+        if (ready > now) loop_->at(ready, std::move(send));  // after the encode stage
+        else send();
+      } else {
+        begin = transmit(w.up, servers_[s].in, p_.server_bps, n, ready, std::move(arrived));
+      }
       if (first < 0) first = begin;
       ++chunks;
     }
   }
   if (chunks == 0) {  // nothing to move
-    loop_->at(now, [this, worker, id, now] { sink_->batch_sent(worker, id, now); });
-    loop_->at(now, [this, worker, id, now] { sink_->batch_done(worker, id, now); });
+    loop_->at(ready, [this, worker, id] { sink_->batch_sent(worker, id, loop_->now()); });
+    loop_->at(ready, [this, worker, id] { sink_->batch_done(worker, id, loop_->now()); });
   }
-  w.batches[id] = {chunks, chunks};
-  return first < 0 ? now : first;
+  w.batches[id] = {chunks, chunks, gradient};
+  return first < 0 ? ready : first;
 }
 
 Nanos PsClusterFabric::transmit(Sender& from, Downlink& into, double into_bps, uint64_t bytes, Nanos now,
@@ -168,7 +186,7 @@ LinkUse PsClusterFabric::link_use(Nanos until) const {
   return u;
 }
 
-void PsClusterFabric::on_push(size_t s, SlotKey slot, uint64_t bytes, Waiter from) {
+void PsClusterFabric::on_push(size_t s, SlotKey slot, uint64_t bytes, uint64_t gradient_bytes, Waiter from) {
   const Nanos now = loop_->now();
   // The receipt first: it leaves behind whatever is already in the server's send queue (its size is negligible), or,
   // with fair sharing, behind what is queued on the connection to that worker.
@@ -179,22 +197,36 @@ void PsClusterFabric::on_push(size_t s, SlotKey slot, uint64_t bytes, Waiter fro
     const Nanos receipt = (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_;
     loop_->at(receipt, [this, from] { on_receipt(from); });
   }
+  ServerState& server = servers_[s];
+  const bool recode = server_recodes(c_) && gradient_bytes > 0;
+  if (recode) server.cpu_free = std::max(now, server.cpu_free) + decode_ns(c_, gradient_bytes);  // decode_add
   auto& waiters = slots_[slot];
   waiters.push_back(from);
   if (waiters.size() < size_t(p_.workers)) return;
-  for (const Waiter& w : waiters) {  // the sum goes to each worker in the order their pushes arrived
+  if (!recode) return send_sums(s, slot, bytes);
+  server.cpu_free += encode_ns(c_, gradient_bytes);  // encode_sum, after the last push's decode
+  loop_->at(server.cpu_free, [this, s, slot, bytes] { send_sums(s, slot, bytes); });
+}
+
+void PsClusterFabric::send_sums(size_t s, SlotKey slot, uint64_t bytes) {
+  const Nanos now = loop_->now();
+  for (const Waiter& w : slots_[slot]) {  // the sum goes to each worker in the order their pushes arrived
     if (flows_) flows_->send(to_worker(s, w.worker), bytes, latency_, [this, w] { on_sum(w); });
-    else transmit(out, workers_[size_t(w.worker)].down, p_.worker_bps, bytes, now, [this, w] { on_sum(w); });
+    else transmit(servers_[s].out, workers_[size_t(w.worker)].down, p_.worker_bps, bytes, now, [this, w] { on_sum(w); });
   }
   slots_.erase(slot);
 }
 
 void PsClusterFabric::on_receipt(Waiter w) {
-  if (--workers_[size_t(w.worker)].batches[w.batch].first == 0) sink_->batch_sent(w.worker, w.batch, loop_->now());
+  if (--workers_[size_t(w.worker)].batches[w.batch].receipts == 0) sink_->batch_sent(w.worker, w.batch, loop_->now());
 }
 
 void PsClusterFabric::on_sum(Waiter w) {
-  if (--workers_[size_t(w.worker)].batches[w.batch].second == 0) sink_->batch_done(w.worker, w.batch, loop_->now());
+  BatchState& b = workers_[size_t(w.worker)].batches[w.batch];
+  if (--b.sums != 0) return;
+  if (!compressed(c_)) return sink_->batch_done(w.worker, w.batch, loop_->now());
+  loop_->at(loop_->now() + decode_ns(c_, b.gradient_bytes),
+            [this, w] { sink_->batch_done(w.worker, w.batch, loop_->now()); });
 }
 
 }  // namespace commsched::sim

@@ -21,6 +21,11 @@
 //   own sends with a token bucket (comm_backends/ps/token_bucket.h, burst emulated_burst_bytes); a message leaves
 //   whole as soon as the bucket is out of debt, arrives a latency later, and the bucket then owes its size. Nothing
 //   limits what a process receives.
+//
+// Compression (compression_model.h), with every link model: a worker's batch first waits for its encoder (one per
+// worker), then its pushes carry the compressed bytes; a server that recodes the scheme (top-k, signSGD) decodes each
+// push as it arrives and encodes the sum once the round is complete, on one CPU per server, before the sums leave;
+// the worker's batch is done its decode time after the last sum is in.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "simulator/compression_model.h"
 #include "simulator/fabric.h"
 #include "simulator/flow_net.h"
 #include "simulator/network.h"
@@ -82,7 +88,7 @@ class Downlink {
 
 class PsClusterFabric final : public Fabric {
  public:
-  explicit PsClusterFabric(PsParams p);
+  explicit PsClusterFabric(PsParams p, CompressionModel compression = {});
   int simulated_workers() const override { return p_.workers; }
   void start(EventLoop& loop, BatchSink& sink) override;
   Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) override;
@@ -99,12 +105,18 @@ class PsClusterFabric final : public Fabric {
     Sender out;
     Downlink in;        // link model only
     uint64_t load = 0;  // bytes assigned (the Sharder's measure)
+    Nanos cpu_free = 0; // when its decode and encode work so far is done (recoding schemes)
+  };
+  struct BatchState {
+    uint32_t receipts = 0, sums = 0;  // still to come
+    uint64_t gradient_bytes = 0;      // what the worker's decode stage handles once the sums are in
   };
   struct WorkerState {
     Sender up;
     Downlink down;                                       // link model only
     std::unordered_map<ChunkKey, int, ChunkHash> rounds;  // pushes so far per chunk
-    std::vector<std::pair<uint32_t, uint32_t>> batches;  // per batch id: receipts and sums still to come
+    std::vector<BatchState> batches;                     // per batch id
+    Nanos encoder_free = 0;                              // its encode stage (one encoder)
   };
   struct Waiter {
     int worker;
@@ -120,7 +132,9 @@ class PsClusterFabric final : public Fabric {
   };
 
   size_t owner(int32_t key, uint64_t offset, uint64_t bytes);
-  void on_push(size_t server, SlotKey slot, uint64_t bytes, Waiter from);
+  // A push of `bytes` on the wire, `gradient_bytes` before encoding, has arrived at `server`.
+  void on_push(size_t server, SlotKey slot, uint64_t bytes, uint64_t gradient_bytes, Waiter from);
+  void send_sums(size_t server, SlotKey slot, uint64_t bytes);
   // Queues `bytes` on `from` now (into `into`, the receiver's downlink, at into_bps); `arrived` runs when the last
   // byte is in. Returns when the message starts to leave.
   Nanos transmit(Sender& from, Downlink& into, double into_bps, uint64_t bytes, Nanos now, std::function<void()> arrived);
@@ -132,6 +146,7 @@ class PsClusterFabric final : public Fabric {
   int to_worker(size_t server, int worker) const { return server_conn_[server * workers_.size() + size_t(worker)]; }
 
   PsParams p_;
+  CompressionModel c_;
   Nanos latency_;
   EventLoop* loop_ = nullptr;
   BatchSink* sink_ = nullptr;

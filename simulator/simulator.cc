@@ -286,16 +286,16 @@ SimResult simulate(const ModelProfile& model, NetworkModel& network, Policy& pol
 }
 
 SimResult simulate_each_worker(const ModelProfile& model, const PsParams& params, const PolicyFactory& make_policy,
-                               const SimOptions& options) {
-  PsClusterFabric fabric(params);
+                               const SimOptions& options, const CompressionModel& compression) {
+  PsClusterFabric fabric(params, compression);
   std::vector<std::unique_ptr<Policy>> owned;
   std::vector<Policy*> policies;
   for (int w = 0; w < fabric.simulated_workers(); ++w) {
     owned.push_back(make_policy());
     policies.push_back(owned.back().get());
   }
-  const PsNetwork bounds(params);
-  return Run(model, fabric, std::move(policies), options).go(bounds);
+  const auto bounds = with_compression(std::make_unique<PsNetwork>(params), compression, params.workers);
+  return Run(model, fabric, std::move(policies), options).go(*bounds);
 }
 
 }  // namespace commsched::sim

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "simulator/compression_model.h"
 #include "simulator/fabric.h"
 #include "simulator/network.h"
 #include "workload/profile.h"
@@ -71,8 +72,9 @@ using PolicyFactory = std::function<std::unique_ptr<Policy>()>;
 
 // Every one of params.workers workers simulated on its own (its own compute stream and policy, made by make_policy)
 // over the parameter server as ps_cluster.h models it. The result is worker 0's, as rank 0 reports a real run; the
-// bounds are PsNetwork(params)'s.
+// bounds are PsNetwork(params)'s (with `compression`'s bytes). `compression`: compressed bytes and each stage's time
+// on the workers and the servers (ps_cluster.h).
 SimResult simulate_each_worker(const ModelProfile& model, const PsParams& params, const PolicyFactory& make_policy,
-                               const SimOptions& options);
+                               const SimOptions& options, const CompressionModel& compression = {});
 
 }  // namespace commsched::sim

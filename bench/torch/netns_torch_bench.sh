@@ -15,8 +15,13 @@
 # BATCHES_PER_ITER (2), ITERS (4), THREADS (1 torch thread per worker), CONFIGS ("wfbp bytescheduler bytescheduler+xi";
 # a config is POLICY[+xi][@SCHEME], SCHEME a COMMSCHED_COMPRESSION value such as fp16, topk:0.01, signsgd),
 # RUN_TIMEOUT (300 s per run), PYTHON (/usr/bin/python3), OUT_DIR (a temporary folder; the per-run JSON is kept there
-# when set). Engine knobs (COMMSCHED_PARTITION_BYTES, COMMSCHED_CREDIT_BYTES, ...) pass through from the environment;
-# unset, they are the defaults (4MiB partitions, 16MiB credit).
+# when set). SCRIPT=train runs examples/pytorch_train.py (the small CNN on learnable data) instead of the synthetic
+# benchmark, for TRAIN_STEPS steps (60; the first WARMUP untimed) at TRAIN_BATCH (16) per worker, and also reports
+# steps-to-loss (the first step whose running loss, over the workers and LOSS_WINDOW (5) steps, is below TARGET_LOSS
+# (1.0)) and time-to-loss (those steps x the measured mean step time); MODEL, IMAGE, BATCH and ITERS do not apply.
+# Engine knobs (COMMSCHED_PARTITION_BYTES, COMMSCHED_CREDIT_BYTES, ...) pass through from the environment; unset, the
+# product picks them from the cluster's shape (scheduler/auto_knobs.h; e.g. 256 KiB partitions and 1.5 MiB credit at
+# 2 workers and 1 server; each worker's log says which).
 set -euo pipefail
 
 BUILD=$(realpath -m "${1:-build}")
@@ -33,6 +38,12 @@ ITERS=${ITERS:-4}
 THREADS=${THREADS:-1}
 CONFIGS=${CONFIGS:-wfbp bytescheduler bytescheduler+xi}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+SCRIPT=${SCRIPT:-synthetic}
+TRAIN_STEPS=${TRAIN_STEPS:-60}
+TRAIN_BATCH=${TRAIN_BATCH:-16}
+TARGET_LOSS=${TARGET_LOSS:-1.0}
+LOSS_WINDOW=${LOSS_WINDOW:-5}
+[[ $SCRIPT == synthetic || $SCRIPT == train ]] || { echo "netns_torch_bench: SCRIPT=$SCRIPT (allowed: synthetic, train)" >&2; exit 2; }
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$BUILD/plugins/commsched"
@@ -68,14 +79,36 @@ if command -v iperf3 >/dev/null; then
   MBIT=$(ip netns exec "${HOSTS[SERVERS]}" iperf3 -c "$ROOT" -p 5201 -t 3 -f m 2>/dev/null | awk '/sender/ {print $(NF-3)}')
   echo "# iperf3 worker 0 -> server 0: ${MBIT:-?} Mbit/s"
 fi
-echo "# $MODEL ${IMAGE}x${IMAGE}, batch $BATCH per worker, $THREADS torch thread(s) per worker, $WARMUP warm-up batches," \
-     "$ITERS x $BATCHES_PER_ITER timed batches per run, $REPEATS run(s) per configuration, interleaved; $(nproc) cores," \
-     "load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+if [[ $SCRIPT == train ]]; then
+  echo "# examples/pytorch_train.py (small CNN), batch $TRAIN_BATCH per worker, $THREADS torch thread(s) per worker," \
+       "$TRAIN_STEPS steps ($WARMUP untimed), target loss $TARGET_LOSS over $LOSS_WINDOW steps, $REPEATS run(s) per" \
+       "configuration, interleaved; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+else
+  echo "# $MODEL ${IMAGE}x${IMAGE}, batch $BATCH per worker, $THREADS torch thread(s) per worker, $WARMUP warm-up batches," \
+       "$ITERS x $BATCHES_PER_ITER timed batches per run, $REPEATS run(s) per configuration, interleaved; $(nproc) cores," \
+       "load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+fi
 
 PORT=29700
 RUNS="$OUT_DIR/runs.txt"
 : > "$RUNS"
-# run_once CONFIG REP: one fresh cluster; appends "CONFIG REP total_img_s" (or "CONFIG REP FAILED") to $RUNS.
+# The worker's script and arguments for one run (SCRIPT) into WORKER_ARGV; its summary goes to $1.
+worker_argv() {
+  local result=$1 policy=$2 scheme=$3; shift 3
+  if [[ $SCRIPT == train ]]; then
+    # The scheme goes to the optimizer only: COMMSCHED_COMPRESSION would also compress the loss all-reduces.
+    WORKER_ARGV=("$HERE/examples/pytorch_train.py" --batch-size "$TRAIN_BATCH" --threads "$THREADS" --steps "$TRAIN_STEPS" \
+      --warmup "$WARMUP" --policy "$policy" "$@" --compression "$scheme" --target-loss "$TARGET_LOSS" \
+      --loss-window "$LOSS_WINDOW" --result "$result")
+  else
+    WORKER_ARGV=("$HERE/examples/pytorch_synthetic_benchmark.py" --model "$MODEL" --image-size "$IMAGE" --batch-size "$BATCH" \
+      --threads "$THREADS" --num-warmup-batches "$WARMUP" --num-batches-per-iter "$BATCHES_PER_ITER" \
+      --num-iters "$ITERS" --policy "$policy" "$@" --result "$result")
+  fi
+}
+
+# run_once CONFIG REP: one fresh cluster; appends "CONFIG REP total_img_s STEPS_TO_LOSS TIME_TO_LOSS_S" ("-" where not
+# measured or not reached; or "CONFIG REP FAILED") to $RUNS.
 run_once() {
   local config=$1 rep=$2 policy=${1%%[+@]*} xi=() servers=() workers=() rc=0 src=0 scheme=none
   xi=(--no-cross-iteration); [[ ${config%%@*} == *+xi ]] && xi=(--cross-iteration)
@@ -85,20 +118,19 @@ run_once() {
   local envs=(COMMSCHED_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')"  # beyond loopback: authenticate
               COMMSCHED_NUM_WORKERS="$WORKERS" COMMSCHED_NUM_SERVERS="$SERVERS" COMMSCHED_ROOT_ADDR="$ROOT"
               COMMSCHED_ROOT_PORT="$PORT" COMMSCHED_BACKEND=ps PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
-              COMMSCHED_COMPRESSION="$scheme"
+              COMMSCHED_COMPRESSION="$([[ $SCRIPT == train ]] && echo none || echo "$scheme")"
               OMP_NUM_THREADS="$THREADS")
   for ((s = 0; s < SERVERS; ++s)); do
     ip netns exec "${HOSTS[s]}" env "${envs[@]}" COMMSCHED_ROLE=server COMMSCHED_RANK="$s" \
       COMMSCHED_BIND="${ADDRS[s]}" timeout "$RUN_TIMEOUT" "$BIN" server >>"$log" 2>&1 &
     servers+=($!)
   done
+  worker_argv "$result" "$policy" "$scheme" "${xi[@]}"
   for ((w = 0; w < WORKERS; ++w)); do
     local i=$((SERVERS + w))
     ip netns exec "${HOSTS[i]}" env "${envs[@]}" COMMSCHED_ROLE=worker COMMSCHED_RANK="$w" \
-      COMMSCHED_BIND="${ADDRS[i]}" timeout "$RUN_TIMEOUT" "$PYTHON" "$HERE/examples/pytorch_synthetic_benchmark.py" \
-      --model "$MODEL" --image-size "$IMAGE" --batch-size "$BATCH" --threads "$THREADS" \
-      --num-warmup-batches "$WARMUP" --num-batches-per-iter "$BATCHES_PER_ITER" --num-iters "$ITERS" \
-      --policy "$policy" "${xi[@]}" --result "$result" >>"$log" 2>&1 &
+      COMMSCHED_BIND="${ADDRS[i]}" timeout "$RUN_TIMEOUT" "$PYTHON" "${WORKER_ARGV[@]}" \
+      >>"$log" 2>&1 &
     workers+=($!)
   done
   PIDS+=("${servers[@]}" "${workers[@]}")
@@ -108,9 +140,13 @@ run_once() {
   # reported beside the figure.
   if [[ $rc == 0 && -s $result ]]; then
     local total
-    total=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["img_s_total"])' "$result")
+    total=$("$PYTHON" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+def f(v): return "-" if v is None else str(v)
+print(r["img_s_total"] if "img_s_total" in r else r["images_per_s"], f(r.get("steps_to_loss")), f(r.get("time_to_loss_s")))' "$result")
     echo "$config $rep $total" >> "$RUNS"
-    echo "  run $rep $config: $total img/s total"
+    echo "  run $rep $config: $total (img/s total, steps to loss, time to loss s)"
     [[ $src == 0 ]] || { echo "  (a server exited $src at teardown; log $log:)"; grep -h "error" "$log" | tail -n 3; }
   else
     echo "$config $rep FAILED" >> "$RUNS"
@@ -128,9 +164,14 @@ echo "# load average $(cut -d' ' -f1-3 /proc/loadavg) at end"
 import math, sys
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 runs, configs = {}, sys.argv[2:]
+to_loss = {}  # config -> rep -> (steps, seconds), where measured
 for line in open(sys.argv[1]):
-    config, rep, value = line.split()
+    config, rep, value, *loss = line.split()
     runs.setdefault(config, {})[int(rep)] = None if value == "FAILED" else float(value)
+    if loss and loss[0] != "-":
+        to_loss.setdefault(config, {})[int(rep)] = (int(loss[0]), float(loss[1]))
+    elif loss:
+        to_loss.setdefault(config, {})[int(rep)] = None
 def stats(xs):
     m = sum(xs) / len(xs)
     if len(xs) < 2:
@@ -157,4 +198,11 @@ for c in configs:
     ratio = f"{m / bm:.3f}" if bm else "-"
     paired = "1" if c == "wfbp" else f"{pm:.3f} ± {pci:.3f}"
     print(f"| {label.get(c, c)} | {cells} | {m:.1f} | ± {ci:.1f} | {ratio} | {paired} |")
+if to_loss:
+    print("\n| configuration | steps to loss per run | time to loss per run (s) |")
+    print("|---|---|---|")
+    for c in configs:
+        r = to_loss.get(c, {})
+        print(f"| {label.get(c, c)} | " + ", ".join("not reached" if r[k] is None else str(r[k][0]) for k in sorted(r)) +
+              " | " + ", ".join("-" if r[k] is None else f"{r[k][1]:.1f}" for k in sorted(r)) + " |")
 PY
