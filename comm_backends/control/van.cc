@@ -117,7 +117,9 @@ void Van::leave() {
   while (!failed_ && awaiting_bye()) {
     const auto now = Clock::now();
     if (now >= deadline) {
-      log("closing without every member's answering bye after " + std::to_string(opts_.timeout_s) + " s");
+      std::ostringstream os;
+      os << "closing after " << opts_.timeout_s << " s without an answering bye from every member (COMMSCHED_TIMEOUT)";
+      log(os.str());
       break;
     }
     const auto wait = std::min(heartbeat_, duration_cast<milliseconds>(deadline - now) + milliseconds(1));
