@@ -129,14 +129,16 @@ void poll_until_empty(Van& van, ScriptedTransport& t) {
 struct Worker {
   ScriptedTransport t;
   Recorder proto;
+  std::vector<std::string> logs;  // before the Van, which logs into it
   Van van;
-  explicit Worker(double timeout_s = 2) : van(with_timeout(options(PeerRole::worker, 0, 1, 1), timeout_s), t, proto) {
+  explicit Worker(double timeout_s = 2) : van(with_timeout(options(PeerRole::worker, 0, 1, 1), timeout_s, logs), t, proto) {
     van.start();
     t.deliver(1, MsgType::peers, PeerRole::server, 0, std::string(), 1);
     poll_until_empty(van, t);
   }
-  static VanOptions with_timeout(VanOptions o, double s) {
+  static VanOptions with_timeout(VanOptions o, double s, std::vector<std::string>& logs) {
     o.timeout_s = s;
+    o.log = [&logs](const std::string& line) { logs.push_back(line); };
     return o;
   }
 };
@@ -217,6 +219,8 @@ TEST(VanGoodbye, LeaveStopsWaitingForAClosedOrSilentMember) {
     EXPECT_LT(took, 5s);
     EXPECT_TRUE(w.t.closed);
     EXPECT_FALSE(w.proto.failure);
+    ASSERT_EQ(w.logs.size(), 1u);
+    EXPECT_EQ(w.logs[0], "closing after 0.3 s without an answering bye from every member (COMMSCHED_TIMEOUT)");
   }
 }
 

@@ -142,4 +142,5 @@ TEST_P(PsWorkerAnswers, AnAnswerFromAServerNotAskedIsAnErrorNamingIt) {
   EXPECT_EQ(data[0], 1.0f) << "the wrong server's answer was written into the tensor";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, PsWorkerAnswers, ::testing::Values("zmq", "ucx"));
+INSTANTIATE_TEST_SUITE_P(Transports, PsWorkerAnswers, ::testing::Values("zmq", "ucx"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
