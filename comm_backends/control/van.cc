@@ -30,6 +30,11 @@ std::string payload_text(const ps::Payload* p) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
+std::string loss_reported_by(const std::string& report, const std::string& reporter) {
+  if (report.find(" (reported by ") != std::string::npos) return report;  // relayed: it keeps its first reporter
+  return report + " (reported by " + reporter + ")";
+}
+
 VanOptions VanOptions::from(const ClusterEnv& env) {
   VanOptions o;
   o.role = env.role == Role::server ? PeerRole::server : PeerRole::worker;
@@ -109,8 +114,32 @@ void Van::tick(Clock::time_point now) {
 
 void Van::leave() {
   if (failed_) return;
-  for (PeerId id : live_.expected()) send(id, header(MsgType::bye));
-  transport_.close(true);
+  for (PeerId id : live_.expected()) say_bye(id);
+  const auto deadline = Clock::now() + duration<double>(opts_.timeout_s);
+  while (!failed_ && awaiting_bye()) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      std::ostringstream os;
+      os << "closing after " << opts_.timeout_s << " s without an answering bye from every member (COMMSCHED_TIMEOUT)";
+      log(os.str());
+      break;
+    }
+    const auto wait = std::min(heartbeat_, duration_cast<milliseconds>(deadline - now) + milliseconds(1));
+    if (auto in = transport_.receive(wait)) handle(*in);
+  }
+  if (!failed_) transport_.close(true);  // a failure meanwhile has closed it
+}
+
+void Van::say_bye(PeerId id) {
+  if (bye_sent_.insert(id).second) send(id, header(MsgType::bye));
+}
+
+// Whether a member this node said bye to has neither answered nor ended its connection (expected() holds exactly
+// the watched members with neither).
+bool Van::awaiting_bye() const {
+  for (PeerId id : live_.expected())
+    if (bye_sent_.count(id)) return true;
+  return false;
 }
 
 bool Van::all_left(PeerRole role) const {
@@ -167,10 +196,12 @@ void Van::handle(Incoming& in) {
 void Van::on_member_message(PeerId id, const Roster::Member& m, const Header& h, std::unique_ptr<Payload> p) {
   switch (h.type) {
     case MsgType::ping: return;
-    case MsgType::bye: return live_.said_bye(id);
+    case MsgType::bye:  // answered: the member closes once it hears that its bye has arrived
+      live_.said_bye(id);
+      return say_bye(id);
     case MsgType::hello: return malformed(id, "said hello twice");
     case MsgType::peer_lost:
-      return fail(Status::Error(payload_text(p.get()) + " (reported by " + name(id) + ")", Status::Code::peer_lost), id);
+      return fail(Status::Error(loss_reported_by(payload_text(p.get()), name(id)), Status::Code::peer_lost), id);
     case MsgType::peers:
       if (opts_.role == PeerRole::worker && m.role == PeerRole::server && m.rank == 0 && !ready_)
         return on_peers(h, payload_text(p.get()));

@@ -13,7 +13,14 @@
 // Liveness (comm_backends/liveness.h): every connection carries a ping each heartbeat in both directions; a member is
 // lost when its connection ends with no goodbye within the grace, or it is silent for COMMSCHED_TIMEOUT. The node that
 // notices tells every member it still expects (`peer_lost` naming the lost one) and fails; a node told so fails too and
-// passes it on to its other members, so the news reaches every survivor in one or two hops and names the same peer.
+// passes it on to its other members, so the news reaches every survivor in one or two hops and names the same peer,
+// with the first node that reported it (one "(reported by ...)", however many hops it took).
+//
+// Goodbye: a leaving node says bye to every member it still expects, and a node told bye answers with its own (unless
+// it said bye first). The leaving node closes only once each has answered, its connection has ended, or
+// COMMSCHED_TIMEOUT has passed. Closing earlier could lose the bye: a connection closed while the peer's traffic is
+// still arriving (the answers to requests in flight) is reset, and what is still queued on it, the bye last, is
+// thrown away (the kernel drops unsent TCP data on a close with unread input; ZeroMQ's linger does not cover that).
 //
 // Malformed input: a member that sends a malformed or unexpected message fails the node (and the cluster, through
 // peer_lost). A connection that is not a member (a stranger, a port scanner, a bad hello) gets an error reply, is
@@ -61,6 +68,10 @@ struct VanOptions {
 // A text payload (an error, a peer table) as a string ("" without one).
 std::string payload_text(const ps::Payload* p);
 
+// The message of a loss that `reporter` told this node about (`report`: the text of its peer_lost): the report, with
+// "(reported by <reporter>)" appended unless a node before it already appended one.
+std::string loss_reported_by(const std::string& report, const std::string& reporter);
+
 // What a protocol on top of the Van sees.
 class VanProtocol {
  public:
@@ -86,7 +97,9 @@ class Van {
   // One round of the control loop: waits at most `max_wait` for an event and handles it, judges liveness, sends the
   // heartbeats that are due. False once the node has failed (the transport is closed then).
   bool poll(std::chrono::milliseconds max_wait);
-  // Goodbye: says bye to every member still expected to speak, then closes the transport (delivering what is queued).
+  // Goodbye: says bye to every member still expected to speak, waits (at most COMMSCHED_TIMEOUT) until each has
+  // answered bye or its connection has ended, handling what arrives meanwhile as poll() does, then closes the
+  // transport. Leaving is not failing: a member that does not answer is only not waited for any longer.
   void leave();
 
   bool ready() const { return ready_; }
@@ -121,6 +134,8 @@ class Van {
   void maybe_ready();
   void drop(ps::PeerId id, const std::string& why);
   void lost(ps::PeerId id, const std::string& why);
+  void say_bye(ps::PeerId id);
+  bool awaiting_bye() const;
   void tick(Clock::time_point now);
   void log(const std::string& line) const;
 
@@ -130,6 +145,7 @@ class Van {
   Roster roster_;
   Liveness live_;
   std::unordered_set<ps::PeerId> dropped_;     // strangers: ignored from now on
+  std::unordered_set<ps::PeerId> bye_sent_;    // members this node has said bye to
   std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
   std::chrono::milliseconds heartbeat_;
   Clock::time_point started_;

@@ -260,6 +260,7 @@ void PsBackend::on_answer(int server, const Header& h, std::unique_ptr<Payload> 
   auto it = inflight_.find(h.request_id);
   if (it == inflight_.end())
     return fail_all(Status::Error(server_name(server) + " answered unknown request " + std::to_string(h.request_id)));
+  if (!from_server_asked(server, h.request_id, it->second, "answered")) return;
   const PartitionView& p = it->second.part;
   const bool landed = payload && payload->landed();
   // Another answer while the landing one is still being written into the tensor (or a landed one that is not this
@@ -283,7 +284,17 @@ void PsBackend::on_received(int server, const Header& h) {
   auto it = inflight_.find(h.request_id);
   if (it == inflight_.end() || !it->second.batch->sent)
     return fail_all(Status::Error(server_name(server) + " acknowledged unknown request " + std::to_string(h.request_id)));
+  if (!from_server_asked(server, h.request_id, it->second, "acknowledged")) return;
   mark_received(it->second);
+}
+
+// A confused or foreign server's answer is not the one asked for: taking it would hand back another range's sum.
+bool PsBackend::from_server_asked(int server, uint64_t id, const Request& r, const char* verb) {
+  if (r.server == server) return true;
+  fail_all(Status::Error(server_name(server) + " " + verb + " request " + std::to_string(id) + ", which " +
+                         (r.server < 0 ? std::string("was not sent yet (its owner is unknown)")
+                                       : "was sent to " + server_name(r.server))));
+  return false;
 }
 
 void PsBackend::send_join_if_asked() {

@@ -53,7 +53,8 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   // one worker per machine pushes, summed over `machines` contributors instead of every worker (ps::kFlagLane).
   // Broadcasts stay whole-cluster. Call before the first start().
   void set_lane_contributors(uint32_t machines) { lane_contributors_ = machines; }
-  // Says goodbye to every server (so they may exit 0) and stops. Do not call from a `done` callback.
+  // Says goodbye to every server (so they may exit 0) and stops once each has answered it (at most COMMSCHED_TIMEOUT);
+  // answers arriving before that complete their batches, the others are cancelled. Do not call from a `done` callback.
   void shutdown() override;
 
  private:
@@ -97,6 +98,8 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   void dispatch_queued();
   void dispatch(Queued& q);
   void on_received(int server, const ps::Header& h);
+  // Whether `server` is the one request `id` went to; fails the backend naming both when not.
+  bool from_server_asked(int server, uint64_t id, const Request& r, const char* verb);
   void send_join_if_asked();
   void on_joined(int server, const ps::Header& h);
   void mark_received(Request& r);

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <span>
+#include <sstream>
 #include <tuple>
 #include <iostream>
 #include <thread>
@@ -249,6 +250,12 @@ TEST_P(PsKill, SurvivorsFailNamingThePeer) {
     EXPECT_NE(p.exit_code.value_or(0), 0) << p.name << " exited 0\n" << log;
     EXPECT_LT(p.exited - killed_at, 10s) << p.name << " took too long\n" << log;
     EXPECT_NE(log.find(victim), std::string::npos) << p.name << " does not name " << victim << "\n" << log;
+    std::istringstream lines(log);  // a report relayed over two hops still names one reporter, the first
+    for (std::string line; std::getline(lines, line);) {
+      const auto first = line.find("(reported by");
+      EXPECT_TRUE(first == std::string::npos || line.find("(reported by", first + 1) == std::string::npos)
+          << p.name << ": " << line;
+    }
   }
   EXPECT_EQ(c.alive(), 0);
   std::cout << "every survivor of the kill of " << victim << " exited within "
@@ -343,7 +350,9 @@ TEST_P(PsLanding, ServerKilledMidPullWritesNoTensorAfterItsCompletion) {
 // by rendezvous): the requests the shutdown cancels complete only once nothing can write into their tensors
 // (poisoned in the callback, untouched after), the others carry exact sums, and the cluster ends cleanly: the
 // worker's close lets the fetches in flight finish before it closes its endpoints (force-closing them mid-transfer
-// made UCX's TCP transport abort the server; it may also be why the bye was sometimes lost before).
+// made UCX's TCP transport abort the server), and it closes only once the server has answered its bye: over ZeroMQ,
+// closing with answers still arriving reset the connection and the kernel dropped the bye still queued behind the
+// pushes, so the server reported the worker lost (about 1 run in 15 before that).
 TEST_P(PsLanding, ShutdownWithPullsInFlightWritesNoTensorAfterItsCompletion) {
   LocalCluster c(kExe, 1, 1, {"--tensors", "8", "--iterations", "3", "--max-bytes", "1048576", "--mode", "land-shutdown"},
                  env());
@@ -358,8 +367,7 @@ TEST_P(PsLanding, ShutdownWithPullsInFlightWritesNoTensorAfterItsCompletion) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PsCluster, ::testing::ValuesIn(kTransports), transport_name);
-INSTANTIATE_TEST_SUITE_P(Transports, PsLanding, ::testing::Values(kTransports[1], kTransports[2], kTransports[3]),
-                         transport_name);
+INSTANTIATE_TEST_SUITE_P(Transports, PsLanding, ::testing::ValuesIn(kTransports), transport_name);
 
 // Starts the cluster, waits until server 0 listens, and returns the well-formed hello of a worker claiming rank 1.
 std::array<std::byte, commsched::ps::kHeaderBytes> start_until_listening(LocalCluster& c) {
