@@ -13,7 +13,9 @@
 // Liveness (comm_backends/liveness.h): every connection carries a ping each heartbeat in both directions; a member is
 // lost when its connection ends with no goodbye within the grace, or it is silent for COMMSCHED_TIMEOUT. The node that
 // notices tells every member it still expects (`peer_lost` naming the lost one) and fails; a node told so fails too and
-// passes it on to its other members, so the news reaches every survivor in one or two hops and names the same peer.
+// passes it on to its other members, so the news reaches every survivor in one or two hops and names the same peer
+// (the rule and the message are control::LossRelay's, shared with the collective negotiator). Goodbyes are counted
+// by control::GoodbyeBarrier, shared likewise.
 //
 // Malformed input: a member that sends a malformed or unexpected message fails the node (and the cluster, through
 // peer_lost). A connection that is not a member (a stranger, a port scanner, a bad hello) gets an error reply, is
@@ -31,6 +33,8 @@
 
 #include "scheduler/types.h"
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/control/goodbye_barrier.h"
+#include "comm_backends/control/loss_relay.h"
 #include "comm_backends/control/roster.h"
 #include "comm_backends/liveness.h"
 #include "comm_backends/ps/protocol.h"
@@ -90,7 +94,7 @@ class Van {
   void leave();
 
   bool ready() const { return ready_; }
-  bool failed() const { return failed_; }
+  bool failed() const { return relay_.stopped(); }
   // The goodbye barrier: every member of `role` has said bye (after the rendezvous).
   bool all_left(PeerRole role) const;
   // The connection of a member (0: not connected).
@@ -120,7 +124,9 @@ class Van {
   void on_peers(const ps::Header& h, const std::string& text);
   void maybe_ready();
   void drop(ps::PeerId id, const std::string& why);
+  void watch(ps::PeerId id, Clock::time_point heard);
   void lost(ps::PeerId id, const std::string& why);
+  void stop(std::optional<LossRelay::Verdict> verdict, Status::Code code);
   void tick(Clock::time_point now);
   void log(const std::string& line) const;
 
@@ -129,13 +135,14 @@ class Van {
   VanProtocol& protocol_;
   Roster roster_;
   Liveness live_;
+  GoodbyeBarrier bye_;  // every member is awaited; a member that said bye is no longer watched by live_
+  LossRelay relay_;     // failed once it has stopped
   std::unordered_set<ps::PeerId> dropped_;     // strangers: ignored from now on
   std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
   std::chrono::milliseconds heartbeat_;
   Clock::time_point started_;
   Clock::time_point next_tick_;
   bool ready_ = false;
-  bool failed_ = false;
 };
 
 }  // namespace commsched::control
