@@ -6,6 +6,15 @@
 namespace commsched::sim {
 namespace {
 
+// The job's range of one knob: its own bound where given, else the registered tuning row's.
+double bound_or(uint64_t given, double registered) { return given > 0 ? double(given) : registered; }
+
+// Keeps the grid's values within [lo, hi]; when none is, the bounds themselves (a range narrower than the grid).
+void keep_within(std::vector<uint64_t>& values, double lo, double hi) {
+  std::erase_if(values, [&](uint64_t v) { return double(v) < lo || double(v) > hi; });
+  if (values.empty()) values = {uint64_t(lo), uint64_t(hi)};
+}
+
 GridSpec spec_for(const WarmStartJob& job) {
   GridSpec s;
   s.network = job.network;
@@ -16,11 +25,19 @@ GridSpec spec_for(const WarmStartJob& job) {
   s.base = job.base;
   s.base.policy = PolicyKind::bytescheduler;
   use_default_knob_grid(s);
-  // Only what the online tuner searches: one batch in flight (multiplier 0) or a credit of 1x or more of the
-  // partition; fusion off (0) or a bound within its registered range, and the job's own bound.
-  std::erase_if(s.credit_multipliers, [](double k) { return k > 0 && k < 1; });
+  // Only what the online tuner searches: partitions within its range; one batch in flight (multiplier 0) or a credit
+  // of 1x .. its largest multiple of the partition; fusion off (0) or a bound within its range; and the job's own.
+  const KnobTuning& partition = registered_tuning("partition_bytes");
+  keep_within(s.partitions, bound_or(job.min_partition_bytes, partition.min),
+              bound_or(job.max_partition_bytes, partition.max));
+  const double max_multiple = job.max_credit_multiple > 0 ? job.max_credit_multiple : registered_tuning("credit_bytes").max;
+  std::erase_if(s.credit_multipliers, [&](double k) { return k > 0 && (k < 1 || k > max_multiple); });
   const KnobTuning& fusion = registered_tuning("small_tensor_bytes");
-  std::erase_if(s.small_tensor_bytes, [&](uint64_t b) { return b != 0 && (double(b) < fusion.min || double(b) > fusion.max); });
+  std::vector<uint64_t> fused(s.small_tensor_bytes.begin(), s.small_tensor_bytes.end());
+  std::erase(fused, uint64_t{0});
+  keep_within(fused, bound_or(job.min_small_tensor_bytes, fusion.min), bound_or(job.max_small_tensor_bytes, fusion.max));
+  s.small_tensor_bytes = {0};
+  s.small_tensor_bytes.insert(s.small_tensor_bytes.end(), fused.begin(), fused.end());
   if (std::find(s.small_tensor_bytes.begin(), s.small_tensor_bytes.end(), job.base.knobs.small_tensor_bytes) ==
       s.small_tensor_bytes.end())
     s.small_tensor_bytes.push_back(job.base.knobs.small_tensor_bytes);

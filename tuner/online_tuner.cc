@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "scheduler/config.h"
 #include "scheduler/types.h"
@@ -56,6 +57,12 @@ void OnlineTuner::on_iteration_end(uint64_t iteration, double seconds) {
       break;
     case State::finished: watch(seconds); break;
   }
+}
+
+void OnlineTuner::begin(uint64_t iteration) {
+  if (state_ != State::not_started) throw std::logic_error("OnlineTuner::begin: tuning has already started");
+  last_iteration_ = iteration;
+  start(iteration);
 }
 
 // After tuning: the same windows as a trial, with one agreement at the end of each period (see the header).
@@ -269,9 +276,8 @@ std::optional<Knobs> OnlineTuner::next_warm_start() {
   while (!warm_start_.empty()) {
     const Knobs k = space_.to_knobs(space_.from_knobs(warm_start_.front()));
     warm_start_.erase(warm_start_.begin());
-    const bool measured = std::any_of(trials_.begin(), trials_.end(), [&](const TrialRecord& t) {
-      return t.knobs.partition_bytes == k.partition_bytes && t.knobs.credit_bytes == k.credit_bytes;
-    });
+    // Every knob of the set: candidates that differ in the fusion bound alone are different trials.
+    const bool measured = std::any_of(trials_.begin(), trials_.end(), [&](const TrialRecord& t) { return t.knobs == k; });
     if (!measured) return k;
   }
   return std::nullopt;

@@ -81,6 +81,10 @@ class OnlineTuner {
 
   // Called after every training iteration with its wall time in seconds (> 0, finite; throws InvalidArgument).
   void on_iteration_end(uint64_t iteration, double seconds);
+  // Starts tuning at the end of an iteration whose time is unknown (a process's first, which nothing clocked the
+  // start of), as the first on_iteration_end() would: the first agreement and switch; the time of the iteration
+  // that starts tuning is never used. Throws std::logic_error once started.
+  void begin(uint64_t iteration);
 
   bool finished() const { return state_ == State::finished; }
   bool reused_stored_best() const { return reused_; }

@@ -37,6 +37,16 @@ void SearchSpaceBounds::validate() const {
     throw InvalidArgument("COMMSCHED_TUNER_MAX_PARTITION=" + std::to_string(max_partition_bytes) +
                           " is below COMMSCHED_TUNER_MIN_PARTITION=" + std::to_string(min_partition_bytes));
   }
+  const uint64_t fusion_alignment = registered_tuning("small_tensor_bytes").alignment;
+  if (min_small_tensor_bytes < fusion_alignment) {
+    throw InvalidArgument("COMMSCHED_TUNER_MIN_SMALL_TENSOR=" + std::to_string(min_small_tensor_bytes) +
+                          " is below the fusion bound's alignment of " + std::to_string(fusion_alignment) +
+                          " bytes (the off band already covers no fusion)");
+  }
+  if (max_small_tensor_bytes < min_small_tensor_bytes) {
+    throw InvalidArgument("COMMSCHED_TUNER_MAX_SMALL_TENSOR=" + std::to_string(max_small_tensor_bytes) +
+                          " is below COMMSCHED_TUNER_MIN_SMALL_TENSOR=" + std::to_string(min_small_tensor_bytes));
+  }
   if (!(max_credit_multiple >= 1.0) || !std::isfinite(max_credit_multiple)) {
     throw InvalidArgument("COMMSCHED_TUNER_MAX_CREDIT_MULTIPLE=" + std::to_string(max_credit_multiple) +
                           " must be a finite number >= 1");
@@ -62,6 +72,9 @@ void apply_bounds(KnobTuning& t, std::string_view knob, const SearchSpaceBounds&
   } else if (knob == "credit_bytes") {
     t.max = b.max_credit_multiple;
     t.unlimited_band = b.allow_unlimited_credit;
+  } else if (knob == "small_tensor_bytes") {
+    t.min = static_cast<double>(b.min_small_tensor_bytes);
+    t.max = static_cast<double>(b.max_small_tensor_bytes);
   }
 }
 

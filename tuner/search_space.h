@@ -16,7 +16,7 @@
 // meaning 0 (no fusion), so the tuner weighs fusing at all next to fusing a little.
 //   bands: [off] [bytes = min .. max, k = log2(max/min) octaves], each octave 1/(k + 1) of [0, 1]
 //
-// The tuner's options (SearchSpaceBounds) narrow the registered bounds of the two built-in knobs.
+// The tuner's options (SearchSpaceBounds) narrow the registered bounds of the three built-in knobs.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +40,12 @@ struct SearchSpaceBounds {
   double max_credit_multiple = registered_tuning("credit_bytes").max;
   bool allow_unlimited_credit = registered_tuning("credit_bytes").unlimited_band;  // COMMSCHED_TUNER_UNLIMITED_CREDIT
   uint64_t alignment = registered_tuning("partition_bytes").alignment;  // partition sizes are multiples of this
+  // The small-tensor fusion bound searched (beside its off band): COMMSCHED_TUNER_MIN_SMALL_TENSOR, _MAX_SMALL_TENSOR.
+  uint64_t min_small_tensor_bytes = static_cast<uint64_t>(registered_tuning("small_tensor_bytes").min);
+  uint64_t max_small_tensor_bytes = static_cast<uint64_t>(registered_tuning("small_tensor_bytes").max);
 
-  // Applies one option by name ("min_partition", "max_partition", "max_credit_multiple", "unlimited_credit");
+  // Applies one option by name ("min_partition", "max_partition", "max_credit_multiple", "unlimited_credit",
+  // "min_small_tensor", "max_small_tensor");
   // returns false when the name is not a search-space option. Throws InvalidArgument on a bad value.
   bool set(std::string_view option, std::string_view value);
   // Adds the search space's rows to `table`; `bounds` reaches this struct inside the table's Config.
@@ -65,6 +69,12 @@ void SearchSpaceBounds::register_options(OptionTable<Config>& t, Bounds bounds) 
   t.bind("unlimited_credit", "COMMSCHED_TUNER_UNLIMITED_CREDIT",
          [bounds](Config& c) -> bool& { return bounds(c).allow_unlimited_credit; }, bool_value(),
          "the credit axis ends in a band meaning no limit");
+  t.bind("min_small_tensor", "COMMSCHED_TUNER_MIN_SMALL_TENSOR",
+         [bounds](Config& c) -> uint64_t& { return bounds(c).min_small_tensor_bytes; }, size_value(),
+         "smallest small-tensor fusion bound searched, beside off (at least the 4KiB alignment)");
+  t.bind("max_small_tensor", "COMMSCHED_TUNER_MAX_SMALL_TENSOR",
+         [bounds](Config& c) -> uint64_t& { return bounds(c).max_small_tensor_bytes; }, size_value(),
+         "largest small-tensor fusion bound searched");
 }
 
 class SearchSpace {

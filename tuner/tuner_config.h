@@ -27,7 +27,8 @@ struct TunerOptions {
   // by more than this fraction from what the kept configuration measured first, in two periods in a row, tuning
   // starts again (the network or the load changed mid-run). 0: never re-tune.
   double drift_threshold = 0.25;
-  SearchSpaceBounds space;        // COMMSCHED_TUNER_MIN_PARTITION, _MAX_PARTITION, _MAX_CREDIT_MULTIPLE, _UNLIMITED_CREDIT
+  SearchSpaceBounds space;        // COMMSCHED_TUNER_MIN_PARTITION, _MAX_PARTITION, _MAX_CREDIT_MULTIPLE, _UNLIMITED_CREDIT,
+                                  // _MIN_SMALL_TENSOR, _MAX_SMALL_TENSOR
 
   // Applies one option by name; throws InvalidArgument naming an unknown option or a bad value.
   void set(std::string_view option, std::string_view value, std::string_view var = {});

@@ -7,6 +7,7 @@
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/loopback/loopback_backend.h"
+#include "plugins/api/link_probe.h"
 #include "plugins/api/live_tuner.h"
 #include "plugins/api/option_catalogue.h"
 #include "scheduler/auto_knobs.h"
@@ -84,6 +85,7 @@ Context::Context(const ContextOptions& options) : Context(options, nullptr) {}
 Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> backend)
     : env_(options.cluster ? *options.cluster : ClusterEnv::from_env()),
       config_(options.engine_config ? *options.engine_config : EngineConfig::from_env()) {
+  const bool in_process_group = backend != nullptr;
   env_.validate();
   if (env_.role != Role::worker)
     throw InvalidArgument("COMMSCHED_ROLE=server: this process is a parameter server; run `commsched server` there "
@@ -112,6 +114,35 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
   else tune_ = ContextEnvOptions::from_env().tune;
   // A bad COMMSCHED_TUNER_* value fails here, not at the first step.
   if (tune_) tuner_options_ = options.tuner ? *options.tuner : tuner::TunerOptions::from_env();
+  // A loopback group's ranks are threads constructed one after another (an exchange here would wait for a rank not
+  // built yet), and its link is the LinkModel it was given.
+  if (tune_ && size_ > 1 && !in_process_group) probe_link();
+}
+
+// Every rank alike (COMMSCHED_TUNE and COMMSCHED_LINK_PROBE come from the launcher's environment): the exchange is
+// collective. A failure keeps the estimate; it costs at most the exchange's time limit.
+void Context::probe_link() {
+  const ContextEnvOptions env_options = ContextEnvOptions::from_env();
+  if (env_options.link_probe == "off") {
+    link_.source += "; not measured: COMMSCHED_LINK_PROBE=off";
+    return;
+  }
+  ProbeShape shape;
+  shape.parameter_server = backend_kind_ == BackendKind::ps;
+  shape.workers = size_;
+  shape.servers = env_.num_servers;
+  shape.partition_bytes = config_.knobs.partition_bytes;
+  const auto started = Clock::now();
+  try {
+    link_ = measured_link(link_, measure_link(shape, engine_exchange(*engine_, reduce_op_)));
+    if (rank_ == 0)
+      std::cerr << "[commsched] " << link_.source << ", in "
+                << std::llround(std::chrono::duration<double>(Clock::now() - started).count() * 1e3) << " ms\n";
+  } catch (const std::exception& e) {
+    link_.source += std::string("; not measured: ") + e.what();
+    if (rank_ == 0) std::cerr << "[commsched] the link could not be measured at startup, the warm start keeps the "
+                                 "estimate: " << e.what() << '\n';
+  }
 }
 
 std::vector<std::unique_ptr<Context>> Context::loopback_group(int ranks, LinkModel link, const ContextOptions& options) {
@@ -163,7 +194,22 @@ void Context::end_step(double step_seconds) {
   stats_.total_step_s += step_seconds;
   // The tuner switches knobs through engine_->set_knobs(); they take effect at the next backward_done(), which every
   // worker reaches in the same step. A step without a time (the first clocked one) is skipped on every rank alike.
-  if (!tune_ || !engine_ || step_seconds <= 0) return;
+  if (!tune_ || !engine_) return;
+  if (step_seconds <= 0) {
+    // The first step has no time (nothing clocked its start), but its backward was timed: with the model's
+    // gradients given (set_model, which the plugin calls on every rank alike) the tuner begins here, its warm start
+    // planned from that backward, so the warm start's choice runs from the third step instead of the fourth (a
+    // switch applies from the next backward_done). The first backward carries one-time costs (gradient buffers
+    // allocated, caches cold), which only make its layers look slower than they are (the simulation then gives the
+    // links more time to overlap); waiting a step for a second sample would cost a step on the default knobs for
+    // every job, while the tuner measures every candidate it tries, so a misranked one costs one trial. Without the
+    // model there is nothing to plan and the tuner starts at the first timed step, as before.
+    if (!tuner_ && !tensor_bytes_.empty()) {
+      start_tuner();
+      tuner_->begin();
+    }
+    return;
+  }
   if (!tuner_) start_tuner();
   tuner_->on_step(step_seconds);  // after tuning too: the tuner watches for drift (COMMSCHED_TUNER_DRIFT)
 }
@@ -188,11 +234,14 @@ void Context::plan_warm_start_from_measurement() {
   job.servers = env_.num_servers;
   job.link = link_;
   job.config = config_;
+  job.bounds = tuner_options_->space;
   job.config.knobs = engine_->knobs();
   try {
     LiveWarmStart w = plan_live_warm_start(job);
-    std::cerr << "[commsched tuner] " << w.why << "; measured " << std::llround(stats_.last_step_s * 1e3)
-              << " ms/step now (the first steps include warm-up)\n";
+    std::cerr << "[commsched tuner] " << w.why;
+    if (stats_.last_step_s > 0)  // at the first step's end there is no step time yet
+      std::cerr << "; measured " << std::llround(stats_.last_step_s * 1e3) << " ms/step now (the first steps include warm-up)";
+    std::cerr << '\n';
     tuner_warm_start_ = std::move(w.trials);
     tuner_warm_start_predicted_ = std::move(w.predicted_s);
   } catch (const std::exception& e) {

@@ -9,8 +9,10 @@
 //                       `commsched launch` sets it); loopback with one rank when nothing is set, so a plain
 //                       single-process script works unchanged; gloo for several workers and no servers
 //                       (`commsched launch -s 0`).
-//   COMMSCHED_TUNE      0|1 (default 0): auto-tune partition size and credit live with the online Bayesian tuner
-//                       (COMMSCHED_TUNER_* options); rank 0 decides, every rank switches at the same step.
+//   COMMSCHED_TUNE      0|1 (default 0): auto-tune partition size, credit and fusion bound live with the online
+//                       Bayesian tuner (COMMSCHED_TUNER_* options); rank 0 decides, every rank switches at the same step.
+//   COMMSCHED_LINK_PROBE auto|off (default auto): when tuning, the link is timed through the backend at construction
+//                       (plugins/api/link_probe.h) for the tuner's warm start.
 #pragma once
 
 #include <chrono>
@@ -108,7 +110,7 @@ class Context {
   // simulates. Call before the first iteration_end(); optional.
   void set_model(std::span<const uint64_t> tensor_bytes);
   // When each gradient of set_model()'s tensors became ready in one backward (seconds on any clock; negative: not
-  // seen). Wanted while wants_backward_times() (rank 0, tuning, before the tuner starts at the second step's end);
+  // seen). Wanted while wants_backward_times() (rank 0, tuning, before the tuner starts at the first step's end);
   // the tuner then starts from the knobs the simulator predicts fastest for this model, its measured backward, the
   // cluster's shape and the link (plugins/api/live_tuner_warm_start.h), unless set_tuner_warm_start() gave some.
   void note_backward(std::vector<double> ready_s) { backward_samples_.add(std::move(ready_s)); }
@@ -120,7 +122,8 @@ class Context {
     tuner_warm_start_ = std::move(first_trials);
     tuner_warm_start_predicted_ = std::move(predicted_s);
   }
-  // The link the automatic knobs and the warm start assume (estimated at construction).
+  // The link the warm start simulates: estimated at construction (what the automatic knobs use), then, when tuning on
+  // a real cluster with COMMSCHED_LINK_PROBE=auto, measured through the backend before the constructor returns.
   const LinkEstimate& link() const { return link_; }
   bool tuning() const { return tune_; }
   // The auto-tuner, once the first step has ended with tuning on; null otherwise.
@@ -140,6 +143,7 @@ class Context {
   void end_step(double step_seconds);
   void start_tuner();
   void plan_warm_start_from_measurement();
+  void probe_link();
 
   ClusterEnv env_;
   EngineConfig config_;

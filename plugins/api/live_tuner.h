@@ -35,6 +35,8 @@ class LiveTuner {
   // boundary until rank 0's decision has arrived. Throws std::runtime_error naming the backend and the agreement
   // when the broadcast fails or does not complete within the agreement limit.
   void on_step(double seconds);
+  // Starts tuning at the end of a step without a time (the first one); on_step() measures from the next.
+  void begin() { tuner_->begin(steps_++); }
   // Configurations to try first (tuner::OnlineTuner::warm_start); before the first on_step().
   void warm_start(std::vector<Knobs> first_trials, std::vector<double> predicted_s = {}) {
     tuner_->warm_start(std::move(first_trials), std::move(predicted_s));

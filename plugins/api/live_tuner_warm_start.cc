@@ -71,6 +71,15 @@ void BackwardSamples::add(std::vector<double> ready_s) {
   }
 }
 
+std::string describe_link(const LinkEstimate& link, bool parameter_server) {
+  if (link.measured) return link.source;
+  const double latency = parameter_server ? sim::WarmStartJob{}.latency_s : kAssumedStepLatencyS;
+  std::ostringstream s;
+  s << "link estimated (" << link.source << "), latency assumed " << latency * 1e6
+    << (parameter_server ? " us per message" : " us per ring step") << " (the simulator's default)";
+  return s.str();
+}
+
 LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
   const auto started = std::chrono::steady_clock::now();
   const sim::ModelProfile model = sim::measured_profile(job.tensor_bytes, job.ready_s);
@@ -79,8 +88,14 @@ LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
   w.workers = job.workers;
   w.servers = job.parameter_server ? job.servers : 0;
   w.link_bps = job.link.rate_bps > 0 ? job.link.rate_bps : kAssumedLinkBps;
-  w.latency_s = job.parameter_server ? w.latency_s : kAssumedStepLatencyS;
+  if (job.link.latency_s > 0) w.latency_s = job.link.latency_s;
+  else if (!job.parameter_server) w.latency_s = kAssumedStepLatencyS;
   w.emulated_links = job.link.emulated;
+  w.min_partition_bytes = job.bounds.min_partition_bytes;
+  w.max_partition_bytes = job.bounds.max_partition_bytes;
+  w.max_credit_multiple = job.bounds.max_credit_multiple;
+  w.min_small_tensor_bytes = job.bounds.min_small_tensor_bytes;
+  w.max_small_tensor_bytes = job.bounds.max_small_tensor_bytes;
   w.base = job.config;
   const sim::WarmStartPlan plan = sim::plan_warm_start(model, w, 3);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -93,7 +108,7 @@ LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
   std::ostringstream why;
   why << "warm start: simulated " << job.workers << " workers"
       << (job.parameter_server ? " x " + std::to_string(job.servers) + " servers" : std::string(" (ring)")) << ", "
-      << job.link.source << ", " << job.tensor_bytes.size() << " gradients ("
+      << describe_link(job.link, job.parameter_server) << ", " << job.tensor_bytes.size() << " gradients ("
       << format_bytes(model.total_bytes()) << "), measured backward " << ms(double(model.compute_per_iteration()) /
                                                                               (1 + sim::kForwardShareOfBackward) * 1e-9)
       << " (+ forward taken as half), in " << ms(took) << ": ";

@@ -1,12 +1,13 @@
 // The live tuner's warm start for a training process (the Python plugin, or any caller of Context): what the link is,
 // what the model's backward computes, and which knobs the simulator predicts fastest for that, before tuning starts.
 //
-// Link. Estimated before the backend connects, so that the automatic knobs (scheduler/auto_knobs.h) and the
-// simulation use it: the EMULATED rate when the launcher paces every process's sends (COMMSCHED_EMULATE_RATE, what
-// the local benchmarks run), else the speed the fastest network interface that is up reports (/sys/class/net/*/speed,
-// the NIC the cluster's traffic crosses on a dedicated node), else 10 Gbit/s, said so in the log. The latency is the
-// simulator's default for the network (25 us per PS message, 5 us per ring step): nothing is timed at startup, so a
-// rank pays no exchange for it and no rank can disagree.
+// Link. Estimated before the backend connects, so that the automatic knobs (scheduler/auto_knobs.h) use it: the
+// EMULATED rate when the launcher paces every process's sends (COMMSCHED_EMULATE_RATE, what the local benchmarks
+// run), else the speed the fastest network interface that is up reports (/sys/class/net/*/speed, the NIC the
+// cluster's traffic crosses on a dedicated node), else 10 Gbit/s, said so in the log. When tuning, the Context then
+// measures the link through the connected backend before the first step (link_probe.h, COMMSCHED_LINK_PROBE) and the
+// warm start simulates the measured rate and latency; where that is off or impossible it keeps the estimate and the
+// simulator's default latency (25 us per PS message, 5 us per ring step), and its log line says which.
 //
 // Compute. The plugin reports when each gradient became ready in the first backwards (Context::note_backward); the
 // gap between consecutive gradients is the backward compute of the layer that produced the later one, and the
@@ -23,6 +24,7 @@
 #include "comm_backends/cluster_env.h"
 #include "scheduler/config.h"
 #include "scheduler/policy.h"
+#include "tuner/search_space.h"
 
 namespace commsched {
 
@@ -30,6 +32,8 @@ struct LinkEstimate {
   double rate_bps = 0;       // per process, each direction; 0: unknown (the assumed default applies)
   bool emulated = false;     // the transport paces sends at rate_bps (receivers are not limited)
   std::string source;        // for the log: where the rate came from
+  double latency_s = 0;      // the simulator's (PS one way per message, ring per step); 0: its default, assumed
+  bool measured = false;     // rate and latency were timed through the backend (link_probe.h)
 };
 // The estimate above; `net_dir` is where the interfaces are listed (tests point it elsewhere).
 LinkEstimate estimate_link(const std::string& net_dir = "/sys/class/net");
@@ -53,8 +57,9 @@ struct LiveWarmStartJob {
   bool parameter_server = true;        // false: a ring all-reduce
   int workers = 2;
   int servers = 0;
-  LinkEstimate link;
+  LinkEstimate link;                   // measured (link_probe.h) or estimated; its latency 0: the simulator's default
   EngineConfig config;                 // the engine's options, with the knobs it runs now
+  tuner::SearchSpaceBounds bounds;     // the tuner's (COMMSCHED_TUNER_*): only knobs it can reach are simulated
 };
 
 struct LiveWarmStart {
@@ -62,6 +67,10 @@ struct LiveWarmStart {
   std::vector<double> predicted_s;     // the simulated time per step of each
   std::string why;                     // one line for the log: what was simulated, what was chosen, predicted vs now
 };
+
+// The link as the warm start's log line says it: the rate, measured or estimated (and from where), and the latency,
+// measured or the simulator's default (assumed).
+std::string describe_link(const LinkEstimate& link, bool parameter_server);
 
 // Simulates the knobs the tuner can reach for this job (the same Policy code as the engine, simulator/warm_start.h)
 // and returns the best three, fastest first. Throws InvalidArgument on a job the simulator refuses.

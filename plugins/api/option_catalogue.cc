@@ -23,6 +23,10 @@ OptionTable<ContextEnvOptions> build_context_table() {
          "worker, else gloo (`commsched options --backends`)");
   t.bind("tune", "COMMSCHED_TUNE", [](ContextEnvOptions& o) -> bool& { return o.tune; }, bool_value(),
          "online auto-tuning of partition size, credit and the small-tensor fusion bound (COMMSCHED_TUNER_* configure it)");
+  t.bind("link_probe", "COMMSCHED_LINK_PROBE", [](ContextEnvOptions& o) -> std::string& { return o.link_probe; },
+         choice_value({"auto", "off"}),
+         "auto: when tuning, time the link before the first step (a few reduces through the backend, well under a "
+         "second; rank 0's numbers broadcast) for the tuner's warm start; off: the estimated link and assumed latency");
   return t;
 }
 

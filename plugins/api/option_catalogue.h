@@ -13,6 +13,7 @@ namespace commsched {
 struct ContextEnvOptions {
   std::string backend;  // COMMSCHED_BACKEND; empty: chosen from the cluster's shape
   bool tune = false;    // COMMSCHED_TUNE
+  std::string link_probe = "auto";  // COMMSCHED_LINK_PROBE: auto (time the link at startup when tuning) | off
   static ContextEnvOptions from_env();
 };
 const OptionTable<ContextEnvOptions>& context_option_table();

@@ -65,6 +65,11 @@ def test_search_space_round_trip_and_units():
         assert s.to_knobs(s.from_knobs(*knobs)) == knobs
     with pytest.raises(ValueError, match="COMMSCHED_TUNER_MAX_PARTITION"):
         t.SearchSpace(min_partition="1MiB", max_partition="512KiB")
+    narrow = t.SearchSpace(min_small_tensor="64KiB", max_small_tensor="1MiB")
+    assert narrow.to_knobs([1.0, 1.0, 1.0])[2] == 1 << 20
+    assert narrow.to_knobs([1.0, 1.0, 0.0])[2] == 0  # off stays below the smallest bound
+    with pytest.raises(ValueError, match="COMMSCHED_TUNER_MAX_SMALL_TENSOR"):
+        t.SearchSpace(min_small_tensor="1MiB", max_small_tensor="512KiB")
 
 
 def test_tune_a_synthetic_objective_in_knob_space():

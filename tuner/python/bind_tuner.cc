@@ -80,16 +80,19 @@ void bind_search_space(py::module_& m) {
                           "The knob set (partition size, credit, small-tensor fusion bound) on log scales in [0,1]^dim; "
                           "credit 0 means unlimited, fusion bound 0 off.")
       .def(py::init([](const py::object& min_partition, const py::object& max_partition, double max_credit_multiple,
-                       bool unlimited_credit) {
+                       bool unlimited_credit, const py::object& min_small_tensor, const py::object& max_small_tensor) {
              SearchSpaceBounds b;
              b.min_partition_bytes = to_bytes("min_partition", min_partition);
              b.max_partition_bytes = to_bytes("max_partition", max_partition);
              b.max_credit_multiple = max_credit_multiple;
              b.allow_unlimited_credit = unlimited_credit;
+             if (!min_small_tensor.is_none()) b.min_small_tensor_bytes = to_bytes("min_small_tensor", min_small_tensor);
+             if (!max_small_tensor.is_none()) b.max_small_tensor_bytes = to_bytes("max_small_tensor", max_small_tensor);
              return SearchSpace(b);
            }),
            py::arg("min_partition") = py::int_(64 << 10), py::arg("max_partition") = py::int_(64 << 20),
-           py::arg("max_credit_multiple") = 64.0, py::arg("unlimited_credit") = true)
+           py::arg("max_credit_multiple") = 64.0, py::arg("unlimited_credit") = true,
+           py::arg("min_small_tensor") = py::none(), py::arg("max_small_tensor") = py::none())
       .def_property_readonly_static("dim", [](const py::object&) { return SearchSpace().dim(); })
       .def("to_knobs",
            [](const SearchSpace& s, const std::vector<double>& u) {

@@ -151,8 +151,9 @@ TEST(LiveTuner, RanksSwitchKnobsTogetherAndEverySumStaysExact) {
   }
 }
 
-// A single-process Context (loopback) with tuning on: the tuner starts at the second step (the first has no step
-// time), runs its trials through the engine's knobs and finishes; a bad tuner option fails at construction.
+// A single-process Context (loopback) with tuning on: the tuner starts at the first step's end (the model is given;
+// the first step has no time, so it measures from the second), runs its trials through the engine's knobs and
+// finishes; a bad tuner option fails at construction.
 TEST(LiveTuner, ContextTunesWhenAsked) {
   ::setenv("COMMSCHED_TUNER_TRIALS", "3", 1);
   ::setenv("COMMSCHED_TUNER_MIN_TRIALS", "3", 1);
@@ -183,6 +184,7 @@ TEST(LiveTuner, ContextTunesWhenAsked) {
     ctx.engine().backward_done();
     ctx.engine().wait_all();
     ctx.iteration_end();
+    if (step == 0) EXPECT_NE(ctx.tuner(), nullptr) << "the model was given: the tuner begins at the first step";
   }
   ASSERT_NE(ctx.tuner(), nullptr);
   EXPECT_TRUE(ctx.tuner()->finished());
@@ -192,6 +194,47 @@ TEST(LiveTuner, ContextTunesWhenAsked) {
   for (const char* v : {"COMMSCHED_TUNER_TRIALS", "COMMSCHED_TUNER_MIN_TRIALS", "COMMSCHED_TUNER_INITIAL",
                         "COMMSCHED_TUNER_WARMUP", "COMMSCHED_TUNER_WINDOW", "COMMSCHED_TUNER_WINDOWS", "COMMSCHED_TUNER_DRIFT"})
     ::unsetenv(v);
+}
+
+// The tuner begins at the first step's end only where the warm start has a model to plan (set_model, every rank
+// alike); the first step's time is never measured: the first trial's windows count from the second step on.
+TEST(LiveTuner, TheTunerBeginsAtTheFirstStepWhenTheModelIsGiven) {
+  ContextOptions opts;
+  opts.tune = true;
+  tuner::TunerOptions t;
+  t.max_trials = t.min_trials = 2;
+  t.warmup_iterations = 0;
+  t.window_iterations = 1;
+  t.windows_per_trial = 1;
+  t.drift_threshold = 0;
+  t.reuse_best = false;
+  opts.tuner = t;
+  for (bool model : {true, false}) {
+    Context ctx(opts);
+    const std::vector<uint64_t> sizes = {4096};
+    if (model) ctx.set_model(sizes);
+    std::vector<float> a(1024);
+    for (int step = 0; step < 2; ++step) {
+      Task task;
+      task.name = "a";
+      task.op = ctx.reduce_op();
+      task.dtype = DType::f32;
+      task.count = a.size();
+      task.buffer.data = a.data();
+      ctx.engine().submit(std::move(task));
+      ctx.engine().backward_done();
+      ctx.engine().wait_all();
+      ctx.iteration_end();
+      if (step == 0) {
+        EXPECT_EQ(ctx.tuner() != nullptr, model) << (model ? "with" : "without") << " the model";
+      } else {
+        ASSERT_NE(ctx.tuner(), nullptr);
+        // With the model: begun at step 1, step 2 is the first trial's only window (one trial done). Without: it
+        // starts at step 2 (the first timed one), which it does not measure.
+        EXPECT_EQ(ctx.tuner()->tuner().trials_done(), model ? 1 : 0) << (model ? "with" : "without") << " the model";
+      }
+    }
+  }
 }
 
 }  // namespace

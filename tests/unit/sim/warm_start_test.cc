@@ -90,6 +90,33 @@ TEST(WarmStart, ChoosesTheFusionBoundToo) {
   EXPECT_EQ(plan.current.knobs.small_tensor_bytes, 0u) << "the job's own knobs, simulated as they are";
 }
 
+// The tuner's own bounds (COMMSCHED_TUNER_*) bound the candidates too: a knob it would clamp is not predicted.
+TEST(WarmStart, KeepsToTheTunersBounds) {
+  const ModelProfile m = profile("resnet50");
+  WarmStartJob job;
+  job.network = NetworkKind::allreduce;
+  job.workers = 64;
+  job.link_bps = 10e9;
+  job.latency_s = 5e-6;
+  job.base.knobs = Knobs{4ull << 20, 1, 0};
+  const WarmStartPlan free = plan_warm_start(m, job, 4);
+  ASSERT_FALSE(free.ranked.empty());
+  ASSERT_GT(free.ranked.front().knobs.small_tensor_bytes, 2ull << 20) << "unbounded, it fuses more than 2 MiB";
+  job.min_small_tensor_bytes = 64ull << 10;
+  job.max_small_tensor_bytes = 2ull << 20;
+  job.max_partition_bytes = 16ull << 20;
+  job.max_credit_multiple = 1;
+  const WarmStartPlan bounded = plan_warm_start(m, job, 4);
+  ASSERT_FALSE(bounded.ranked.empty());
+  for (const WarmStartCandidate& c : bounded.ranked) {
+    const Knobs& k = c.knobs;
+    EXPECT_TRUE(k.small_tensor_bytes == 0 || (k.small_tensor_bytes >= 64ull << 10 && k.small_tensor_bytes <= 2ull << 20))
+        << k.small_tensor_bytes;
+    EXPECT_LE(k.partition_bytes, 16ull << 20);
+    EXPECT_TRUE(k.credit_bytes == 1 || k.credit_bytes == k.partition_bytes) << k.credit_bytes;
+  }
+}
+
 // Backward runs last layer first: tensor 2's gradient is ready first, then 1 (2 ms later), then 0 (6 ms later).
 TEST(MeasuredProfile, BackwardComputeIsTheGapBeforeEachGradient) {
   const std::vector<uint64_t> bytes = {4096, 400, 1 << 20};

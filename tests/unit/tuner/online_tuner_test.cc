@@ -209,6 +209,38 @@ TEST(OnlineTuner, FirstTrialMeasuresTheStartingConfigurationAndDropsWarmup) {
   EXPECT_EQ(second.first_iteration, first.first_iteration + static_cast<uint64_t>(o.iterations_per_trial()));
 }
 
+// begin(): the first agreement and switch at the end of an iteration without a time; the warm start's first
+// configuration is what the first trial measures, from the next iteration on.
+TEST(OnlineTuner, BeginStartsWithoutATimeAndTheNextIterationsAreMeasured) {
+  FakeEngine engine(5, 0.0);
+  TunerOptions o = test_options("begin");
+  OnlineTuner tuner(engine, TuningKey{4, 1, 0, "fake"}, o, {}, collect());
+  const Knobs warm{1 * MiB, 8 * MiB};
+  tuner.warm_start({warm});
+  tuner.begin(0);
+  EXPECT_EQ(tuner.trials_done(), 0);
+  EXPECT_THROW(tuner.begin(1), std::logic_error);
+  uint64_t it = 1;
+  for (; tuner.trials_done() < 1; ++it) tuner.on_iteration_end(it, engine.run_iteration());
+  const TrialRecord& first = tuner.trials().front();
+  EXPECT_EQ(first.knobs, warm) << "begin() switched to the warm start's first configuration";
+  EXPECT_EQ(first.first_iteration, 1u) << "the iteration that began tuning is not measured";
+  EXPECT_EQ(it - 1, static_cast<uint64_t>(o.iterations_per_trial()));
+  EXPECT_NEAR(first.score, 1.0 / ideal_seconds(warm), 1e-9) << "its warm-up dropped the switch's slow iteration";
+}
+
+// Warm-start candidates that differ in the fusion bound alone are each measured (neither is taken as already done).
+TEST(OnlineTuner, WarmStartCandidatesDifferingOnlyInTheFusionBoundAreBothTried) {
+  FakeEngine engine(6, 0.0);
+  TunerOptions o = test_options("fusion_only");
+  OnlineTuner tuner(engine, TuningKey{5, 1, 0, "fake"}, o, {}, collect());
+  const Knobs off{1 * MiB, 8 * MiB, 0}, fused{1 * MiB, 8 * MiB, 64 * 1024};
+  tuner.warm_start({off, fused});
+  for (uint64_t it = 0; tuner.trials_done() < 3; ++it) tuner.on_iteration_end(it, engine.run_iteration());
+  EXPECT_EQ(tuner.trials()[0].knobs, off);
+  EXPECT_EQ(tuner.trials()[2].knobs, fused) << "after the starting configuration";
+}
+
 TEST(OnlineTuner, SavesTheBestAndReusesItForTheSameModelAndCluster) {
   TunerOptions o = test_options("store");
   const TuningKey key{model_signature(std::vector<uint64_t>{4096, 1 << 20, 3 << 20}), 4, 2, "ps"};

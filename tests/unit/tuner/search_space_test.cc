@@ -161,6 +161,49 @@ TEST(SearchSpace, TheFusionBoundIsTheThirdAxisWithAnOffBand) {
   EXPECT_DOUBLE_EQ(s.from_knobs(Knobs{1 * MiB, 4 * MiB, 1ull << 40}).at(2), 1.0);
 }
 
+// The fusion axis has bounds of its own in the tuner's options (COMMSCHED_TUNER_MIN/MAX_SMALL_TENSOR), like the
+// partition's: they narrow the sizes searched and keep the off band below the smallest.
+TEST(SearchSpace, TheFusionBoundsAreConfigurableAndValidated) {
+  SearchSpaceBounds b;
+  EXPECT_TRUE(b.set("min_small_tensor", "64KiB"));
+  EXPECT_TRUE(b.set("max_small_tensor", "1MiB"));
+  SearchSpace s(b);
+  ASSERT_EQ(s.dim(), 3);
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.5, 0.5, 0.0}).small_tensor_bytes, 0u) << "off stays the bottom band";
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.5, 0.5, 1.0}).small_tensor_bytes, 1 * MiB);
+  const double band = 1.0 / (std::log2(double(MiB) / double(64 * KiB)) + 1.0);  // 4 octaves + the off band
+  EXPECT_EQ(s.to_knobs(std::vector<double>{0.5, 0.5, band}).small_tensor_bytes, 64 * KiB);
+  for (int i = 0; i <= 50; ++i) {
+    const uint64_t f = s.to_knobs(std::vector<double>{0.5, 0.5, i / 50.0}).small_tensor_bytes;
+    EXPECT_TRUE(f == 0 || (f >= 64 * KiB && f <= 1 * MiB)) << f;
+  }
+  EXPECT_EQ(s.to_knobs(s.from_knobs(Knobs{1 * MiB, 4 * MiB, 8 * MiB})).small_tensor_bytes, 1 * MiB) << "clamped";
+
+  // Through the tuner's options, as COMMSCHED_TUNER_* set them.
+  TunerOptions o;
+  o.set("max_small_tensor", "2MiB");
+  EXPECT_EQ(o.space.max_small_tensor_bytes, 2 * MiB);
+  EXPECT_EQ(SearchSpaceBounds{}.max_small_tensor_bytes,
+            static_cast<uint64_t>(registered_tuning("small_tensor_bytes").max)) << "defaults: the registered row";
+
+  b.max_small_tensor_bytes = 32 * KiB;  // below the minimum
+  try {
+    SearchSpace bad(b);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("COMMSCHED_TUNER_MAX_SMALL_TENSOR"), std::string::npos) << e.what();
+  }
+  b.max_small_tensor_bytes = 1 * MiB;
+  b.min_small_tensor_bytes = 1024;  // below the alignment: 0 is the off band's job
+  try {
+    SearchSpace bad(b);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("COMMSCHED_TUNER_MIN_SMALL_TENSOR"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(b.set("min_small_tensor", "lots"), InvalidArgument);
+}
+
 // A knob registered as tunable is searched without a change to the tuner: it gets an axis, with its own
 // bounds, scale and alignment, beside partition and credit, whose behaviour stays as it was.
 TEST(SearchSpace, AThirdRegisteredTunableKnobIsSearchedWithinItsBounds) {
