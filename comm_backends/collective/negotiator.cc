@@ -79,7 +79,10 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
   }
   const auto now = Clock::now();
   for (size_t r = coordinator_ ? 1 : 0; r < peers_.size(); ++r)
-    if (peers_[r].fd.valid()) live_.watch(r, now);
+    if (peers_[r].fd.valid()) {
+      live_.watch(r, now);
+      bye_.await(r);
+    }
   last_sent_ns_ = now_ns();
   thread_ = std::thread([this] { run(); });
   if (opts_.execute_blocks && opts_.size > 1) heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
@@ -305,7 +308,8 @@ void Negotiator::run() {
   try {
     loop();
   } catch (const std::exception& e) {
-    go_fatal(Status::Error("negotiator rank " + std::to_string(opts_.rank) + ": " + e.what()));
+    // Malformed input, a broken invariant: the others are told too, rather than finding this rank silent later.
+    fail_group(Status::Error("negotiator rank " + std::to_string(opts_.rank) + ": " + e.what()), std::nullopt);
   }
   run_ready_groups();  // already ordered on every rank: run them (the backend fails them fast after a fatal error)
   fail_all_pending(Status::Error("negotiator rank " + std::to_string(opts_.rank) + " shut down", Status::Code::cancelled));
@@ -349,8 +353,15 @@ void Negotiator::loop() {
     if (coordinator_)
       for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
     for (size_t i = 1; i < fds.size() && !finished_; ++i)
-      if (fds[i].revents) read_peer(fd_rank[i]);
-    if (coordinator_ && !fatal_) {
+      if (fds[i].revents) {
+        try {
+          read_peer(fd_rank[i]);
+        } catch (const std::exception& e) {  // the sender's fault: it is named first, the others are told
+          fail_group(Status::Error("rank " + std::to_string(fd_rank[i]) + " sent a malformed message: " + e.what()),
+                     fd_rank[i]);
+        }
+      }
+    if (coordinator_ && !relay_.stopped()) {
       CoordinatorOutput out;
       coordinator_->flush(now_ns(), out);
       publish(out);
@@ -418,12 +429,13 @@ void Negotiator::take_inbox() {
   }
   if (stopping && !bye_sent_) {
     bye_sent_ = true;
-    bye_deadline_ = Clock::now() + seconds_to_ms(opts_.timeout_s);
-    if (coordinator_) {
+    bye_.wait_until(Clock::now() + seconds_to_ms(opts_.timeout_s));
+    if (coordinator_) {  // rank 0 says its own goodbye (all_bye) once the others have said theirs
       CoordinatorOutput out;
       coordinator_->on_bye(0, out);
       publish(out);
     } else {
+      bye_.leave();
       send_to(0, encode_simple(MsgType::bye));
     }
   }
@@ -447,7 +459,7 @@ void Negotiator::read_peer(int rank) {
     std::string frame;
     while (!finished_ && p.in.next(frame, who(rank))) handle_frame(rank, frame);
     p.closed = true;
-    const bool expected = coordinator_ ? live_.left(static_cast<Liveness::Id>(rank)) : bye_sent_;
+    const bool expected = bye_.ended(static_cast<control::GoodbyeBarrier::Id>(rank));
     live_.forget(static_cast<Liveness::Id>(rank));
     if (!expected && !finished_) peer_lost(coordinator_ ? rank : 0, why);
     return;
@@ -468,16 +480,20 @@ void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
   switch (type) {
     case MsgType::ready: {
       const auto reports = decode_ready(r);
-      if (!fatal_) coordinator_->on_ready(from, reports, out);
+      if (!relay_.stopped()) coordinator_->on_ready(from, reports, out);
       break;
     }
     case MsgType::heartbeat: break;
     case MsgType::bye:
-      live_.said_bye(static_cast<Liveness::Id>(from));
+      if (bye_.said_bye(static_cast<control::GoodbyeBarrier::Id>(from))) live_.forget(static_cast<Liveness::Id>(from));
       coordinator_->on_bye(from, out);
       break;
     case MsgType::join:
-      if (!fatal_) coordinator_->on_join(from, out);
+      if (!relay_.stopped()) coordinator_->on_join(from, out);
+      break;
+    case MsgType::peer_lost:  // a rank failed: rank 0 passes it on to the others
+      (void)r.get<int32_t>();
+      reported(from, r.get_string());
       break;
     default: throw std::runtime_error(who(from) + " sent an unexpected message type " + std::to_string(int(type)));
   }
@@ -488,14 +504,15 @@ void Negotiator::worker_message(MsgType type, ByteReader& r) {
   switch (type) {
     case MsgType::order: apply_order(decode_order(r)); break;
     case MsgType::error: apply_error(decode_error(r)); break;
-    case MsgType::peer_lost: {
-      const int rank = r.get<int32_t>();
-      const std::string message = r.get_string();
-      go_fatal(Status::Error("rank " + std::to_string(rank) + " lost: " + message, Status::Code::peer_lost));
+    case MsgType::peer_lost:
+      (void)r.get<int32_t>();  // the culprit's rank (-1: none); the message names it
+      reported(0, r.get_string());
       break;
-    }
     case MsgType::heartbeat: break;
-    case MsgType::all_bye: finished_ = true; break;
+    case MsgType::all_bye:  // rank 0's goodbye ends the group, whether or not this rank is shutting down
+      bye_.said_bye(0);
+      finished_ = true;
+      break;
     case MsgType::joined: finish_join(r.get<int32_t>()); break;
     default: throw std::runtime_error(who(0) + " (coordinator) sent an unexpected message type " + std::to_string(int(type)));
   }
@@ -509,7 +526,8 @@ void Negotiator::publish(CoordinatorOutput& out) {
   if (out.all_joined) frames += encode_joined(*out.all_joined);  // after the order: its stand-ins come first
   // Peers first, so their collectives can start while rank 0 applies its own copy.
   for (int r = 1; r < opts_.size; ++r)
-    if (peers_[r].fd.valid() && !peers_[r].closed && !live_.left(static_cast<Liveness::Id>(r))) send_to(r, frames);
+    if (peers_[r].fd.valid() && !peers_[r].closed && !bye_.left(static_cast<control::GoodbyeBarrier::Id>(r)))
+      send_to(r, frames);
   if (!out.order.empty()) apply_order(out.order);
   for (const auto& e : out.errors) apply_error(e);
   if (out.all_joined) finish_join(*out.all_joined);
@@ -572,26 +590,44 @@ void Negotiator::send_to(int rank, const std::string& frame) {
 }
 
 void Negotiator::peer_lost(int rank, const std::string& why) {
-  if (fatal_) return;
-  if (coordinator_) {
-    // Tell every survivor who died before failing locally; raw sends, so a second failure cannot recurse here.
-    const std::string frame = encode_peer_lost(rank, why);
-    for (int r = 1; r < opts_.size; ++r)
-      if (r != rank && peers_[r].fd.valid() && !peers_[r].closed) {
-        try {
-          std::lock_guard send_lock(send_mu_);  // the heartbeat thread writes to these sockets too
-          send_all(peers_[r].fd.get(), frame, who(r));
-        } catch (const std::exception&) {
-          peers_[r].closed = true;  // it learns from the closed connection instead
-        }
-      }
-  }
-  go_fatal(Status::Error("rank " + std::to_string(rank) + " lost: " + why, Status::Code::peer_lost));
+  fail_group(Status::Error(control::LossRelay::lost("rank " + std::to_string(rank), why), Status::Code::peer_lost), rank);
 }
 
+void Negotiator::fail_group(const Status& st, std::optional<int> culprit) {
+  std::optional<control::LossRelay::Id> id;
+  if (culprit) id = static_cast<control::LossRelay::Id>(*culprit);
+  stop(relay_.noticed(st.message, id, open_peers()), st.code, culprit.value_or(-1));
+}
+
+void Negotiator::reported(int from, const std::string& text) {
+  stop(relay_.reported(text, static_cast<control::LossRelay::Id>(from), "rank " + std::to_string(from), open_peers()),
+       Status::Code::peer_lost, -1);
+}
+
+void Negotiator::stop(const std::optional<control::LossRelay::Verdict>& verdict, Status::Code code, int culprit) {
+  if (!verdict) return;  // this rank has failed already
+  const std::string frame = encode_peer_lost(culprit, verdict->message);
+  for (const auto r : verdict->tell) {
+    Peer& p = peers_[r];
+    try {
+      std::lock_guard send_lock(send_mu_);  // the heartbeat thread writes to these sockets too
+      send_all(p.fd.get(), frame, who(static_cast<int>(r)));
+    } catch (const std::exception&) {
+      p.closed = true;  // it learns from the closed connection instead
+    }
+  }
+  go_fatal(Status::Error(verdict->message, code));
+}
+
+std::vector<control::LossRelay::Id> Negotiator::open_peers() const {
+  std::vector<control::LossRelay::Id> out;
+  for (size_t r = coordinator_ ? 1 : 0; r < peers_.size(); ++r)
+    if (peers_[r].fd.valid() && !peers_[r].closed) out.push_back(r);
+  return out;
+}
+
+// Once, from stop(): the relay lets the first failure through only.
 void Negotiator::go_fatal(const Status& st) {
-  if (fatal_) return;
-  fatal_ = true;
   {
     std::lock_guard lock(mu_);
     dead_ = true;
@@ -628,26 +664,23 @@ void Negotiator::keep_alive(Clock::time_point now) {
   if (auto loss = live_.check(now); loss && !finished_) peer_lost(static_cast<int>(loss->peer), loss->why);
 }
 
+// The barrier is passed when every awaited goodbye has come (rank 0: every rank's bye; elsewhere: rank 0's all_bye
+// or, after this rank's bye, the end of its connection), or after timeout_s of waiting.
 void Negotiator::progress_shutdown(Clock::time_point now) {
-  if (!bye_sent_) return;
+  if (!bye_sent_ || !bye_.passed(now)) return;
   if (coordinator_) {
-    bool all = true;
-    for (int r = 1; r < opts_.size; ++r) all = all && (live_.left(static_cast<Liveness::Id>(r)) || peers_[r].closed);
-    if (all || now > bye_deadline_) {
-      const std::string frame = encode_simple(MsgType::all_bye);
-      for (int r = 1; r < opts_.size; ++r)
-        if (!peers_[r].closed) {
-          try {
-            std::lock_guard send_lock(send_mu_);
-            send_all(peers_[r].fd.get(), frame, who(r));
-          } catch (const std::exception&) {
-          }
+    bye_.leave();
+    const std::string frame = encode_simple(MsgType::all_bye);
+    for (int r = 1; r < opts_.size; ++r)
+      if (!peers_[r].closed) {
+        try {
+          std::lock_guard send_lock(send_mu_);
+          send_all(peers_[r].fd.get(), frame, who(r));
+        } catch (const std::exception&) {
         }
-      finished_ = true;
-    }
-  } else if (now > bye_deadline_ || peers_[0].closed) {
-    finished_ = true;
+      }
   }
+  finished_ = true;
 }
 
 }  // namespace commsched::collective

@@ -6,7 +6,10 @@
 // one message each way, tens of microseconds on loopback. Rank 0 runs the coordinator in the same thread and applies
 // its own reports and orders without a socket. Liveness: every connection carries heartbeats when idle; a closed
 // connection or timeout_s without word declares the peer dead, and every rank then fails all pending work with
-// Status::Code::peer_lost naming it.
+// Status::Code::peer_lost naming it. Who learns of a loss (or of any failure) first passes it on by the control
+// plane's rule (control::LossRelay: rank 0 tells every other rank; a rank tells rank 0, which tells the rest), and the
+// shutdown is the control plane's goodbye barrier (control::GoodbyeBarrier: rank 0 answers every rank's bye with
+// all_bye once all have said it; the others wait for that).
 //
 // Latency: every thread hand-off on the critical path costs a wake-up, and on a busy machine a wake-up can cost a
 // scheduler slice (about a millisecond), far more than the message itself. So other ranks send a report to rank 0
@@ -23,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -33,6 +37,8 @@
 #include "comm_backends/collective/protocol.h"
 #include "comm_backends/collective/socket.h"
 #include "comm_backends/collective/wire.h"
+#include "comm_backends/control/goodbye_barrier.h"
+#include "comm_backends/control/loss_relay.h"
 #include "comm_backends/liveness.h"
 #include "scheduler/config.h"
 
@@ -157,6 +163,13 @@ class Negotiator {
   void apply_error(const ErrorMsg& e);
   void send_to(int rank, const std::string& frame);
   void peer_lost(int rank, const std::string& why);
+  // Fails the group: tells the members the relay names (not `culprit`), then fails locally. Once.
+  void fail_group(const Status& st, std::optional<int> culprit);
+  void reported(int from, const std::string& text);
+  // The relay's verdict: sent to whom it names (raw sends: a second failure cannot recurse), then failed locally.
+  void stop(const std::optional<control::LossRelay::Verdict>& verdict, Status::Code code, int culprit);
+  // The ranks whose sockets are still open (rank 0: the others; elsewhere: rank 0).
+  std::vector<control::LossRelay::Id> open_peers() const;
   void go_fatal(const Status& st);
   void keep_alive(std::chrono::steady_clock::time_point now);
   void progress_shutdown(std::chrono::steady_clock::time_point now);
@@ -191,15 +204,16 @@ class Negotiator {
 
   // Negotiator thread only.
   std::vector<Peer> peers_;  // rank 0: indexed by rank (entry 0 unused); others: [0] is the coordinator
-  // Silence and goodbyes of peers_ by rank. A closed socket is judged where it is read (TCP delivers a peer's last
-  // frames before its end, so no grace is needed) and leaves the watch.
+  // Silence of peers_ by rank. A closed socket is judged where it is read (TCP delivers a peer's last frames before
+  // its end, so no grace is needed) and leaves the watch, as does a rank that said bye.
   Liveness live_;
+  // Rank 0 awaits every other rank's bye; the others await rank 0's all_bye.
+  control::GoodbyeBarrier bye_;
+  control::LossRelay relay_;  // stopped: the group has failed (fatal)
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::vector<uint64_t>> ready_groups_;  // ordered, handed to cb_.execute once no lock is held
-  std::chrono::steady_clock::time_point bye_deadline_;
-  bool bye_sent_ = false;
+  bool bye_sent_ = false;  // this rank is shutting down (rank 0: its own bye told to the coordinator)
   bool finished_ = false;
-  bool fatal_ = false;
 
   std::atomic<uint64_t> completed_groups_{0};
   std::atomic<uint64_t> credit_bytes_;

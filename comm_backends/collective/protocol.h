@@ -81,7 +81,7 @@ enum class MsgType : uint8_t {
   ready = 3,      // rank -> coordinator: ReadyReports
   order = 4,      // coordinator -> ranks: OrderMsg
   error = 5,      // coordinator -> ranks: ErrorMsg
-  peer_lost = 6,  // coordinator -> ranks: a rank died; everything fails
+  peer_lost = 6,  // either way: a rank died or failed (int32 culprit or -1, the message naming it); everything fails
   heartbeat = 7,  // both ways when idle
   bye = 8,        // rank -> coordinator: shutting down
   all_bye = 9,    // coordinator -> ranks: every rank has said bye; close

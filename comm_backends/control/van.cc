@@ -30,11 +30,6 @@ std::string payload_text(const ps::Payload* p) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
-std::string loss_reported_by(const std::string& report, const std::string& reporter) {
-  if (report.find(" (reported by ") != std::string::npos) return report;  // relayed: it keeps its first reporter
-  return report + " (reported by " + reporter + ")";
-}
-
 VanOptions VanOptions::from(const ClusterEnv& env) {
   VanOptions o;
   o.role = env.role == Role::server ? PeerRole::server : PeerRole::worker;
@@ -80,28 +75,28 @@ std::string Van::start() {
 void Van::say_hello_to_root(const std::string& endpoint) {
   const PeerId root = transport_.connect(opts_.root_endpoint);
   roster_.add(root, {PeerRole::server, 0});
-  live_.watch(root);
+  watch(root, {});
   if (endpoint.empty()) send(root, header(MsgType::hello));  // a worker advertises nothing
   else send_text(root, header(MsgType::hello), endpoint);
 }
 
 bool Van::poll(milliseconds max_wait) {
-  if (failed_) return false;
+  if (failed()) return false;
   auto now = Clock::now();
   const auto to_tick = next_tick_ > now ? duration_cast<milliseconds>(next_tick_ - now) : milliseconds(0);
   if (auto in = transport_.receive(live_.poll_wait(std::min(max_wait, to_tick), now))) handle(*in);
-  if (failed_) return false;
+  if (failed()) return false;
   now = Clock::now();
   if (auto loss = live_.check(now)) lost(loss->peer, loss->why);
-  if (!failed_ && !ready_ && now - started_ > duration<double>(opts_.rendezvous_timeout_s)) {
+  if (!failed() && !ready_ && now - started_ > duration<double>(opts_.rendezvous_timeout_s)) {
     const std::string missing = opts_.role == PeerRole::worker ? "the peer table from server 0" : names(roster_.missing());
     std::ostringstream os;
     os << "rendezvous timed out after " << opts_.rendezvous_timeout_s << " s waiting for " << missing
        << " (COMMSCHED_PS_RENDEZVOUS_TIMEOUT)";
     fail(Status::Error(os.str()));
   }
-  if (!failed_ && now >= next_tick_) tick(now);
-  return !failed_;
+  if (!failed() && now >= next_tick_) tick(now);
+  return !failed();
 }
 
 // Pings also probe: an unroutable peer is reported as gone by the transport.
@@ -113,10 +108,11 @@ void Van::tick(Clock::time_point now) {
 }
 
 void Van::leave() {
-  if (failed_) return;
+  if (failed()) return;
+  bye_.leave();
   for (PeerId id : live_.expected()) say_bye(id);
   const auto deadline = Clock::now() + duration<double>(opts_.timeout_s);
-  while (!failed_ && awaiting_bye()) {
+  while (!failed() && awaiting_bye()) {
     const auto now = Clock::now();
     if (now >= deadline) {
       std::ostringstream os;
@@ -127,7 +123,7 @@ void Van::leave() {
     const auto wait = std::min(heartbeat_, duration_cast<milliseconds>(deadline - now) + milliseconds(1));
     if (auto in = transport_.receive(wait)) handle(*in);
   }
-  if (!failed_) transport_.close(true);  // a failure meanwhile has closed it
+  if (!failed()) transport_.close(true);  // a failure meanwhile has closed it
 }
 
 void Van::say_bye(PeerId id) {
@@ -135,7 +131,7 @@ void Van::say_bye(PeerId id) {
 }
 
 // Whether a member this node said bye to has neither answered nor ended its connection (expected() holds exactly
-// the watched members with neither).
+// the watched members with neither: an answer or an end makes live_ forget the member).
 bool Van::awaiting_bye() const {
   for (PeerId id : live_.expected())
     if (bye_sent_.count(id)) return true;
@@ -145,7 +141,7 @@ bool Van::awaiting_bye() const {
 bool Van::all_left(PeerRole role) const {
   if (!ready_) return false;
   for (PeerId id : roster_.ids(role))
-    if (!live_.left(id)) return false;
+    if (!bye_.left(id)) return false;
   return true;
 }
 
@@ -175,7 +171,10 @@ void Van::handle(Incoming& in) {
     return log(in.detail);
   }
   if (dropped_.count(in.peer)) return;
-  if (in.kind == Incoming::Kind::disconnected) return live_.closed(in.peer, Clock::now());
+  if (in.kind == Incoming::Kind::disconnected) {
+    if (!bye_.ended(in.peer)) live_.closed(in.peer, Clock::now());  // a loss once the grace runs out
+    return;
+  }
   std::optional<uint64_t> psize;
   if (in.payload) psize = in.payload->bytes().size();
   Decoded d = decode_header(in.header, psize, DecodeLimits{opts_.max_message_bytes});
@@ -197,11 +196,11 @@ void Van::on_member_message(PeerId id, const Roster::Member& m, const Header& h,
   switch (h.type) {
     case MsgType::ping: return;
     case MsgType::bye:  // answered: the member closes once it hears that its bye has arrived
-      live_.said_bye(id);
+      if (bye_.said_bye(id)) live_.forget(id);  // gone as announced: neither pinged nor judged any more
       return say_bye(id);
     case MsgType::hello: return malformed(id, "said hello twice");
     case MsgType::peer_lost:
-      return fail(Status::Error(loss_reported_by(payload_text(p.get()), name(id)), Status::Code::peer_lost), id);
+      return stop(relay_.reported(payload_text(p.get()), id, name(id), live_.expected()), Status::Code::peer_lost);
     case MsgType::peers:
       if (opts_.role == PeerRole::worker && m.role == PeerRole::server && m.rank == 0 && !ready_)
         return on_peers(h, payload_text(p.get()));
@@ -216,7 +215,7 @@ void Van::on_hello(PeerId id, const Header& h, const std::string& text) {
   if (server && text.rfind("tcp://", 0) != 0) why = "no endpoint to advertise ('" + text + "')";
   else why = roster_.admit(id, {h.sender_role, h.sender_rank});
   if (why) return drop(id, "hello from " + peer_name(h.sender_role, h.sender_rank) + " refused: " + *why);
-  live_.watch(id, Clock::now());
+  watch(id, Clock::now());
   if (server) server_endpoints_[h.sender_rank] = text;
   maybe_ready();
 }
@@ -245,7 +244,7 @@ void Van::on_peers(const Header& h, const std::string& text) {
   for (size_t s = 1; s <= endpoints.size(); ++s) {
     const PeerId id = transport_.connect(endpoints[s - 1]);
     roster_.add(id, {PeerRole::server, static_cast<uint32_t>(s)});
-    live_.watch(id, Clock::now());
+    watch(id, Clock::now());
     send(id, header(MsgType::hello));
   }
   ready_ = true;
@@ -263,16 +262,26 @@ void Van::drop(PeerId id, const std::string& why) {
   dropped_.insert(id);
 }
 
-void Van::lost(PeerId id, const std::string& why) {
-  fail(Status::Error(name(id) + " lost: " + why, Status::Code::peer_lost), id);
+// A member from now on: its silence is judged (counting from `heard`), its goodbye awaited.
+void Van::watch(PeerId id, Clock::time_point heard) {
+  live_.watch(id, heard);
+  bye_.await(id);
 }
 
+void Van::lost(PeerId id, const std::string& why) {
+  fail(Status::Error(LossRelay::lost(name(id), why), Status::Code::peer_lost), id);
+}
+
+// No member has PeerId 0, so culprit 0 spares nobody.
 void Van::fail(const Status& status, PeerId culprit) {
-  if (failed_) return;
-  failed_ = true;
-  for (PeerId id : live_.expected())
-    if (id != culprit) send_text(id, header(MsgType::peer_lost), status.message);
-  protocol_.on_failed(status);
+  stop(relay_.noticed(status.message, culprit, live_.expected()), status.code);
+}
+
+// The first failure only (the relay drops repeats): tell who the relay says, then fail.
+void Van::stop(std::optional<LossRelay::Verdict> verdict, Status::Code code) {
+  if (!verdict) return;
+  for (PeerId id : verdict->tell) send_text(id, header(MsgType::peer_lost), verdict->message);
+  protocol_.on_failed(Status::Error(verdict->message, code));
   transport_.close(true);
 }
 

@@ -14,7 +14,8 @@
 // lost when its connection ends with no goodbye within the grace, or it is silent for COMMSCHED_TIMEOUT. The node that
 // notices tells every member it still expects (`peer_lost` naming the lost one) and fails; a node told so fails too and
 // passes it on to its other members, so the news reaches every survivor in one or two hops and names the same peer,
-// with the first node that reported it (one "(reported by ...)", however many hops it took).
+// with the first node that reported it (the rule and the message are control::LossRelay's, shared with the collective
+// negotiator). Goodbyes are counted by control::GoodbyeBarrier, shared likewise.
 //
 // Goodbye: a leaving node says bye to every member it still expects, and a node told bye answers with its own (unless
 // it said bye first). The leaving node closes only once each has answered, its connection has ended, or
@@ -38,6 +39,8 @@
 
 #include "scheduler/types.h"
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/control/goodbye_barrier.h"
+#include "comm_backends/control/loss_relay.h"
 #include "comm_backends/control/roster.h"
 #include "comm_backends/liveness.h"
 #include "comm_backends/ps/protocol.h"
@@ -67,10 +70,6 @@ struct VanOptions {
 
 // A text payload (an error, a peer table) as a string ("" without one).
 std::string payload_text(const ps::Payload* p);
-
-// The message of a loss that `reporter` told this node about (`report`: the text of its peer_lost): the report, with
-// "(reported by <reporter>)" appended unless a node before it already appended one.
-std::string loss_reported_by(const std::string& report, const std::string& reporter);
 
 // What a protocol on top of the Van sees.
 class VanProtocol {
@@ -103,7 +102,7 @@ class Van {
   void leave();
 
   bool ready() const { return ready_; }
-  bool failed() const { return failed_; }
+  bool failed() const { return relay_.stopped(); }
   // The goodbye barrier: every member of `role` has said bye (after the rendezvous).
   bool all_left(PeerRole role) const;
   // The connection of a member (0: not connected).
@@ -133,9 +132,11 @@ class Van {
   void on_peers(const ps::Header& h, const std::string& text);
   void maybe_ready();
   void drop(ps::PeerId id, const std::string& why);
+  void watch(ps::PeerId id, Clock::time_point heard);
   void lost(ps::PeerId id, const std::string& why);
   void say_bye(ps::PeerId id);
   bool awaiting_bye() const;
+  void stop(std::optional<LossRelay::Verdict> verdict, Status::Code code);
   void tick(Clock::time_point now);
   void log(const std::string& line) const;
 
@@ -144,6 +145,8 @@ class Van {
   VanProtocol& protocol_;
   Roster roster_;
   Liveness live_;
+  GoodbyeBarrier bye_;  // every member is awaited; a member that said bye is no longer watched by live_
+  LossRelay relay_;     // failed once it has stopped
   std::unordered_set<ps::PeerId> dropped_;     // strangers: ignored from now on
   std::unordered_set<ps::PeerId> bye_sent_;    // members this node has said bye to
   std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
@@ -151,7 +154,6 @@ class Van {
   Clock::time_point started_;
   Clock::time_point next_tick_;
   bool ready_ = false;
-  bool failed_ = false;
 };
 
 }  // namespace commsched::control

@@ -143,37 +143,121 @@ TEST(Negotiator, MismatchedSizesFailOnBothRanksNamingTheKey) {
   }
 }
 
-TEST(Negotiator, ARankThatVanishesFailsPendingWorkWithPeerLost) {
-  // Ranks 0 and 1 are real; rank 2 is a raw socket that joins and then disappears like a crashed process.
-  TcpStoreServer server("127.0.0.1", 0);
-  TcpStoreClient s0("127.0.0.1", server.port(), 5000ms), s1("127.0.0.1", server.port(), 5000ms),
-      s2("127.0.0.1", server.port(), 5000ms);
+// Ranks 0 and 1 are real negotiators; rank 2 is a raw socket that joins like one and then does what the test says.
+struct TwoRanksAndAFake {
+  explicit TwoRanksAndAFake(double timeout_s = 5) {
+    auto fake_join = std::async(std::launch::async, [&] {
+      const std::string addr = s2.get("commsched/negotiator/coordinator", 10000ms);
+      const auto colon = addr.rfind(':');
+      Fd fd = connect_tcp(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), std::chrono::steady_clock::now() + 10s);
+      send_all(fd.get(), encode_hello(2, 3), "fake rank");
+      recv_exact(fd.get(), 5, "fake rank welcome");
+      return fd;
+    });
+    auto join1 = std::async(std::launch::async,
+                            [&] { return std::make_unique<Negotiator>(options(1, 3, 0, timeout_s), s1, l1.callbacks()); });
+    n0 = std::make_unique<Negotiator>(options(0, 3, 0, timeout_s), s0, l0.callbacks());
+    n1 = join1.get();
+    fake = fake_join.get();
+  }
+  // Work pending on both real ranks (the coordinator waits for rank 2's report).
+  void submit_pending() {
+    n0->submit({sub(1, 64, 0)});
+    n1->submit({sub(1, 64, 0)});
+  }
+
+  TcpStoreServer server{"127.0.0.1", 0};
+  TcpStoreClient s0{"127.0.0.1", server.port(), 5000ms}, s1{"127.0.0.1", server.port(), 5000ms},
+      s2{"127.0.0.1", server.port(), 5000ms};
   RankLog l0, l1;
-  auto fake = std::async(std::launch::async, [&] {
-    const std::string addr = s2.get("commsched/negotiator/coordinator", 10000ms);
-    const auto colon = addr.rfind(':');
-    Fd fd = connect_tcp(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), std::chrono::steady_clock::now() + 10s);
-    send_all(fd.get(), encode_hello(2, 3), "fake rank");
-    recv_exact(fd.get(), 5, "fake rank welcome");
-    return fd;
-  });
-  auto n1 = std::async(std::launch::async, [&] { return std::make_unique<Negotiator>(options(1, 3), s1, l1.callbacks()); });
-  Negotiator n0(options(0, 3), s0, l0.callbacks());
-  auto r1 = n1.get();
-  Fd fake_fd = fake.get();
-  n0.submit({sub(1, 64, 0)});
-  r1->submit({sub(1, 64, 0)});
-  fake_fd.reset();  // the "crash"
-  for (RankLog* l : {&l0, &l1}) {
+  std::unique_ptr<Negotiator> n0, n1;
+  Fd fake;
+};
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+TEST(Negotiator, ARankThatVanishesFailsPendingWorkWithPeerLost) {
+  TwoRanksAndAFake g;
+  g.submit_pending();
+  g.fake.reset();  // the "crash"
+  for (RankLog* l : {&g.l0, &g.l1}) {
     ASSERT_TRUE(l->wait_settled(1, 10s));
     ASSERT_EQ(l->failures.size(), 1u);
     EXPECT_EQ(l->failures[0].second.code, Status::Code::peer_lost);
     EXPECT_NE(l->failures[0].second.message.find("rank 2"), std::string::npos) << l->failures[0].second.message;
   }
+  // Rank 0 saw it; rank 1 was told by rank 0: the lost rank named first, then the reporter, once.
+  const std::string& seen = g.l0.failures[0].second.message;
+  const std::string& told = g.l1.failures[0].second.message;
+  EXPECT_TRUE(starts_with(seen, "rank 2 lost: closed the connection")) << seen;
+  EXPECT_EQ(seen.find("reported by"), std::string::npos) << seen;
+  EXPECT_EQ(told, seen + " (reported by rank 0)");
   // After the loss, new work fails at once.
-  r1->submit({sub(2, 64, 0)});
-  ASSERT_TRUE(l1.wait_settled(2, 10s));
-  EXPECT_EQ(l1.failures.back().second.code, Status::Code::peer_lost);
+  g.n1->submit({sub(2, 64, 0)});
+  ASSERT_TRUE(g.l1.wait_settled(2, 10s));
+  EXPECT_EQ(g.l1.failures.back().second.code, Status::Code::peer_lost);
+}
+
+// A rank that fails tells rank 0, which passes it on: every rank fails with the same message, naming the first
+// reporter once.
+TEST(Negotiator, AFailureReportedByARankReachesEveryOtherRank) {
+  TwoRanksAndAFake g;
+  g.submit_pending();
+  send_all(g.fake.get(), encode_peer_lost(-1, "negotiator rank 2: the backend broke"), "fake rank");
+  for (RankLog* l : {&g.l0, &g.l1}) {
+    ASSERT_TRUE(l->wait_settled(1, 10s));
+    ASSERT_EQ(l->failures.size(), 1u);
+    EXPECT_EQ(l->failures[0].second.code, Status::Code::peer_lost);
+    EXPECT_EQ(l->failures[0].second.message, "negotiator rank 2: the backend broke (reported by rank 2)");
+  }
+}
+
+// A malformed frame from a rank: rank 0 names it and tells the others at once (they do not wait for rank 0's
+// silence: the timeout here is far longer than the wait).
+TEST(Negotiator, AMalformedFrameStopsEveryRankAtOnceNamingTheSender) {
+  TwoRanksAndAFake g(/*timeout_s=*/60);
+  g.submit_pending();
+  ByteWriter w;
+  w.put<uint8_t>(99);  // no such message type
+  send_all(g.fake.get(), w.take_frame(), "fake rank");
+  for (RankLog* l : {&g.l0, &g.l1}) {
+    ASSERT_TRUE(l->wait_settled(1, 10s));
+    ASSERT_EQ(l->failures.size(), 1u);
+    EXPECT_TRUE(starts_with(l->failures[0].second.message, "rank 2 sent a malformed message: "))
+        << l->failures[0].second.message;
+  }
+  EXPECT_NE(g.l0.failures[0].second.message.find("unknown type 99"), std::string::npos) << g.l0.failures[0].second.message;
+  EXPECT_EQ(g.l1.failures[0].second.code, Status::Code::peer_lost);
+  EXPECT_TRUE(ends_with(g.l1.failures[0].second.message, " (reported by rank 0)")) << g.l1.failures[0].second.message;
+}
+
+// Everyone's goodbye passes the barrier at once: shutdown does not wait for the deadline (timeout_s).
+TEST(Negotiator, ShutdownPassesTheBarrierOnceEveryRankSaidBye) {
+  Group g(3, 0, /*timeout_s=*/30);
+  for (int r = 0; r < 3; ++r) g.rank(r).submit({sub(1, 64, 0)});
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r) ts.emplace_back([&g, r] { g.rank(r).shutdown(); });
+  for (auto& t : ts) t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s) << "the barrier waited for its deadline";
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(g.log(r).failures.empty()) << g.log(r).failures.front().second.message;
+}
+
+// A rank that never says bye holds rank 0's shutdown for timeout_s at most; rank 0's goodbye (all_bye) then ends that
+// rank too, as a shutdown (cancelled), not as a loss.
+TEST(Negotiator, ARankThatNeverSaysByeHoldsTheBarrierOnlyUntilTheTimeout) {
+  Group g(2, 0, /*timeout_s=*/1);
+  const auto t0 = std::chrono::steady_clock::now();
+  g.rank(0).shutdown();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 6s);
+  g.rank(1).submit({sub(1, 64, 0)});
+  ASSERT_TRUE(g.log(1).wait_settled(1, 10s));
+  ASSERT_EQ(g.log(1).failures.size(), 1u);
+  EXPECT_EQ(g.log(1).failures[0].second.code, Status::Code::cancelled) << g.log(1).failures[0].second.message;
 }
 
 TEST(Negotiator, ACollectiveLongerThanTheTimeoutOnTheNegotiatorThreadIsNotADeath) {
