@@ -173,6 +173,7 @@ void Van::handle(Incoming& in) {
   if (dropped_.count(in.peer)) return;
   if (in.kind == Incoming::Kind::disconnected) {
     if (!bye_.ended(in.peer)) live_.closed(in.peer, Clock::now());  // a loss once the grace runs out
+    else live_.forget(in.peer);  // gone as announced: a leaving node waits for nothing more from it
     return;
   }
   std::optional<uint64_t> psize;
