@@ -40,6 +40,7 @@ struct BenchArgs {
   std::vector<std::string> small_tensor;
   int tune = 0;
   bool emulated_links = false;
+  std::string link_model = "fifo";
   std::string ps_workers = "auto";
   std::string fusion_bytes = "64MiB";
   std::string fusion_cycle = "5ms";
@@ -89,6 +90,13 @@ sim::GridSpec to_spec(const BenchArgs& a) {
   if (a.tune < 0) throw InvalidArgument("--tune: " + std::to_string(a.tune) + " (must be >= 0)");
   s.tune_trials = a.tune;
   s.ps_ingress_limited = !a.emulated_links;
+  if (a.link_model != "fifo" && a.link_model != "fair")
+    throw InvalidArgument("--link-model: '" + a.link_model + "' (allowed: fifo, fair)");
+  s.ps_fair_share = a.link_model == "fair";
+  if (s.ps_fair_share && a.emulated_links)
+    throw InvalidArgument("--link-model fair models real NICs; --emulated-links has no receiving limit to share");
+  if (s.ps_fair_share && a.ps_workers == "one")
+    throw InvalidArgument("--link-model fair needs every worker simulated (--ps-workers each or auto)");
   if (a.ps_workers == "each") s.ps_each_worker_max = std::numeric_limits<int>::max();
   else if (a.ps_workers == "one") s.ps_each_worker_max = 0;
   else if (a.ps_workers != "auto") throw InvalidArgument("--ps-workers: '" + a.ps_workers + "' (allowed: auto, each, one)");
@@ -303,6 +311,10 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
       ->delimiter(',');
   b->add_flag("--emulated-links", args->emulated_links,
               "PS: model COMMSCHED_EMULATE_RATE (each process's sends paced, receiving unlimited), for validation");
+  b->add_option("--link-model", args->link_model,
+                 "PS with every worker simulated, real NICs: 'fifo' (each link carries one message at a time, in "
+                 "arrival order) or 'fair' (links shared max-min fairly among connections, as TCP shares a NIC)")
+      ->capture_default_str();
   b->add_option("--ps-workers", args->ps_workers,
                  "PS: 'each' simulates every worker on its own (its own policy; the servers answer in arrival order; cost "
                  "grows with W), 'one' a single representative of symmetric workers (cost independent of W), 'auto' "

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <stdexcept>
 
 #include "simulator/sim_policy.h"
 #include "scheduler/auto_knobs.h"
@@ -34,8 +35,10 @@ void use_default_knob_grid(GridSpec& spec) {
 
 PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers) {
   const int servers = spec.servers > 0 ? spec.servers : workers;
-  return PsParams{workers, servers, bandwidth_bps, bandwidth_bps, spec.latency_s, spec.ps_chunk_bytes, true,
-                  spec.ps_ingress_limited};
+  PsParams p{workers, servers, bandwidth_bps, bandwidth_bps, spec.latency_s, spec.ps_chunk_bytes, true,
+             spec.ps_ingress_limited};
+  p.fair_share = spec.ps_fair_share;
+  return p;
 }
 
 std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidth_bps, int workers) {
@@ -171,6 +174,9 @@ SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, doubl
   if (spec.network == NetworkKind::ps && workers <= spec.ps_each_worker_max)
     return simulate_each_worker(model, ps_params(spec, bandwidth_bps, workers),
                                 [&] { return make_sim_policy(config, net, /*symmetric_workers=*/false); }, opt);
+  if (spec.network == NetworkKind::ps && spec.ps_fair_share)  // the symmetric model has FIFO links only
+    throw std::invalid_argument("the fair link model needs every worker simulated; " + std::to_string(workers) +
+                                " workers are above the limit for that (--ps-workers each lifts it)");
   auto policy = make_sim_policy(config, net);
   return simulate(model, net, *policy, opt);
 }

@@ -88,6 +88,9 @@ struct PsParams {
   bool server_ingress_limited = true;
   // The emulated links' token-bucket burst (comm_backends/ps/zmq_transport.cc); simulate_each_worker only.
   uint64_t emulated_burst_bytes = 256 << 10;
+  // Real NICs (server_ingress_limited) in simulate_each_worker only: every link shared max-min fairly among the
+  // connections with bytes on it, as TCP shares a NIC (flow_net.h), instead of FIFO, one message at a time.
+  bool fair_share = false;
 };
 
 class PsNetwork final : public NetworkModel {

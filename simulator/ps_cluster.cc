@@ -47,6 +47,26 @@ void PsClusterFabric::start(EventLoop& loop, BatchSink& sink) {
   servers_.assign(size_t(p_.servers), ServerState{Sender(p_.server_bps, double(p_.emulated_burst_bytes), paced), {}, 0});
   owner_.clear();
   slots_.clear();
+  flows_.reset();
+  if (p_.fair_share && p_.server_ingress_limited) build_flows(loop);
+}
+
+void PsClusterFabric::build_flows(EventLoop& loop) {
+  flows_ = std::make_unique<FlowNet>(loop);
+  worker_links_.clear();
+  server_links_.clear();
+  for (size_t w = 0; w < workers_.size(); ++w)
+    for (int dir = 0; dir < 2; ++dir) worker_links_.push_back(flows_->add_link(p_.worker_bps));
+  for (size_t s = 0; s < servers_.size(); ++s)
+    for (int dir = 0; dir < 2; ++dir) server_links_.push_back(flows_->add_link(p_.server_bps));
+  worker_conn_.clear();
+  server_conn_.clear();
+  for (size_t w = 0; w < workers_.size(); ++w)
+    for (size_t s = 0; s < servers_.size(); ++s)
+      worker_conn_.push_back(flows_->add_connection(worker_links_[2 * w], server_links_[2 * s + 1]));
+  for (size_t s = 0; s < servers_.size(); ++s)
+    for (size_t w = 0; w < workers_.size(); ++w)
+      server_conn_.push_back(flows_->add_connection(server_links_[2 * s], worker_links_[2 * w + 1]));
 }
 
 size_t PsClusterFabric::owner(int32_t key, uint64_t offset, uint64_t bytes) {
@@ -73,10 +93,12 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
       const uint64_t n = std::min(chunk, part.bytes - at);
       const size_t s = owner(part.priority, part.offset + at, n);
       const int round = w.rounds[{part.priority, part.offset + at}]++;
-      const Nanos begin = transmit(w.up, servers_[s].in, p_.server_bps, n, now,
-                                   [this, s, slot = SlotKey{{part.priority, part.offset + at}, round}, n, worker, id] {
-                                     on_push(s, slot, n, {worker, id});
-                                   });
+      auto arrived = [this, s, slot = SlotKey{{part.priority, part.offset + at}, round}, n, worker, id] {
+        on_push(s, slot, n, {worker, id});
+      };
+      Nanos begin = now;  // fair sharing: the timeline shows when the batch was handed to the connections
+      if (flows_) flows_->send(to_server(worker, s), n, latency_, std::move(arrived));
+      else begin = transmit(w.up, servers_[s].in, p_.server_bps, n, now, std::move(arrived));
       if (first < 0) first = begin;
       ++chunks;
     }
@@ -126,6 +148,18 @@ LinkBusy busy_fractions(const Links& links, Busy busy, Nanos until) {
 LinkUse PsClusterFabric::link_use(Nanos until) const {
   LinkUse u;
   u.have = true;
+  if (flows_) {
+    auto of = [&](const std::vector<int>& links, int dir) {
+      std::vector<Nanos> busy;
+      for (size_t i = dir; i < links.size(); i += 2) busy.push_back(flows_->busy(links[i]));
+      return busy_fractions(busy, [](Nanos b) { return b; }, until);
+    };
+    u.worker_up = of(worker_links_, 0);
+    u.worker_down = of(worker_links_, 1);
+    u.server_out = of(server_links_, 0);
+    u.server_in = of(server_links_, 1);
+    return u;
+  }
   u.worker_up = busy_fractions(workers_, [](const WorkerState& w) { return w.up.busy(); }, until);
   u.server_out = busy_fractions(servers_, [](const ServerState& s) { return s.out.busy(); }, until);
   if (!p_.server_ingress_limited) return u;  // emulated links: nothing limits receiving
@@ -136,15 +170,21 @@ LinkUse PsClusterFabric::link_use(Nanos until) const {
 
 void PsClusterFabric::on_push(size_t s, SlotKey slot, uint64_t bytes, Waiter from) {
   const Nanos now = loop_->now();
-  // The receipt first: it leaves behind whatever is already in the server's send queue (its size is negligible).
+  // The receipt first: it leaves behind whatever is already in the server's send queue (its size is negligible), or,
+  // with fair sharing, behind what is queued on the connection to that worker.
   Sender& out = servers_[s].out;
-  const Nanos receipt = (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_;
-  loop_->at(receipt, [this, from] { on_receipt(from); });
+  if (flows_) {
+    flows_->send(to_worker(s, from.worker), 0, latency_, [this, from] { on_receipt(from); });
+  } else {
+    const Nanos receipt = (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_;
+    loop_->at(receipt, [this, from] { on_receipt(from); });
+  }
   auto& waiters = slots_[slot];
   waiters.push_back(from);
   if (waiters.size() < size_t(p_.workers)) return;
   for (const Waiter& w : waiters) {  // the sum goes to each worker in the order their pushes arrived
-    transmit(servers_[s].out, workers_[size_t(w.worker)].down, p_.worker_bps, bytes, now, [this, w] { on_sum(w); });
+    if (flows_) flows_->send(to_worker(s, w.worker), bytes, latency_, [this, w] { on_sum(w); });
+    else transmit(out, workers_[size_t(w.worker)].down, p_.worker_bps, bytes, now, [this, w] { on_sum(w); });
   }
   slots_.erase(slot);
 }

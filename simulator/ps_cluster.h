@@ -15,6 +15,8 @@
 // - server_ingress_limited (real NICs): a message leaves its sender's link in FIFO order, taking bytes / rate; when it
 //   starts to flow it also takes the receiver's downlink (FIFO among the senders into it), and it arrives a latency
 //   after the later of the two ends.
+// - fair_share (real NICs too): every link shared max-min fairly among the connections with bytes on it (flow_net.h),
+//   one connection per worker-server pair and direction, messages FIFO within a connection.
 // - emulated (server_ingress_limited = false), as COMMSCHED_EMULATE_RATE runs the real cluster: every process paces its
 //   own sends with a token bucket (comm_backends/ps/token_bucket.h, burst emulated_burst_bytes); a message leaves
 //   whole as soon as the bucket is out of debt, arrives a latency later, and the bucket then owes its size. Nothing
@@ -23,11 +25,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "simulator/fabric.h"
+#include "simulator/flow_net.h"
 #include "simulator/network.h"
 
 namespace commsched::sim {
@@ -122,6 +126,10 @@ class PsClusterFabric final : public Fabric {
   Nanos transmit(Sender& from, Downlink& into, double into_bps, uint64_t bytes, Nanos now, std::function<void()> arrived);
   void on_receipt(Waiter w);
   void on_sum(Waiter w);
+  // fair_share: the flow network, its links (per process: up, then down) and connections, built by start().
+  void build_flows(EventLoop& loop);
+  int to_server(int worker, size_t server) const { return worker_conn_[size_t(worker) * servers_.size() + server]; }
+  int to_worker(size_t server, int worker) const { return server_conn_[server * workers_.size() + size_t(worker)]; }
 
   PsParams p_;
   Nanos latency_;
@@ -131,6 +139,9 @@ class PsClusterFabric final : public Fabric {
   std::vector<ServerState> servers_;
   std::unordered_map<ChunkKey, size_t, ChunkHash> owner_;
   std::unordered_map<SlotKey, std::vector<Waiter>, SlotHash> slots_;
+  std::unique_ptr<FlowNet> flows_;
+  std::vector<int> worker_links_, server_links_;  // per process: its uplink id, then its downlink id
+  std::vector<int> worker_conn_, server_conn_;    // worker -> server and server -> worker connections
 };
 
 }  // namespace commsched::sim

@@ -88,6 +88,8 @@ def simulate(args, model, bw, workers, servers, policy, ps_workers):
                "--partitions", args.partition, "--credit-multipliers", str(parse_size(args.credit) / part),
                "--small-tensor", args.small_tensor, "--iterations", "12", "--warmup", "4",
                "--ps-workers", ps_workers, "--out", tmp] + (["--emulated-links"] if args.links == "emulated" else [])
+        if ps_workers == "each" and args.links == "netns":  # the symmetric model has FIFO links only
+            cmd += ["--link-model", args.link_model]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         with open(os.path.join(tmp, "results.csv")) as f:
             row = next(csv.DictReader(f))
@@ -136,6 +138,9 @@ def main():
     ap.add_argument("--resimulate", metavar="CSV",
                     help="run no cluster: take the real cells of an earlier cluster.csv and simulate them again (after "
                          "a simulator change); --partition/--credit/--small-tensor/--latency must match that run")
+    ap.add_argument("--link-model", choices=["fifo", "fair"], default="fifo",
+                    help="netns: how the every-worker simulation shares a real NIC (fifo: one message at a time in "
+                         "arrival order; fair: max-min among connections, as TCP does)")
     ap.add_argument("--link-efficiency", type=float,
                     help="payload share of the shaped rate given to the simulator (default: 1448/1514 for netns, "
                          "TCP payload per 1514-byte Ethernet frame with timestamps, as tbf counts frames; 1 for "

@@ -2,7 +2,7 @@
 # Engine overhead per partition, side by side in one run: the engine at git ref $1 (default 8f219e9, the last
 # engine without the flow-graph stage chain) and the engine of this tree, both built from their own sources with
 # the same bench/micro/engine_micro_bench.cc, run interleaved $ROUNDS times pinned to one core (taskset -c $CPU).
-# Prints, per benchmark, the median over rounds of each run's median ns per partition, for both, and the ratio.
+# Prints, per benchmark, the median over rounds of each run's median ns per partition (wall and CPU), for both, and the ratios.
 #   bench/micro/engine_before_after.sh [ref]        (ROUNDS=5 CPU=0 by default)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -10,9 +10,11 @@ REF=${1:-8f219e9}
 ROUNDS=${ROUNDS:-5}
 CPU=${CPU:-0}
 OLD=${OLD_DIR:-/tmp/commsched-engine-$REF}
-if [[ ! -x $OLD/build/bench/micro/engine_micro_bench ]]; then
+BENCH_SRC=bench/micro/engine_micro_bench.cc
+if [[ ! -x $OLD/build/bench/micro/engine_micro_bench ]] || ! cmp -s "$BENCH_SRC" "$OLD/$BENCH_SRC"; then
   rm -rf "$OLD" && mkdir -p "$OLD"
   git archive "$REF" | tar -x -C "$OLD"
+  cp "$BENCH_SRC" "$OLD/$BENCH_SRC"  # the same benchmark for both engines (the Engine API it uses is unchanged)
   cmake -S "$OLD" -B "$OLD/build" -G Ninja -DCOMMSCHED_BUILD_TESTS=OFF \
     -DCOMMSCHED_BUILD_PYTHON=OFF >/dev/null
   cmake --build "$OLD/build" --target engine_micro_bench >/dev/null
@@ -36,10 +38,14 @@ for side in ("old", "new"):
     for r in range(1, rounds + 1):
         for b in json.load(open(f"{out}/{side}.{r}.json"))["benchmarks"]:
             if b.get("aggregate_name") == "median":  # each run: the median of the benchmark's own repetitions
-                res.setdefault(b["run_name"], {}).setdefault(side, []).append(b["ns_per_partition"] * 1e9)
+                r_ = res.setdefault(b["run_name"], {})
+                r_.setdefault(side, []).append(b["ns_per_partition"] * 1e9)
+                r_.setdefault(side + "_cpu", []).append(b["cpu_ns_per_partition"])
 print(f"engine cost per partition (ns), median of {rounds} interleaved runs, one core; old = {ref}, new = this tree")
-print(f"{'benchmark':45s} {'old':>8s} {'new':>8s} {'new/old':>8s}")
+print("real = wall time; cpu = CPU time of all the process's threads (what other load on the core does not inflate)")
+print(f"{'benchmark':58s} {'old real':>8s} {'new real':>8s} {'new/old':>7s} {'old cpu':>8s} {'new cpu':>8s} {'new/old':>7s}")
 for name, v in res.items():
     o, n = statistics.median(v["old"]), statistics.median(v["new"])
-    print(f"{name:45s} {o:8.0f} {n:8.0f} {n / o:8.2f}")
+    oc, nc = statistics.median(v["old_cpu"]), statistics.median(v["new_cpu"])
+    print(f"{name:58s} {o:8.0f} {n:8.0f} {n / o:7.2f} {oc:8.0f} {nc:8.0f} {nc / oc:7.2f}")
 PY

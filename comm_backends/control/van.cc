@@ -101,7 +101,9 @@ bool Van::poll(milliseconds max_wait) {
 
 // Pings also probe: an unroutable peer is reported as gone by the transport.
 void Van::tick(Clock::time_point now) {
-  for (PeerId id : live_.expected()) send(id, header(MsgType::ping));
+  std::array<std::byte, kHeaderBytes> ping;
+  encode_header(header(MsgType::ping), ping);
+  for (PeerId id : live_.expected()) transport_.send_ping(id, ping);
   next_tick_ = now + heartbeat_;
 }
 

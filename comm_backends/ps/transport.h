@@ -84,6 +84,10 @@ class Transport {
   virtual PeerId connect(const std::string& endpoint) = 0;
   // Queues a message: the header is copied, the payload is sent zero-copy. A gone peer is reported by receive().
   virtual void send(PeerId peer, std::span<const std::byte> header, OutPayload payload = {}) = 0;
+  // A header-only liveness message (a ping). Under an EMULATED rate it skips the emulation's send queue: a real NIC
+  // interleaves a small packet with bulk flows, while that one FIFO would hold it behind every payload queued (seconds
+  // of a big model's sums at 2 Gbit/s), and the peer would judge us lost. Unpaced, it may overtake earlier messages.
+  virtual void send_ping(PeerId peer, std::span<const std::byte> header) { send(peer, header); }
   // The next event, waiting at most `timeout`; nullopt on timeout or after wake().
   virtual std::optional<Incoming> receive(std::chrono::milliseconds timeout) = 0;
   // Makes a concurrent or the next receive() return early. Thread-safe.

@@ -298,18 +298,17 @@ class UcxTransport final : public Transport {
       if (payload.release) payload.release();
       return;
     }
-    auto m = std::make_unique<OutMsg>();
-    m->peer = peer;
-    m->header.resize(kPrefix + header.size());  // room for the peer's id and token for us, filled in when posted
-    std::copy(header.begin(), header.end(), m->header.begin() + kPrefix);
-    m->payload = std::move(payload);
-    m->owner = this;
+    auto m = out_msg(peer, header, std::move(payload));
     if (bucket_.enabled()) {
       backlog_.push_back(std::move(m));
       flush_backlog();
     } else {
       dispatch(std::move(m));
     }
+  }
+
+  void send_ping(PeerId peer, std::span<const std::byte> header) override {
+    if (worker_) dispatch(out_msg(peer, header, {}));  // never behind the emulated link's backlog
   }
 
   std::optional<Incoming> receive(std::chrono::milliseconds timeout) override {
@@ -696,6 +695,16 @@ class UcxTransport final : public Transport {
   }
 
   // ---- sending --------------------------------------------------------------------------------------------------
+
+  std::unique_ptr<OutMsg> out_msg(PeerId peer, std::span<const std::byte> header, OutPayload payload) {
+    auto m = std::make_unique<OutMsg>();
+    m->peer = peer;
+    m->header.resize(kPrefix + header.size());  // room for the peer's id and token for us, filled in when posted
+    std::copy(header.begin(), header.end(), m->header.begin() + kPrefix);
+    m->payload = std::move(payload);
+    m->owner = this;
+    return m;
+  }
 
   void flush_backlog() {
     if (backlog_.empty()) return;

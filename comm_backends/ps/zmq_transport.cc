@@ -176,6 +176,13 @@ class ZmqTransport final : public Transport {
     }
   }
 
+  void send_ping(PeerId peer, std::span<const std::byte> header) override {
+    Pending p{peer, std::vector<std::byte>(header.begin(), header.end()), {}, false};
+    OutPayload none;
+    init_out_msg(&p.payload, none);
+    send_now(p);  // never behind the emulated link's backlog (Transport::send_ping)
+  }
+
   std::optional<Incoming> receive(std::chrono::milliseconds timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {

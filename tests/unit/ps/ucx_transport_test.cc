@@ -326,6 +326,31 @@ TEST_P(UcxTransportTest, ServerWithoutASecretRefusesAnAuthenticatingDialer) {
       << got[0].detail;
 }
 
+// Under an emulated link rate a ping skips the pacing queue (Transport::send_ping): three 1 MiB messages at 1 MB/s
+// queue 2 s or more behind the first, and a heartbeat behind them would let a peer with a 2 s timeout judge us lost.
+TEST_P(UcxTransportTest, APingIsNotPacedBehindTheEmulatedLinksBacklog) {
+  auto server = make();
+  const std::string ep = server->bind("127.0.0.1", 0);
+  TransportOptions paced;
+  paced.emulate_rate_bps = 8e6;
+  auto client = make(paced);
+  const PeerId to_server = client->connect(ep);
+  const std::vector<std::byte> body(1 << 20, std::byte{7});
+  for (int i = 0; i < 3; ++i) client->send(to_server, header_of(1), OutPayload{body.data(), body.size(), {}});
+  client->send_ping(to_server, header_of(2));
+  auto got = pump(*client, *server, [](auto& v) {
+    return !v.empty() && v.back().kind == Incoming::Kind::message && !v.back().payload;
+  }, 1500ms);
+  ASSERT_FALSE(got.empty());
+  ASSERT_TRUE(got.back().kind == Incoming::Kind::message && !got.back().payload)
+      << "no ping within 1.5 s: it waited behind the paced messages";
+  auto h = header_of(2);
+  EXPECT_TRUE(std::equal(h.begin(), h.end(), got.back().header.begin(), got.back().header.end()));
+  EXPECT_LE(messages(got) - 1, 1u);  // at most the first data message (it left at once) came before it
+  client->close(false);
+  server->close(false);
+}
+
 INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("sm,self", "tcp"), [](const auto& info) {
   return info.param == "tcp" ? std::string("tcp") : std::string("shm");
 });

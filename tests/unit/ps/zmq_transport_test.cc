@@ -96,3 +96,32 @@ TEST(ZmqTransport, WakeBeforeReceiveIsNotLost) {
   EXPECT_FALSE(t->receive(10s));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
+
+// Under an emulated link rate a ping skips the pacing queue (Transport::send_ping): three 1 MiB messages at 1 MB/s
+// queue 2 s or more behind the first, and a heartbeat behind them would let a peer with a 2 s timeout judge us lost.
+TEST(ZmqTransport, APingIsNotPacedBehindTheEmulatedLinksBacklog) {
+  auto server = make_zmq_transport({});
+  const std::string endpoint = server->bind("127.0.0.1", 0);
+  commsched::ps::TransportOptions paced;
+  paced.emulate_rate_bps = 8e6;
+  auto client = make_zmq_transport(paced);
+  const PeerId root = client->connect(endpoint);
+  const std::vector<std::byte> body(1 << 20, std::byte{7});
+  for (int i = 0; i < 3; ++i) client->send(root, bytes_of("data"), {body.data(), body.size(), {}});
+  client->send_ping(root, bytes_of("ping"));
+  int data_before_ping = 0;
+  bool ping = false;
+  const auto deadline = std::chrono::steady_clock::now() + 1500ms;
+  while (!ping && std::chrono::steady_clock::now() < deadline) {
+    (void)client->receive(0ms);  // lets the client's backlog move
+    if (auto in = server->receive(5ms); in && in->kind == Incoming::Kind::message) {
+      const std::string h(reinterpret_cast<const char*>(in->header.data()), in->header.size());
+      if (h == "ping") ping = true;
+      else ++data_before_ping;
+    }
+  }
+  EXPECT_TRUE(ping) << "no ping within 1.5 s: it waited behind the paced messages";
+  EXPECT_LE(data_before_ping, 1);
+  client->close(false);
+  server->close(false);
+}

@@ -54,6 +54,28 @@ TEST(PsClusterFabric, SumWaitsForEveryWorkerAndAnswersInArrivalOrder) {
   EXPECT_EQ(sink.events, want);
 }
 
+// The same pushes with links shared fairly (TCP): worker 1 alone until 500, then both at half the server's downlink,
+// so worker 1's push is in at 1500 rather than 1000 and worker 0's at 2000; the server then sends both sums at once,
+// each at half its uplink, and both are back at 4000 (FIFO: 3000 and 4000).
+TEST(PsClusterFabric, FairSharingAcknowledgesIncastPushesLaterAndSendsSumsTogether) {
+  PsParams p{2, 1, 8e9, 8e9, 0, 0, true, true};
+  p.fair_share = true;
+  PsClusterFabric fabric(p);
+  EventLoop loop;
+  Recorder sink;
+  fabric.start(loop, sink);
+  fabric.dispatch(1, 0, one_part(7, 1000), 0);
+  loop.at(500, [&] { fabric.dispatch(0, 0, one_part(7, 1000), 500); });
+  loop.run();
+  using E = std::tuple<char, int, size_t, Nanos>;
+  const std::vector<E> want = {E{'s', 1, 0, 1500}, E{'s', 0, 0, 2000}, E{'d', 1, 0, 4000}, E{'d', 0, 0, 4000}};
+  EXPECT_EQ(sink.events, want);
+  const LinkUse use = fabric.link_use(4000);
+  EXPECT_DOUBLE_EQ(use.server_in.max, 0.5);   // 2000 bytes in 4000 ns
+  EXPECT_DOUBLE_EQ(use.server_out.max, 0.5);
+  EXPECT_DOUBLE_EQ(use.worker_up.mean, 0.25);
+}
+
 TEST(PsClusterFabric, EmulatedLinksDeliverOnDepartureAndPaceTheSender) {
   PsParams p{2, 1, 8e9, 8e9, 0, 0, true, false};
   p.emulated_burst_bytes = 0;
