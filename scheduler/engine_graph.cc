@@ -3,12 +3,24 @@
 #include <cstdio>
 #include <string>
 
+#include "scheduler/tsan_handoff.h"
+
 namespace commsched {
 namespace {
 using tbb::flow::make_edge;
 using tbb::flow::output_port;
 using tbb::flow::serial;
 using tbb::flow::unlimited;
+
+// A flight (or a task) crosses threads on every edge: oneTBB hands the message to a task that any of its workers runs,
+// through Debian's libtbb, which ThreadSanitizer does not see into. So what one node (or the backend) wrote before a
+// put, a stage's staging buffer say, looked unordered with what the next node reads (a false race report on every
+// host-to-device copy back). Every put releases the item, every body acquires it first.
+template <class Port, class T>
+void put(Port& port, T* item) {
+  handed_over(item);
+  port.try_put(item);
+}
 
 std::string stage_failure(const Stage& st, const char* what, const PartitionView& v, const char* ex) {
   return "stage '" + std::string(st.name()) + "' failed to " + what + " task '" + v.task->name + "' partition " +
@@ -22,6 +34,7 @@ EngineGraph::EngineGraph(Hooks hooks, std::vector<std::shared_ptr<Stage>> stages
       graph_(*arena_graph_.graph),
       partition_node_(graph_, unlimited,
                       [this](TaskState* t, auto& ports) {
+                        taken_over(t);
                         hooks_.partition(t);  // posts the arrival (never throws: partitioning is arithmetic)
                         if (!kick_pending_.exchange(true, std::memory_order_acq_rel)) std::get<0>(ports).try_put(Kick());
                       }),
@@ -35,6 +48,7 @@ EngineGraph::EngineGraph(Hooks hooks, std::vector<std::shared_ptr<Stage>> stages
       sequencer_(graph_, [](Flight* const& f) { return static_cast<size_t>(f->seq); }),
       gateway_(graph_, serial,
                [this](Flight* head, auto& /*gateway*/) {
+                 taken_over(head);  // a group was written by the scheduler body, before one put of its head
                  for (Flight* f = head; f != nullptr;) {
                    Flight* next = f->next;  // read first: once started, f may complete and be freed at any time
                    if (!f->status.ok()) on_backend_done(f, f->status);  // a stage failed: skip the backend
@@ -43,6 +57,7 @@ EngineGraph::EngineGraph(Hooks hooks, std::vector<std::shared_ptr<Stage>> stages
                  }
                }),
       completion_node_(graph_, unlimited, [this](Flight* f, auto& ports) {
+        taken_over(f);
         hooks_.completed(f);
         if (!kick_pending_.exchange(true, std::memory_order_acq_rel)) std::get<0>(ports).try_put(Kick());
       }) {
@@ -67,12 +82,14 @@ void EngineGraph::build_stage_nodes() {
   for (size_t k = 0; k < n; ++k) {
     const size_t limit = stages_[k]->concurrency() == 0 ? size_t{unlimited} : stages_[k]->concurrency();
     encode_nodes_.push_back(std::make_unique<FlightNode>(graph_, limit, [this, k](Flight* f, auto& ports) {
+      taken_over(f);
       encode_with(k, f);
-      std::get<0>(ports).try_put(f);
+      put(std::get<0>(ports), f);
     }));
     decode_nodes_.push_back(std::make_unique<FlightNode>(graph_, limit, [this, k](Flight* f, auto& ports) {
+      taken_over(f);
       decode_with(k, f);
-      std::get<0>(ports).try_put(f);
+      put(std::get<0>(ports), f);
     }));
   }
   make_edge(output_port<0>(sched_node_), *encode_nodes_[0]);
@@ -143,7 +160,7 @@ void EngineGraph::on_backend_done(Flight* f, const Status& s) {
     kick();
     return;
   }
-  gateway_.gateway().try_put(f);  // on to the decode chain, from whatever thread the backend called us on
+  put(gateway_.gateway(), f);  // on to the decode chain, from whatever thread the backend called us on
   request_drive(/*kick=*/false);  // where oneTBB has no worker thread, the driver runs that work
 }
 
@@ -156,7 +173,7 @@ void EngineGraph::emit(Flight* f) {
   }
   send_group();  // what was dispatched before this flight goes before it
   f->seq = next_seq_++;
-  std::get<0>(*sched_ports_).try_put(f);
+  put(std::get<0>(*sched_ports_), f);
 }
 
 void EngineGraph::send_group() {
@@ -164,11 +181,11 @@ void EngineGraph::send_group() {
   Flight* head = group_head_;
   group_head_ = group_tail_ = nullptr;
   head->seq = next_seq_++;
-  std::get<1>(*sched_ports_).try_put(head);
+  put(std::get<1>(*sched_ports_), head);
 }
 
 void EngineGraph::partition(TaskState* t) {
-  partition_node_.try_put(t);
+  put(partition_node_, t);
   request_drive(/*kick=*/false);
 }
 

@@ -1,6 +1,6 @@
 #include "comm_backends/ps/sum_kernels.h"
 
-#include "comm_backends/ps/tsan_handoff.h"
+#include "scheduler/tsan_handoff.h"
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>

@@ -22,7 +22,7 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/token_bucket.h"
-#include "comm_backends/ps/tsan_handoff.h"
+#include "scheduler/tsan_handoff.h"
 #include "comm_backends/ps/transport.h"
 
 namespace commsched::ps {
