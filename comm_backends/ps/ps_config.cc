@@ -2,8 +2,6 @@
 
 #include <string>
 
-#include "comm_backends/cluster_auth.h"
-#include "comm_backends/control/net_util.h"
 #include "comm_backends/ps/transport.h"
 #include "scheduler/types.h"
 
@@ -77,23 +75,6 @@ void PsConfig::validate(double peer_timeout_s) const {
   if (rendezvous_timeout_s <= 0) throw InvalidArgument("COMMSCHED_PS_RENDEZVOUS_TIMEOUT must be positive");
   if (max_message_bytes < 4096)
     throw InvalidArgument("COMMSCHED_PS_MAX_MESSAGE=" + std::to_string(max_message_bytes) + " is invalid: at least 4KiB");
-}
-
-ps::TransportOptions PsConfig::transport_options(const ClusterEnv& env) const {
-  ps::TransportOptions opts;
-  opts.emulate_rate_bps = emulate_rate_bps;
-  opts.max_message_bytes = max_message_bytes + 4096;  // a header and some slack over the largest data range
-  opts.io_threads = io_threads;
-  opts.auth_secret = ClusterAuth::from_env().secret_for(control::bind_host(env));
-  return opts;
-}
-
-control::VanOptions PsConfig::van_options(const ClusterEnv& env) const {
-  control::VanOptions o = control::VanOptions::from(env);
-  o.heartbeat_s = heartbeat_s;
-  o.rendezvous_timeout_s = rendezvous_timeout_s;
-  o.max_message_bytes = max_message_bytes;
-  return o;
 }
 
 }  // namespace commsched

@@ -5,14 +5,6 @@
 
 namespace commsched::ps {
 
-bool ucx_built_in() {
-#ifdef COMMSCHED_HAVE_UCX
-  return true;
-#else
-  return false;
-#endif
-}
-
 #ifndef COMMSCHED_HAVE_UCX
 std::unique_ptr<Transport> make_ucx_transport(const TransportOptions&) {
   throw std::runtime_error("COMMSCHED_PS_TRANSPORT=ucx: this build has no UCX (install libucx-dev and rebuild)");

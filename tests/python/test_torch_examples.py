@@ -43,9 +43,10 @@ def test_pytorch_train_auto_tunes_live(tmp_path):
     assert all(isinstance(v, int) and v >= 0 for v in r["knobs"].values()), r
     assert "keeping partition" in log, log
     # The warm start (rank 0): the registered gradients and their measured backward, simulated on this cluster and
-    # link; tuning starts from its choice (agreed by both ranks), and the log sets predicted beside measured.
+    # link; tuning starts from its choice (agreed by both ranks), or from the current knobs when no candidate is
+    # predicted clearly faster (the candidates then come next), and the log sets predicted beside measured.
     assert "warm start: simulated 2 workers x 1 servers" in log and "measured backward" in log, log
-    assert "starting from partition" in log and "(warm start" in log, log
+    assert ("starting from partition" in log or "keeps the current partition" in log) and "(warm start" in log, log
     assert "simulated " in log and " ms/iteration, measured " in log, log
     rows = (tmp_path / "trials.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 4, rows  # header + one row per trial, written by rank 0 only
