@@ -65,15 +65,20 @@ TEST(BackwardSamples, KeepsTheShortestBackward) {
   EXPECT_DOUBLE_EQ((*s.best())[0], 1.020);
 }
 
-TEST(LiveWarmStart, SimulatesTheMeasuredModelAndSaysWhatItChoseAndWhy) {
+// 40 tensors of 1 MiB, 2 ms of backward each (80 ms of backward, 40 MiB of gradients), 2 workers and 1 server.
+LiveWarmStartJob forty_layers() {
   LiveWarmStartJob job;
-  // 40 tensors of 1 MiB, 2 ms of backward each: 80 ms of backward, 40 MiB of gradients.
   for (int i = 0; i < 40; ++i) {
     job.tensor_bytes.push_back(1 << 20);
     job.ready_s.push_back(0.002 * (40 - i));
   }
   job.workers = 2;
   job.servers = 1;
+  return job;
+}
+
+TEST(LiveWarmStart, SimulatesTheMeasuredModelAndSaysWhatItChoseAndWhy) {
+  LiveWarmStartJob job = forty_layers();
   job.link = {1e9, true, "emulated link COMMSCHED_EMULATE_RATE=1gbit"};
   job.config.knobs = Knobs{4 << 20, 16 << 20};
   const LiveWarmStart w = plan_live_warm_start(job);
@@ -95,13 +100,7 @@ TEST(LiveWarmStart, SimulatesTheMeasuredModelAndSaysWhatItChoseAndWhy) {
 // tuning starts from the current knobs (measured first, so the tuner keeps them unless a trial beats them) and the
 // candidate comes next. Knobs far from the best start from the best candidate.
 TEST(LiveWarmStart, StartsFromTheCurrentKnobsUnlessACandidateIsPredictedClearlyFaster) {
-  LiveWarmStartJob job;
-  for (int i = 0; i < 40; ++i) {
-    job.tensor_bytes.push_back(1 << 20);
-    job.ready_s.push_back(0.002 * (40 - i));
-  }
-  job.workers = 2;
-  job.servers = 1;
+  LiveWarmStartJob job = forty_layers();
   job.link = {10e9, true, "emulated link COMMSCHED_EMULATE_RATE=10gbit"};  // compute-bound: the knobs matter
   job.config.knobs = Knobs{4 << 10, 4 << 10};  // 10,240 round trips one after another: far from the best
   const LiveWarmStart far = plan_live_warm_start(job);
