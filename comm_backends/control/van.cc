@@ -110,9 +110,11 @@ void Van::tick(Clock::time_point now) {
 void Van::leave() {
   if (failed()) return;
   bye_.leave();
-  for (PeerId id : live_.expected()) say_bye(id);
+  for (PeerId id : live_.expected()) send(id, header(MsgType::bye));
   const auto deadline = Clock::now() + duration<double>(opts_.timeout_s);
-  while (!failed() && awaiting_bye()) {
+  // expected() holds exactly the members that have neither answered nor ended their connection: an answer or an end
+  // makes live_ forget the member.
+  while (!failed() && !live_.expected().empty()) {
     const auto now = Clock::now();
     if (now >= deadline) {
       std::ostringstream os;
@@ -124,18 +126,6 @@ void Van::leave() {
     if (auto in = transport_.receive(wait)) handle(*in);
   }
   if (!failed()) transport_.close(true);  // a failure meanwhile has closed it
-}
-
-void Van::say_bye(PeerId id) {
-  if (bye_sent_.insert(id).second) send(id, header(MsgType::bye));
-}
-
-// Whether a member this node said bye to has neither answered nor ended its connection (expected() holds exactly
-// the watched members with neither: an answer or an end makes live_ forget the member).
-bool Van::awaiting_bye() const {
-  for (PeerId id : live_.expected())
-    if (bye_sent_.count(id)) return true;
-  return false;
 }
 
 bool Van::all_left(PeerRole role) const {
@@ -196,9 +186,12 @@ void Van::handle(Incoming& in) {
 void Van::on_member_message(PeerId id, const Roster::Member& m, const Header& h, std::unique_ptr<Payload> p) {
   switch (h.type) {
     case MsgType::ping: return;
-    case MsgType::bye:  // answered: the member closes once it hears that its bye has arrived
-      if (bye_.said_bye(id)) live_.forget(id);  // gone as announced: neither pinged nor judged any more
-      return say_bye(id);
+    case MsgType::bye:
+      if (!bye_.said_bye(id)) return;  // a repeat: no news
+      live_.forget(id);                // gone as announced: neither pinged nor judged any more
+      // Answered, so the member may close once it hears its bye arrived; a leaving node has said its own already.
+      if (!bye_.leaving()) send(id, header(MsgType::bye));
+      return;
     case MsgType::hello: return malformed(id, "said hello twice");
     case MsgType::peer_lost:
       return stop(relay_.reported(payload_text(p.get()), id, name(id), live_.expected()), Status::Code::peer_lost);

@@ -134,8 +134,6 @@ class Van {
   void drop(ps::PeerId id, const std::string& why);
   void watch(ps::PeerId id, Clock::time_point heard);
   void lost(ps::PeerId id, const std::string& why);
-  void say_bye(ps::PeerId id);
-  bool awaiting_bye() const;
   void stop(std::optional<LossRelay::Verdict> verdict, Status::Code code);
   void tick(Clock::time_point now);
   void log(const std::string& line) const;
@@ -148,7 +146,6 @@ class Van {
   GoodbyeBarrier bye_;  // every member is awaited; a member that said bye is no longer watched by live_
   LossRelay relay_;     // failed once it has stopped
   std::unordered_set<ps::PeerId> dropped_;     // strangers: ignored from now on
-  std::unordered_set<ps::PeerId> bye_sent_;    // members this node has said bye to
   std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
   std::chrono::milliseconds heartbeat_;
   Clock::time_point started_;
