@@ -69,7 +69,8 @@ def run_trial_once(args, model, bw, workers, servers, policy):
                    "--iterations", str(args.iterations), "--warmup", str(args.warmup),
                    "--partition", args.partition, "--credit", args.credit, "--small-tensor", args.small_tensor,
                    "--timeline-dir", "", "--result", result]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        env = dict(os.environ, NETNS_AUTH=args.auth)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         if out.returncode != 0 or not os.path.exists(result):
             raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
         with open(result) as f:
@@ -92,8 +93,11 @@ def simulate(args, model, bw, workers, servers, policy, ps_workers):
             cmd += ["--link-model", args.link_model]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         with open(os.path.join(tmp, "results.csv")) as f:
-            row = next(csv.DictReader(f))
-        return float(row["iteration_ms"])
+            # The row of the knobs given, not the scheduler's automatic row ("POLICY-auto"), which the grid adds first
+            rows = [r for r in csv.DictReader(f) if r["policy"] == policy]
+        if len(rows) != 1:
+            sys.exit(f"run_cluster: expected one simulated row for {policy} at the given knobs, got {len(rows)}")
+        return float(rows[0]["iteration_ms"])
 
 
 def parse_rate(s):
@@ -124,6 +128,9 @@ def main():
                     help="emulated: the transport's token bucket on loopback (COMMSCHED_EMULATE_RATE); netns (root): "
                          "every process in its own network namespace on a bridge, its link shaped with tbf both ways "
                          "(netns_trial.sh), predicted with the simulator's real-NIC model")
+    ap.add_argument("--auth", choices=["on", "off"], default="on",
+                    help="netns: on (a fresh secret per trial: ZeroMQ CURVE authenticates and encrypts every byte, CPU "
+                         "the simulator does not charge) or off (COMMSCHED_AUTH=off, as on a trusted network)")
     ap.add_argument("--policies", default="wfbp,bytescheduler")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=6)

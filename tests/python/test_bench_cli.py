@@ -3,7 +3,7 @@ import csv
 import json
 import pathlib
 
-from torch_cluster import child_env, commsched_bin, run_process
+from torch_cluster import HERE, PYTHON, child_env, commsched_bin, run_process
 
 
 def tiny_profile(path):
@@ -72,3 +72,30 @@ def test_cluster_mode_refuses_what_it_cannot_run(tmp_path):
     if sim_only.exists():  # the standalone simulator cannot launch clusters and says where to go
         rc, text = run_process([str(sim_only)] + base[1:], child_env({}), timeout=60)
         assert rc != 0 and "use `commsched bench --mode cluster`" in text
+
+
+def test_run_cluster_simulates_the_knobs_the_real_cell_ran(tmp_path):
+    """bench/cluster/run_cluster.py sets each real cell beside the simulated row of the knobs that cell ran. The grid
+    also reports the scheduler at its automatic knobs ("bytescheduler-auto", the first row), which must not stand in
+    for it: a validation would then compare a run at some knobs with a simulation at others."""
+    profile = tiny_profile(tmp_path / "tiny.json")
+    real = tmp_path / "real.csv"
+    real.write_text("model,bandwidth,workers,servers,policy,cluster_ms,ci95_ms,trials_ms\n"
+                    f"{profile},0.5gbit,2,2,bytescheduler,100.0,1.0,100.0\n")
+    knobs = ["--partition", "4MiB", "--credit", "4MiB", "--small-tensor", "0"]
+    script = HERE.parent.parent / "bench" / "cluster" / "run_cluster.py"
+    rc, text = run_process([PYTHON, str(script), "--commsched", commsched_bin(), "--resimulate", str(real),
+                            "--out", str(tmp_path / "out"), *knobs], child_env({}), timeout=120)
+    assert rc == 0, text
+    got = next(csv.DictReader(open(tmp_path / "out" / "cluster.csv")))
+
+    direct = tmp_path / "direct"
+    rc, text = run_process([commsched_bin(), "bench", "--mode", "sim", "--models", str(profile), "--bandwidths",
+                            "500mbit", "--workers", "2", "--servers", "2", "--network", "ps", "--latency", "50us",
+                            "--policies", "bytescheduler", "--partitions", "4MiB", "--credit-multipliers", "1",
+                            "--small-tensor", "0", "--iterations", "12", "--warmup", "4", "--ps-workers", "each",
+                            "--emulated-links", "--out", str(direct)], child_env({}), timeout=120)
+    assert rc == 0, text
+    rows = {r["policy"]: float(r["iteration_ms"]) for r in csv.DictReader(open(direct / "results.csv"))}
+    assert abs(rows["bytescheduler"] - rows["bytescheduler-auto"]) > 1.0, rows  # the two rows can be told apart
+    assert abs(float(got["sim_ms"]) - rows["bytescheduler"]) < 0.01, (got, rows)
