@@ -22,9 +22,9 @@ namespace {
 
 constexpr const char* kBackendVar = "COMMSCHED_BACKEND";
 
-BackendKind choose_backend(const ClusterEnv& env, const ContextOptions& options) {
+BackendKind choose_backend(const ClusterEnv& env, const ContextOptions& options, const std::string& env_backend) {
   if (!options.backend.empty()) return parse_backend_kind("backend", options.backend);
-  if (const std::string b = ContextEnvOptions::from_env().backend; !b.empty()) return parse_backend_kind(kBackendVar, b);
+  if (!env_backend.empty()) return parse_backend_kind(kBackendVar, env_backend);
   if (env.num_servers > 0) return BackendKind::ps;
   if (env.num_workers == 1) return BackendKind::loopback;
 #ifdef COMMSCHED_HAVE_GLOO
@@ -86,13 +86,14 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
     : env_(options.cluster ? *options.cluster : ClusterEnv::from_env()),
       config_(options.engine_config ? *options.engine_config : EngineConfig::from_env()) {
   const bool in_process_group = backend != nullptr;
+  const ContextEnvOptions env_options = ContextEnvOptions::from_env();  // read once: a bad value fails here
   env_.validate();
   if (env_.role != Role::worker)
     throw InvalidArgument("COMMSCHED_ROLE=server: this process is a parameter server; run `commsched server` there "
                           "(commsched launch does), not a training script");
   for (const auto& [name, value] : options.engine) config_.set(name, value);
   config_.validate();
-  backend_kind_ = backend ? BackendKind::loopback : choose_backend(env_, options);
+  backend_kind_ = backend ? BackendKind::loopback : choose_backend(env_, options, env_options.backend);
   reduce_op_ = backend_kind_ == BackendKind::ps ? Op::push_pull : Op::allreduce;
   if (!backend) {  // a real cluster (not an in-process loopback group): knobs from its shape where none were set
     const int servers = backend_kind_ == BackendKind::ps ? env_.num_servers : 0;  // 0: the all-reduce rule
@@ -110,20 +111,18 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
   // CUDA tensors then go through pinned host staging (and carry a ready event instead of a synced stream).
   stages_device_copies_ = !stages.empty() && !carries_any(*backend, Device::cuda);
   engine_ = std::make_unique<Engine>(make_policy(config_), std::move(backend), config_, std::move(stages));
-  if (options.tune) tune_ = *options.tune;
-  else tune_ = ContextEnvOptions::from_env().tune;
+  tune_ = options.tune ? *options.tune : env_options.tune;
   // A bad COMMSCHED_TUNER_* value fails here, not at the first step.
   if (tune_) tuner_options_ = options.tuner ? *options.tuner : tuner::TunerOptions::from_env();
   // A loopback group's ranks are threads constructed one after another (an exchange here would wait for a rank not
   // built yet), and its link is the LinkModel it was given.
-  if (tune_ && size_ > 1 && !in_process_group) probe_link();
+  if (tune_ && size_ > 1 && !in_process_group) probe_link(env_options.link_probe);
 }
 
 // Every rank alike (COMMSCHED_TUNE and COMMSCHED_LINK_PROBE come from the launcher's environment): the exchange is
 // collective. A failure keeps the estimate; it costs at most the exchange's time limit.
-void Context::probe_link() {
-  const ContextEnvOptions env_options = ContextEnvOptions::from_env();
-  if (env_options.link_probe == "off") {
+void Context::probe_link(const std::string& mode) {
+  if (mode == "off") {
     link_.source += "; not measured: COMMSCHED_LINK_PROBE=off";
     return;
   }
@@ -217,18 +216,20 @@ void Context::end_step(double step_seconds) {
 void Context::start_tuner() {
   const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
   tuner_ = std::make_unique<LiveTuner>(*engine_, key, *tuner_options_);
-  if (tuner_warm_start_.empty()) plan_warm_start_from_measurement();
+  plan_warm_start();
   if (!tuner_warm_start_.empty())
     tuner_->warm_start(std::move(tuner_warm_start_), std::move(tuner_warm_start_predicted_));
 }
 
 // Rank 0 only (its proposals are the ones agreed); the other ranks wait for the first agreement meanwhile.
-void Context::plan_warm_start_from_measurement() {
+void Context::plan_warm_start() {
   const std::optional<std::vector<double>>& ready = backward_samples_.best();
-  if (rank_ != 0 || size_ < 2 || backend_kind_ == BackendKind::loopback || !ready || tensor_bytes_.empty()) return;
+  if (rank_ != 0 || size_ < 2 || backend_kind_ == BackendKind::loopback) return;
+  if (!compute_profile_ && (!ready || tensor_bytes_.empty())) return;  // nothing known of the compute
   LiveWarmStartJob job;
   job.tensor_bytes = tensor_bytes_;
-  job.ready_s = *ready;
+  if (ready) job.ready_s = *ready;
+  job.profile = compute_profile_;
   job.parameter_server = backend_kind_ == BackendKind::ps;
   job.workers = size_;
   job.servers = env_.num_servers;

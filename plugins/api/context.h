@@ -112,16 +112,13 @@ class Context {
   // When each gradient of set_model()'s tensors became ready in one backward (seconds on any clock; negative: not
   // seen). Wanted while wants_backward_times() (rank 0, tuning, before the tuner starts at the first step's end);
   // the tuner then starts from the knobs the simulator predicts fastest for this model, its measured backward, the
-  // cluster's shape and the link (plugins/api/live_tuner_warm_start.h), unless set_tuner_warm_start() gave some.
+  // cluster's shape and the link (plugins/api/live_tuner_warm_start.h).
   void note_backward(std::vector<double> ready_s) { backward_samples_.add(std::move(ready_s)); }
   bool wants_backward_times() const { return tune_ && !tuner_ && rank_ == 0 && size_ > 1; }
-  // Configurations the tuner starts from, in order (for example the simulator's prediction for this job,
-  // simulator/warm_start.h; predicted_s: their simulated step times, or empty). Rank 0's list is the one that counts.
-  // Call before the first iteration_end().
-  void set_tuner_warm_start(std::vector<Knobs> first_trials, std::vector<double> predicted_s = {}) {
-    tuner_warm_start_ = std::move(first_trials);
-    tuner_warm_start_predicted_ = std::move(predicted_s);
-  }
+  // The compute per layer known in advance (a model profile, as `commsched run` replays one): the warm start
+  // simulates it in place of a measured backward, with the same link (measured when probed) and the same rule for
+  // where tuning starts. Rank 0's is the one that counts; call before the first iteration_end().
+  void set_compute_profile(sim::ModelProfile profile) { compute_profile_ = std::move(profile); }
   // The link the warm start simulates: estimated at construction (what the automatic knobs use), then, when tuning on
   // a real cluster with COMMSCHED_LINK_PROBE=auto, measured through the backend before the constructor returns.
   const LinkEstimate& link() const { return link_; }
@@ -142,8 +139,8 @@ class Context {
   Context(const ContextOptions& options, std::shared_ptr<CommBackend> backend);
   void end_step(double step_seconds);
   void start_tuner();
-  void plan_warm_start_from_measurement();
-  void probe_link();
+  void plan_warm_start();
+  void probe_link(const std::string& mode);  // COMMSCHED_LINK_PROBE's value
 
   ClusterEnv env_;
   EngineConfig config_;
@@ -159,6 +156,7 @@ class Context {
   LinkEstimate link_;
   std::vector<uint64_t> tensor_bytes_;
   BackwardSamples backward_samples_;
+  std::optional<sim::ModelProfile> compute_profile_;  // set_compute_profile
   std::optional<tuner::TunerOptions> tuner_options_;  // parsed at construction when tuning
   uint64_t model_signature_ = 0;
   std::unique_ptr<LiveTuner> tuner_;

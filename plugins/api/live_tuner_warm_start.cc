@@ -91,7 +91,7 @@ bool keeps_current(const sim::WarmStartPlan& plan) {
 
 LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
   const auto started = std::chrono::steady_clock::now();
-  const sim::ModelProfile model = sim::measured_profile(job.tensor_bytes, job.ready_s);
+  const sim::ModelProfile model = job.profile ? *job.profile : sim::measured_profile(job.tensor_bytes, job.ready_s);
   sim::WarmStartJob w;
   w.network = job.parameter_server ? sim::NetworkKind::ps : sim::NetworkKind::allreduce;
   w.workers = job.workers;
@@ -123,10 +123,14 @@ LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
   std::ostringstream why;
   why << "warm start: simulated " << job.workers << " workers"
       << (job.parameter_server ? " x " + std::to_string(job.servers) + " servers" : std::string(" (ring)")) << ", "
-      << describe_link(job.link, job.parameter_server) << ", " << job.tensor_bytes.size() << " gradients ("
-      << format_bytes(model.total_bytes()) << "), measured backward " << ms(double(model.compute_per_iteration()) /
-                                                                              (1 + sim::kForwardShareOfBackward) * 1e-9)
-      << " (+ forward taken as half), in " << ms(took) << ": ";
+      << describe_link(job.link, job.parameter_server) << ", " << model.tensors.size() << " gradients ("
+      << format_bytes(model.total_bytes()) << "), ";
+  if (job.profile)
+    why << "the profile's compute " << ms(double(model.compute_per_iteration()) * 1e-9) << " (forward + backward)";
+  else
+    why << "measured backward " << ms(double(model.compute_per_iteration()) / (1 + sim::kForwardShareOfBackward) * 1e-9)
+        << " (+ forward taken as half)";
+  why << ", in " << ms(took) << ": ";
   if (plan.ranked.empty()) {
     why << "no candidate";
   } else if (keep) {

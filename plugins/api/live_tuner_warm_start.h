@@ -12,7 +12,8 @@
 // Compute. The plugin reports when each gradient became ready in the first backwards (Context::note_backward); the
 // gap between consecutive gradients is the backward compute of the layer that produced the later one, and the
 // forward is taken as half of it (simulator/warm_start.h measured_profile). The least disturbed backward (the
-// shortest) is the one kept.
+// shortest) is the one kept. Where the compute per layer is known in advance (a model profile: `commsched run`), the
+// profile's is simulated instead; the link, the cluster and the rule for where tuning starts are the same.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include "scheduler/config.h"
 #include "scheduler/policy.h"
 #include "tuner/search_space.h"
+#include "workload/profile.h"
 
 namespace commsched {
 
@@ -54,6 +56,7 @@ class BackwardSamples {
 struct LiveWarmStartJob {
   std::vector<uint64_t> tensor_bytes;  // the model's gradient sizes, in forward order
   std::vector<double> ready_s;         // one backward's ready times (BackwardSamples::best)
+  std::optional<sim::ModelProfile> profile;  // the compute known in advance: simulated in place of the two above
   bool parameter_server = true;        // false: a ring all-reduce
   int workers = 2;
   int servers = 0;

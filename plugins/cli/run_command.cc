@@ -18,7 +18,6 @@
 #include "plugins/launch/launcher.h"
 #include "scheduler/config.h"
 #include "scheduler/policy_factory.h"
-#include "simulator/warm_start.h"
 #include "workload/synthetic_model.h"
 
 namespace commsched {
@@ -302,35 +301,16 @@ void add_engine_flags(CLI::App* s, RunArgs& a) {
   }
 }
 
-// With tuning on, rank 0's tuner first tries the knobs the simulator predicts best for this profile on this cluster
-// (every worker simulated, the links EMULATED as the launcher set them): rank 0's proposals are the ones agreed.
-void warm_start_from_simulator(Context& ctx, const RunArgs& a, const sim::ModelProfile& profile) {
-  const std::optional<std::string> rate = env_value("COMMSCHED_EMULATE_RATE");
-  if (!ctx.tuning() || ctx.rank() != 0 || !rate) return;
-  sim::WarmStartJob job;
-  job.workers = ctx.size();
-  job.servers = ClusterEnv::from_env().num_servers;
-  job.link_bps = parse_rate_bps("COMMSCHED_EMULATE_RATE", *rate);
-  job.emulated_links = true;
-  job.base = ctx.engine_config();
-  sim::ModelProfile scaled = profile;
-  for (sim::LayerProfile& l : scaled.layers) {
+// With tuning on, the tuner's warm start simulates this profile's compute (scaled as run) on the cluster and the link
+// the Context measured at startup, or estimated (the emulated rate) where the probe is off: the plugin's warm start,
+// with the compute known instead of measured.
+void set_compute_profile(Context& ctx, const RunArgs& a, sim::ModelProfile profile) {
+  if (!ctx.tuning()) return;
+  for (sim::LayerProfile& l : profile.layers) {
     l.forward = static_cast<Nanos>(double(l.forward) * a.compute_scale);
     l.backward = static_cast<Nanos>(double(l.backward) * a.compute_scale);
   }
-  const sim::WarmStartPlan plan = sim::plan_warm_start(scaled, job, 3);
-  std::string line = "[commsched] tuner warm start, simulated for " + std::to_string(job.workers) + " workers x " +
-                     std::to_string(job.servers) + " servers at " + *rate + ":";
-  std::vector<Knobs> knobs;
-  std::vector<double> predicted;
-  for (const sim::WarmStartCandidate& c : plan.ranked) {
-    line += " (" + format_bytes(c.knobs.partition_bytes) + ", " + format_bytes(c.knobs.credit_bytes) + ": " +
-            std::to_string(std::llround(c.predicted_s * 1e3)) + " ms)";
-    knobs.push_back(c.knobs);
-    predicted.push_back(c.predicted_s);
-  }
-  std::cerr << line << "; the starting knobs: " << std::llround(plan.current.predicted_s * 1e3) << " ms\n";
-  ctx.set_tuner_warm_start(knobs, predicted);
+  ctx.set_compute_profile(std::move(profile));
 }
 
 void add_common(CLI::App* s, RunArgs& a) {
@@ -373,7 +353,7 @@ void add_synthetic_worker_subcommand(CLI::App& app) {
     ContextOptions options = context_options(*a, *policy);
     options.backend = "ps";  // the cluster contract (COMMSCHED_*) comes from the launcher
     Context ctx(options);
-    warm_start_from_simulator(ctx, *a, profile);
+    set_compute_profile(ctx, *a, profile);
     const nlohmann::json r = run_model(ctx, *a, profile);
     ctx.shutdown();
     if (const std::string error = r["error"].get<std::string>(); !error.empty()) {

@@ -1,14 +1,18 @@
 """The link measured at startup (plugins/api/link_probe.h) on local clusters: with tuning on, every worker times a few
 reduces through the real backend before its first step, and rank 0's numbers are what the warm start simulates."""
+import json
+import os
 import re
+import subprocess
 
 import pytest
 
-from torch_cluster import launch
+from torch_cluster import commsched_bin, launch
 
 # A worker that only connects (tuning on: the probe runs in the Context's constructor) and leaves.
 WORKER = "import commsched._C as C\nctx = C.Context(tune=True)\nctx.shutdown()\n"
-MEASURED = re.compile(r"link measured at startup: ([0-9.]+) (Mbit|Gbit)/s")
+# Rank 0's probe line (the tuner's warm-start line quotes it again, under its own prefix).
+MEASURED = re.compile(r"^\[commsched\] link measured at startup: ([0-9.]+) (Mbit|Gbit)/s", re.M)
 
 
 def measured_bps(out):
@@ -47,3 +51,25 @@ def test_the_probe_measures_an_all_reduce_too():
     assert rc == 0, out
     assert measured_bps(out) > 0, out
     assert "all-reduce" in out and "per ring step" in out, out
+
+
+def test_commsched_run_tunes_from_the_measured_link_and_the_profiles_compute(tmp_path):
+    # `commsched run --tune` on a local PS cluster: the warm start simulates the profile's compute on the link the
+    # Context measured at startup (the plugin's warm start, with the compute known instead of measured), under the
+    # same rule for where tuning starts.
+    tensors = [{"name": f"t{i}", "layer": i, "dtype": "f32", "elements": 1 << 18, "forward_ms": 2, "backward_ms": 4}
+               for i in range(16)]  # 16 MiB of gradients, 96 ms of compute
+    profile = tmp_path / "sixteen.json"
+    profile.write_text(json.dumps({"name": "sixteen", "source": "test", "batch_size": 1, "tensors": tensors}))
+    env = dict(os.environ, COMMSCHED_TUNER_TRIALS="2", COMMSCHED_TUNER_MIN_TRIALS="1")
+    r = subprocess.run([commsched_bin(), "run", "--backend", "ps", "-w", "2", "-s", "1", "--bandwidth", "1gbit",
+                        "--model", str(profile), "--policies", "bytescheduler+tune", "--iterations", "2",
+                        "--warmup", "1", "--timeline-dir", ""], capture_output=True, text=True, timeout=240, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    got = measured_bps(out)
+    assert 0.4e9 <= got <= 1.15e9, f"measured {got / 1e6:.1f} Mbit/s on a 1 Gbit/s emulated link:\n{out}"
+    assert "warm start: simulated 2 workers x 1 servers" in out, out
+    assert "the profile's compute 96.0 ms" in out and "measured backward" not in out, out
+    warm = [line for line in out.splitlines() if "warm start: simulated" in line]
+    assert len(warm) == 1 and "link measured at startup" in warm[0], out  # the probe's numbers, not the estimate

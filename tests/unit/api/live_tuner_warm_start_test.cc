@@ -119,5 +119,28 @@ TEST(LiveWarmStart, StartsFromTheCurrentKnobsUnlessACandidateIsPredictedClearlyF
   EXPECT_NE(near.why.find("keeps the current"), std::string::npos) << near.why;
 }
 
+// `commsched run` knows each layer's compute from its profile: the warm start simulates the profile, not a measured
+// backward, on the same link and under the same rule for where tuning starts.
+TEST(LiveWarmStart, SimulatesAGivenProfileInPlaceOfAMeasuredBackward) {
+  LiveWarmStartJob job = forty_layers();
+  job.link = {1e9, true, "emulated link COMMSCHED_EMULATE_RATE=1gbit"};
+  job.config.knobs = Knobs{4 << 20, 16 << 20};
+  const LiveWarmStart measured = plan_live_warm_start(job);
+
+  std::vector<sim::TensorProfile> tensors;
+  for (int i = 0; i < 40; ++i)  // the same gradients, with 20 ms of backward each: 10x the measured compute
+    tensors.push_back({"t" + std::to_string(i), i, DType::f32, (1 << 20) / 4, 10'000'000, 20'000'000});
+  job.profile = sim::make_profile("forty", std::move(tensors));
+  job.ready_s.assign(40, -1.0);  // no backward seen: the profile is enough
+  const LiveWarmStart given = plan_live_warm_start(job);
+  ASSERT_FALSE(given.predicted_s.empty());
+  // 1.2 s of compute per step: far more than the 0.12 s measured, and more than the link's 0.33 s.
+  EXPECT_GT(given.predicted_s.front(), 1.2);
+  EXPECT_LT(measured.predicted_s.front(), 1.0);
+  for (const char* said : {"the profile's compute 1200.0 ms", "40 gradients", "2 workers x 1 servers"})
+    EXPECT_NE(given.why.find(said), std::string::npos) << said << " in: " << given.why;
+  EXPECT_EQ(given.why.find("measured backward"), std::string::npos) << given.why;
+}
+
 }  // namespace
 }  // namespace commsched
