@@ -11,7 +11,7 @@ Liveness::Liveness(Clock::duration silence_limit, Clock::duration bye_grace)
 Liveness::Liveness(double silence_limit_s, Clock::duration bye_grace)
     : Liveness(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(silence_limit_s)), bye_grace) {}
 
-void Liveness::watch(Id peer, Clock::time_point heard) { peers_[peer] = Peer{heard, std::nullopt, false}; }
+void Liveness::watch(Id peer, Clock::time_point heard) { peers_[peer] = Peer{heard, std::nullopt}; }
 
 void Liveness::forget(Id peer) { peers_.erase(peer); }
 
@@ -19,25 +19,16 @@ void Liveness::heard(Id peer, Clock::time_point now) {
   if (auto it = peers_.find(peer); it != peers_.end()) it->second.heard = now;
 }
 
-void Liveness::said_bye(Id peer) {
-  if (auto it = peers_.find(peer); it != peers_.end()) it->second.bye = true;
-}
-
-bool Liveness::left(Id peer) const {
-  auto it = peers_.find(peer);
-  return it != peers_.end() && it->second.bye;
-}
-
 void Liveness::closed(Id peer, Clock::time_point now) {
   auto it = peers_.find(peer);
-  if (it != peers_.end() && !it->second.bye && !it->second.closed) it->second.closed = now;
+  if (it != peers_.end() && !it->second.closed) it->second.closed = now;
 }
 
 std::optional<Liveness::Loss> Liveness::check(Clock::time_point now) const {
   for (const auto& [id, p] : peers_)
-    if (!p.bye && p.closed && now - *p.closed >= bye_grace_) return Loss{id, "connection closed"};
+    if (p.closed && now - *p.closed >= bye_grace_) return Loss{id, "connection closed"};
   for (const auto& [id, p] : peers_) {
-    if (p.bye || p.heard == Clock::time_point{} || now - p.heard <= silence_limit_) continue;
+    if (p.heard == Clock::time_point{} || now - p.heard <= silence_limit_) continue;
     std::ostringstream os;
     os << "no message for " << std::chrono::duration<double>(silence_limit_).count()
        << " s (hung or unreachable; COMMSCHED_TIMEOUT)";
@@ -49,13 +40,13 @@ std::optional<Liveness::Loss> Liveness::check(Clock::time_point now) const {
 std::vector<Liveness::Id> Liveness::expected() const {
   std::vector<Id> out;
   for (const auto& [id, p] : peers_)
-    if (!p.bye && !p.closed) out.push_back(id);
+    if (!p.closed) out.push_back(id);
   return out;
 }
 
 std::chrono::milliseconds Liveness::poll_wait(std::chrono::milliseconds wait, Clock::time_point now) const {
   for (const auto& [id, p] : peers_) {
-    if (p.bye || !p.closed) continue;
+    if (!p.closed) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*p.closed + bye_grace_ - now);
     wait = std::min(wait, std::max(left, std::chrono::milliseconds(0)) + std::chrono::milliseconds(1));
   }

@@ -2,7 +2,7 @@
 // plane's Van, under the PS server and worker, and the collective negotiator), so they cannot drift apart.
 //
 // A peer is lost when it has said nothing for `silence_limit` (COMMSCHED_TIMEOUT: hung, or unreachable), or when its
-// connection ended and no goodbye followed within `bye_grace`. The grace exists because a peer's last message and
+// connection ended and it was not forgotten (its goodbye: the loops forget a member that says it) within `bye_grace`. The grace exists because a peer's last message and
 // the end of its connection can reach the loop in either order: ZeroMQ reports the disconnection on a monitor socket,
 // UCX from an endpoint error callback, neither ordered with the data. Without it, a survivor that hears a neighbour
 // close before that neighbour's "peer X lost" report names the neighbour instead of X.
@@ -38,14 +38,12 @@ class Liveness {
   bool watching(Id peer) const { return peers_.count(peer) != 0; }
 
   void heard(Id peer, Clock::time_point now);
-  void said_bye(Id peer);
-  bool left(Id peer) const;  // said goodbye
-  // Its connection ended: lost at `now + bye_grace` unless its goodbye arrives first.
+  // Its connection ended: lost at `now + bye_grace` unless it is forgotten first (its goodbye arrived).
   void closed(Id peer, Clock::time_point now);
 
   // The first peer found lost at `now`, if any (closed peers past their grace first, then silent ones).
   std::optional<Loss> check(Clock::time_point now) const;
-  // Peers still expected to speak (watched, no goodbye): the ones to send heartbeats to.
+  // Peers still expected to speak (watched, connection not ended): the ones to send heartbeats to.
   std::vector<Id> expected() const;
   // How long a loop may block in receive: `wait`, or less while a closed peer's grace is running out.
   std::chrono::milliseconds poll_wait(std::chrono::milliseconds wait, Clock::time_point now) const;
@@ -54,7 +52,6 @@ class Liveness {
   struct Peer {
     Clock::time_point heard;
     std::optional<Clock::time_point> closed;
-    bool bye = false;
   };
   Clock::duration silence_limit_;
   Clock::duration bye_grace_;

@@ -30,6 +30,7 @@ TEST(Liveness, SilenceCountsOnlyOnceAPeerHasSpoken) {
 }
 
 // A neighbour's "peer X lost" report may reach the loop after its disconnection: within the grace it still counts.
+// A goodbye within the grace (the loop forgets the peer) means it left.
 TEST(Liveness, ClosedPeerIsLostOnlyAfterTheGraceUnlessItSaysGoodbye) {
   Liveness l(10s, 300ms);
   l.watch(1, t0);
@@ -37,25 +38,23 @@ TEST(Liveness, ClosedPeerIsLostOnlyAfterTheGraceUnlessItSaysGoodbye) {
   l.closed(1, t0);
   l.closed(2, t0);
   EXPECT_FALSE(l.check(t0 + 299ms));
-  l.said_bye(2);
+  l.forget(2);  // its goodbye
   auto loss = l.check(t0 + 300ms);
   ASSERT_TRUE(loss);
   EXPECT_EQ(loss->peer, 1u);
   EXPECT_EQ(loss->why, "connection closed");
-  EXPECT_TRUE(l.left(2));
-  EXPECT_FALSE(l.left(1));
 }
 
-TEST(Liveness, PeersThatLeftAreNeitherPingedNorLost) {
+TEST(Liveness, PeersThatEndedOrLeftAreNotPinged) {
   Liveness l(1s);
   l.watch(1, t0);
   l.watch(2, t0);
   l.watch(3, t0);
-  l.said_bye(2);
+  l.forget(2);  // its goodbye
   l.closed(3, t0);
   EXPECT_EQ(l.expected(), std::vector<Liveness::Id>{1});
-  l.said_bye(1);
-  l.said_bye(3);
+  l.forget(1);
+  l.forget(3);
   EXPECT_FALSE(l.check(t0 + 1h));
 }
 
@@ -73,7 +72,6 @@ TEST(Liveness, UnwatchedAndForgottenPeersAreIgnored) {
   Liveness l(1s, 0ms);
   l.closed(9, t0);
   l.heard(9, t0);
-  l.said_bye(9);
   EXPECT_FALSE(l.watching(9));
   l.watch(4, t0);
   l.forget(4);
