@@ -87,6 +87,18 @@ double latency_from_small_reduce(const ProbeShape& s, double seconds) {
   return seconds / (2.0 * std::max(1, s.workers - 1));
 }
 
+namespace {
+
+// The slope between the two sizes, in bit/s of the busiest link: what both pay (latency, the pipeline's fill,
+// per-call costs) cancels. 0 when the larger was not slower.
+double slope_rate(const ProbeShape& shape, uint64_t pilot, double pilot_s, uint64_t large, double large_s) {
+  const double busiest_bytes = busiest_link_bytes_per_byte(shape, large) * double(large) -
+                               busiest_link_bytes_per_byte(shape, pilot) * double(pilot);
+  return large_s > pilot_s && busiest_bytes > 0 ? 8.0 * busiest_bytes / (large_s - pilot_s) : 0.0;
+}
+
+}  // namespace
+
 LinkMeasurement measure_link(const ProbeShape& shape, const ProbeExchange& x) {
   const double small_s = timed_median(x, kFloat, kLatencyRounds);
   const uint64_t pilot = pilot_bytes(shape);
@@ -95,16 +107,27 @@ LinkMeasurement measure_link(const ProbeShape& shape, const ProbeExchange& x) {
   x.share(size);
   if (size[0] <= int64_t(pilot) || uint64_t(size[0]) > kMaxLargeBytes || size[0] % int64_t(kFloat) != 0)
     throw std::runtime_error("rank 0 sent a bandwidth probe of " + std::to_string(size[0]) + " bytes (malformed)");
-  const uint64_t large = static_cast<uint64_t>(size[0]);
-  const double large_s = timed_median(x, large, kBandwidthRounds);
-
-  // The slope between the two sizes: what both pay (latency, the pipeline's fill, per-call costs) cancels.
-  const double busiest_bytes = busiest_link_bytes_per_byte(shape, large) * double(large) -
-                               busiest_link_bytes_per_byte(shape, pilot) * double(pilot);
-  const double rate = large_s > pilot_s && busiest_bytes > 0 ? 8.0 * busiest_bytes / (large_s - pilot_s) : 0.0;
+  uint64_t large = static_cast<uint64_t>(size[0]);
+  double large_s = 0;
   const double latency = latency_from_small_reduce(shape, small_s);
-  int64_t agreed[2] = {x.leader ? std::llround(rate) : 0, x.leader ? std::llround(latency * 1e9) : 0};
-  x.share(agreed);
+  int64_t agreed[3] = {};  // rank 0's rate, latency, and the size of a second try (0: none)
+  for (int attempt = 0;; ++attempt) {
+    large_s = timed_median(x, large, kBandwidthRounds);
+    const double rate = slope_rate(shape, pilot, pilot_s, large, large_s);
+    // A fast link (loopback, shared memory) moves the sized tensor in a millisecond or two, where one disturbed
+    // round hides the difference: rank 0 then asks once more with the largest tensor.
+    const uint64_t largest = kMaxLargeBytes / pilot * pilot;
+    const bool again = rate <= 0 && attempt == 0 && large < largest;
+    agreed[0] = x.leader ? std::llround(rate) : 0;
+    agreed[1] = x.leader ? std::llround(latency * 1e9) : 0;
+    agreed[2] = x.leader && again ? static_cast<int64_t>(largest) : 0;
+    x.share(agreed);
+    if (agreed[2] == 0) break;
+    if (agreed[2] <= int64_t(large) || uint64_t(agreed[2]) > kMaxLargeBytes || agreed[2] % int64_t(kFloat) != 0)
+      throw std::runtime_error("rank 0 sent a second bandwidth probe of " + std::to_string(agreed[2]) +
+                               " bytes (malformed)");
+    large = static_cast<uint64_t>(agreed[2]);
+  }
   if (agreed[0] <= 0 || agreed[1] < 0)
     throw std::runtime_error("rank 0 could not time the link (reduces of " + format_bytes(large) +
                              " took no longer than those of " + format_bytes(pilot) + ")");

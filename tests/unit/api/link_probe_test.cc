@@ -84,8 +84,11 @@ TEST(LinkProbe, AnotherRankTakesRankZerosNumbers) {
   x.leader = false;
   int shares = 0;
   x.share = [&](std::span<int64_t> w) {
-    if (shares++ == 0) w[0] = 4 << 20;           // rank 0's bandwidth tensor
-    else w[0] = 1'000'000'000, w[1] = 42'000;    // rank 0's rate (1 Gbit/s) and latency (42 us)
+    if (shares++ == 0) {
+      w[0] = 4 << 20;  // rank 0's bandwidth tensor
+    } else {
+      w[0] = 1'000'000'000, w[1] = 42'000;  // rank 0's rate (1 Gbit/s) and latency (42 us)
+    }
   };
   const LinkMeasurement m = measure_link(link.shape, x);
   EXPECT_EQ(link.sizes.back(), 4u << 20) << "the size rank 0 chose";
@@ -108,6 +111,26 @@ TEST(LinkProbe, AnUntimeableLinkOrAMalformedShareIsRefused) {
   bad.leader = false;
   bad.share = [](std::span<int64_t> w) { w[0] = (1 << 20) + 3; };  // not a whole float
   EXPECT_THROW(measure_link(ps_shape(2, 1, 256 << 10), bad), std::runtime_error);
+}
+
+// On a fast link one disturbed round can make the sized tensor look no slower than the pilot: rank 0 asks every rank
+// once more with the largest tensor (16 MiB), and measures from that.
+TEST(LinkProbe, ASecondTryWithTheLargestTensorWhenTheFirstCouldNotBeTimed) {
+  ModelledLink link;
+  link.shape = {false, 2, 0, 4 << 20};
+  link.rate_bps = 2e9;  // the first sized tensor: about 7 MiB, 30 ms more than the pilot
+  ProbeExchange x = link.exchange();
+  const auto timed = x.reduce;
+  const double pilot_s = link.fixed_s + 8.0 * double(256 << 10) / link.rate_bps;  // the ring's 256 KiB pilot
+  x.reduce = [&, timed](uint64_t b) {
+    const double t = timed(b);
+    // The rounds of the first sized tensor (after 8 latency and 4 pilot rounds) took no longer than the pilot.
+    return link.sizes.size() > 12 && link.sizes.size() <= 16 ? pilot_s : t;
+  };
+  const LinkMeasurement m = measure_link(link.shape, x);
+  EXPECT_EQ(link.sizes.back(), 16u << 20);
+  EXPECT_NEAR(m.rate_bps, 2e9, 2e9 * 1e-3);
+  EXPECT_NE(m.how.find("16 MiB"), std::string::npos) << m.how;
 }
 
 // The warm start simulates the probe's rate and latency, not the estimate, and its log line says so.
