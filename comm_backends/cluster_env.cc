@@ -45,7 +45,7 @@ OptionTable<ClusterEnv> build_cluster_table() {
          "workers on this host (also LOCAL_WORLD_SIZE); unset: every worker");
   t.bind("timeout", "COMMSCHED_TIMEOUT", [](E& e) -> double& { return e.timeout_s; }, duration_value(),
          "silence from a peer before it is declared dead (positive; with heartbeats and polling a hung peer is caught "
-         "within 10 s of the default)");
+         "within 10 s of the default; raise it on a congested fabric, where TCP can stall a flow for seconds)");
   return t;
 }
 
