@@ -216,16 +216,16 @@ void Context::end_step(double step_seconds) {
 void Context::start_tuner() {
   const tuner::TuningKey key{model_signature_, size_, env_.num_servers, std::string(backend_kind_name(backend_kind_))};
   tuner_ = std::make_unique<LiveTuner>(*engine_, key, *tuner_options_);
-  plan_warm_start();
-  if (!tuner_warm_start_.empty())
-    tuner_->warm_start(std::move(tuner_warm_start_), std::move(tuner_warm_start_predicted_));
+  std::optional<LiveWarmStart> w = plan_warm_start();
+  if (w && !w->trials.empty()) tuner_->warm_start(std::move(w->trials), std::move(w->predicted_s));
 }
 
-// Rank 0 only (its proposals are the ones agreed); the other ranks wait for the first agreement meanwhile.
-void Context::plan_warm_start() {
+// Rank 0 only (its proposals are the ones agreed); the other ranks wait for the first agreement meanwhile. None when
+// nothing is known of the compute.
+std::optional<LiveWarmStart> Context::plan_warm_start() const {
   const std::optional<std::vector<double>>& ready = backward_samples_.best();
-  if (rank_ != 0 || size_ < 2 || backend_kind_ == BackendKind::loopback) return;
-  if (!compute_profile_ && (!ready || tensor_bytes_.empty())) return;  // nothing known of the compute
+  if (rank_ != 0 || size_ < 2 || backend_kind_ == BackendKind::loopback) return std::nullopt;
+  if (!compute_profile_ && (!ready || tensor_bytes_.empty())) return std::nullopt;  // nothing known of the compute
   LiveWarmStartJob job;
   job.tensor_bytes = tensor_bytes_;
   if (ready) job.ready_s = *ready;
@@ -243,10 +243,10 @@ void Context::plan_warm_start() {
     if (stats_.last_step_s > 0)  // at the first step's end there is no step time yet
       std::cerr << "; measured " << std::llround(stats_.last_step_s * 1e3) << " ms/step now (the first steps include warm-up)";
     std::cerr << '\n';
-    tuner_warm_start_ = std::move(w.trials);
-    tuner_warm_start_predicted_ = std::move(w.predicted_s);
+    return w;
   } catch (const std::exception& e) {
     std::cerr << "[commsched tuner] no warm start: " << e.what() << '\n';
+    return std::nullopt;
   }
 }
 

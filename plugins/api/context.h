@@ -139,7 +139,7 @@ class Context {
   Context(const ContextOptions& options, std::shared_ptr<CommBackend> backend);
   void end_step(double step_seconds);
   void start_tuner();
-  void plan_warm_start();
+  std::optional<LiveWarmStart> plan_warm_start() const;
   void probe_link(const std::string& mode);  // COMMSCHED_LINK_PROBE's value
 
   ClusterEnv env_;
@@ -151,8 +151,6 @@ class Context {
   int size_ = 1;
   std::unique_ptr<Engine> engine_;
   bool tune_ = false;
-  std::vector<Knobs> tuner_warm_start_;
-  std::vector<double> tuner_warm_start_predicted_;
   LinkEstimate link_;
   std::vector<uint64_t> tensor_bytes_;
   BackwardSamples backward_samples_;
