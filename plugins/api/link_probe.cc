@@ -97,6 +97,14 @@ double slope_rate(const ProbeShape& shape, uint64_t pilot, double pilot_s, uint6
   return large_s > pilot_s && busiest_bytes > 0 ? 8.0 * busiest_bytes / (large_s - pilot_s) : 0.0;
 }
 
+// A bandwidth tensor size rank 0 sent: larger than `above`, at most 16 MiB, whole floats; else the share is malformed.
+uint64_t checked_size(int64_t bytes, uint64_t above, const char* which) {
+  if (bytes <= int64_t(above) || uint64_t(bytes) > kMaxLargeBytes || bytes % int64_t(kFloat) != 0)
+    throw std::runtime_error("rank 0 sent a " + std::string(which) + " of " + std::to_string(bytes) +
+                             " bytes (malformed)");
+  return static_cast<uint64_t>(bytes);
+}
+
 }  // namespace
 
 LinkMeasurement measure_link(const ProbeShape& shape, const ProbeExchange& x) {
@@ -105,28 +113,23 @@ LinkMeasurement measure_link(const ProbeShape& shape, const ProbeExchange& x) {
   const double pilot_s = timed_median(x, pilot, kBandwidthRounds);
   int64_t size[1] = {x.leader ? static_cast<int64_t>(large_bytes(pilot, pilot_s, small_s)) : 0};
   x.share(size);
-  if (size[0] <= int64_t(pilot) || uint64_t(size[0]) > kMaxLargeBytes || size[0] % int64_t(kFloat) != 0)
-    throw std::runtime_error("rank 0 sent a bandwidth probe of " + std::to_string(size[0]) + " bytes (malformed)");
-  uint64_t large = static_cast<uint64_t>(size[0]);
+  uint64_t large = checked_size(size[0], pilot, "bandwidth probe");
   double large_s = 0;
   const double latency = latency_from_small_reduce(shape, small_s);
+  const uint64_t largest = kMaxLargeBytes / pilot * pilot;  // a whole number of pilots
   int64_t agreed[3] = {};  // rank 0's rate, latency, and the size of a second try (0: none)
   for (int attempt = 0;; ++attempt) {
     large_s = timed_median(x, large, kBandwidthRounds);
     const double rate = slope_rate(shape, pilot, pilot_s, large, large_s);
     // A fast link (loopback, shared memory) moves the sized tensor in a millisecond or two, where one disturbed
     // round hides the difference: rank 0 then asks once more with the largest tensor.
-    const uint64_t largest = kMaxLargeBytes / pilot * pilot;
     const bool again = rate <= 0 && attempt == 0 && large < largest;
     agreed[0] = x.leader ? std::llround(rate) : 0;
     agreed[1] = x.leader ? std::llround(latency * 1e9) : 0;
     agreed[2] = x.leader && again ? static_cast<int64_t>(largest) : 0;
     x.share(agreed);
     if (agreed[2] == 0) break;
-    if (agreed[2] <= int64_t(large) || uint64_t(agreed[2]) > kMaxLargeBytes || agreed[2] % int64_t(kFloat) != 0)
-      throw std::runtime_error("rank 0 sent a second bandwidth probe of " + std::to_string(agreed[2]) +
-                               " bytes (malformed)");
-    large = static_cast<uint64_t>(agreed[2]);
+    large = checked_size(agreed[2], large, "second bandwidth probe");
   }
   if (agreed[0] <= 0 || agreed[1] < 0)
     throw std::runtime_error("rank 0 could not time the link (reduces of " + format_bytes(large) +
