@@ -1,13 +1,11 @@
 """The link measured at startup (plugins/api/link_probe.h) on local clusters: with tuning on, every worker times a few
 reduces through the real backend before its first step, and rank 0's numbers are what the warm start simulates."""
 import json
-import os
 import re
-import subprocess
 
 import pytest
 
-from torch_cluster import commsched_bin, launch
+from torch_cluster import child_env, commsched_bin, launch, run_process
 
 # A worker that only connects (tuning on: the probe runs in the Context's constructor) and leaves.
 WORKER = "import commsched._C as C\nctx = C.Context(tune=True)\nctx.shutdown()\n"
@@ -61,12 +59,11 @@ def test_commsched_run_tunes_from_the_measured_link_and_the_profiles_compute(tmp
                for i in range(16)]  # 16 MiB of gradients, 96 ms of compute
     profile = tmp_path / "sixteen.json"
     profile.write_text(json.dumps({"name": "sixteen", "source": "test", "batch_size": 1, "tensors": tensors}))
-    env = dict(os.environ, COMMSCHED_TUNER_TRIALS="2", COMMSCHED_TUNER_MIN_TRIALS="1")
-    r = subprocess.run([commsched_bin(), "run", "--backend", "ps", "-w", "2", "-s", "1", "--bandwidth", "1gbit",
-                        "--model", str(profile), "--policies", "bytescheduler+tune", "--iterations", "2",
-                        "--warmup", "1", "--timeline-dir", ""], capture_output=True, text=True, timeout=240, env=env)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out
+    env = child_env({"COMMSCHED_TUNER_TRIALS": "2", "COMMSCHED_TUNER_MIN_TRIALS": "1"})
+    rc, out = run_process([commsched_bin(), "run", "--backend", "ps", "-w", "2", "-s", "1", "--bandwidth", "1gbit",
+                           "--model", str(profile), "--policies", "bytescheduler+tune", "--iterations", "2",
+                           "--warmup", "1", "--timeline-dir", ""], env, timeout=240)
+    assert rc == 0, out
     got = measured_bps(out)
     assert 0.4e9 <= got <= 1.15e9, f"measured {got / 1e6:.1f} Mbit/s on a 1 Gbit/s emulated link:\n{out}"
     assert "warm start: simulated 2 workers x 1 servers" in out, out
