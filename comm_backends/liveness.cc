@@ -4,6 +4,9 @@
 #include <sstream>
 
 namespace commsched {
+namespace {
+double seconds(Liveness::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
 
 Liveness::Liveness(Clock::duration silence_limit, Clock::duration bye_grace)
     : silence_limit_(silence_limit), bye_grace_(bye_grace) {}
@@ -26,15 +29,25 @@ void Liveness::closed(Id peer, Clock::time_point now) {
 
 std::optional<Liveness::Loss> Liveness::check(Clock::time_point now) const {
   for (const auto& [id, p] : peers_)
-    if (p.closed && now - *p.closed >= bye_grace_) return Loss{id, "connection closed"};
-  for (const auto& [id, p] : peers_) {
-    if (p.heard == Clock::time_point{} || now - p.heard <= silence_limit_) continue;
-    std::ostringstream os;
-    os << "no message for " << std::chrono::duration<double>(silence_limit_).count()
-       << " s (hung or unreachable; COMMSCHED_TIMEOUT)";
-    return Loss{id, os.str()};
-  }
-  return std::nullopt;
+    if (p.closed && now - *p.closed >= bye_grace_) return Loss{id, "connection closed", {}};
+  // Silent for over half the limit, longest first (ties in id order: the same report for the same state).
+  std::vector<std::pair<Clock::time_point, Id>> quiet;
+  for (const auto& [id, p] : peers_)
+    if (p.heard != Clock::time_point{} && now - p.heard > silence_limit_ / 2) quiet.emplace_back(p.heard, id);
+  std::sort(quiet.begin(), quiet.end());
+  if (quiet.empty() || now - quiet.front().first <= silence_limit_) return std::nullopt;
+  std::ostringstream os;
+  os << "no message for " << seconds(silence_limit_) << " s (hung or unreachable; COMMSCHED_TIMEOUT)";
+  Loss loss{quiet.front().second, os.str(), {}};
+  for (size_t i = 1; i < quiet.size(); ++i) loss.also_silent.push_back(quiet[i].second);
+  return loss;
+}
+
+std::string Liveness::Loss::explain(const std::function<std::string(Id)>& name) const {
+  if (also_silent.empty()) return why;
+  std::string out = why + "; also silent for over half that: ";
+  for (size_t i = 0; i < also_silent.size(); ++i) out += (i ? ", " : "") + name(also_silent[i]);
+  return out + " (the hung one may be any of these)";
 }
 
 std::vector<Liveness::Id> Liveness::expected() const {

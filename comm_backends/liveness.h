@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -26,6 +27,12 @@ class Liveness {
   struct Loss {
     Id peer;
     std::string why;  // "connection closed" or "no message for N s (hung or unreachable; COMMSCHED_TIMEOUT)"
+    // A silent peer's loss: the other peers silent for over half the limit, longest first. One hung process can
+    // silence others with it (a sender stopped mid-write holds up a shared-memory FIFO that every peer of this
+    // node writes into), so the one judged first is not always the culprit: the report names them all.
+    std::vector<Id> also_silent;
+    // `why`, and the peers silent with it named by `name`.
+    std::string explain(const std::function<std::string(Id)>& name) const;
   };
 
   explicit Liveness(Clock::duration silence_limit, Clock::duration bye_grace = std::chrono::milliseconds(300));
@@ -41,7 +48,7 @@ class Liveness {
   // Its connection ended: lost at `now + bye_grace` unless it is forgotten first (its goodbye arrived).
   void closed(Id peer, Clock::time_point now);
 
-  // The first peer found lost at `now`, if any (closed peers past their grace first, then silent ones).
+  // The first peer found lost at `now`, if any: closed peers past their grace first, then the longest silent.
   std::optional<Loss> check(Clock::time_point now) const;
   // Peers still expected to speak (watched, connection not ended): the ones to send heartbeats to.
   std::vector<Id> expected() const;

@@ -661,7 +661,8 @@ void Negotiator::keep_alive(Clock::time_point now) {
       if (peers_[r].fd.valid() && !peers_[r].closed) send_to(static_cast<int>(r), hb);
     last_sent_ns_ = now_ns();
   }
-  if (auto loss = live_.check(now); loss && !finished_) peer_lost(static_cast<int>(loss->peer), loss->why);
+  if (auto loss = live_.check(now); loss && !finished_)
+    peer_lost(static_cast<int>(loss->peer), loss->explain([](Liveness::Id r) { return "rank " + std::to_string(r); }));
 }
 
 // The barrier is passed when every awaited goodbye has come (rank 0: every rank's bye; elsewhere: rank 0's all_bye

@@ -87,7 +87,7 @@ bool Van::poll(milliseconds max_wait) {
   if (auto in = transport_.receive(live_.poll_wait(std::min(max_wait, to_tick), now))) handle(*in);
   if (failed()) return false;
   now = Clock::now();
-  if (auto loss = live_.check(now)) lost(loss->peer, loss->why);
+  if (auto loss = live_.check(now)) lost(loss->peer, loss->explain([this](PeerId id) { return name(id); }));
   if (!failed() && !ready_ && now - started_ > duration<double>(opts_.rendezvous_timeout_s)) {
     const std::string missing = opts_.role == PeerRole::worker ? "the peer table from server 0" : names(roster_.missing());
     std::ostringstream os;

@@ -249,7 +249,7 @@ TEST_P(PsKill, SurvivorsFailNamingThePeer) {
     const std::string log = c.read_log(p.name);
     EXPECT_NE(p.exit_code.value_or(0), 0) << p.name << " exited 0\n" << log;
     EXPECT_LT(p.exited - killed_at, 10s) << p.name << " took too long\n" << log;
-    EXPECT_NE(log.find(victim), std::string::npos) << p.name << " does not name " << victim << "\n" << log;
+    EXPECT_NE(log.find(victim), std::string::npos) << p.name << " does not name " << victim << "\n" << all_logs(c);
     std::istringstream lines(log);  // a report relayed over two hops still names one reporter, the first
     for (std::string line; std::getline(lines, line);) {
       const auto first = line.find("(reported by");

@@ -17,8 +17,35 @@ TEST(Liveness, SilentPeerIsLostAfterTheLimitAndNotBefore) {
   ASSERT_TRUE(loss);
   EXPECT_EQ(loss->peer, 7u);
   EXPECT_EQ(loss->why, "no message for 3 s (hung or unreachable; COMMSCHED_TIMEOUT)");
+  EXPECT_TRUE(loss->also_silent.empty());
+  EXPECT_EQ(loss->explain([](Liveness::Id) { return "unused"; }), loss->why);
   l.heard(7, t0 + 2s);
   EXPECT_FALSE(l.check(t0 + 4s));
+}
+
+// A hung sender can stop every peer's messages to this node at once (a shared-memory FIFO it froze mid-write):
+// the longest silent is named first, and every peer silent for over half the limit with it.
+TEST(Liveness, PeersSilentTogetherAreAllNamedLongestFirst) {
+  Liveness l(4s);
+  l.watch(1, t0 + 1s);
+  l.watch(2, t0);          // the longest silent
+  l.watch(3, t0 + 2500ms);  // silent 1.5 s at the check: under half the limit, not named
+  l.watch(4, t0 + 1500ms);
+  auto loss = l.check(t0 + 4s + 1ms);
+  ASSERT_TRUE(loss);
+  EXPECT_EQ(loss->peer, 2u);
+  EXPECT_EQ(loss->also_silent, (std::vector<Liveness::Id>{1, 4}));
+  EXPECT_EQ(loss->explain([](Liveness::Id id) { return "peer " + std::to_string(id); }),
+            "no message for 4 s (hung or unreachable; COMMSCHED_TIMEOUT); also silent for over half that: peer 1, "
+            "peer 4 (the hung one may be any of these)");
+  // Silent for the same time: the lower id first, the same report for the same state.
+  Liveness tie(1s);
+  tie.watch(5, t0);
+  tie.watch(3, t0);
+  loss = tie.check(t0 + 2s);
+  ASSERT_TRUE(loss);
+  EXPECT_EQ(loss->peer, 3u);
+  EXPECT_EQ(loss->also_silent, std::vector<Liveness::Id>{5});
 }
 
 TEST(Liveness, SilenceCountsOnlyOnceAPeerHasSpoken) {
