@@ -166,7 +166,9 @@ TEST(LinkProbe, TheWarmStartTakesTheProbesNumbers) {
   // The same candidates in the same order; the current knobs first when none is predicted clearly faster.
   const bool keeps = direct.ranked.front().predicted_s > direct.current.predicted_s * (1 - kWarmStartMinGain);
   const size_t first = keeps ? 1 : 0;
-  if (keeps) EXPECT_EQ(with_probe.trials.front(), job.config.knobs);
+  if (keeps) {
+    EXPECT_EQ(with_probe.trials.front(), job.config.knobs);
+  }
   std::vector<sim::WarmStartCandidate> want;
   for (const auto& c : direct.ranked)
     if (!keeps || c.knobs != job.config.knobs) want.push_back(c);

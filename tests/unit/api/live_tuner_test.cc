@@ -184,7 +184,9 @@ TEST(LiveTuner, ContextTunesWhenAsked) {
     ctx.engine().backward_done();
     ctx.engine().wait_all();
     ctx.iteration_end();
-    if (step == 0) EXPECT_NE(ctx.tuner(), nullptr) << "the model was given: the tuner begins at the first step";
+    if (step == 0) {
+      EXPECT_NE(ctx.tuner(), nullptr) << "the model was given: the tuner begins at the first step";
+    }
   }
   ASSERT_NE(ctx.tuner(), nullptr);
   EXPECT_TRUE(ctx.tuner()->finished());

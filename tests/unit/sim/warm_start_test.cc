@@ -61,7 +61,9 @@ TEST(WarmStart, ThePlanCarriesPredictionsAndTheCurrentKnobs) {
   ASSERT_EQ(plan.ranked.size(), 3u);
   for (size_t i = 0; i < plan.ranked.size(); ++i) {
     EXPECT_NEAR(plan.ranked[i].predicted_s, predicted_s(m, job, plan.ranked[i].knobs), 1e-9);
-    if (i > 0) EXPECT_GE(plan.ranked[i].predicted_s, plan.ranked[i - 1].predicted_s);
+    if (i > 0) {
+      EXPECT_GE(plan.ranked[i].predicted_s, plan.ranked[i - 1].predicted_s);
+    }
   }
   EXPECT_EQ(plan.current.knobs, Knobs{});
   EXPECT_NEAR(plan.current.predicted_s, predicted_s(m, job, Knobs{}), 1e-9);

@@ -367,8 +367,9 @@ TEST(OnlineTuner, AFasterMeasurementWithinTheNoiseDoesNotReplaceTheBest) {
     EXPECT_EQ(keep_of_two(seed, 1.0, log).partition_bytes, 1 * MiB) << "seed " << seed << ": equal speeds, noise";
     // The log calls best what is kept, after every trial.
     for (const std::string& line : log)
-      if (line.rfind("trial ", 0) == 0)
+      if (line.rfind("trial ", 0) == 0) {
         EXPECT_NE(line.find("; best "), std::string::npos) << line;
+      }
     EXPECT_NE(log.back().find("keeping partition 1 MiB"), std::string::npos) << log.back();
     const std::string& second = log[log.size() - 3];
     EXPECT_NE(second.find("best " ), std::string::npos);
