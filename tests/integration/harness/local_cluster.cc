@@ -24,7 +24,7 @@ LocalCluster::LocalCluster(std::string exe, int workers, int servers, std::vecto
 
 LocalCluster::~LocalCluster() {
   group_.kill_all();
-  std::system(("rm -rf '" + dir_ + "'").c_str());
+  if (!std::getenv("COMMSCHED_TEST_KEEP_LOGS")) std::system(("rm -rf '" + dir_ + "'").c_str());
 }
 
 void LocalCluster::spawn(const std::string& role, int rank, const std::string& log,

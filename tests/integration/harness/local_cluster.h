@@ -30,6 +30,8 @@ class LocalCluster {
   // exe: the binary run for both roles (it dispatches on COMMSCHED_ROLE); args: extra worker arguments.
   LocalCluster(std::string exe, int workers, int servers, std::vector<std::string> worker_args,
                std::map<std::string, std::string> extra_env = {});
+  // Kills what is left and removes the folder of logs, unless COMMSCHED_TEST_KEEP_LOGS is set (to read the logs of
+  // passing runs, which the tests print only on failure).
   ~LocalCluster();
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
