@@ -66,4 +66,19 @@ std::string advertised_host(const ClusterEnv& env) {
   throw std::runtime_error("COMMSCHED_BIND='" + env.bind + "' is neither an IPv4 address nor an interface with one");
 }
 
+std::string address_text(const sockaddr* address) {
+  if (!address || address->sa_family != AF_INET) return {};
+  const auto* in = reinterpret_cast<const sockaddr_in*>(address);
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (fd < 0 || getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return {};
+  return address_text(reinterpret_cast<const sockaddr*>(&a));
+}
+
 }  // namespace commsched::control

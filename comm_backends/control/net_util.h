@@ -6,6 +6,8 @@
 
 #include "comm_backends/cluster_env.h"
 
+struct sockaddr;
+
 namespace commsched::control {
 
 // Host part to bind data sockets to: COMMSCHED_BIND (address or interface name, ZeroMQ accepts both; '*' for every
@@ -19,5 +21,9 @@ std::string interface_address(const std::string& name);
 // The local address the kernel would use to reach host:port (a UDP "connect" picks the route and sends nothing).
 // Throws std::runtime_error naming host:port when it cannot be resolved or has no route (callers pass the root).
 std::string local_address_towards(const std::string& host, int port);
+// "ip:port" of an IPv4 socket address ("" for any other family or none): how a peer is named in messages.
+std::string address_text(const sockaddr* address);
+// "ip:port" of the other end of the connected socket `fd` ("" when it has none).
+std::string peer_address(int fd);
 
 }  // namespace commsched::control

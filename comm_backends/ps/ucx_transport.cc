@@ -121,14 +121,6 @@ constexpr const char* kProofPurpose = "commsched ucx hello v2";
 
 std::string ucs_err(const std::string& what, ucs_status_t s) { return what + ": " + ucs_status_string(s); }
 
-std::string addr_text(const sockaddr* sa) {
-  if (!sa || sa->sa_family != AF_INET) return {};
-  const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
-  return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
-}
-
 sockaddr_in resolve(const std::string& host, int port, const std::string& what) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -293,7 +285,7 @@ class UcxTransport final : public Transport {
     }
     socklen_t len = sizeof a;
     getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    return "tcp://" + addr_text(reinterpret_cast<const sockaddr*>(&a));
+    return "tcp://" + control::address_text(reinterpret_cast<const sockaddr*>(&a));
   }
 
   PeerId connect(const std::string& endpoint) override {
@@ -533,7 +525,7 @@ class UcxTransport final : public Transport {
       const PeerId id = next_peer_++;
       Peer& p = peers_[id];
       p.fd = fd;
-      p.addr = addr_text(reinterpret_cast<const sockaddr*>(&from));
+      p.addr = control::address_text(reinterpret_cast<const sockaddr*>(&from));
       p.state = Peer::State::hello;
     }
   }

@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "comm_backends/cluster_auth.h"
+#include "comm_backends/control/net_util.h"
 #include "comm_backends/ps/token_bucket.h"
 #include "scheduler/tsan_handoff.h"
 #include "comm_backends/ps/transport.h"
@@ -236,7 +237,9 @@ class ZmqTransport final : public Transport {
       auto it = router_addr_.find(peer);
       return it == router_addr_.end() ? std::string() : it->second;
     }
-    return peer >= 1 && peer <= conns_.size() ? conns_[peer - 1].endpoint : std::string();
+    if (peer < 1 || peer > conns_.size()) return {};
+    const std::string& e = conns_[peer - 1].endpoint;  // "tcp://host:port": named "host:port", as the other peers
+    return e.rfind("tcp://", 0) == 0 ? e.substr(6) : e;
   }
 
  private:
@@ -485,6 +488,7 @@ class ZmqTransport final : public Transport {
       zmq_msg_close(&first);
       zmq_msg_init(&first);
       zmq_msg_recv(&first, sock, 0);
+      note_address(in.peer, &first);
     }
     const auto* h = static_cast<const std::byte*>(zmq_msg_data(&first));
     in.header.assign(h, h + zmq_msg_size(&first));
@@ -508,10 +512,15 @@ class ZmqTransport final : public Transport {
     if (fresh) {
       it->second = next_router_peer_++;
       router_ids_[it->second] = id;
-      const char* addr = zmq_msg_gets(id_frame, "Peer-Address");
-      router_addr_[it->second] = addr ? addr : "";
     }
     return it->second;
+  }
+
+  // A connecting peer's "ip:port", from the socket its first message came in on, so that messages name it as the
+  // other side's are named. (ZeroMQ's "Peer-Address" property carries no port, and was absent on some messages.)
+  void note_address(PeerId peer, zmq_msg_t* msg) {
+    std::string& addr = router_addr_[peer];
+    if (addr.empty()) addr = control::peer_address(zmq_msg_get(msg, ZMQ_SRCFD));
   }
 
   TransportOptions opts_;

@@ -230,7 +230,7 @@ class PsKill : public ::testing::TestWithParam<std::tuple<TransportCase, std::st
 };
 
 // kill -9 (a crash) or SIGSTOP (a hung peer: connections open and silent) of one process: every survivor exits
-// non-zero within 10 s, naming the lost peer; nothing is left behind.
+// non-zero within 10 s, naming the lost peer and its address; nothing is left behind.
 TEST_P(PsKill, SurvivorsFailNamingThePeer) {
   const auto& [transport, victim, sig] = GetParam();
   LocalCluster c(kExe, 4, 2,
@@ -255,6 +255,8 @@ TEST_P(PsKill, SurvivorsFailNamingThePeer) {
     EXPECT_NE(p.exit_code.value_or(0), 0) << p.name << " exited 0\n" << log;
     EXPECT_LT(p.exited - killed_at, 10s) << p.name << " took too long\n" << log;
     EXPECT_NE(log.find(victim), std::string::npos) << p.name << " does not name " << victim << "\n" << all_logs(c);
+    // Named with its address on every transport, whichever side dialled (a ROUTER's peers included).
+    EXPECT_NE(log.find(victim + " (127.0.0.1:"), std::string::npos) << p.name << "\n" << all_logs(c);
     std::istringstream lines(log);  // a report relayed over two hops still names one reporter, the first
     for (std::string line; std::getline(lines, line);) {
       const auto first = line.find("(reported by");
