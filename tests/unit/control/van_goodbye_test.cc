@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm_backends/control/van.h"
+#include "tests/unit/control/van_test_options.h"
 
 using namespace std::chrono_literals;
 using namespace commsched;
@@ -108,17 +109,9 @@ class Recorder final : public VanProtocol {
   std::optional<Status> failure;
 };
 
+// The scripted transport connects nowhere: the root's endpoint is only a name.
 VanOptions options(PeerRole role, uint32_t rank, int workers, int servers) {
-  VanOptions o;
-  o.role = role;
-  o.rank = rank;
-  o.num_workers = workers;
-  o.num_servers = servers;
-  o.root_endpoint = "tcp://127.0.0.1:1";
-  o.bind_host = "127.0.0.1";
-  o.advertised_host = "127.0.0.1";
-  o.timeout_s = 2;
-  return o;
+  return test_support::van_test_options(role, rank, workers, servers, "tcp://127.0.0.1:1");
 }
 
 void poll_until_empty(Van& van, ScriptedTransport& t) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm_backends/control/van.h"
+#include "tests/unit/control/van_test_options.h"
 
 using namespace std::chrono_literals;
 using namespace commsched;
@@ -126,18 +127,7 @@ class Node final : public VanProtocol {
 };
 
 VanOptions options(PeerRole role, uint32_t rank, int workers, int servers, const std::string& root = {}) {
-  VanOptions o;
-  o.role = role;
-  o.rank = rank;
-  o.num_workers = workers;
-  o.num_servers = servers;
-  o.root_endpoint = root;
-  o.bind_host = "127.0.0.1";
-  o.advertised_host = "127.0.0.1";
-  o.root_port = 0;  // any free port: the tests pass the root's endpoint around themselves
-  o.timeout_s = 2;
-  o.rendezvous_timeout_s = 20;
-  return o;
+  return test_support::van_test_options(role, rank, workers, servers, root);
 }
 
 template <typename Pred>
