@@ -233,9 +233,14 @@ class PsKill : public ::testing::TestWithParam<std::tuple<TransportCase, std::st
 // non-zero within 10 s, naming the lost peer and its address; nothing is left behind.
 TEST_P(PsKill, SurvivorsFailNamingThePeer) {
   const auto& [transport, victim, sig] = GetParam();
+  Env env = sig == SIGSTOP ? Env{{"COMMSCHED_TIMEOUT", "3"}} : Env{};
+  // UCX 1.13's TCP transport now and then aborts a survivor whose peer dies in the middle of a rendezvous PUT
+  // (tcp_ep.c:939, assertion PUT_TX_WAITING_ACK; about 1 kill in 75 here), before our code sees the loss. That is
+  // UCX's bug, documented with this workaround in comm_backends/ps/README.md; this test is about our handling.
+  if (transport.name == "ucx_tcp") env["UCX_TCP_PUT_ENABLE"] = "n";
   LocalCluster c(kExe, 4, 2,
                  {"--tensors", "30", "--max-bytes", "300000", "--mode", "loop", "--ready", "{dir}/ready{rank}"},
-                 with(transport, sig == SIGSTOP ? Env{{"COMMSCHED_TIMEOUT", "3"}} : Env{}));
+                 with(transport, env));
   c.start();
   for (int w = 0; w < 4; ++w)
     ASSERT_TRUE(wait_for_file(c.dir() + "/ready" + std::to_string(w), 30s)) << all_logs(c);
