@@ -15,6 +15,7 @@
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/wire.h"
+#include "comm_backends/control/net_util.h"
 
 namespace commsched::collective {
 namespace {
@@ -46,13 +47,10 @@ void set_receive_timeout(int fd, double s) {
 
 bool same(const std::string& a, const std::string& b) { return ClusterAuth::same_proof(a, b); }
 
-std::string peer_address(int fd) {
-  sockaddr_in a{};
-  socklen_t len = sizeof a;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
-  return std::string(buf) + ":" + std::to_string(ntohs(a.sin_port));
+// The client's "ip:port" for the log, "?" when the socket cannot say.
+std::string client_address(int fd) {
+  const std::string a = control::peer_address(fd);
+  return a.empty() ? "?" : a;
 }
 
 }  // namespace
@@ -154,7 +152,7 @@ bool TcpStoreServer::admit(Client& c, const std::string& frame) {
   }
   if (client_nonce.size() != kNonceBytes || !same(mac, proof(secret_, kClientTag, c.nonce, client_nonce))) {
     std::fprintf(stderr, "[commsched rendezvous] refused client %s: it did not prove the shared secret (no or wrong "
-                         "COMMSCHED_SECRET / COMMSCHED_KEY_FILE)\n", peer_address(c.fd.get()).c_str());
+                         "COMMSCHED_SECRET / COMMSCHED_KEY_FILE)\n", client_address(c.fd.get()).c_str());
     return false;
   }
   c.admitted = true;
