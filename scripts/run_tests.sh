@@ -8,8 +8,14 @@ cd "$(dirname "$0")/.."
 ./scripts/build.sh
 echo "== unit and integration tests (ctest)"
 (cd build && ctest --output-on-failure --timeout 300)
-echo "== python tests"
+# The Python suite runs twice: on Debian's torch 1.13 (/usr/bin/python3) and in the test venv on a current torch 2.x
+# with tensorflow-cpu and Ray (scripts/test_venv.sh makes it once and caches it). A test that needs what one
+# interpreter lacks skips with a message there and runs under the other.
+echo "== python tests on Debian's torch ($(/usr/bin/python3 -c 'import torch; print(torch.__version__)'))"
 PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q --durations=8 tests/python
+venv_python=$(./scripts/test_venv.sh)
+echo "== python tests on torch $("$venv_python" -c 'import torch; print(torch.__version__)') (test venv)"
+PYTHONPATH="$PWD/build/python" "$venv_python" -m pytest -q --durations=8 tests/python
 if [[ ${COMMSCHED_SKIP_PIP_SMOKE:-0} != 1 ]]; then
   echo "== packaging: pip install . into a fresh venv, smoke run (COMMSCHED_SKIP_PIP_SMOKE=1 skips it)"
   ./tests/packaging/pip_smoke.sh
