@@ -115,4 +115,68 @@ void ClusterAuth::random_bytes(std::span<std::byte> out) {
   randombytes_buf(out.data(), out.size());
 }
 
+SecretHandshake::SecretHandshake(std::string secret, std::string_view link)
+    : secret_(std::move(secret)),
+      purpose_("commsched " + std::string(link) + " hmac v1"),
+      client_tag_("commsched " + std::string(link) + " client v1"),
+      server_tag_("commsched " + std::string(link) + " server v1") {}
+
+std::string SecretHandshake::nonce() {
+  std::string n(kNonceBytes, '\0');
+  ClusterAuth::random_bytes(std::as_writable_bytes(std::span(n)));
+  return n;
+}
+
+std::string SecretHandshake::sign(const std::string& tag, std::string_view first, std::string_view second) const {
+  return ClusterAuth::proof(secret_, purpose_, tag, std::as_bytes(std::span(first)), std::as_bytes(std::span(second)));
+}
+
+std::string SecretHandshake::client_proof(std::string_view server_nonce, std::string_view client_nonce) const {
+  return sign(client_tag_, server_nonce, client_nonce);
+}
+
+std::string SecretHandshake::server_proof(std::string_view client_nonce, std::string_view server_nonce) const {
+  return sign(server_tag_, client_nonce, server_nonce);
+}
+
+bool SecretHandshake::client_proved(std::string_view mac, std::string_view server_nonce,
+                                    std::string_view client_nonce) const {
+  return client_nonce.size() == kNonceBytes && server_nonce.size() == kNonceBytes &&
+         ClusterAuth::same_proof(mac, client_proof(server_nonce, client_nonce));
+}
+
+bool SecretHandshake::server_proved(std::string_view mac, std::string_view client_nonce,
+                                    std::string_view server_nonce) const {
+  return client_nonce.size() == kNonceBytes && server_nonce.size() == kNonceBytes &&
+         ClusterAuth::same_proof(mac, server_proof(client_nonce, server_nonce));
+}
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+std::optional<std::string> from_hex(std::string_view hex) {
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[i] = static_cast<char>(hi << 4 | lo);
+  }
+  return out;
+}
+
 }  // namespace commsched

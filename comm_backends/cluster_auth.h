@@ -13,6 +13,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +48,31 @@ struct ClusterAuth {
   // Fills `out` from the system's cryptographic random source (nonces, connection tokens).
   static void random_bytes(std::span<std::byte> out);
 };
+
+// The one mutual challenge-response of every link that proves the run's secret over its own stream (the rendezvous
+// store, the launchers' node link): the listener sends a fresh nonce, the connecting side answers with its own nonce
+// and a proof over both, the listener answers with its proof over both in the other order. The link's name keys the
+// HMAC and tags each side, so a proof made for one link or one side is worthless on another.
+class SecretHandshake {
+ public:
+  static constexpr size_t kNonceBytes = 32;
+  // link: "store", "node link", ... (part of the key and of both tags; changing it changes the wire).
+  SecretHandshake(std::string secret, std::string_view link);
+  static std::string nonce();  // kNonceBytes fresh random bytes
+  std::string client_proof(std::string_view server_nonce, std::string_view client_nonce) const;
+  std::string server_proof(std::string_view client_nonce, std::string_view server_nonce) const;
+  // Constant time; false for a nonce of the wrong size too.
+  bool client_proved(std::string_view mac, std::string_view server_nonce, std::string_view client_nonce) const;
+  bool server_proved(std::string_view mac, std::string_view client_nonce, std::string_view server_nonce) const;
+
+ private:
+  std::string sign(const std::string& tag, std::string_view first, std::string_view second) const;
+  std::string secret_, purpose_, client_tag_, server_tag_;
+};
+
+// Lower-case hex of bytes, and back (nullopt for odd length or a non-hex character): for links that speak text.
+std::string to_hex(std::string_view bytes);
+std::optional<std::string> from_hex(std::string_view hex);
 
 // Whether a bind host stays on this machine: 127.x.x.x, ::1, "localhost" or the loopback interface "lo".
 bool is_loopback_host(const std::string& host);

@@ -24,28 +24,10 @@ enum class StoreOp : uint8_t { set = 1, get = 2 };
 
 std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
-constexpr size_t kNonceBytes = 32;
-constexpr const char* kClientTag = "commsched store client v1";
-constexpr const char* kServerTag = "commsched store server v1";
-
-std::string random_nonce() {
-  std::string n(kNonceBytes, '\0');
-  ClusterAuth::random_bytes(std::as_writable_bytes(std::span(n)));
-  return n;
-}
-
-// Each side signs both nonces, its own tag first (ClusterAuth::proof says why that is enough).
-std::string proof(const std::string& secret, const char* tag, const std::string& first, const std::string& second) {
-  return ClusterAuth::proof(secret, "commsched store hmac v1", tag, std::as_bytes(std::span(first)),
-                            std::as_bytes(std::span(second)));
-}
-
 void set_receive_timeout(int fd, double s) {
   timeval tv{static_cast<time_t>(s), static_cast<suseconds_t>((s - static_cast<double>(static_cast<time_t>(s))) * 1e6)};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
-
-bool same(const std::string& a, const std::string& b) { return ClusterAuth::same_proof(a, b); }
 
 // The client's "ip:port" for the log, "?" when the socket cannot say.
 std::string client_address(int fd) {
@@ -106,7 +88,7 @@ void TcpStoreServer::accept_clients(std::vector<std::unique_ptr<Client>>& client
     c->fd = std::move(fd);
     c->admitted = secret_.empty();
     if (!c->admitted) {
-      c->nonce = random_nonce();
+      c->nonce = SecretHandshake::nonce();
       ByteWriter w;
       w.put<uint8_t>(0);  // a client that does not authenticate reads this as "key not found", never as a value
       w.put_string(c->nonce);
@@ -150,14 +132,15 @@ bool TcpStoreServer::admit(Client& c, const std::string& frame) {
     mac = r.get_string();
   } catch (const std::exception&) {
   }
-  if (client_nonce.size() != kNonceBytes || !same(mac, proof(secret_, kClientTag, c.nonce, client_nonce))) {
+  const SecretHandshake handshake(secret_, "store");
+  if (!handshake.client_proved(mac, c.nonce, client_nonce)) {
     std::fprintf(stderr, "[commsched rendezvous] refused client %s: it did not prove the shared secret (no or wrong "
                          "COMMSCHED_SECRET / COMMSCHED_KEY_FILE)\n", client_address(c.fd.get()).c_str());
     return false;
   }
   c.admitted = true;
   ByteWriter w;
-  w.put_string(proof(secret_, kServerTag, client_nonce, c.nonce));
+  w.put_string(handshake.server_proof(client_nonce, c.nonce));
   send_all(c.fd.get(), w.take_frame(), "rendezvous store authentication reply");
   return true;
 }
@@ -204,11 +187,13 @@ void TcpStoreClient::authenticate(const std::string& secret) {
     throw std::runtime_error(where_ + " sent no authentication challenge (" + e.what() +
                              "); does every process use the same COMMSCHED_SECRET / COMMSCHED_AUTH?");
   }
-  if (server_nonce.size() != kNonceBytes) throw std::runtime_error(where_ + ": malformed authentication challenge");
-  const std::string mine = random_nonce();
+  if (server_nonce.size() != SecretHandshake::kNonceBytes)
+    throw std::runtime_error(where_ + ": malformed authentication challenge");
+  const SecretHandshake handshake(secret, "store");
+  const std::string mine = SecretHandshake::nonce();
   ByteWriter w;
   w.put_string(mine);
-  w.put_string(proof(secret, kClientTag, server_nonce, mine));
+  w.put_string(handshake.client_proof(server_nonce, mine));
   send_all(fd_.get(), w.take_frame(), where_);
   std::string mac;
   try {
@@ -218,7 +203,7 @@ void TcpStoreClient::authenticate(const std::string& secret) {
   } catch (const std::exception&) {
     throw std::runtime_error(where_ + " refused us: the shared secret differs (COMMSCHED_SECRET / COMMSCHED_KEY_FILE)");
   }
-  if (!same(mac, proof(secret, kServerTag, mine, server_nonce)))
+  if (!handshake.server_proved(mac, mine, server_nonce))
     throw std::runtime_error(where_ + " did not prove the shared secret: not this run's rendezvous store");
 }
 

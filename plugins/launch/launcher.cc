@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/transport.h"
 #include "plugins/launch/node_link.h"
 #include "plugins/launch/process_group.h"
@@ -62,11 +63,14 @@ class Cluster {
       root_host_ = host;
       port_ = port + 1;
       say("node " + std::to_string(o_.node_rank) + " of " + std::to_string(o_.nnodes) + ": joining at " + o_.root);
-      link_ = NodeLink::join(o_.nnodes, o_.node_rank, host, port, env_, o_.join_timeout_s);
+      // The rendezvous store's rule: a root beyond loopback needs the run's secret; on loopback it is used if set.
+      link_ = NodeLink::join(o_.nnodes, o_.node_rank, host, port, env_, o_.join_timeout_s,
+                             ClusterAuth::from_env().secret_for(host));
     } else {
       port_ = free_loopback_port();
       // One fresh secret per run: no process outside it can join. A multi-node run shares its secret through
-      // COMMSCHED_SECRET / COMMSCHED_KEY_FILE on every node; it is never sent over the (unencrypted) node link.
+      // COMMSCHED_SECRET / COMMSCHED_KEY_FILE on every node; it is never sent over the node link
+      // (authenticated with it, not encrypted).
       const std::map<std::string, std::string> auth = run_auth_env();
       env_.insert(auth.begin(), auth.end());
     }

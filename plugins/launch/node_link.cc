@@ -14,7 +14,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <algorithm>
 
+#include "comm_backends/cluster_auth.h"
+#include "comm_backends/control/net_util.h"
 #include "scheduler/config.h"
 #include "scheduler/types.h"
 
@@ -96,13 +99,14 @@ int connect_once(const std::string& host, int port) {
   return fd;
 }
 
-int listen_on(int port) {
+// Loopback only when the root address is loopback: a run that never leaves this machine is not reachable from others.
+int listen_on(int port, bool loopback_only) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_addr.s_addr = htonl(loopback_only ? INADDR_LOOPBACK : INADDR_ANY);
   a.sin_port = htons(static_cast<uint16_t>(port));
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 64) != 0) {
     const std::string why = std::strerror(errno);
@@ -122,41 +126,78 @@ std::pair<std::string, int> parse_host_port(const std::string& s) {
   return {s.substr(0, colon), port};
 }
 
+// Who a node is, once it proved the run's secret (or at once when the run has none). A stranger (no or wrong proof,
+// silence, garbage) is told why, logged with its address and dropped: it cannot stop or join the run. Returns -1 then.
+int NodeLink::admit(Peer& peer, const std::string& secret, Clock::time_point deadline) {
+  // A silent stranger holds the join for at most a few seconds, not the whole join timeout.
+  const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+  const std::string server_nonce = SecretHandshake::nonce();
+  write_all(peer.fd, secret.empty() ? std::string("OPEN\n") : "CHALLENGE " + to_hex(server_nonce) + "\n");
+  std::string line;
+  const bool said = read_line(peer.fd, peer.inbox, line, until);
+  std::istringstream in(line);
+  std::string verb, node_text, client_nonce_hex, mac_hex;
+  in >> verb >> node_text >> client_nonce_hex >> mac_hex;
+  const std::string who = "a launcher at " + control::peer_address(peer.fd);
+  std::string refusal;
+  if (!said || verb != "HELLO" || node_text.empty()) {
+    refusal = "it sent no HELLO";
+  } else if (!secret.empty()) {
+    const SecretHandshake handshake(secret, "node link");
+    const auto client_nonce = from_hex(client_nonce_hex), mac = from_hex(mac_hex);
+    if (!client_nonce || !mac || !handshake.client_proved(*mac, server_nonce, *client_nonce))
+      refusal = "it did not prove the run's shared secret (no or another COMMSCHED_SECRET / COMMSCHED_KEY_FILE)";
+    else
+      write_all(peer.fd, "WELCOME " + to_hex(handshake.server_proof(*client_nonce, server_nonce)) + "\n");
+  }
+  if (!refusal.empty()) {
+    std::fprintf(stderr, "[commsched launch] node 0 refused %s: %s\n", who.c_str(), refusal.c_str());
+    write_all(peer.fd, "ABORT 0 node 0 refused this launcher: " + refusal + "\n");
+    return -1;
+  }
+  return static_cast<int>(parse_int("HELLO", node_text, 0, 1 << 20));
+}
+
+// The root's answer to this node's connection: nothing to prove (OPEN), or the challenge it must answer.
+void NodeLink::greet_root(Peer& root, int node_rank, const std::string& secret, const std::string& where,
+                          Clock::time_point deadline) {
+  std::string line;
+  if (!read_line(root.fd, root.inbox, line, deadline))
+    throw std::runtime_error("launch: node 0 at " + where + " did not answer (is it a commsched launch?)");
+  const std::string hello = "HELLO " + std::to_string(node_rank);
+  if (line == "OPEN") {
+    if (!secret.empty())
+      throw std::runtime_error("launch: node 0 at " + where + " does not authenticate but this node has a shared "
+                               "secret: every node needs the same COMMSCHED_SECRET / COMMSCHED_KEY_FILE / "
+                               "COMMSCHED_AUTH");
+    write_all(root.fd, hello + "\n");
+    return;
+  }
+  const auto server_nonce = line.rfind("CHALLENGE ", 0) == 0 ? from_hex(line.substr(10)) : std::nullopt;
+  if (!server_nonce || server_nonce->size() != SecretHandshake::kNonceBytes)
+    throw std::runtime_error("launch: node 0 at " + where + " sent '" + line.substr(0, 80) + "', not a challenge");
+  if (secret.empty())
+    throw std::runtime_error("launch: node 0 at " + where + " requires the run's shared secret: set the same "
+                             "COMMSCHED_SECRET or COMMSCHED_KEY_FILE on every node");
+  const SecretHandshake handshake(secret, "node link");
+  const std::string mine = SecretHandshake::nonce();
+  write_all(root.fd, hello + " " + to_hex(mine) + " " + to_hex(handshake.client_proof(*server_nonce, mine)) + "\n");
+  if (!read_line(root.fd, root.inbox, line, deadline) || line.rfind("WELCOME ", 0) != 0)
+    throw std::runtime_error("launch: node 0 at " + where + " refused this node" +
+                             (line.empty() ? std::string(" (no answer)") : ": " + line));
+  const auto mac = from_hex(line.substr(8));
+  if (!mac || !handshake.server_proved(*mac, mine, *server_nonce))
+    throw std::runtime_error("launch: the launcher at " + where + " did not prove the run's shared secret: not this "
+                             "run's node 0");
+}
+
 std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::string& host, int port,
-                                         std::map<std::string, std::string>& env, double timeout_s) {
+                                         std::map<std::string, std::string>& env, double timeout_s,
+                                         const std::string& secret) {
   std::unique_ptr<NodeLink> link(new NodeLink(nnodes, node_rank));
   const auto deadline = deadline_after(timeout_s);
   if (node_rank == 0) {
-    link->listen_fd_ = listen_on(port);
-    std::vector<bool> joined(static_cast<size_t>(nnodes), false);
-    joined[0] = true;
-    while (static_cast<int>(link->peers_.size()) < nnodes - 1) {
-      pollfd p{link->listen_fd_, POLLIN, 0};
-      if (::poll(&p, 1, ms_left(deadline)) <= 0) {
-        std::string missing;
-        for (int i = 1; i < nnodes; ++i)
-          if (!joined[static_cast<size_t>(i)]) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
-        throw std::runtime_error("launch: node(s) " + missing + " did not join at " + address(host, port) +
-                                 " within " + std::to_string(static_cast<int>(timeout_s)) + " s");
-      }
-      Peer peer;
-      peer.fd = ::accept4(link->listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (peer.fd < 0) continue;
-      std::string line;
-      int node = -1;
-      if (read_line(peer.fd, peer.inbox, line, deadline) && line.rfind("HELLO ", 0) == 0)
-        node = static_cast<int>(parse_int("HELLO", line.substr(6), 0, 1 << 20));
-      if (node < 1 || node >= nnodes || joined[static_cast<size_t>(node)]) {
-        write_all(peer.fd, "ABORT 0 node 0 refused '" + line + "' (node rank out of range or already joined)\n");
-        ::close(peer.fd);
-        throw std::runtime_error("launch: a launcher at " + address(host, port) + " said '" + line +
-                                 "': node rank out of range [1, " + std::to_string(nnodes) + ") or already joined");
-      }
-      joined[static_cast<size_t>(node)] = true;
-      peer.node = node;
-      link->peers_.push_back(std::move(peer));
-    }
-    link->broadcast("GO " + encode_env(env));
+    link->accept_nodes(host, port, env, secret, timeout_s, deadline);
     return link;
   }
   Peer root;
@@ -167,7 +208,12 @@ std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::s
                                address(host, port) + " within " + std::to_string(static_cast<int>(timeout_s)) + " s");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  write_all(root.fd, "HELLO " + std::to_string(node_rank) + "\n");
+  try {
+    greet_root(root, node_rank, secret, address(host, port), deadline);
+  } catch (...) {
+    ::close(root.fd);
+    throw;
+  }
   std::string line;
   if (!read_line(root.fd, root.inbox, line, deadline) || line.rfind("GO", 0) != 0) {
     ::close(root.fd);
@@ -177,6 +223,43 @@ std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::s
   decode_env(line.size() > 3 ? line.substr(3) : std::string(), env);
   link->peers_.push_back(std::move(root));
   return link;
+}
+
+// Node 0: waits for every other node's proven HELLO, then starts the run (GO with the root's environment).
+void NodeLink::accept_nodes(const std::string& host, int port, const std::map<std::string, std::string>& env,
+                            const std::string& secret, double timeout_s, Clock::time_point deadline) {
+  listen_fd_ = listen_on(port, is_loopback_host(host));
+  std::vector<bool> joined(static_cast<size_t>(nnodes_), false);
+  joined[0] = true;
+  while (static_cast<int>(peers_.size()) < nnodes_ - 1) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms_left(deadline)) <= 0) {
+      std::string missing;
+      for (int i = 1; i < nnodes_; ++i)
+        if (!joined[static_cast<size_t>(i)]) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+      throw std::runtime_error("launch: node(s) " + missing + " did not join at " + address(host, port) +
+                               " within " + std::to_string(static_cast<int>(timeout_s)) + " s");
+    }
+    Peer peer;
+    peer.fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (peer.fd < 0) continue;
+    const int node = admit(peer, secret, deadline);
+    if (node < 0) {
+      ::close(peer.fd);
+      continue;
+    }
+    if (node < 1 || node >= nnodes_ || joined[static_cast<size_t>(node)]) {
+      write_all(peer.fd, "ABORT 0 node 0 refused node " + std::to_string(node) + " (out of range or already joined)\n");
+      ::close(peer.fd);
+      throw std::runtime_error("launch: a launcher at " + address(host, port) + " joined as node " +
+                               std::to_string(node) + ": node rank out of range [1, " + std::to_string(nnodes_) +
+                               ") or already joined");
+    }
+    joined[static_cast<size_t>(node)] = true;
+    peer.node = node;
+    peers_.push_back(std::move(peer));
+  }
+  broadcast("GO " + encode_env(env));
 }
 
 NodeLink::~NodeLink() {

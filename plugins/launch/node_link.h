@@ -1,16 +1,22 @@
 // The control channel between the launchers of a multi-node `commsched launch` (no ssh: every node runs its own
 // launcher). Node 0's launcher listens at --root HOST:PORT; every other launcher connects there. Lines of text:
 //
-//   node -> root   HELLO <node>          joined (once)
+//   root -> node   OPEN | CHALLENGE <nonce>   on accepting a connection: nothing to prove, or prove the run's secret
+//   node -> root   HELLO <node> [<nonce> <proof>]   joined (once); with a challenge, the node's proof of the secret
+//   root -> node   WELCOME <proof>       (with a challenge) the root's proof, so a node never follows a stranger
+//                                        (SecretHandshake "node link", as the rendezvous store proves it)
 //   root -> nodes  GO <k=v>\t<k=v>...    everyone joined: start; the root's extra environment for every child
 //   node -> root   WDONE <node>          this node's workers all exited 0
 //   root -> nodes  WALLDONE              every node's workers are done (servers may now be expected to leave)
 //   node -> root   DONE <node>           every process of this node exited 0; the node's launcher leaves
 //   any  -> any    ABORT <node> <why>    tear down (the root relays it to every other node)
 //
+// A launcher that does not prove the secret is refused with a logged reason and cannot join, start or stop the run.
+// The link is authenticated, not encrypted (the GO environment holds no secret: every node brings its own).
 // A connection that closes before its DONE (a launcher killed, a host gone) counts as an abort from that node.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,12 +32,15 @@ struct LinkEvent {
 
 class NodeLink {
  public:
-  // Root (node 0): listens at host:port and waits for nnodes-1 HELLOs, then sends GO with `env` to all.
+  // Root (node 0): listens at host:port and waits for nnodes-1 HELLOs, then sends GO with `env` to all. `secret`
+  // (empty: none) is what every node proves and checks (SecretHandshake "node link"); a node and a root that
+  // disagree on having one fail with an error naming the switches.
   // Other nodes: connect (retrying) and wait for GO; `env` receives the root's environment. Both throw
   // std::runtime_error naming the address, the missing nodes or the peer when the join does not complete within
   // timeout_s.
   static std::unique_ptr<NodeLink> join(int nnodes, int node_rank, const std::string& host, int port,
-                                        std::map<std::string, std::string>& env, double timeout_s);
+                                        std::map<std::string, std::string>& env, double timeout_s,
+                                        const std::string& secret);
   ~NodeLink();
   NodeLink(const NodeLink&) = delete;
   NodeLink& operator=(const NodeLink&) = delete;
@@ -50,7 +59,13 @@ class NodeLink {
     bool done = false;
     bool workers_done = false;
   };
+  using Clock = std::chrono::steady_clock;
   NodeLink(int nnodes, int node_rank) : nnodes_(nnodes), node_rank_(node_rank) {}
+  void accept_nodes(const std::string& host, int port, const std::map<std::string, std::string>& env,
+                    const std::string& secret, double timeout_s, Clock::time_point deadline);
+  static int admit(Peer& peer, const std::string& secret, Clock::time_point deadline);
+  static void greet_root(Peer& root, int node_rank, const std::string& secret, const std::string& where,
+                         Clock::time_point deadline);
   void send(Peer& p, const std::string& line);
   void broadcast(const std::string& line, int except_node = -1);
   std::optional<LinkEvent> handle_line(Peer& from, const std::string& line);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "comm_backends/cluster_auth.h"
@@ -19,6 +20,9 @@
 
 using namespace std::chrono_literals;
 using commsched::ClusterAuth;
+using commsched::from_hex;
+using commsched::SecretHandshake;
+using commsched::to_hex;
 using commsched::InvalidArgument;
 using commsched::ps::Incoming;
 using commsched::ps::make_zmq_transport;
@@ -128,6 +132,41 @@ TEST(ClusterAuth, DerivedKeysDependOnSecretAndPurposeAndFreshSecretsDiffer) {
   const std::string s1 = ClusterAuth::generate_secret(), s2 = ClusterAuth::generate_secret();
   EXPECT_EQ(s1.size(), 64u);
   EXPECT_NE(s1, s2);
+}
+
+TEST(SecretHandshake, EachSideProvesTheSecretAndNoProofServesAnotherSideLinkOrSecret) {
+  const SecretHandshake h(kSecret, "node link");
+  const std::string sn = SecretHandshake::nonce(), cn = SecretHandshake::nonce();
+  ASSERT_EQ(sn.size(), SecretHandshake::kNonceBytes);
+  EXPECT_NE(sn, cn);
+  EXPECT_TRUE(h.client_proved(h.client_proof(sn, cn), sn, cn));
+  EXPECT_TRUE(h.server_proved(h.server_proof(cn, sn), cn, sn));
+  // Reflected: a server's proof is not a client's, even over the same nonces in the client's order.
+  EXPECT_FALSE(h.client_proved(h.server_proof(sn, cn), sn, cn));
+  // Replayed against a fresh challenge.
+  EXPECT_FALSE(h.client_proved(h.client_proof(sn, cn), SecretHandshake::nonce(), cn));
+  // Another link's proof, another secret's proof, a truncated nonce.
+  EXPECT_FALSE(h.client_proved(SecretHandshake(kSecret, "store").client_proof(sn, cn), sn, cn));
+  EXPECT_FALSE(h.client_proved(SecretHandshake(kSecret + "x", "node link").client_proof(sn, cn), sn, cn));
+  EXPECT_FALSE(h.client_proved(h.client_proof(sn, cn.substr(1)), sn, cn.substr(1)));
+}
+
+TEST(SecretHandshake, TheStoreLinkKeepsItsWireKeys) {
+  // The rendezvous store's proofs are what they were before the handshake was shared (older peers still verify).
+  const std::string sn(32, 's'), cn(32, 'c');
+  const auto bytes = [](const std::string& s) { return std::as_bytes(std::span(s)); };
+  EXPECT_EQ(SecretHandshake(kSecret, "store").client_proof(sn, cn),
+            ClusterAuth::proof(kSecret, "commsched store hmac v1", "commsched store client v1", bytes(sn), bytes(cn)));
+}
+
+TEST(Hex, RoundTripsAndRefusesWhatIsNotHex) {
+  const std::string raw("\x00\x7f\x80\xff ok", 7);
+  EXPECT_EQ(to_hex(raw), "007f80ff206f6b");
+  EXPECT_EQ(from_hex(to_hex(raw)), raw);
+  EXPECT_EQ(from_hex("ABcd"), std::string("\xab\xcd"));
+  EXPECT_FALSE(from_hex("abc"));
+  EXPECT_FALSE(from_hex("zz"));
+  EXPECT_EQ(from_hex(""), std::string());
 }
 
 TEST(ZmqTransportAuth, PeersWithTheSecretTalk) {

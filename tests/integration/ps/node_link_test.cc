@@ -1,0 +1,134 @@
+// The launchers' node link proves the run's secret both ways (SecretHandshake "node link"): nodes with the secret
+// join; a stranger is refused with a reason and cannot stop the join; a node and a root that disagree on having a
+// secret fail with an error that names the switches.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "comm_backends/cluster_auth.h"
+#include "plugins/launch/process_group.h"
+#include "plugins/launch/node_link.h"
+
+namespace commsched {
+namespace {
+
+const std::string kSecret = "node-link-test-secret-0123456789";
+const std::string kOther = "another-runs-secret-0123456789ab";
+
+struct Joined {
+  std::unique_ptr<NodeLink> link;
+  std::map<std::string, std::string> env;
+};
+
+std::future<Joined> join_async(int nnodes, int node, int port, std::string secret, double timeout_s = 10) {
+  return std::async(std::launch::async, [=] {
+    Joined j;
+    if (node == 0) j.env = {{"FROM_ROOT", "yes"}};
+    j.link = NodeLink::join(nnodes, node, "127.0.0.1", port, j.env, timeout_s, secret);
+    return j;
+  });
+}
+
+// Connects as a stranger, reads the root's first line, says `hello`, and returns everything the root answered.
+std::string stranger(int port, const std::string& hello) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  for (int i = 0; i < 100 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::string got;
+  char buf[512];
+  ssize_t n = ::read(fd, buf, sizeof buf);  // OPEN or CHALLENGE <nonce>
+  if (n > 0) got.assign(buf, static_cast<size_t>(n));
+  (void)!::write(fd, hello.data(), hello.size());
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return got;
+}
+
+TEST(NodeLinkAuth, NodesWithTheSecretJoinAndGetTheRootsEnvironment) {
+  const int port = free_loopback_port();
+  auto root = join_async(3, 0, port, kSecret);
+  auto n1 = join_async(3, 1, port, kSecret), n2 = join_async(3, 2, port, kSecret);
+  EXPECT_TRUE(root.get().link);
+  EXPECT_EQ(n1.get().env.at("FROM_ROOT"), "yes");
+  EXPECT_EQ(n2.get().env.at("FROM_ROOT"), "yes");
+}
+
+TEST(NodeLinkAuth, AStrangerIsRefusedWithAReasonAndTheRealNodeStillJoins) {
+  const int port = free_loopback_port();
+  auto root = join_async(2, 0, port, kSecret);
+  const std::string fake_nonce(64, 'a'), fake_proof(64, 'b');
+  const std::string told = stranger(port, "HELLO 1 " + fake_nonce + " " + fake_proof + "\n");
+  EXPECT_NE(told.find("CHALLENGE "), std::string::npos) << told;
+  EXPECT_NE(told.find("ABORT 0 node 0 refused this launcher: it did not prove the run's shared secret"),
+            std::string::npos) << told;
+  EXPECT_EQ(told.find("GO"), std::string::npos) << "a stranger must never see the run start: " << told;
+  EXPECT_NE(stranger(port, "garbage\n").find("it sent no HELLO"), std::string::npos);
+  auto node = join_async(2, 1, port, kSecret);
+  EXPECT_EQ(node.get().env.at("FROM_ROOT"), "yes");
+  EXPECT_TRUE(root.get().link);
+}
+
+TEST(NodeLinkAuth, ANodeWithAnotherSecretIsRefused) {
+  const int port = free_loopback_port();
+  auto root = join_async(2, 0, port, kSecret, 3);
+  auto node = join_async(2, 1, port, kOther, 3);
+  try {
+    node.get();
+    FAIL() << "a node with another secret joined";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("refused this node"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("did not prove the run's shared secret"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(root.get(), std::runtime_error);  // node 1 never joined: the join times out naming it
+}
+
+TEST(NodeLinkAuth, SecretOnOneSideOnlyFailsNamingTheSwitches) {
+  {
+    const int port = free_loopback_port();
+    auto root = join_async(2, 0, port, kSecret, 3);
+    auto node = join_async(2, 1, port, "", 3);
+    try {
+      node.get();
+      FAIL() << "a node without the secret joined";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("requires the run's shared secret: set the same COMMSCHED_SECRET"),
+                std::string::npos) << e.what();
+    }
+    EXPECT_THROW(root.get(), std::runtime_error);
+  }
+  {
+    const int port = free_loopback_port();
+    auto root = join_async(2, 0, port, "", 3);
+    auto node = join_async(2, 1, port, kSecret, 3);
+    try {
+      node.get();
+      FAIL() << "a node with a secret followed a root without one";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not authenticate"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(root.get(), std::runtime_error);
+  }
+}
+
+TEST(NodeLinkAuth, WithoutASecretOnEitherSideTheLinkIsOpenAsBefore) {
+  const int port = free_loopback_port();
+  auto root = join_async(2, 0, port, "");
+  auto node = join_async(2, 1, port, "");
+  EXPECT_EQ(node.get().env.at("FROM_ROOT"), "yes");
+  EXPECT_TRUE(root.get().link);
+}
+
+}  // namespace
+}  // namespace commsched
