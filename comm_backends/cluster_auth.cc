@@ -37,17 +37,34 @@ bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host == "lo" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+const OptionTable<AuthOptions>& auth_option_table() {
+  static const OptionTable<AuthOptions> table = [] {
+    OptionTable<AuthOptions> t("auth", "authentication");
+    t.bind("auth", "COMMSCHED_AUTH", [](AuthOptions& o) -> std::string& { return o.mode; },
+           choice_value({"auto", "on", "off", "1", "0"}),
+           "peer authentication (CURVE encryption on the ZeroMQ PS; an HMAC handshake on UCX, the rendezvous store and "
+           "the launchers' node link): auto requires a secret when binding beyond loopback and uses one when set; on "
+           "always requires one (1 means on); off never authenticates, for trusted networks (0 means off)");
+    t.bind("secret", "COMMSCHED_SECRET", [](AuthOptions& o) -> std::string& { return o.secret; },
+           text_value("at least 16 characters, the same on every process of the run"),
+           "the run's shared secret, from which every link derives its keys (wins over COMMSCHED_KEY_FILE); "
+           "`commsched launch` sets a fresh one per one-host run; never printed");
+    t.bind("key_file", "COMMSCHED_KEY_FILE", [](AuthOptions& o) -> std::string& { return o.key_file; },
+           text_value("a file path, mode 600 (not readable by group or others)"),
+           "a file whose first line is the shared secret");
+    return t;
+  }();
+  return table;
+}
+
 ClusterAuth ClusterAuth::from_env() {
+  AuthOptions o;
+  auth_option_table().set_from_env(o);
   ClusterAuth a;
-  if (auto m = env_value("COMMSCHED_AUTH")) {
-    if (*m == "auto") a.mode = Mode::automatic;
-    else if (*m == "on" || *m == "1") a.mode = Mode::on;
-    else if (*m == "off" || *m == "0") a.mode = Mode::off;
-    else throw InvalidArgument("COMMSCHED_AUTH='" + *m + "' is invalid (expected auto, on or off)");
-  }
+  a.mode = o.mode == "off" || o.mode == "0" ? Mode::off : o.mode == "on" || o.mode == "1" ? Mode::on : Mode::automatic;
   std::string var = "COMMSCHED_SECRET";
-  if (auto s = env_value("COMMSCHED_SECRET")) a.secret = *s;
-  else if (auto f = env_value("COMMSCHED_KEY_FILE")) a.secret = read_key_file(*f), var = "COMMSCHED_KEY_FILE";
+  if (!o.secret.empty()) a.secret = o.secret;
+  else if (!o.key_file.empty()) a.secret = read_key_file(o.key_file), var = "COMMSCHED_KEY_FILE";
   if (!a.secret.empty() && a.secret.size() < kMinSecretChars)
     throw InvalidArgument(var + ": the shared secret has " + std::to_string(a.secret.size()) +
                           " characters; at least " + std::to_string(kMinSecretChars) + " are required");

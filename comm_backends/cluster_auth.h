@@ -7,7 +7,8 @@
 //   COMMSCHED_SECRET     the shared secret itself (at least 16 characters); `commsched launch` sets a fresh one
 //   COMMSCHED_KEY_FILE   a file holding the shared secret (first line); must not be readable by group or others
 //
-// COMMSCHED_SECRET wins over COMMSCHED_KEY_FILE. Every process of a run must see the same secret.
+// COMMSCHED_SECRET wins over COMMSCHED_KEY_FILE. Every process of a run must see the same secret. The three are rows
+// of the option registry (auth_option_table(), group "auth"), so `commsched options` and the README table list them.
 #pragma once
 
 #include <array>
@@ -18,9 +19,19 @@
 #include <string>
 #include <string_view>
 
+#include "options/option_table.h"
+
 namespace commsched {
 
 inline constexpr size_t kMinSecretChars = 16;
+
+// What the environment says about authentication, as the registry's rows read it (ClusterAuth::from_env resolves it).
+struct AuthOptions {
+  std::string mode = "auto";
+  std::string secret;
+  std::string key_file;
+};
+const OptionTable<AuthOptions>& auth_option_table();
 
 struct ClusterAuth {
   enum class Mode { automatic, on, off };

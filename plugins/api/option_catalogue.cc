@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/comm_backend.h"
@@ -70,6 +71,7 @@ std::vector<OptionInfo> all_options() {
   append(out, collective::CollectiveOptions::table());
   append(out, HierarchicalOptions::table());
   append(out, cluster_option_table());
+  append(out, auth_option_table());
   return out;
 }
 

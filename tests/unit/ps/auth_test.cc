@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/transport.h"
@@ -104,6 +105,24 @@ TEST(ClusterAuth, SecretIsUsedEvenOnLoopbackAndOffSwitchDisablesIt) {
     EnvGuard g({{"COMMSCHED_SECRET", "short"}});
     EXPECT_THROW(ClusterAuth::from_env(), InvalidArgument);
   }
+}
+
+TEST(ClusterAuth, ItsVariablesAreRowsOfTheRegistryAndABadModeNamesTheVariable) {
+  std::vector<std::string> vars;
+  for (const auto& info : commsched::auth_option_table().infos()) vars.push_back(info.env);
+  EXPECT_EQ(vars, (std::vector<std::string>{"COMMSCHED_AUTH", "COMMSCHED_SECRET", "COMMSCHED_KEY_FILE"}));
+  EnvGuard g({{"COMMSCHED_AUTH", "maybe"}});
+  try {
+    ClusterAuth::from_env();
+    FAIL() << "COMMSCHED_AUTH=maybe was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("COMMSCHED_AUTH='maybe'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("auto, on, off"), std::string::npos) << e.what();
+  }
+  EnvGuard on({{"COMMSCHED_AUTH", "1"}});
+  EXPECT_EQ(ClusterAuth::from_env().mode, ClusterAuth::Mode::on);
+  EnvGuard off({{"COMMSCHED_AUTH", "OFF"}});
+  EXPECT_EQ(ClusterAuth::from_env().mode, ClusterAuth::Mode::off);
 }
 
 TEST(ClusterAuth, KeyFileMustBePrivate) {
