@@ -63,7 +63,9 @@ std::string handshake_reason(uint16_t event, int32_t value, bool curve) {
     return std::string(curve ? "the peer does not authenticate" : "the server requires authentication") +
            ": no shared secret on one side (COMMSCHED_SECRET / COMMSCHED_KEY_FILE)" + code;
   if (curve) return std::string("CURVE handshake failed: the peer has no or a wrong shared secret") + code;
-  return std::string("ZMTP handshake failed (foreign or malformed bytes)") + code;
+  // Without keys the other side cannot be told apart: a CURVE server cuts the handshake of a plain client short.
+  return std::string("ZMTP handshake failed: the peer may require a shared secret this process lacks "
+                     "(COMMSCHED_SECRET / COMMSCHED_KEY_FILE), or it sent foreign or malformed bytes") + code;
 }
 
 class ZmqPayload final : public Payload {
@@ -144,7 +146,9 @@ class ZmqTransport final : public Transport {
     }
     const std::string ep = "tcp://" + host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
     if (zmq_bind(router_, ep.c_str()) != 0) throw std::runtime_error(zmq_err("cannot bind " + ep));
-    router_mon_ = monitor(router_, kHandshakeFailed);
+    // Disconnections too: a ROUTER forgets a peer silently, and the owner would otherwise learn of a closed or
+    // over-limit connection only when its heartbeats stop (seconds later; UCX reports it at once).
+    router_mon_ = monitor(router_, kHandshakeFailed | ZMQ_EVENT_DISCONNECTED);
     char buf[256];
     size_t len = sizeof buf;
     zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, buf, &len);
@@ -385,12 +389,12 @@ class ZmqTransport final : public Transport {
     events_.push_back(std::move(e));
   }
 
-  void report_gone(PeerId peer) {
+  void report_gone(PeerId peer, const std::string& why = "") {
     if (!gone_.insert_or_assign(peer, true).second) return;  // already reported
     Incoming e;
     e.kind = Incoming::Kind::disconnected;
     e.peer = peer;
-    e.detail = describe(peer);
+    e.detail = describe(peer) + why;
     events_.push_back(std::move(e));
   }
 
@@ -460,6 +464,8 @@ class ZmqTransport final : public Transport {
         report_refused(conn, event == ZMQ_EVENT_DISCONNECTED
                                  ? "closed during the CURVE handshake (wrong shared secret?)"
                                  : handshake_reason(event, value, keys_ != nullptr));
+      } else if (event == ZMQ_EVENT_DISCONNECTED) {
+        accepted_gone(value);
       } else {
         Incoming e;
         e.kind = Incoming::Kind::dropped;
@@ -518,9 +524,24 @@ class ZmqTransport final : public Transport {
 
   // A connecting peer's "ip:port", from the socket its first message came in on, so that messages name it as the
   // other side's are named. (ZeroMQ's "Peer-Address" property carries no port, and was absent on some messages.)
+  // The socket is remembered too: the ROUTER's monitor names a closed connection only by it.
   void note_address(PeerId peer, zmq_msg_t* msg) {
     std::string& addr = router_addr_[peer];
-    if (addr.empty()) addr = control::peer_address(zmq_msg_get(msg, ZMQ_SRCFD));
+    if (!addr.empty()) return;
+    const int fd = zmq_msg_get(msg, ZMQ_SRCFD);
+    addr = control::peer_address(fd);
+    if (fd >= 0) router_peer_of_fd_[fd] = peer;
+  }
+
+  // An accepted connection closed (its peer left, or ZeroMQ cut it for a message over ZMQ_MAXMSGSIZE, which it does
+  // without saying so). A connection that never delivered a message is no peer of the owner's: nothing to report.
+  void accepted_gone(int fd) {
+    auto it = router_peer_of_fd_.find(fd);
+    if (it == router_peer_of_fd_.end()) return;
+    const PeerId peer = it->second;
+    router_peer_of_fd_.erase(it);
+    report_gone(peer, opts_.max_message_bytes == 0 ? "" : " (it closed the connection, or sent a message over the limit of " +
+                                                              std::to_string(opts_.max_message_bytes) + " bytes)");
   }
 
   TransportOptions opts_;
@@ -533,6 +554,7 @@ class ZmqTransport final : public Transport {
   std::unordered_map<std::string, PeerId> router_peer_of_;
   std::unordered_map<PeerId, std::string> router_ids_;
   std::unordered_map<PeerId, std::string> router_addr_;
+  std::unordered_map<int, PeerId> router_peer_of_fd_;  // accepted connections that delivered a message, by socket
   std::unordered_map<PeerId, bool> gone_;
   PeerId next_router_peer_ = kRouterPeerBase;
   std::deque<Incoming> events_;

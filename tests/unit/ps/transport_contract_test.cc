@@ -1,8 +1,10 @@
-// UCX transport, two ends in one process, over each UCX transport set we support on one host (UCX_TLS):
-// exact bytes and order for eager and rendezvous sizes, every zero-copy payload released, payloads landing where a
-// PayloadSink says, a closed peer reported,
-// a dial before the listener is up redialled, oversized messages dropping their sender, wake(), and the shared-secret
-// handshake (peers with the secret talk; without it, or with another one, they are refused by name).
+// The Transport contract, one suite run over every transport we ship: ZeroMQ, and UCX over each transport set we use
+// on one host (UCX_TLS shared memory, TCP). Two ends in one process: exact bytes and order for eager and rendezvous
+// sizes, every zero-copy payload released, payloads landing where a PayloadSink says (a transport may ignore sinks),
+// a closed peer reported, a dial before the listener is up redialled, oversized messages dropping their sender,
+// wake(), the shared-secret handshake (peers with the secret talk; without it, or with another one, they are refused
+// and nothing they sent is delivered), and pings that skip an emulated link's backlog. A new transport joins the suite
+// with one row in kTransports. Transport-specific behaviour (ZeroMQ's close race) stays in <name>_transport_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,15 +30,31 @@ using commsched::ps::TransportOptions;
 
 namespace {
 
-class UcxTransportTest : public ::testing::TestWithParam<std::string> {
+struct TransportKind {
+  std::string name;      // test name suffix
+  std::string kind;      // make_transport's kind
+  std::string ucx_tls;   // UCX_TLS for the UCX rows
+  bool honours_sinks;    // false: set_payload_sink is ignored (allowed by the contract)
+};
+
+const TransportKind kTransports[] = {
+    {"zmq", "zmq", "", false},
+    {"ucx_shm", "ucx", "sm,self", true},
+    {"ucx_tcp", "ucx", "tcp", true},
+};
+
+class TransportContract : public ::testing::TestWithParam<TransportKind> {
  protected:
   void SetUp() override {
-    if (!commsched::ps::ucx_built_in()) GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)";
-    setenv("UCX_TLS", GetParam().c_str(), 1);  // read by UCX when a transport is made
+    if (GetParam().kind == "ucx" && !commsched::ps::ucx_built_in())
+      GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)";
+    if (!GetParam().ucx_tls.empty()) setenv("UCX_TLS", GetParam().ucx_tls.c_str(), 1);  // read when a transport is made
   }
   void TearDown() override { unsetenv("UCX_TLS"); }
-  std::unique_ptr<Transport> make(TransportOptions o = {}) { return commsched::ps::make_ucx_transport(o); }
+  std::unique_ptr<Transport> make(TransportOptions o = {}) { return commsched::ps::make_transport(GetParam().kind, o); }
 };
+
+bool mentions(const std::string& detail, const std::string& word) { return detail.find(word) != std::string::npos; }
 
 std::vector<std::byte> pattern(size_t n, int seed) {
   std::vector<std::byte> v(n);
@@ -68,7 +86,7 @@ size_t messages(const std::vector<Incoming>& v) {
   return n;
 }
 
-TEST_P(UcxTransportTest, ExactBytesInOrderAndEveryPayloadReleased) {
+TEST_P(TransportContract, ExactBytesInOrderAndEveryPayloadReleased) {
   auto server = make();
   const std::string ep = server->bind("127.0.0.1", 0);
   auto client = make();
@@ -112,7 +130,7 @@ TEST_P(UcxTransportTest, ExactBytesInOrderAndEveryPayloadReleased) {
 // (eager sizes copied in, rendezvous sizes fetched in) and say landed(); a destination of another size, or none,
 // leaves the payload in the transport's buffer. The sink sees each message's header and payload size, and is not
 // asked for messages without a payload.
-TEST_P(UcxTransportTest, PayloadsLandWhereTheSinkSays) {
+TEST_P(TransportContract, PayloadsLandWhereTheSinkSays) {
   auto server = make();
   const std::string ep = server->bind("127.0.0.1", 0);
   auto client = make();
@@ -151,18 +169,19 @@ TEST_P(UcxTransportTest, PayloadsLandWhereTheSinkSays) {
     if (!n) continue;
     const auto b = got[i].payload->bytes();
     EXPECT_TRUE(std::equal(bodies[i].begin(), bodies[i].end(), b.begin())) << i;
-    const bool lands = i % 3 == 0;
+    const bool lands = GetParam().honours_sinks && i % 3 == 0;
     EXPECT_EQ(got[i].payload->landed(), lands) << i;
     EXPECT_EQ(b.data() == dests[i].data(), lands) << i;
     if (lands) EXPECT_TRUE(std::equal(bodies[i].begin(), bodies[i].end(), dests[i].begin())) << i;
     else EXPECT_EQ(std::count(dests[i].begin(), dests[i].end(), std::byte{0}), static_cast<long>(sizes[i] + 1)) << i;
   }
-  EXPECT_EQ(asked, want_asked);
+  if (GetParam().honours_sinks) EXPECT_EQ(asked, want_asked);
+  else EXPECT_TRUE(asked.empty()) << "a transport that ignores sinks asked one";
   client->close(true);
   server->close(true);
 }
 
-TEST_P(UcxTransportTest, ClosedPeerIsReportedByAddress) {
+TEST_P(TransportContract, ClosedPeerIsReportedByAddress) {
   auto server = make();
   const std::string ep = server->bind("127.0.0.1", 0);
   auto client = make();
@@ -188,7 +207,7 @@ TEST_P(UcxTransportTest, ClosedPeerIsReportedByAddress) {
   EXPECT_EQ(lost[0].peer, p2);
 }
 
-TEST_P(UcxTransportTest, DialBeforeTheListenerIsUpIsRedialled) {
+TEST_P(TransportContract, DialBeforeTheListenerIsUpIsRedialled) {
   auto probe = make();
   std::string ep = probe->bind("127.0.0.1", 0);
   probe->close(false);
@@ -204,7 +223,7 @@ TEST_P(UcxTransportTest, DialBeforeTheListenerIsUpIsRedialled) {
   ASSERT_EQ(messages(got), 1u);
 }
 
-TEST_P(UcxTransportTest, OversizedMessageDropsItsSender) {
+TEST_P(TransportContract, OversizedMessageDropsItsSender) {
   TransportOptions o;
   o.max_message_bytes = 64 * 1024;
   auto server = make(o);
@@ -219,10 +238,10 @@ TEST_P(UcxTransportTest, OversizedMessageDropsItsSender) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].kind, Incoming::Kind::message);
   EXPECT_EQ(got[1].kind, Incoming::Kind::disconnected);
-  EXPECT_NE(got[1].detail.find("over the limit"), std::string::npos) << got[1].detail;
+  EXPECT_TRUE(mentions(got[1].detail, "over the limit")) << got[1].detail;
 }
 
-TEST_P(UcxTransportTest, WakeEndsAWaitingReceive) {
+TEST_P(TransportContract, WakeEndsAWaitingReceive) {
   auto t = make();
   t->bind("127.0.0.1", 0);
   std::thread waker([&] {
@@ -238,7 +257,7 @@ TEST_P(UcxTransportTest, WakeEndsAWaitingReceive) {
 // A wake() that lands before receive() (the worker queued a batch while its I/O thread was busy) must end the next
 // receive at once: the transport's own progress polls the wake descriptor, and once swallowed it there, leaving
 // every small-tensor iteration asleep until the heartbeat (~100 ms each).
-TEST_P(UcxTransportTest, WakeBeforeReceiveIsNotLost) {
+TEST_P(TransportContract, WakeBeforeReceiveIsNotLost) {
   auto t = make();
   t->bind("127.0.0.1", 0);
   t->wake();
@@ -256,7 +275,7 @@ TransportOptions with_secret(const std::string& secret) {
 const std::string kSecret = "unit-test-secret-0123456789abcdef";
 
 // Both ends hold the secret: messages flow both ways as without one.
-TEST_P(UcxTransportTest, PeersWithTheSecretTalk) {
+TEST_P(TransportContract, PeersWithTheSecretTalk) {
   auto server = make(with_secret(kSecret));
   const std::string ep = server->bind("127.0.0.1", 0);
   auto client = make(with_secret(kSecret));
@@ -275,7 +294,7 @@ TEST_P(UcxTransportTest, PeersWithTheSecretTalk) {
 
 // A dialer without the secret: the server drops the connection and says why; nothing it sent is delivered, and the
 // dialer learns from the server's hello that the server wants a secret.
-TEST_P(UcxTransportTest, DialerWithoutTheSecretIsRefusedByName) {
+TEST_P(TransportContract, DialerWithoutTheSecretIsRefusedByName) {
   auto server = make(with_secret(kSecret));
   const std::string ep = server->bind("127.0.0.1", 0);
   auto client = make();
@@ -284,11 +303,11 @@ TEST_P(UcxTransportTest, DialerWithoutTheSecretIsRefusedByName) {
   auto got = pump(*client, *server, [](auto& v) { return !v.empty(); }, 10s);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].kind, Incoming::Kind::dropped);
-  EXPECT_NE(got[0].detail.find("did not authenticate"), std::string::npos) << got[0].detail;
+  EXPECT_TRUE(mentions(got[0].detail, "secret")) << got[0].detail;
   auto lost = pump(*server, *client, [](auto& v) { return !v.empty(); }, 10s);
   ASSERT_EQ(lost.size(), 1u);
-  EXPECT_EQ(lost[0].kind, Incoming::Kind::disconnected);
-  EXPECT_NE(lost[0].detail.find("authenticates with a shared secret and this process has none"), std::string::npos)
+  EXPECT_NE(lost[0].kind, Incoming::Kind::message);  // refused: disconnected (UCX) or dropped (ZeroMQ), naming why
+  EXPECT_TRUE(mentions(lost[0].detail, "secret"))
       << lost[0].detail;
   got = pump(*client, *server, [](auto& v) { return !v.empty(); }, 500ms);
   EXPECT_EQ(messages(got), 0u);
@@ -296,7 +315,7 @@ TEST_P(UcxTransportTest, DialerWithoutTheSecretIsRefusedByName) {
 
 // A dialer with another secret: it finds the server's proof wrong and leaves, naming the server; the server logs a
 // connection that left before proving itself. Nothing is delivered either way.
-TEST_P(UcxTransportTest, DialerWithAnotherSecretIsRefused) {
+TEST_P(TransportContract, DialerWithAnotherSecretIsRefused) {
   auto server = make(with_secret(kSecret));
   const std::string ep = server->bind("127.0.0.1", 0);
   auto client = make(with_secret("another-secret-0123456789abcdef"));
@@ -304,17 +323,17 @@ TEST_P(UcxTransportTest, DialerWithAnotherSecretIsRefused) {
   client->send(p, header_of(1));
   auto lost = pump(*server, *client, [](auto& v) { return !v.empty(); }, 10s);
   ASSERT_EQ(lost.size(), 1u);
-  EXPECT_EQ(lost[0].kind, Incoming::Kind::disconnected);
+  EXPECT_NE(lost[0].kind, Incoming::Kind::message);
   EXPECT_EQ(lost[0].peer, p);
-  EXPECT_NE(lost[0].detail.find("different shared secret"), std::string::npos) << lost[0].detail;
+  EXPECT_TRUE(mentions(lost[0].detail, "secret")) << lost[0].detail;
   auto got = pump(*client, *server, [](auto& v) { return !v.empty(); }, 10s);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].kind, Incoming::Kind::dropped);
-  EXPECT_NE(got[0].detail.find("before proving it holds the shared secret"), std::string::npos) << got[0].detail;
+  EXPECT_TRUE(mentions(got[0].detail, "secret")) << got[0].detail;
 }
 
 // A server without a secret refuses a dialer that authenticates (both sides must agree), naming the mismatch.
-TEST_P(UcxTransportTest, ServerWithoutASecretRefusesAnAuthenticatingDialer) {
+TEST_P(TransportContract, ServerWithoutASecretRefusesAnAuthenticatingDialer) {
   auto server = make();
   const std::string ep = server->bind("127.0.0.1", 0);
   auto client = make(with_secret(kSecret));
@@ -322,13 +341,13 @@ TEST_P(UcxTransportTest, ServerWithoutASecretRefusesAnAuthenticatingDialer) {
   auto got = pump(*client, *server, [](auto& v) { return !v.empty(); }, 10s);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].kind, Incoming::Kind::dropped);
-  EXPECT_NE(got[0].detail.find("authenticates with a shared secret and this process has none"), std::string::npos)
+  EXPECT_TRUE(mentions(got[0].detail, "secret"))
       << got[0].detail;
 }
 
 // Under an emulated link rate a ping skips the pacing queue (Transport::send_ping): three 1 MiB messages at 1 MB/s
 // queue 2 s or more behind the first, and a heartbeat behind them would let a peer with a 2 s timeout judge us lost.
-TEST_P(UcxTransportTest, APingIsNotPacedBehindTheEmulatedLinksBacklog) {
+TEST_P(TransportContract, APingIsNotPacedBehindTheEmulatedLinksBacklog) {
   auto server = make();
   const std::string ep = server->bind("127.0.0.1", 0);
   TransportOptions paced;
@@ -351,8 +370,7 @@ TEST_P(UcxTransportTest, APingIsNotPacedBehindTheEmulatedLinksBacklog) {
   server->close(false);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("sm,self", "tcp"), [](const auto& info) {
-  return info.param == "tcp" ? std::string("tcp") : std::string("shm");
-});
+INSTANTIATE_TEST_SUITE_P(Transports, TransportContract, ::testing::ValuesIn(kTransports),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
