@@ -21,6 +21,7 @@ _ctx = None
 _framework = None           # the plugin that called init(), for error messages ("commsched.tensorflow")
 _names_by_key = {}
 _WAIT_SLICE_S = 0.2
+_shutdown_hooks = []        # run before the Context goes (native ops let go of it)
 
 # numpy dtype name -> the engine's dtype. bfloat16 arrays come from TensorFlow (its own numpy type, named 'bfloat16').
 _DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int32": "i32", "int64": "i64"}
@@ -80,10 +81,18 @@ def init(caller, policy=None, backend=None, tune=None, **options):
 def shutdown():
     """Stops the engine and the backend; tasks still pending fail with 'cancelled'. Idempotent."""
     global _ctx
+    for hook in list(_shutdown_hooks):
+        hook()
     with _lock:
         ctx, _ctx = _ctx, None
     if ctx is not None:
         ctx.shutdown()
+
+
+def on_shutdown(hook):
+    """Runs hook() at shutdown(), before the Context stops."""
+    if hook not in _shutdown_hooks:
+        _shutdown_hooks.append(hook)
 
 
 def is_initialized():

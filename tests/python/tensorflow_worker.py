@@ -18,6 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 import commsched.tensorflow as hvd  # noqa: E402
+from commsched.tensorflow import native  # noqa: E402
 
 TOLERANCE = 1e-6
 ROWS, FEATURES, HIDDEN, BATCH = 64, 8, 16, 8  # BATCH rows per rank per step
@@ -97,7 +98,8 @@ def api(args):
     last = hvd.join()
     check(int(last) in (0, 1), f"join returned {last}")
     backend = "gloo" if hvd.gloo_enabled() else "ps"
-    print(f"rank {hvd.rank()}: tensorflow api ok on {backend}", flush=True)
+    kind = "native ops" if native.load() is not None else "host callbacks"
+    print(f"rank {hvd.rank()}: tensorflow api ok on {backend} with {kind}", flush=True)
 
 
 # ---- DistributedGradientTape ----

@@ -2,12 +2,14 @@
 `commsched launch` as the torch tests run: every collective in eager mode and in tf.function, and training through
 DistributedGradientTape and through model.fit() ending with equal weights on both ranks, within 1e-6 of
 single-process training on the combined batch (tensorflow_worker.py checks each rank against its local reference)."""
+import shutil
+
 import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow", reason="tensorflow not installed (the test venv has tensorflow-cpu)")
 
-from torch_cluster import HERE, launch  # noqa: E402
+from torch_cluster import HERE, launch, run_single  # noqa: E402
 
 BACKENDS = pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
 SMALL_PARTITIONS = {"COMMSCHED_PARTITION_BYTES": "64", "COMMSCHED_CREDIT_BYTES": "256"}
@@ -42,6 +44,21 @@ def test_collectives_on_two_ranks(tmp_path, servers):
                      env=SMALL_PARTITIONS)
     assert rc == 0, log
     assert log.count("tensorflow api ok") == 2, log
+    if shutil.which("c++") or shutil.which("g++"):  # the ops were compiled against this TensorFlow and used
+        assert log.count("with native ops") == 2, log
+
+
+def test_without_a_compiler_the_ops_fall_back_to_host_callbacks_saying_why(tmp_path):
+    script = tmp_path / "fallback.py"
+    script.write_text("import tensorflow as tf\n"
+                      "import commsched.tensorflow as hvd\n"
+                      "hvd.init()\n"
+                      "print('sum', hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum).numpy().tolist())\n")
+    rc, log = run_single([script], env={"CXX": "no-such-compiler", "XDG_CACHE_HOME": str(tmp_path / "cache"),
+                                        "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=120)
+    assert rc == 0, log
+    assert "no C++ compiler was found (CXX=no-such-compiler" in log and "host callbacks" in log, log
+    assert "sum [1.0, 2.0]" in log, log
 
 
 def _equal_across_ranks(tmp_path, mode):

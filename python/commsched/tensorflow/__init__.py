@@ -12,13 +12,15 @@
         hvd.broadcast_variables(optimizer.variables, root_rank=0)
 
 Policy, partition size, credit and backend come from the environment (COMMSCHED_POLICY, ...) or from
-init(policy=..., partition_bytes=...), as for commsched.torch. The operations are host callbacks
-(tf.numpy_function) over the engine's task API: they work in eager mode and inside tf.function (not under XLA:
-compile with jit_compile=False). Keras: commsched.keras (or commsched.tensorflow.keras).
+init(policy=..., partition_bytes=...), as for commsched.torch. Sums and broadcasts run as native TensorFlow ops
+(an asynchronous kernel per task, built against the installed TensorFlow: native.py), the other collectives as host
+callbacks (tf.numpy_function); all work in eager mode and inside tf.function (not under XLA: compile with
+jit_compile=False). Keras: commsched.keras (or commsched.tensorflow.keras).
 """
 from commsched import _C
 from commsched import _runtime_core as _core
 from commsched.tensorflow import elastic
+from commsched.tensorflow import native as _native
 from commsched.tensorflow.compression import Compression
 from commsched.tensorflow.gradients import DistributedGradientTape
 from commsched.tensorflow.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, alltoall,
@@ -38,6 +40,8 @@ def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **o
         raise ValueError("commsched.tensorflow runs on the global process set only (process_sets= is for "
                          "commsched.torch)")
     _core.init(_CALLER, policy=policy, backend=backend, tune=tune, **options)
+    _native.bind(_core.context(_CALLER))
+    _core.on_shutdown(_native.unbind)
 
 
 def shutdown():

@@ -3,7 +3,7 @@
 Each variable's gradient becomes one scheduler task whose priority is the variable's position in the list asked for
 (model.trainable_variables: forward order, so the first layers are the most urgent). The tasks are submitted in
 reverse order, the order backprop produces the gradients: inside tf.function each submission runs as soon as its
-gradient is computed (host callbacks run in program order, and TensorFlow computes the other gradients meanwhile),
+gradient is computed (stateful ops run in program order, and TensorFlow computes the other gradients meanwhile),
 so the last layers communicate while the first ones are still being differentiated. In eager mode the tape computes
 every gradient before returning, so communication starts after backward. Every gradient is submitted before the
 engine is told the backward is over (backward_done: BSP and MG-WFBP release their held tasks then), and only then
@@ -51,7 +51,8 @@ def reduce_gradients(grads, variables, op=ops.Average, compression=None, gradien
     with tf.control_dependencies([t for t, _ in tickets.values()]):
         backward_over = ops.engine_call("backward_done", "backward_done")
     with tf.control_dependencies([backward_over]):
-        outs = {i: ops.wait_ticket(t, dense[i].dtype, dense[i].shape, name) for i, (t, name) in tickets.items()}
+        outs = {i: ops.wait_ticket(t, dense[i].dtype, dense[i].shape, name, op, predivide)
+                for i, (t, name) in tickets.items()}
     with tf.control_dependencies(list(outs.values())):
         step_over = ops.engine_call("iteration_end", "iteration_end")
     with tf.control_dependencies([step_over]):

@@ -1,9 +1,11 @@
 """TensorFlow operations over the engine: allreduce, grouped_allreduce, allgather, broadcast, alltoall, join.
 
-Each is a host callback (tf.numpy_function) around commsched._host_collectives, so it runs the same in eager mode and
-inside tf.function: the tensor's value is copied to host memory once, submitted to the engine as a scheduler task,
-and the result comes back as a new tensor. Gradients split the work into two callbacks (submit, then wait) so that
-every gradient is on the wire before any wait blocks (see gradients.py).
+Sums and broadcasts of the engine's dtypes are two native ops (native.py): CommschedSubmit copies the tensor into a
+buffer of its own and queues the task, CommschedWait (an asynchronous kernel) completes with that buffer once the
+task has. Everything else (allgather, alltoall, Min/Max/Product, other dtypes, and every operation where the native
+ops could not be built) is a host callback (tf.numpy_function) around commsched._host_collectives. Both run the
+same in eager mode and inside tf.function. Gradients keep submit and wait apart so that every gradient is on the
+wire before anything waits (see gradients.py).
 
 Inside tf.function, stateful callbacks run in program order (TensorFlow's automatic control dependencies), and a
 callback's Python code is fixed when the function is traced: unnamed operations get their names then, the same on
@@ -18,6 +20,7 @@ import tensorflow as tf
 
 from commsched import _host_collectives as hc
 from commsched import _runtime_core as core
+from commsched.tensorflow import native
 
 Average, Sum, Adasum, Min, Max, Product = hc.AVERAGE, hc.SUM, "adasum", hc.MIN, hc.MAX, hc.PRODUCT
 CALLER = "commsched.tensorflow"
@@ -81,8 +84,48 @@ def _run(pending_fn):
     return pending_fn().wait()
 
 
+# ---- native ops ----
+
+_NATIVE_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int32, tf.int64)
+
+
+def _native_ok(dtype):
+    return dtype in _NATIVE_DTYPES and native.load() is not None
+
+
+def _holding():
+    """Whether the policy holds tasks until a backward ends: operations outside a backward then release theirs."""
+    return context().policy in core._HOLDING_POLICIES
+
+
+def _scaled(t, scale):
+    if scale == 1.0:
+        return t
+    if t.dtype.is_integer:  # integers: scale in float64 and round down (Horovod's average)
+        return tf.cast(tf.floor(tf.cast(t, tf.float64) * scale), t.dtype)
+    return t * tf.cast(scale, t.dtype)
+
+
+def _native_submit(tensor, name, op="reduce", priority=0, root=0, compression=None, flush=False):
+    return native.load().commsched_submit(tensor, task_name=name, priority=int(priority), op=op, root=int(root),
+                                          compression=compression or "", flush=flush)
+
+
+def _native_wait(ticket, dtype, shape):
+    out = native.load().commsched_wait(ticket, T=dtype)
+    out.set_shape(shape)
+    return out
+
+
+def _sum_scale(op, postscale):
+    return postscale / context().size if op == Average else postscale
+
+
 def _allreduce_raw(tensor, name, op, prescale, postscale, compression):
     tensor = tf.convert_to_tensor(tensor)
+    if op in (Average, Sum) and _native_ok(tensor.dtype):
+        ticket = _native_submit(_scaled(tensor, prescale), name, compression=compression, flush=_holding())
+        return _scaled(_native_wait(ticket, tensor.dtype, tensor.shape), _sum_scale(op, postscale))
 
     def body(x):
         ctx = context()
@@ -128,6 +171,11 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     if not tensors:
         return []
     spec = getattr(compression, "engine_spec", None)
+    if op in (Average, Sum) and all(_native_ok(t.dtype) for t in tensors):
+        tickets = [_native_submit(_scaled(t, prescale_factor), f"{base}.{i}", compression=spec, flush=_holding())
+                   for i, t in enumerate(tensors)]
+        return [_scaled(_native_wait(k, t.dtype, t.shape), _sum_scale(op, postscale_factor))
+                for k, t in zip(tickets, tensors)]
 
     def body(*xs):
         ctx = context()
@@ -157,6 +205,11 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
     name = auto_name("broadcast", name)
+    if not 0 <= int(root_rank) < context().size:
+        raise ValueError(f"broadcast '{name}': root_rank={root_rank} is not a rank (size {context().size})")
+    if _native_ok(tensor.dtype):
+        ticket = _native_submit(tensor, name, "broadcast", root=root_rank, flush=_holding())
+        return _native_wait(ticket, tensor.dtype, tensor.shape)
     out = _host(lambda x: _run(lambda: hc.broadcast(context(), x, int(root_rank), name)), [tensor], tensor.dtype,
                 name)
     out.set_shape(tensor.shape)
@@ -171,6 +224,11 @@ def broadcast_variables(variables, root_rank, process_set=None):
         return None
     base = auto_name("broadcast_variables", None)
     values = [tf.convert_to_tensor(v) for v in variables]
+    if all(_native_ok(v.dtype) for v in values):
+        tickets = [_native_submit(v, f"{base}.{i}", "broadcast", root=root_rank, flush=_holding())
+                   for i, v in enumerate(values)]
+        outs = [_native_wait(k, v.dtype, v.shape) for k, v in zip(tickets, values)]
+        return tf.group(*[v.assign(o) for v, o in zip(variables, outs)])
 
     def body(*xs):
         ctx = context()
@@ -209,7 +267,10 @@ def join():
 
 def submit_reduce(tensor, name, priority, op, compression, prescale, postscale):
     """Submits one gradient's sum as a task left to the policy (it may hold it until backward_done); returns an
-    int64 ticket for wait_ticket."""
+    int64 ticket for wait_ticket (given the same op and postscale)."""
+    if _native_ok(tensor.dtype):
+        return _native_submit(_scaled(tensor, prescale), name, priority=priority, compression=compression)
+
     def body(x):
         pending = hc.reduce(context(), x, name, op, priority=priority, compression=compression, prescale=prescale,
                             postscale=postscale, hold=True)
@@ -220,7 +281,10 @@ def submit_reduce(tensor, name, priority, op, compression, prescale, postscale):
     return _host(body, [tensor], tf.int64, name + ".submit")
 
 
-def wait_ticket(ticket, dtype, shape, name):
+def wait_ticket(ticket, dtype, shape, name, op, postscale):
+    if _native_ok(dtype):
+        return _scaled(_native_wait(ticket, dtype, shape), _sum_scale(op, postscale))
+
     def body(t):
         with _lock:
             pending = _pending.pop(int(t))
