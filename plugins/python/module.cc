@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -101,6 +102,37 @@ std::shared_ptr<Handle> submit(Context& ctx, std::string name, int32_t priority,
   return handle;
 }
 
+// The C entry point other native plugins (the TensorFlow op library) submit through, so they link nothing of
+// commsched's and share this module's engine: Python hands them its address and a Context's. Returns 0, or -1 with
+// the reason in err. `done(arg, ok, message)` runs on the engine's scheduler thread: it must only hand off.
+extern "C" {
+using commsched_done_fn = void (*)(void* arg, int ok, const char* message);
+}
+
+int c_submit(void* context, const char* name, int32_t priority, const char* op, const char* dtype, void* data,
+             uint64_t count, int32_t root, const char* compression, int flush, commsched_done_fn done, void* arg,
+             char* err, size_t err_len) {
+  try {
+    Context& ctx = *static_cast<Context*>(context);
+    Task t;
+    t.name = name;
+    t.priority = priority;
+    t.op = std::string(op) == "reduce" ? ctx.reduce_op() : parse_op(op);
+    t.dtype = parse_dtype(dtype);
+    t.count = count;
+    t.buffer = Buffer{data, Device::cpu, 0, nullptr};
+    t.root = root;
+    if (compression != nullptr && *compression != '\0') t.compression = compression::parse_spec("compression", compression);
+    t.on_done = [done, arg](const Status& st) { done(arg, st.ok() ? 1 : 0, st.message.c_str()); };
+    ctx.engine().submit(std::move(t));
+    if (flush) ctx.engine().flush();
+    return 0;
+  } catch (const std::exception& e) {
+    std::snprintf(err, err_len, "%s", e.what());
+    return -1;
+  }
+}
+
 // A sub-cluster for a process set: this environment's cluster with the fields in `d` replaced (rank, num_workers,
 // root_addr, root_port, local_rank, local_size); never any servers.
 ClusterEnv cluster_from_dict(const std::map<std::string, py::object>& d) {
@@ -184,6 +216,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("iteration", [](Context& c) { return c.engine().iteration(); })
       .def_property_readonly("step_stats", &Context::step_stats)
       .def_property_readonly("is_shut_down", &Context::is_shut_down)
+      .def_property_readonly("address", [](Context& c) { return reinterpret_cast<uintptr_t>(&c); },
+                             "this Context's address, for native plugins that submit through c_submit_address")
       .def("knobs", [](Context& c) {
              const Knobs k = c.engine().knobs();
              py::dict d;  // the knob set by name (0: no split / no limit / no fusion)
@@ -303,6 +337,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("timeline_path", [](int rank, const std::string& path) { return Timeline::rank_path(path, rank); },
         py::arg("rank"), py::arg("path"), "the file a rank's trace goes to");
 
+  m.def("c_submit_address", [] { return reinterpret_cast<uintptr_t>(&c_submit); },
+        "the address of the C submit entry point native framework plugins call (see module.cc)");
   m.def("task_key", [](const std::string& name) { return task_key(name); },
         "the 64-bit wire key of a task name (the parameter server names tensors by it)");
   py::module_ tuner = m.def_submodule("tuner", "Bayesian tuner (ask/tell) and search space");

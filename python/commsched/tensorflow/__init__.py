@@ -1,0 +1,143 @@
+"""commsched.tensorflow: Horovod's TensorFlow 2 API over the commsched scheduler.
+
+    import commsched.tensorflow as hvd          # instead of: import horovod.tensorflow as hvd
+    hvd.init()
+    with tf.GradientTape() as tape:
+        loss = ...
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    if first_batch:
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        hvd.broadcast_variables(optimizer.variables, root_rank=0)
+
+Policy, partition size, credit and backend come from the environment (COMMSCHED_POLICY, ...) or from
+init(policy=..., partition_bytes=...), as for commsched.torch. Sums and broadcasts run as native TensorFlow ops
+(an asynchronous kernel per task, built against the installed TensorFlow: native.py), the other collectives as host
+callbacks (tf.numpy_function); all work in eager mode and inside tf.function (not under XLA: compile with
+jit_compile=False). Keras: commsched.keras (or commsched.tensorflow.keras).
+"""
+from commsched import _C
+from commsched import _runtime_core as _core
+from commsched.tensorflow import elastic
+from commsched.tensorflow import native as _native
+from commsched.tensorflow.compression import Compression
+from commsched.tensorflow.gradients import DistributedGradientTape
+from commsched.tensorflow.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, alltoall,
+                                      broadcast, broadcast_variables, global_process_set, grouped_allreduce, join)
+
+HorovodInternalError = _core.HorovodInternalError
+NotInitializedError = _core.NotInitializedError
+_CALLER = "commsched.tensorflow"
+
+
+def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **options):
+    """Connects this process to the cluster described by the environment (see README, Configuration). Keywords are
+    the option registry's names (`commsched options`); `comm` is accepted for Horovod compatibility and ignored.
+    Calling init() twice is harmless."""
+    del comm
+    if process_sets:
+        raise ValueError("commsched.tensorflow runs on the global process set only (process_sets= is for "
+                         "commsched.torch)")
+    _core.init(_CALLER, policy=policy, backend=backend, tune=tune, **options)
+    _native.bind(_core.context(_CALLER))
+    _core.on_shutdown(_native.unbind)
+
+
+def shutdown():
+    _core.shutdown()
+
+
+def is_initialized():
+    return _core.is_initialized()
+
+
+def size():
+    return _core.context(_CALLER).size
+
+
+def rank():
+    return _core.context(_CALLER).rank
+
+
+def local_rank():
+    return _core.context(_CALLER).local_rank
+
+
+def local_size():
+    return _core.context(_CALLER).local_size
+
+
+def cross_size():
+    ctx = _core.context(_CALLER)
+    return max(1, ctx.size // max(1, ctx.local_size))
+
+
+def cross_rank():
+    ctx = _core.context(_CALLER)
+    return ctx.rank // max(1, ctx.local_size)
+
+
+def is_homogeneous():
+    ctx = _core.context(_CALLER)
+    return ctx.size % max(1, ctx.local_size) == 0
+
+
+def DistributedOptimizer(optimizer, *args, **kwargs):
+    """A Keras optimizer whose gradients are averaged over every worker: see commsched.keras.DistributedOptimizer."""
+    from commsched.keras import DistributedOptimizer as keras_optimizer
+    return keras_optimizer(optimizer, *args, **kwargs)
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Writes this rank's trace to file_path with the rank in the name from now on."""
+    del mark_cycles
+    _core.context(_CALLER)
+    if _C.start_timeline(str(file_path)) == 0:
+        raise RuntimeError("start_timeline: this engine has no timeline (it was built with timeline='')")
+
+
+def stop_timeline():
+    _core.context(_CALLER)
+    _C.stop_timeline()
+
+
+# Build queries, answered truthfully: no MPI, DDL, oneCCL or ROCm; Gloo and NCCL as this build carries them.
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    return False
+
+
+def gloo_built():
+    return bool(_C.build["gloo"])
+
+
+def gloo_enabled():
+    return is_initialized() and _core.context(_CALLER).backend == "gloo"
+
+
+def nccl_built():
+    return bool(_C.build["nccl"])
+
+
+def cuda_built():
+    return bool(_C.build["cuda"])
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False

@@ -1,0 +1,97 @@
+"""Gradient averaging through the scheduler: DistributedGradientTape and the reduction Keras's optimizer shares.
+
+Each variable's gradient becomes one scheduler task whose priority is the variable's position in the list asked for
+(model.trainable_variables: forward order, so the first layers are the most urgent). The tasks are submitted in
+reverse order, the order backprop produces the gradients: inside tf.function each submission runs as soon as its
+gradient is computed (stateful ops run in program order, and TensorFlow computes the other gradients meanwhile),
+so the last layers communicate while the first ones are still being differentiated. In eager mode the tape computes
+every gradient before returning, so communication starts after backward. Every gradient is submitted before the
+engine is told the backward is over (backward_done: BSP and MG-WFBP release their held tasks then), and only then
+does anything wait; the step ends with iteration_end (the auto-tuner's clock).
+"""
+import numpy as np
+import tensorflow as tf
+
+from commsched.tensorflow import ops
+
+_registered_model = []  # the gradient sizes given to Context.set_model (the tuner's key), once per process
+
+
+def _variable_name(variable, index):
+    return getattr(variable, "path", None) or getattr(variable, "name", None) or f"var{index}"
+
+
+def _register_model(variables):
+    if not _registered_model:
+        # Keras 3 variables give shape as a tuple and dtype as a string; tf.Variable as TensorShape and DType.
+        sizes = [int(np.prod(tuple(v.shape))) * tf.as_dtype(v.dtype).size for v in variables]
+        _registered_model.append(sizes)
+        ops.context().set_model(sizes)
+
+
+def reduce_gradients(grads, variables, op=ops.Average, compression=None, gradient_predivide_factor=1.0,
+                     prefix="grad"):
+    """Averages (or sums) `grads` over every worker; None gradients stay None. Returns the list."""
+    if op not in (ops.Average, ops.Sum):
+        raise ValueError(f"gradients are reduced with Average or Sum, not op={op!r}")
+    if gradient_predivide_factor <= 0:
+        raise ValueError(f"gradient_predivide_factor={gradient_predivide_factor}: must be > 0")
+    if len(grads) != len(variables):
+        raise ValueError(f"{len(grads)} gradients for {len(variables)} variables")
+    ops.context()  # a clear error before init()
+    _register_model(variables)
+    predivide = gradient_predivide_factor if op == ops.Average else 1.0
+    spec = getattr(compression, "engine_spec", None)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    dense = {i: tf.convert_to_tensor(grads[i]) for i in present}  # IndexedSlices (embeddings) travel dense
+    tickets = {}
+    for i in reversed(present):
+        name = f"{prefix}.{i}.{_variable_name(variables[i], i)}"
+        tickets[i] = (ops.submit_reduce(dense[i], name, i, op, spec, 1.0 / predivide, predivide), name)
+    with tf.control_dependencies([t for t, _ in tickets.values()]):
+        backward_over = ops.engine_call("backward_done", "backward_done")
+    with tf.control_dependencies([backward_over]):
+        outs = {i: ops.wait_ticket(t, dense[i].dtype, dense[i].shape, name, op, predivide)
+                for i, (t, name) in tickets.items()}
+    with tf.control_dependencies(list(outs.values())):
+        step_over = ops.engine_call("iteration_end", "iteration_end")
+    with tf.control_dependencies([step_over]):
+        return [tf.identity(outs[i]) if i in outs else None for i in range(len(grads))]
+
+
+class _DistributedGradientTape:
+    """Delegates to the wrapped tf.GradientTape; gradient() returns the averaged gradients."""
+
+    def __init__(self, tape, compression, op, gradient_predivide_factor):
+        self._tape = tape
+        self._compression = compression
+        self._op = ops.resolve_op(None, op)
+        self._predivide = gradient_predivide_factor
+
+    def gradient(self, target, sources, output_gradients=None, **kwargs):
+        grads = self._tape.gradient(target, sources, output_gradients=output_gradients, **kwargs)
+        flat = tf.nest.flatten(grads)
+        reduced = reduce_gradients(flat, tf.nest.flatten(sources), self._op, self._compression, self._predivide)
+        return tf.nest.pack_sequence_as(grads, reduced)
+
+    def __enter__(self):
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._tape.__exit__(*exc)
+
+    def __getattr__(self, name):  # watch(), stop_recording(), reset(), ... of the wrapped tape
+        return getattr(self._tape, name)
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None, sparse_as_dense=False,
+                            op=ops.Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                            process_set=None, scale_local_gradients=True):
+    """Horovod's DistributedGradientTape: wraps a tf.GradientTape (before or after recording) so gradient() returns
+    the gradients averaged over every worker, each variable's gradient a scheduler task. Sparse gradients travel
+    dense; num_groups/groups are accepted for compatibility (commsched schedules per tensor, and partitions and
+    fuses by its own knobs)."""
+    del device_dense, device_sparse, sparse_as_dense, num_groups, groups, scale_local_gradients
+    ops.check_process_set(process_set)
+    return _DistributedGradientTape(gradtape, compression, op, gradient_predivide_factor)

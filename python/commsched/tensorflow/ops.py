@@ -1,0 +1,302 @@
+"""TensorFlow operations over the engine: allreduce, grouped_allreduce, allgather, broadcast, alltoall, join.
+
+Sums and broadcasts of the engine's dtypes are two native ops (native.py): CommschedSubmit copies the tensor into a
+buffer of its own and queues the task, CommschedWait (an asynchronous kernel) completes with that buffer once the
+task has. Everything else (allgather, alltoall, Min/Max/Product, other dtypes, and every operation where the native
+ops could not be built) is a host callback (tf.numpy_function) around commsched._host_collectives. Both run the
+same in eager mode and inside tf.function. Gradients keep submit and wait apart so that every gradient is on the
+wire before anything waits (see gradients.py).
+
+Inside tf.function, stateful callbacks run in program order (TensorFlow's automatic control dependencies), and a
+callback's Python code is fixed when the function is traced: unnamed operations get their names then, the same on
+every rank as long as every rank traces the same code.
+"""
+import collections
+import itertools
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from commsched import _host_collectives as hc
+from commsched import _runtime_core as core
+from commsched.tensorflow import native
+
+Average, Sum, Adasum, Min, Max, Product = hc.AVERAGE, hc.SUM, "adasum", hc.MIN, hc.MAX, hc.PRODUCT
+CALLER = "commsched.tensorflow"
+
+_noname_ids = collections.defaultdict(itertools.count)
+_pending = {}                   # handle id -> Pending (two-phase operations: gradients)
+_pending_ids = itertools.count(1)
+_lock = threading.Lock()
+
+
+def context():
+    return core.context(CALLER)
+
+
+def auto_name(kind, name):
+    return name if name is not None else f"{kind}.noname.{next(_noname_ids[kind])}"
+
+
+def resolve_op(average, op):
+    """Horovod's op/average arguments -> one op name."""
+    if op is None:
+        op = Average if average is None or average else Sum
+    elif average is not None:
+        raise ValueError("give either op= or average=, not both")
+    if op == Adasum:
+        raise ValueError("op=Adasum is not supported by commsched: use op=Average (or Sum)")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError(f"op={op!r}: expected commsched.tensorflow.Average, Sum, Min, Max or Product")
+    return op
+
+
+def check_process_set(process_set):
+    if process_set is not None and process_set is not global_process_set:
+        raise ValueError("commsched.tensorflow runs on the global process set only (process sets are in "
+                         "commsched.torch)")
+
+
+class _GlobalProcessSet:
+    """Horovod's global_process_set: every worker."""
+    process_set_id = 0
+
+    @property
+    def ranks(self):
+        return list(range(context().size))
+
+    def __repr__(self):
+        return "ProcessSet(global)"
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def _host(fn, inputs, tout, name):
+    """Runs fn(*numpy_inputs) as a host callback; `name` labels it in TensorFlow's graph."""
+    label = "commsched_" + "".join(c if c.isalnum() else "_" for c in name)[:60]
+    return tf.numpy_function(fn, inputs, tout, stateful=True, name=label)
+
+
+def _run(pending_fn):
+    """A host-callback body: start the operation, wait, return its result."""
+    return pending_fn().wait()
+
+
+# ---- native ops ----
+
+_NATIVE_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int32, tf.int64)
+
+
+def _native_ok(dtype):
+    return dtype in _NATIVE_DTYPES and native.load() is not None
+
+
+def _holding():
+    """Whether the policy holds tasks until a backward ends: operations outside a backward then release theirs."""
+    return context().policy in core._HOLDING_POLICIES
+
+
+def _scaled(t, scale):
+    if scale == 1.0:
+        return t
+    if t.dtype.is_integer:  # integers: scale in float64 and round down (Horovod's average)
+        return tf.cast(tf.floor(tf.cast(t, tf.float64) * scale), t.dtype)
+    return t * tf.cast(scale, t.dtype)
+
+
+def _native_submit(tensor, name, op="reduce", priority=0, root=0, compression=None, flush=False):
+    return native.load().commsched_submit(tensor, task_name=name, priority=int(priority), op=op, root=int(root),
+                                          compression=compression or "", flush=flush)
+
+
+def _native_wait(ticket, dtype, shape):
+    out = native.load().commsched_wait(ticket, T=dtype)
+    out.set_shape(shape)
+    return out
+
+
+def _sum_scale(op, postscale):
+    return postscale / context().size if op == Average else postscale
+
+
+def _allreduce_raw(tensor, name, op, prescale, postscale, compression):
+    tensor = tf.convert_to_tensor(tensor)
+    if op in (Average, Sum) and _native_ok(tensor.dtype):
+        ticket = _native_submit(_scaled(tensor, prescale), name, compression=compression, flush=_holding())
+        return _scaled(_native_wait(ticket, tensor.dtype, tensor.shape), _sum_scale(op, postscale))
+
+    def body(x):
+        ctx = context()
+        return _run(lambda: hc.reduce(ctx, x, name, op, compression=compression, prescale=prescale,
+                                      postscale=postscale))
+    out = _host(body, [tensor], tensor.dtype, name)
+    out.set_shape(tensor.shape)
+    return out
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None, ignore_name_scope=False):
+    """Horovod's allreduce: a new tensor, the average (default), sum, min, max or product over every worker.
+    Differentiable for Sum and Average (the gradient is the same reduction of the output gradients)."""
+    del device_dense, device_sparse, ignore_name_scope
+    check_process_set(process_set)
+    op = resolve_op(average, op)
+    name = auto_name("allreduce", name)
+    if isinstance(tensor, tf.IndexedSlices):
+        tensor = tf.convert_to_tensor(tensor)
+    spec = getattr(compression, "engine_spec", None)
+
+    @tf.custom_gradient
+    def reduced(x):
+        out = _allreduce_raw(x, name, op, prescale_factor, postscale_factor, spec)
+
+        def grad(dy):
+            if op not in (Average, Sum):
+                raise ValueError(f"allreduce '{name}': no gradient for op={op!r} (only Sum and Average)")
+            return _allreduce_raw(dy, f"{name}.grad", op, prescale_factor, postscale_factor, None)
+        return out, grad
+    return reduced(tensor)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=None, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None):
+    """Reduces every tensor of the list at once (all on the wire before any wait); returns the list."""
+    del device_dense, device_sparse
+    check_process_set(process_set)
+    op = resolve_op(average, op)
+    base = auto_name("grouped_allreduce", name)
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    spec = getattr(compression, "engine_spec", None)
+    if op in (Average, Sum) and all(_native_ok(t.dtype) for t in tensors):
+        tickets = [_native_submit(_scaled(t, prescale_factor), f"{base}.{i}", compression=spec, flush=_holding())
+                   for i, t in enumerate(tensors)]
+        return [_scaled(_native_wait(k, t.dtype, t.shape), _sum_scale(op, postscale_factor))
+                for k, t in zip(tickets, tensors)]
+
+    def body(*xs):
+        ctx = context()
+        ops = [hc.reduce(ctx, x, f"{base}.{i}", op, compression=spec, prescale=prescale_factor,
+                         postscale=postscale_factor) for i, x in enumerate(xs)]
+        return [p.wait() for p in ops]
+    outs = _host(body, tensors, [t.dtype for t in tensors], base)
+    for o, t in zip(outs, tensors):
+        o.set_shape(t.shape)
+    return list(outs)
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=None):
+    """Concatenation along dimension 0 of every worker's tensor (the other dimensions must agree)."""
+    del ignore_name_scope
+    check_process_set(process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    name = auto_name("allgather", name)
+    out = _host(lambda x: _run(lambda: hc.allgather(context(), x, name)), [tensor], tensor.dtype, name)
+    out.set_shape(tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else [None])
+    return out
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=None):
+    """Every worker gets rank root_rank's tensor (a new tensor)."""
+    del ignore_name_scope
+    check_process_set(process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    name = auto_name("broadcast", name)
+    if not 0 <= int(root_rank) < context().size:
+        raise ValueError(f"broadcast '{name}': root_rank={root_rank} is not a rank (size {context().size})")
+    if _native_ok(tensor.dtype):
+        ticket = _native_submit(tensor, name, "broadcast", root=root_rank, flush=_holding())
+        return _native_wait(ticket, tensor.dtype, tensor.shape)
+    out = _host(lambda x: _run(lambda: hc.broadcast(context(), x, int(root_rank), name)), [tensor], tensor.dtype,
+                name)
+    out.set_shape(tensor.shape)
+    return out
+
+
+def broadcast_variables(variables, root_rank, process_set=None):
+    """Assigns rank root_rank's values to `variables` on every worker (all broadcasts in flight at once)."""
+    check_process_set(process_set)
+    variables = list(variables)
+    if not variables:
+        return None
+    base = auto_name("broadcast_variables", None)
+    values = [tf.convert_to_tensor(v) for v in variables]
+    if all(_native_ok(v.dtype) for v in values):
+        tickets = [_native_submit(v, f"{base}.{i}", "broadcast", root=root_rank, flush=_holding())
+                   for i, v in enumerate(values)]
+        outs = [_native_wait(k, v.dtype, v.shape) for k, v in zip(tickets, values)]
+        return tf.group(*[v.assign(o) for v, o in zip(variables, outs)])
+
+    def body(*xs):
+        ctx = context()
+        ops = [hc.broadcast(ctx, x, int(root_rank), f"{base}.{i}") for i, x in enumerate(xs)]
+        return [p.wait() for p in ops]
+    outs = _host(body, values, [v.dtype for v in values], base)
+    assigns = [v.assign(tf.reshape(o, v.shape)) for v, o in zip(variables, outs)]
+    return tf.group(*assigns)
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=None):
+    """Rows splits[j] of `tensor` go to rank j (equal blocks by default); returns (output, received_splits), as
+    Horovod's TensorFlow alltoall does. Every rank's input is broadcast to all (no point-to-point in the backends)."""
+    del ignore_name_scope
+    check_process_set(process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    name = auto_name("alltoall", name)
+    inputs = [tensor] if splits is None else [tensor, tf.cast(splits, tf.int32)]
+
+    def body(x, s=None):
+        return _run(lambda: hc.alltoall(context(), x, s, name))
+    out, received = _host(body, inputs, [tensor.dtype, tf.int32], name)
+    out.set_shape(tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else None)
+    received.set_shape([None])
+    return out, received
+
+
+def join():
+    """Waits until every worker has called join(); returns the rank that joined last. On the PS and Gloo a joined
+    rank stands in with zeros for the sums the others still compute."""
+    out = _host(lambda: np.int32(hc.join(context(), auto_name("join", None))), [], tf.int32, "join")
+    return out
+
+
+# ---- two-phase operations: submit now, wait later (gradients) ----
+
+def submit_reduce(tensor, name, priority, op, compression, prescale, postscale):
+    """Submits one gradient's sum as a task left to the policy (it may hold it until backward_done); returns an
+    int64 ticket for wait_ticket (given the same op and postscale)."""
+    if _native_ok(tensor.dtype):
+        return _native_submit(_scaled(tensor, prescale), name, priority=priority, compression=compression)
+
+    def body(x):
+        pending = hc.reduce(context(), x, name, op, priority=priority, compression=compression, prescale=prescale,
+                            postscale=postscale, hold=True)
+        with _lock:
+            ticket = next(_pending_ids)
+            _pending[ticket] = pending
+        return np.int64(ticket)
+    return _host(body, [tensor], tf.int64, name + ".submit")
+
+
+def wait_ticket(ticket, dtype, shape, name, op, postscale):
+    if _native_ok(dtype):
+        return _scaled(_native_wait(ticket, dtype, shape), _sum_scale(op, postscale))
+
+    def body(t):
+        with _lock:
+            pending = _pending.pop(int(t))
+        return pending.wait()
+    out = _host(body, [ticket], dtype, name + ".wait")
+    out.set_shape(shape)
+    return out
+
+
+def engine_call(method, name):
+    """Calls a no-argument Context method (backward_done, iteration_end) as a host callback; returns its output."""
+    def body():
+        getattr(context(), method)()
+        return np.int64(0)
+    return _host(body, [], tf.int64, name)

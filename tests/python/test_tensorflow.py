@@ -1,0 +1,77 @@
+"""commsched.tensorflow and commsched.keras on 2 workers, on the parameter server (1 server) and on Gloo, under
+`commsched launch` as the torch tests run: every collective in eager mode and in tf.function, and training through
+DistributedGradientTape and through model.fit() ending with equal weights on both ranks, within 1e-6 of
+single-process training on the combined batch (tensorflow_worker.py checks each rank against its local reference)."""
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow", reason="tensorflow not installed (the test venv has tensorflow-cpu)")
+
+from torch_cluster import HERE, launch, run_single  # noqa: E402
+
+BACKENDS = pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
+SMALL_PARTITIONS = {"COMMSCHED_PARTITION_BYTES": "64", "COMMSCHED_CREDIT_BYTES": "256"}
+
+
+def test_every_horovod_tensorflow_name_exists():
+    import commsched.keras
+    import commsched.tensorflow as hvd
+    import commsched.tensorflow.keras as tfk
+    names = """init shutdown is_initialized size rank local_rank local_size cross_rank cross_size allreduce
+               grouped_allreduce allgather broadcast broadcast_variables alltoall join DistributedGradientTape
+               DistributedOptimizer Compression elastic Average Sum Min Max Adasum Product HorovodInternalError
+               start_timeline stop_timeline gloo_built mpi_built nccl_built""".split()
+    assert not [n for n in names if not hasattr(hvd, n)]
+    keras_names = ["DistributedOptimizer", "callbacks", "init", "rank", "size", "allreduce", "broadcast",
+                   "load_model"]
+    for module in (commsched.keras, tfk):
+        assert not [n for n in keras_names if not hasattr(module, n)], module
+    for cb in ("BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateWarmupCallback"):
+        assert hasattr(tfk.callbacks, cb) and hasattr(commsched.keras.callbacks, cb)
+
+
+def test_calls_before_init_name_the_fix():
+    import commsched.tensorflow as hvd
+    with pytest.raises(ValueError, match=r"call commsched.tensorflow.init\(\) first"):
+        hvd.rank()
+
+
+@BACKENDS
+def test_collectives_on_two_ranks(tmp_path, servers):
+    rc, log = launch(2, [HERE / "tensorflow_worker.py", "api", "--out", tmp_path], servers=servers, timeout=240,
+                     env=SMALL_PARTITIONS)
+    assert rc == 0, log
+    assert log.count("tensorflow api ok") == 2, log
+    if shutil.which("c++") or shutil.which("g++"):  # the ops were compiled against this TensorFlow and used
+        assert log.count("with native ops") == 2, log
+
+
+def test_without_a_compiler_the_ops_fall_back_to_host_callbacks_saying_why(tmp_path):
+    script = tmp_path / "fallback.py"
+    script.write_text("import tensorflow as tf\n"
+                      "import commsched.tensorflow as hvd\n"
+                      "hvd.init()\n"
+                      "print('sum', hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum).numpy().tolist())\n")
+    rc, log = run_single([script], env={"CXX": "no-such-compiler", "XDG_CACHE_HOME": str(tmp_path / "cache"),
+                                        "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=120)
+    assert rc == 0, log
+    assert "no C++ compiler was found (CXX=no-such-compiler" in log and "host callbacks" in log, log
+    assert "sum [1.0, 2.0]" in log, log
+
+
+def _equal_across_ranks(tmp_path, mode):
+    ranks = [np.load(tmp_path / f"{mode}.{r}.npz") for r in range(2)]
+    for key in ranks[0].files:
+        assert np.array_equal(ranks[0][key], ranks[1][key]), f"{mode}: {key} differs between the ranks"
+
+
+@BACKENDS
+@pytest.mark.parametrize("mode", ["tape", "keras"])
+def test_training_matches_single_process_on_the_combined_batch(tmp_path, servers, mode):
+    rc, log = launch(2, [HERE / "tensorflow_worker.py", mode, "--out", tmp_path], servers=servers, timeout=240,
+                     env=SMALL_PARTITIONS)
+    assert rc == 0, log
+    assert log.count(f"{mode} ok") == 2, log
+    _equal_across_ranks(tmp_path, mode)
