@@ -46,6 +46,11 @@ def train(steps, per_worker, rank, size, reads_weight, wrap):
     if wrap:
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                        backward_passes_per_step=PASSES)
+    return model, loop(model, opt, steps, per_worker, rank, size)
+
+
+def loop(call, opt, steps, per_worker, rank, size):
+    """The training loop (also compiled_worker.py's); returns the most updates step() ever left pending."""
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
     deferred = 0
     for step in range(steps):
@@ -53,11 +58,11 @@ def train(steps, per_worker, rank, size, reads_weight, wrap):
         for micro in range(PASSES):
             x, y = micro_batch(step, micro, per_worker * size)
             lo, hi = rank * per_worker, (rank + 1) * per_worker
-            F.cross_entropy(model(x[lo:hi]), y[lo:hi]).backward()
+            F.cross_entropy(call(x[lo:hi]), y[lo:hi]).backward()
         opt.step()
         sched.step()
         deferred = max(deferred, getattr(opt, "pending_updates", 0))
-    return model, deferred
+    return deferred
 
 
 def main():

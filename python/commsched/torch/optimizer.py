@@ -23,6 +23,13 @@ still pending (of modules that did not run) is applied, and its state_dict() app
 an explicit synchronize() before step() (global-norm clipping) fall back to waiting in step(). After the last step,
 call optimizer.flush() (state_dict() does) before reading the parameters other than through a forward or
 model.state_dict().
+
+Compiled models (compiled.py): every hook does nothing while dynamo traces it. Without model=, the module that
+torch.compile(model) returns is called eagerly and owns all of its model's parameters, so every pending update lands
+before its compiled graph runs; model.compile() leaves no eager hook, so step() waits (one warning says why). With
+model=, the model's root pre-hook applies the pending updates from outside the graph (one graph break), and
+parameters whose module hook did not run eagerly in the first forward (a submodule compiled on its own) are applied
+when the root's forward begins.
 """
 import contextlib
 import time
@@ -31,7 +38,7 @@ import weakref
 
 import torch
 
-from commsched.torch import ops, runtime
+from commsched.torch import collectives, compiled, ops, optimizer_args, runtime
 from commsched.torch.compression import Compression
 
 CROSS_ITERATION_VAR = "COMMSCHED_CROSS_ITERATION"
@@ -48,15 +55,17 @@ def _direct_parameters(module):
 
 
 class _GradTask:
-    """A gradient in flight: the C++ handle and how to turn the wire result back into p.grad."""
+    """A gradient in flight: the C++ handle and how to turn the wire result back into p.grad. A sparse gradient's
+    task has no handle: `sparse` waits for its all-gathers and returns the combined sparse gradient."""
 
-    def __init__(self, handle, name, work, cctx, grad):
+    def __init__(self, handle, name, work, cctx, grad, sparse=None):
         self.handle, self.name, self.work, self.cctx, self.grad = handle, name, work, cctx, grad
+        self.sparse = sparse
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, model, cross_iteration, original):
+                 gradient_predivide_factor, model, cross_iteration, original, horovod):
         super(self.__class__, self).__init__(params)
         self.state.update(original.state)
         self._compression = compression
@@ -64,11 +73,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if backward_passes_per_step < 1:
             raise ValueError(f"backward_passes_per_step={backward_passes_per_step}: must be >= 1")
         self._passes_per_step = backward_passes_per_step
-        if gradient_predivide_factor <= 0:
-            raise ValueError(f"gradient_predivide_factor={gradient_predivide_factor}: must be > 0")
+        optimizer_args.check_predivide(gradient_predivide_factor, self._op)
         self._predivide = gradient_predivide_factor
         self._names = self._parameter_names(named_parameters)
         self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        self._process_set = horovod["process_set"]
+        self._sparse_as_dense = horovod["sparse_as_dense"]
+        self._sparse = set()            # parameters seen with a sparse gradient (Horovod's sparse path)
+        self._group_of = optimizer_args.resolve_groups(horovod["groups"], horovod["num_groups"], self._params)
+        self._group_ready = {}          # group -> its members whose gradient of this step is ready
         self._priority = {p: i for i, p in enumerate(self._params)}
         self._forward_order = []        # params in first-seen forward order (first iteration)
         self._order_final = False
@@ -87,10 +100,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._register_grad_hooks()
         # The model's signature (gradient sizes in declaration order) keys the auto-tuner's store of best knobs; with
         # the gradients' ready times of the first backwards it is what the tuner's warm start simulates.
-        runtime.context().set_model([p.numel() * p.element_size() for p in self._params])
+        self._context().set_model([p.numel() * p.element_size() for p in self._params])
         self._index = {p: i for i, p in enumerate(self._params)}
         self._ready_times = None        # per parameter, while the tuner wants backward times (rank 0, first steps)
-        self._watch_backward_times(runtime.context())
+        self._watch_backward_times(self._context())
         self._model = model
         if cross_iteration is None:
             cross_iteration = runtime.env_flag(CROSS_ITERATION_VAR, default=True)
@@ -100,8 +113,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._cross_iteration = bool(cross_iteration)
         self._hyperparameters = None    # cross-iteration: each group's settings when step() deferred the updates
         self._orphans = []              # our parameters no module owns (applied when the outermost forward begins)
+        self._ran_eagerly = None        # with model=: parameters whose module hook ran eagerly in the first forward
         self._coverage = None           # without model=: what the forwards showed (_ForwardCoverage)
         if model is not None:
+            self._ran_eagerly = set()
+            # For the root's pre-hook inside a compiled forward: runs eagerly there (made here, not at import:
+            # importing dynamo takes a second).
+            self._flush_outside_graph = compiled.outside_graph(self.flush)
             self._register_module_hooks(model)
             self._register_state_dict_flush(model)
         elif self._cross_iteration:
@@ -109,6 +127,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._keep.extend(self._coverage.handles)
 
     # ---- set-up ----
+    def _context(self):
+        """The Context gradients go through: the process set's (the global one by default)."""
+        return self._process_set.context()
+
     def _parameter_names(self, named_parameters):
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is None:
@@ -155,13 +177,29 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._keep.append(module._register_state_dict_hook(lambda *unused: self.flush()))
 
     # ---- hooks ----
+    # Every hook does nothing while dynamo traces it (compiled.is_compiling()): the root's pre-hook then applies every
+    # pending update before the compiled graph runs, through a function dynamo keeps out of the graph.
     def _root_pre_forward(self, module, inputs):
-        if self._pending_update and self._orphans:
+        if compiled.is_compiling():
+            self._flush_outside_graph()
+        elif self._pending_update and self._orphans:
             self._apply_pending([p for p in self._orphans if p in self._pending_update])
 
     def _root_post_forward(self, module, inputs, output):
+        if compiled.is_compiling():
+            return
+        if self._ran_eagerly is not None:
+            self._adopt_hidden_parameters()
         if self._pending_update:  # modules that did not run this time
             self._apply_pending(list(self._pending_update))
+
+    def _adopt_hidden_parameters(self):
+        """After the first eager forward with model=: parameters whose module hook did not run eagerly (a submodule
+        compiled on its own, whose hooks dynamo traces, or a module that did not run) are applied when the root's
+        forward begins, like parameters no module owns."""
+        seen, self._ran_eagerly = self._ran_eagerly, None
+        orphans = set(self._orphans)
+        self._orphans.extend(p for p in self._params if p not in seen and p not in orphans)
 
     def _note_forward(self, params):
         seen = set(self._forward_order)
@@ -169,6 +207,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_module_pre_hook(self, params):
         def hook(module, inputs):
+            if compiled.is_compiling():
+                return
+            if self._ran_eagerly is not None:
+                self._ran_eagerly.update(params)
             if not self._order_final:
                 self._note_forward(params)
             if self._pending_update:
@@ -187,7 +229,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             runtime.context()  # a clear error when init() was not called
             if not self._order_final:
                 self._learn_order(p)
-            if p in self._inflight:
+            if p in self._inflight or self._passes_left[p] <= 0:
                 raise RuntimeError(f"gradient of '{self._names[p]}' was computed more than "
                                    f"backward_passes_per_step={self._passes_per_step} times before step(); "
                                    "call step() (or raise backward_passes_per_step)")
@@ -196,7 +238,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._queue_backward_end()
             self._passes_left[p] -= 1
             if self._passes_left[p] == 0:
-                self._submit(p)
+                self._ready(p)
                 self._completed_pass = True
         return hook
 
@@ -224,7 +266,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _report_backward_times(self):
         times, self._ready_times = self._ready_times, None
         if times is not None and any(t >= 0 for t in times):
-            runtime.context().note_backward(times)
+            self._context().note_backward(times)
 
     def _on_backward_end(self):
         self._callback_queued = False
@@ -241,21 +283,52 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _send_backward_done(self):
         if not self._backward_done_sent:
             self._backward_done_sent = True
-            runtime.context().backward_done()
+            self._context().backward_done()
 
     # ---- communication ----
+    def _ready(self, p):
+        """p's gradient of this step is complete: submit it, or (groups=) its group once every member is ready."""
+        group = self._group_of.get(p)
+        if group is None:
+            self._submit(p)
+            return
+        ready = self._group_ready.setdefault(group, set())
+        ready.add(p)
+        if len(ready) == len(group):
+            del self._group_ready[group]
+            for q in group:
+                self._submit(q)
+
     def _submit(self, p):
         if p.grad is None:
-            p.grad = torch.zeros_like(p)
+            p.grad = self._zero_grad_for(p)
         name = f"grad.{self._names[p]}"
+        if p.grad.is_sparse:
+            if not self._sparse_as_dense:
+                self._submit_sparse(p, name)
+                return
+            p.grad = p.grad.to_dense()
         grad = p.grad.detach()
         if self._predivide != 1.0:
             grad.mul_(1.0 / self._predivide)
         compressed, cctx = self._compression.compress(grad)
         work = compressed if compressed.is_contiguous() else compressed.contiguous()
-        handle = runtime.submit(work, name, "reduce", priority=self._priority[p],
+        handle = runtime.submit(work, name, "reduce", priority=self._priority[p], ctx=self._context(),
                                 compression=getattr(self._compression, "engine_spec", None)) if work.numel() else None
         self._inflight[p] = _GradTask(handle, name, work, cctx, grad)
+
+    def _zero_grad_for(self, p):
+        """A parameter without a gradient this step still takes part, in the same form as on the other ranks."""
+        if p in self._sparse and not self._sparse_as_dense:
+            return torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.int64),
+                                           torch.zeros(0, *p.shape[1:], dtype=p.dtype), p.shape)
+        return torch.zeros_like(p)
+
+    def _submit_sparse(self, p, name):
+        """Horovod's sparse path (no compression, as there): every rank's indices and values are all-gathered."""
+        self._sparse.add(p)
+        wait = collectives.sparse_allreduce_async(p.grad, name, self._op, self._process_set)
+        self._inflight[p] = _GradTask(None, name, None, None, p.grad, sparse=wait)
 
     def _submit_missing(self):
         """Parameters that got no gradient this step still take part (zero gradient), so every worker sends the
@@ -264,12 +337,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if p not in self._inflight:
                 self._submit(p)
             self._passes_left[p] = self._passes_per_step
+        self._group_ready.clear()
 
     def _finish(self, task):
+        if task.sparse is not None:
+            task.grad.zero_().add_(task.sparse())
+            return
         if task.handle is not None:
             runtime.wait(task.handle, task.name)
         result = self._compression.decompress(task.work, task.cctx)
-        scale = self._predivide / runtime.size() if self._op == ops.Average else self._predivide
+        scale = self._predivide / self._process_set.size() if self._op == ops.Average else self._predivide
         if result.data_ptr() != task.grad.data_ptr():
             task.grad.copy_(result)
         if scale != 1.0:
@@ -303,7 +380,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._should_synchronize = True
 
     def step(self, closure=None):
-        ctx = runtime.context()
+        runtime.context()  # a clear error when init() was not called
+        ctx = self._context()
         if self._overlap_ready() and closure is None and not self._synchronized and self._should_synchronize:
             self._end_of_step_submissions()
             self._pending_update.update(self._inflight)
@@ -348,6 +426,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _next_step(self, ctx):
         self._backward_done_sent = False
         self._completed_pass = False
+        self._group_ready.clear()
         for p in self._params:
             self._passes_left[p] = self._passes_per_step
         ctx.iteration_end()
@@ -382,6 +461,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 warnings.warn(f"commsched: parameter '{self._names[uncovered]}' is not a parameter of any module that "
                               "ran in the forward, so it may be read outside a module's forward before its update "
                               "lands; waiting in step() (pass DistributedOptimizer(..., model=model) to overlap)")
+            elif self._coverage.traced:
+                warnings.warn("commsched: the forward ran only inside a compiled graph (a model compiled in place "
+                              "with model.compile()), where no hook can apply pending updates before the graph reads "
+                              "the parameters; waiting in step() (pass DistributedOptimizer(..., model=model), or "
+                              "use model = torch.compile(model), to overlap)")
         return self._cross_iteration
 
     @property
@@ -458,6 +542,8 @@ class _ForwardCoverage:
         self._depth = 0
         self._whole_forward_seen = False
         self.decided = False
+        self.traced = False  # a hook ran inside dynamo's trace (set by the compiled code, after its graph ran)
+        compiled.quiet_global_hook_warning()
         self.handles = [torch_module.register_module_forward_pre_hook(self._pre),
                         torch_module.register_module_forward_hook(self._post)]
 
@@ -479,9 +565,12 @@ class _ForwardCoverage:
         return opt
 
     def _params_of(self, module):
+        """The parameters whose pending updates land before `module`'s forward: its direct ones, or all of them
+        for a torch.compile(model) wrapper (called eagerly; the hooks inside its compiled graph do nothing)."""
         params = self._owned.get(module)
         if params is None:
-            params = [p for p in _direct_parameters(module) if p in self._mine]
+            held = module.parameters() if compiled.is_compiled_wrapper(module) else _direct_parameters(module)
+            params = [p for p in held if p in self._mine]
             self._owned[module] = params
         return params
 
@@ -490,11 +579,14 @@ class _ForwardCoverage:
         if held is None:
             held = any(p in self._mine for p in module.parameters())
             self._is_root[module] = held
-            if held:
-                opt._register_state_dict_flush(module)
+            if held:  # (a torch.compile(model) wrapper's state_dict() calls its model's: the model's covers both)
+                opt._register_state_dict_flush(compiled.unwrapped(module))
         return held
 
     def _pre(self, module, inputs):
+        if compiled.is_compiling():
+            self.traced = True
+            return
         opt = self._alive()
         if opt is None:
             return
@@ -513,6 +605,8 @@ class _ForwardCoverage:
             opt._apply_pending([p for p in params if p in opt._pending_update])
 
     def _post(self, module, inputs, output):
+        if compiled.is_compiling():
+            return
         opt = self._alive()
         if opt is None:
             return
@@ -527,10 +621,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          op=ops.Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=None, *, model=None, cross_iteration=None):
     """Wraps `optimizer` (any torch.optim.Optimizer) so its gradients are averaged over every worker, scheduled by
-    commsched. Horovod's signature; commsched extras (keyword only): model= (learns forward order from forward hooks;
-    needed for cross-iteration mode) and cross_iteration= (default: COMMSCHED_CROSS_ITERATION).
-    num_groups/groups/sparse_as_dense/process_set are accepted for compatibility; commsched schedules per tensor."""
-    del num_groups, groups, sparse_as_dense, process_set
+    commsched. Horovod's signature, every argument meaning what it means there (optimizer_args.py: process_set,
+    groups/num_groups, sparse_as_dense, gradient_predivide_factor); commsched extras (keyword only): model= (learns
+    forward order from forward hooks) and cross_iteration= (default: COMMSCHED_CROSS_ITERATION)."""
+    horovod = {"process_set": optimizer_args.member_set(process_set), "groups": groups, "num_groups": num_groups,
+               "sparse_as_dense": bool(sparse_as_dense)}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, model, cross_iteration, optimizer)
+               gradient_predivide_factor, model, cross_iteration, optimizer, horovod)

@@ -1,0 +1,66 @@
+"""One worker of test_torch_compile.py: the training loop of unchanged_script_worker.py (a learning-rate scheduler
+stepping between step() and the next forward, two backward passes per step, zero_grad alternating set_to_none, a
+module called twice, a ParameterList) on a compiled model, with DistributedOptimizer at its defaults. Saves the final
+parameters to OUT/<rank>.pt and OUT/<rank>.json: whether step() deferred updates (the overlap survived) and how many
+graph breaks dynamo made."""
+import argparse
+import json
+import os
+
+import torch
+
+import commsched.torch as hvd
+from unchanged_script_worker import PASSES, TwiceUsed, loop
+
+
+class WithGraphBreak(TwiceUsed):
+    """The same model with a graph break in the middle of its forward (two compiled graphs, eager code between)."""
+
+    def forward(self, x):
+        h = self.act(self.a(self.act(self.inp(x))))
+        torch._dynamo.graph_break()
+        return self.b(self.act(self.a(h)) * self.gain[0])
+
+
+def build(graph_break, how, backend):
+    """The model and what to call: torch.compile(model) ('wrap'), model.compile() ('inplace') or eager ('none')."""
+    torch.manual_seed(0)
+    model = (WithGraphBreak if graph_break else TwiceUsed)(reads_weight=False)
+    if how == "wrap":
+        return model, torch.compile(model, backend=backend)
+    if how == "inplace":
+        model.compile(backend=backend)
+    return model, model
+
+
+def train(a, rank, size):
+    model, call = build(a.graph_break, a.compile, a.backend)
+    opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9, weight_decay=1e-4)
+    # Made before the first compiled call, so the process-wide hooks exist when the wrapper first runs.
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), backward_passes_per_step=PASSES,
+                                   model=model if a.pass_model else None)
+    return model, loop(call, opt, a.steps, a.batch, rank, size)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--compile", choices=["wrap", "inplace", "none"], default="wrap")
+    ap.add_argument("--backend", default="aot_eager")
+    ap.add_argument("--graph-break", action="store_true")
+    ap.add_argument("--pass-model", action="store_true")
+    a = ap.parse_args()
+    hvd.init()
+    torch._dynamo.utils.counters.clear()
+    model, deferred = train(a, hvd.rank(), hvd.size())
+    breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, os.path.join(a.out, f"{hvd.rank()}.pt"))
+    with open(os.path.join(a.out, f"{hvd.rank()}.json"), "w") as f:
+        json.dump({"deferred": deferred, "graph_breaks": breaks}, f)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
