@@ -11,6 +11,7 @@ PKGS=(
   libgloo-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   iproute2 iperf3 procps
+  openmpi-bin slurm-wlm munge python3-yaml
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,8 +1,10 @@
 #include "comm_backends/cluster_env.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
+#include "comm_backends/launcher_env.h"
 #include "scheduler/config.h"
 #include "scheduler/types.h"
 
@@ -25,50 +27,157 @@ OptionTable<ClusterEnv> build_cluster_table() {
   t.bind("role", "COMMSCHED_ROLE", [](E& e) -> Role& { return e.role; }, role_value(),
          "this process's role (also DMLC_ROLE)");
   t.bind("num_workers", "COMMSCHED_NUM_WORKERS", [](E& e) -> int& { return e.num_workers; }, int_value(1, kMany),
-         "worker processes (also DMLC_NUM_WORKER, torchrun's WORLD_SIZE)");
+         "worker processes (a worker's launcher: WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE; also DMLC_NUM_WORKER)");
   t.bind("num_servers", "COMMSCHED_NUM_SERVERS", [](E& e) -> int& { return e.num_servers; }, int_value(0, kMany),
-         "parameter-server processes (also DMLC_NUM_SERVER)");
+         "parameter-server processes (a server's launcher: as num_workers; also DMLC_NUM_SERVER)");
   t.bind("rank", "COMMSCHED_RANK", [](E& e) -> int& { return e.rank; }, int_value(0, kMany),
-         "this process's rank within its role, below the number of its role's processes (also DMLC_WORKER_ID or "
-         "torchrun's RANK for workers, DMLC_SERVER_ID for servers)");
+         "this process's rank within its role, below the number of its role's processes (launchers: RANK, "
+         "SLURM_PROCID, OMPI_COMM_WORLD_RANK; also DMLC_WORKER_ID / DMLC_SERVER_ID). Precedence: COMMSCHED_* > "
+         "torchrun/Ray > Slurm > Open MPI > DMLC_*; two launchers that disagree are an error naming both");
   t.bind("root_addr", "COMMSCHED_ROOT_ADDR", [](E& e) -> std::string& { return e.root_addr; },
-         text_value("a host name or address"), "address of the rendezvous root (also DMLC_PS_ROOT_URI, MASTER_ADDR)");
+         text_value("a host name or address"), "address of the rendezvous root (launchers: MASTER_ADDR, the first host of SLURM_JOB_NODELIST, "
+         "loopback under a one-host mpirun; also DMLC_PS_ROOT_URI)");
   t.bind("root_port", "COMMSCHED_ROOT_PORT", [](E& e) -> int& { return e.root_port; }, int_value(1, 65535),
-         "port of the rendezvous root (also DMLC_PS_ROOT_PORT; under torchrun MASTER_PORT + 1, since torchrun's "
-         "store holds MASTER_PORT)");
+         "port of the rendezvous root (under torchrun/Ray MASTER_PORT + 1, since torchrun's store holds "
+         "MASTER_PORT; under Slurm and Open MPI 10000 + 4 * (job id mod 5000), the job id from SLURM_JOB_ID or "
+         "OMPI_MCA_ess_base_jobid; also DMLC_PS_ROOT_PORT)");
   t.bind("bind", "COMMSCHED_BIND", [](E& e) -> std::string& { return e.bind; },
          text_value("an address or interface name; empty: automatic"),
          "where data sockets bind (also DMLC_INTERFACE); empty: the address this host uses to reach the root");
   t.bind("local_rank", "COMMSCHED_LOCAL_RANK", [](E& e) -> int& { return e.local_rank; }, int_value(0, kMany),
-         "position among the workers of this host, below local_size (also LOCAL_RANK); unset: the rank");
+         "position among the workers of this host, below local_size (launchers: LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK); unset: the rank");
   t.bind("local_size", "COMMSCHED_LOCAL_SIZE", [](E& e) -> int& { return e.local_size; }, int_value(1, kMany),
-         "workers on this host (also LOCAL_WORLD_SIZE); unset: every worker");
+         "workers on this host (launchers: LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE or this node's SLURM_TASKS_PER_NODE, OMPI_COMM_WORLD_LOCAL_SIZE); unset: every worker");
   t.bind("timeout", "COMMSCHED_TIMEOUT", [](E& e) -> double& { return e.timeout_s; }, duration_value(),
          "silence from a peer before it is declared dead (positive; with heartbeats and polling a hung peer is caught "
          "within 10 s of the default; raise it on a congested fabric, where TCP can stall a flow for seconds)");
   return t;
 }
 
-// Returns the first set variable among `names` together with its name.
-std::optional<std::pair<std::string, std::string>> first_set(std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (auto v = env_value(n)) return std::make_pair(std::string(n), *v);
-  return std::nullopt;
-}
+// Where each field of a resolved ClusterEnv came from, for `commsched env`.
+struct Trace {
+  std::vector<std::string> launchers;                       // detected, highest precedence first
+  std::vector<std::pair<std::string, std::string>> fields;  // option name -> source in words
+  std::vector<std::string> notes;
+};
 
-// Applies the cluster option `option` from its own variable (COMMSCHED_*) or else the first set one of `older`
-// (DMLC_*, then torchrun's), parsed and checked by its registry row; returns the variable used, empty when none.
-std::string apply_first_set(ClusterEnv& e, std::string_view option, std::initializer_list<const char*> older) {
-  std::optional<std::pair<std::string, std::string>> v;
+std::string env_of(const std::string& option) {
   for (const OptionInfo& info : cluster_option_table().infos())
-    if (info.name == option)
-      if (auto own = env_value(info.env)) v = std::make_pair(info.env, *own);
-  if (!v) v = first_set(older);
-  if (!v) return {};
-  cluster_option_table().set(e, option, v->second, v->first);
-  return v->first;
+    if (info.name == option) return info.env;
+  return option;
 }
 
+bool counts_processes(const std::string& option) {
+  return option == "rank" || option == "num_workers" || option == "num_servers" || option == "local_rank" ||
+         option == "local_size";
+}
+
+std::string source_words(const LauncherSetting& s, const std::string& launcher) {
+  return s.value + "  (" + launcher + ": " + (s.how.empty() ? s.var : s.how) + ")";
+}
+
+// Two launchers both count this process (srun around a script that mpirun also started, ...): unless their counts
+// agree, which one is right is the user's call.
+void check_agreement(const std::string& option, const std::vector<LauncherView>& views) {
+  const LauncherView* first = nullptr;
+  for (const LauncherView& v : views) {
+    auto it = v.fields.find(option);
+    if (it == v.fields.end()) continue;
+    if (!first) {
+      first = &v;
+      continue;
+    }
+    const LauncherSetting& a = first->fields.at(option);
+    const LauncherSetting& b = it->second;
+    if (parse_int(a.var, a.value, 0, int64_t{1} << 40) == parse_int(b.var, b.value, 0, int64_t{1} << 40)) continue;
+    throw InvalidArgument(a.var + "=" + a.value + " (" + first->launcher + ") and " + b.var + "=" + b.value + " (" +
+                          v.launcher + ") disagree on " + option + ": two launchers' variables are set; set " +
+                          env_of(option) + " to choose, or start this process with one launcher");
+  }
+}
+
+// Role first (COMMSCHED_ROLE, else DMLC_ROLE): a launcher's rank and size count the processes of this role.
+void apply_role(ClusterEnv& e, Trace& t) {
+  for (const char* var : {"COMMSCHED_ROLE", "DMLC_ROLE"})
+    if (auto v = env_value(var)) {
+      if (*v == "scheduler" && std::string(var) == "DMLC_ROLE")  // entry points exit 0 on it before (see header)
+        throw InvalidArgument(scheduler_role_notice());
+      cluster_option_table().set(e, "role", *v, var);
+      t.fields.emplace_back("role", *v + "  (" + var + ")");
+      return;
+    }
+}
+
+// Unset local fields: the process is alone with the others of its role on one host (a server's defaults are
+// server-shaped, so a server started by hand with only its role and rank is valid). Errors name the variable a value
+// came from (RANK under torchrun, SLURM_PROCID under srun).
+void check_ranks(ClusterEnv& e, const std::map<std::string, std::string>& var_of) {
+  const bool server = e.role == Role::server;
+  const int n = server ? e.num_servers : e.num_workers;
+  auto var = [&](const char* option) {
+    auto it = var_of.find(option);
+    return it == var_of.end() ? std::string() : it->second;
+  };
+  const std::string rank_var = var("rank").empty() ? "COMMSCHED_RANK" : var("rank");
+  if (var("local_rank").empty()) e.local_rank = e.rank;
+  if (var("local_size").empty()) e.local_size = std::max(n, 1);
+  if (e.rank >= n)
+    throw InvalidArgument(rank_var + "=" + std::to_string(e.rank) + " is invalid: a " + (server ? "server" : "worker") +
+                          " rank must be in [0, " + std::to_string(n) + ")");
+  if (e.local_rank >= e.local_size)
+    throw InvalidArgument(
+        (var("local_rank").empty() ? "the local rank (default: " + rank_var + ")" : var("local_rank")) + "=" +
+        std::to_string(e.local_rank) + " is invalid: must be below the local size " + std::to_string(e.local_size) +
+        " (" +
+        (var("local_size").empty() ? std::string("default: the number of ") + (server ? "servers" : "workers")
+                                   : var("local_size")) +
+        ")");
+  e.validate();
+}
+
+ClusterEnv resolve(Trace& t) {
+  ClusterEnv e;
+  apply_role(e, t);
+  const bool server = e.role == Role::server;
+  std::vector<LauncherView> views = launcher_views(server);
+  // torchrun's agent under srun or mpirun: their variables count the agents, not the workers the agent started.
+  if (!views.empty() && env_value("TORCHELASTIC_RUN_ID")) {
+    for (size_t i = 1; i < views.size(); ++i)
+      if (views[i].launcher == "Slurm" || views[i].launcher == "Open MPI")
+        t.notes.push_back(views[i].launcher + "'s variables ignored: they describe torchrun's agent");
+    views.erase(std::remove_if(views.begin() + 1, views.end(),
+                               [](const LauncherView& v) { return v.launcher == "Slurm" || v.launcher == "Open MPI"; }),
+                views.end());
+  }
+  for (const LauncherView& v : views) {
+    t.launchers.push_back(v.launcher);
+    for (const std::string& n : v.notes) t.notes.push_back(v.launcher + ": " + n);
+  }
+  std::map<std::string, std::string> var_of;  // option -> the variable it came from
+  for (const OptionInfo& info : cluster_option_table().infos()) {
+    if (info.name == "role") continue;
+    if (auto own = env_value(info.env)) {
+      cluster_option_table().set(e, info.name, *own, info.env);
+      var_of[info.name] = info.env;
+      t.fields.emplace_back(info.name, *own + "  (" + info.env + ")");
+      continue;
+    }
+    if (counts_processes(info.name)) check_agreement(info.name, views);
+    for (const LauncherView& v : views) {
+      auto it = v.fields.find(info.name);
+      if (it == v.fields.end()) continue;
+      cluster_option_table().set(e, info.name, it->second.value, it->second.var);
+      var_of[info.name] = it->second.var;
+      t.fields.emplace_back(info.name, source_words(it->second, v.launcher));
+      break;
+    }
+  }
+  if (!var_of.count("root_addr"))
+    for (const LauncherView& v : views)
+      if (!v.missing_root.empty()) throw InvalidArgument(v.missing_root);
+  check_ranks(e, var_of);
+  return e;
+}
 }  // namespace
 
 const OptionTable<ClusterEnv>& cluster_option_table() {
@@ -77,42 +186,21 @@ const OptionTable<ClusterEnv>& cluster_option_table() {
 }
 
 ClusterEnv ClusterEnv::from_env() {
-  ClusterEnv e;
-  apply_first_set(e, "role", {"DMLC_ROLE"});
-  apply_first_set(e, "num_workers", {"DMLC_NUM_WORKER", "WORLD_SIZE"});
-  apply_first_set(e, "num_servers", {"DMLC_NUM_SERVER"});
-  const bool server = e.role == Role::server;
-  std::string rank_var = server ? apply_first_set(e, "rank", {"DMLC_SERVER_ID"})
-                                : apply_first_set(e, "rank", {"DMLC_WORKER_ID", "RANK"});
-  if (rank_var.empty()) rank_var = "COMMSCHED_RANK";
-  apply_first_set(e, "root_addr", {"DMLC_PS_ROOT_URI", "MASTER_ADDR"});
-  if (apply_first_set(e, "root_port", {"DMLC_PS_ROOT_PORT"}).empty()) {
-    if (auto m = first_set({"MASTER_PORT"})) {
-      // torchrun's agent (and torch.distributed's env:// rank 0) listens on MASTER_PORT itself; ours is the next one.
-      e.root_port = static_cast<int>(parse_int(m->first, m->second, 1, 65534)) + 1;
-    }
-  }
-  apply_first_set(e, "bind", {"DMLC_INTERFACE"});
-  const int n = server ? e.num_servers : e.num_workers;
-  // Unset, a process is alone with the others of its role on one host: a server's defaults are server-shaped, so a
-  // server started by hand with only its role and rank is valid.
-  e.local_rank = e.rank;
-  e.local_size = std::max(n, 1);
-  std::string local_var = apply_first_set(e, "local_rank", {"LOCAL_RANK"});
-  const std::string size_var = apply_first_set(e, "local_size", {"LOCAL_WORLD_SIZE"});
-  apply_first_set(e, "timeout", {});
-  if (e.rank >= n)  // named after the variable it came from (RANK under torchrun)
-    throw InvalidArgument(rank_var + "=" + std::to_string(e.rank) + " is invalid: a " + (server ? "server" : "worker") +
-                          " rank must be in [0, " + std::to_string(n) + ")");
-  if (e.local_rank >= e.local_size)  // named after the variables it came from, or the defaults it fell back to
-    throw InvalidArgument((local_var.empty() ? "the local rank (default: " + rank_var + ")" : local_var) + "=" +
-                          std::to_string(e.local_rank) + " is invalid: must be below the local size " +
-                          std::to_string(e.local_size) + " (" +
-                          (size_var.empty() ? std::string("default: the number of ") + (server ? "servers" : "workers")
-                                            : size_var) +
-                          ")");
-  e.validate();
-  return e;
+  Trace t;
+  return resolve(t);
+}
+
+std::string ClusterEnv::explain_env() {
+  Trace t;
+  const ClusterEnv e = resolve(t);
+  std::ostringstream os;
+  os << "launcher: " << (t.launchers.empty() ? std::string("none (COMMSCHED_* and defaults)") : t.launchers.front());
+  for (size_t i = 1; i < t.launchers.size(); ++i) os << (i == 1 ? "; also set: " : ", ") << t.launchers[i];
+  os << "\n";
+  for (const std::string& n : t.notes) os << "note: " << n << "\n";
+  for (const auto& [name, source] : t.fields) os << "  " << name << " = " << source << "\n";
+  os << "derived: " << e.describe() << ", local rank " << e.local_rank << " of " << e.local_size << "\n";
+  return os.str();
 }
 
 void ClusterEnv::validate() const {

@@ -15,12 +15,21 @@
 //   COMMSCHED_TIMEOUT       seconds without word from a peer before it is declared dead (default 8: with heartbeat
 //                           and polling granularity a hung peer is then caught within 10 s, as the issue requires)
 //
-// torchrun's contract is accepted too, after the two above: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR and MASTER_PORT (our rendezvous then listens on MASTER_PORT + 1: torchrun's agent store, or rank 0 of
-// torch.distributed's env:// init, holds MASTER_PORT itself). A worker under torchrun therefore needs no COMMSCHED_*
-// variable: WORLD_SIZE workers, no servers, Gloo all-reduce.
+// Launchers' variables fill what no COMMSCHED_* variable sets, in ONE precedence order (comm_backends/launcher_env.h
+// reads each launcher):
+//   explicit COMMSCHED_*  >  torchrun / Ray Train (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+//   MASTER_PORT)  >  Slurm srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE or
+//   SLURM_TASKS_PER_NODE; root: first host of SLURM_JOB_NODELIST; port from SLURM_JOB_ID)  >  Open MPI mpirun
+//   (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE; root: loopback when every rank is on this host, else
+//   COMMSCHED_ROOT_ADDR must be set; port from OMPI_MCA_ess_base_jobid)  >
+//   DMLC_* (BytePS).
+// A launcher's rank and size count the processes of this process's role. Under torchrun the rendezvous listens on
+// MASTER_PORT + 1 (torchrun's agent store, or rank 0 of torch.distributed's env:// init, holds MASTER_PORT). When two
+// launchers count this process differently (rank, sizes, local rank or size), from_env() throws InvalidArgument
+// naming both variables; an explicit COMMSCHED_* variable settles it. A worker started by torchrun's agent
+// (TORCHELASTIC_RUN_ID) ignores Slurm's and Open MPI's variables: they describe the agent.
 //
-// COMMSCHED_* wins over DMLC_*, DMLC_* over torchrun's; a bad value raises InvalidArgument naming the variable, the value and what is allowed.
+// A bad value raises InvalidArgument naming the variable, the value and what is allowed.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +54,8 @@ struct ClusterEnv {
   double timeout_s = 8.0;
 
   static ClusterEnv from_env();
+  // What from_env() detects and derives, field by field with its source, for `commsched env`; throws as it does.
+  static std::string explain_env();
   // Throws InvalidArgument when a field is out of range (rank >= number of processes of its role, ...).
   void validate() const;
   std::string describe() const;

@@ -73,6 +73,22 @@ OptionTable<EngineConfig> build_engine_table() {
   return t;
 }
 
+// BytePS's names of two knobs, so BytePS job files keep their tuning: below the COMMSCHED_* variables. BytePS counts
+// its credit in partitions, commsched in bytes: honoured as credit x partition when the partition size is given.
+void apply_byteps_knobs(EngineConfig& c) {
+  if (!env_value(env_of("partition_bytes")))
+    if (auto v = env_value("BYTEPS_PARTITION_BYTES")) c.set("partition_bytes", *v, "BYTEPS_PARTITION_BYTES");
+  const auto credit = env_value("BYTEPS_SCHEDULING_CREDIT");
+  if (!credit || env_value(env_of("credit_bytes"))) return;
+  const int64_t n = parse_int("BYTEPS_SCHEDULING_CREDIT", *credit, 1, 1 << 20);
+  if (!c.partition_set || c.knobs.partition_bytes == 0)
+    throw InvalidArgument("BYTEPS_SCHEDULING_CREDIT=" + *credit + " counts partitions and no partition size is set "
+                          "(BYTEPS_PARTITION_BYTES or " + env_of("partition_bytes") + "): set " +
+                          env_of("credit_bytes") + ", commsched's credit in bytes, instead");
+  c.knobs.credit_bytes = static_cast<uint64_t>(n) * c.knobs.partition_bytes;
+  c.credit_set = true;
+}
+
 }  // namespace
 
 const OptionTable<EngineConfig>& engine_option_table() {
@@ -94,6 +110,7 @@ void EngineConfig::set(std::string_view option, std::string_view value, std::str
 EngineConfig EngineConfig::from_env() {
   EngineConfig c;
   engine_option_table().set_from_env(c);
+  apply_byteps_knobs(c);
   c.validate();
   return c;
 }

@@ -5,6 +5,7 @@
 //   commsched bench    the comparison grid: simulated, or run as real local clusters (--mode cluster)
 //   commsched trace-merge  the per-rank trace files of one run as one Perfetto trace
 //   commsched options  every COMMSCHED_* option (--markdown: the README table), the policies, the backends
+//   commsched env      the launcher detected (torchrun/Ray, Slurm, Open MPI, DMLC_*) and the cluster contract derived
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   commsched::add_bench_subcommand(app, commsched::run_cluster_trial);
   commsched::add_trace_merge_subcommand(app);
   commsched::add_options_subcommand(app);
+  commsched::add_env_subcommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/launcher_env.h"
 #include "plugins/api/option_catalogue.h"
 
 namespace commsched {
@@ -33,6 +35,23 @@ void add_options_subcommand(CLI::App& app) {
     else if (a->backends) std::fputs(backends_markdown().c_str(), stdout);
     else if (a->markdown) std::fputs(options_markdown().c_str(), stdout);
     else print_plain();
+  });
+}
+
+void add_env_subcommand(CLI::App& app) {
+  CLI::App* s = app.add_subcommand("env", "print the launcher detected in this environment (torchrun/Ray, Slurm, Open "
+                                          "MPI, DMLC_*) and the cluster contract derived from it, field by field");
+  s->callback([] {
+    if (const std::string notice = scheduler_role_notice(); !notice.empty()) {
+      std::puts(notice.c_str());
+      return;
+    }
+    try {
+      std::fputs(ClusterEnv::explain_env().c_str(), stdout);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "commsched env: %s\n", e.what());
+      throw CLI::RuntimeError(2);
+    }
   });
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/launcher_env.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/server.h"
 #include "plugins/launch/launcher.h"
@@ -46,6 +47,10 @@ void add_launch_subcommand(CLI::App& app) {
 void add_server_subcommand(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("server", "run one parameter server (configured by COMMSCHED_* variables)");
   sub->callback([] {
+    if (const std::string notice = scheduler_role_notice(); !notice.empty()) {
+      std::cout << notice << std::endl;  // BytePS job files start a scheduler; commsched has none to run
+      return;
+    }
     ClusterEnv env;
     PsConfig cfg;
     try {

@@ -16,6 +16,7 @@
 
 #include "plugins/api/context.h"
 #include "comm_backends/comm_backend.h"
+#include "comm_backends/launcher_env.h"
 #include "plugins/api/live_tuner.h"
 #include "plugins/api/option_catalogue.h"
 #include "scheduler/completion_waiter.h"
@@ -285,6 +286,10 @@ PYBIND11_MODULE(_C, m) {
   for (const BackendInfo& b : backend_registry()) build[py::str(std::string(b.name))] = b.available;
   build["cuda"] = find_backend("nccl") != nullptr && find_backend("nccl")->available;
   m.attr("build") = build;
+
+  // BytePS's DMLC_ROLE=scheduler: init() prints it and exits 0 (commsched runs no scheduler); empty otherwise.
+  m.def("scheduler_role_notice", &scheduler_role_notice);
+  m.def("explain_env", &ClusterEnv::explain_env, "the launcher detected and the cluster contract derived from it");
 
   // The registries, so Python keeps no list of its own: init() keywords are option names, the flush rule asks the
   // policy registry.

@@ -72,6 +72,10 @@ def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **o
     """
     global _ctx
     del comm
+    notice = _C.scheduler_role_notice()
+    if notice:  # a BytePS job file's scheduler process: commsched has none to run
+        print(notice, flush=True)
+        raise SystemExit(0)
     with _lock:
         if _ctx is not None:
             return

@@ -69,6 +69,32 @@ TEST(Config, EngineOptionsAndEnvironment) {
   ::unsetenv("COMMSCHED_POLICY");
 }
 
+// BytePS job files keep their tuning: its partition is bytes as ours, its credit counts partitions; COMMSCHED_* wins.
+TEST(Config, BytepsKnobsAreHonouredBelowCommschedNames) {
+  ::setenv("BYTEPS_PARTITION_BYTES", "4096000", 1);
+  ::setenv("BYTEPS_SCHEDULING_CREDIT", "4", 1);
+  EngineConfig e = EngineConfig::from_env();
+  EXPECT_EQ(e.knobs.partition_bytes, 4096000u);
+  EXPECT_EQ(e.knobs.credit_bytes, 4u * 4096000u);
+  EXPECT_TRUE(e.partition_set && e.credit_set) << "given knobs are not replaced by the automatic ones";
+  ::setenv("COMMSCHED_PARTITION_BYTES", "1MiB", 1);
+  e = EngineConfig::from_env();
+  EXPECT_EQ(e.knobs.partition_bytes, 1u << 20);
+  EXPECT_EQ(e.knobs.credit_bytes, 4u << 20) << "the credit counts commsched's partitions";
+  ::setenv("COMMSCHED_CREDIT_BYTES", "3MiB", 1);
+  EXPECT_EQ(EngineConfig::from_env().knobs.credit_bytes, 3u << 20);
+  ::unsetenv("COMMSCHED_CREDIT_BYTES");
+  ::unsetenv("COMMSCHED_PARTITION_BYTES");
+  ::unsetenv("BYTEPS_PARTITION_BYTES");
+  expect_error([] { EngineConfig::from_env(); }, {"BYTEPS_SCHEDULING_CREDIT=4", "COMMSCHED_CREDIT_BYTES"});
+  ::setenv("BYTEPS_SCHEDULING_CREDIT", "many", 1);
+  expect_error([] { EngineConfig::from_env(); }, {"BYTEPS_SCHEDULING_CREDIT", "many"});
+  ::unsetenv("BYTEPS_SCHEDULING_CREDIT");
+  ::setenv("BYTEPS_PARTITION_BYTES", "huge", 1);
+  expect_error([] { EngineConfig::from_env(); }, {"BYTEPS_PARTITION_BYTES", "huge"});
+  ::unsetenv("BYTEPS_PARTITION_BYTES");
+}
+
 TEST(Config, FactoryBuildsRequestedPolicy) {
   EngineConfig c;
   c.policy = PolicyKind::bytescheduler;
