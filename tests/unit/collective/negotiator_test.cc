@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <mutex>
@@ -26,15 +27,22 @@ struct RankLog {
   std::vector<std::pair<uint64_t, Status>> failures;
   size_t settled = 0;
   std::atomic<int> execute_ms{0};  // execute blocks this long, like a collective run on the negotiator thread
+  // Each executed group is reported done (Negotiator::completed) at once, as a backend does when it ends; a test of
+  // the credit turns this off and completes groups itself.
+  std::atomic<bool> auto_complete{true};
+  std::function<void()> completed;  // set once the negotiator exists, before anything is submitted
 
   NegotiatorCallbacks callbacks() {
     NegotiatorCallbacks cb;
     cb.execute = [this](std::vector<uint64_t>&& g) {
       if (const int ms = execute_ms.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      std::lock_guard lock(mu);
-      settled += g.size();
-      groups.push_back(std::move(g));
-      cv.notify_all();
+      {
+        std::lock_guard lock(mu);
+        settled += g.size();
+        groups.push_back(std::move(g));
+        cv.notify_all();
+      }
+      if (auto_complete && completed) completed();
     };
     cb.fail = [this](uint64_t token, const Status& st) {
       std::lock_guard lock(mu);
@@ -88,6 +96,7 @@ class Group {
       }));
     }
     for (auto& j : joins) j.get();
+    for (int r = 0; r < size; ++r) logs_[r].completed = [n = negotiators_[r].get()] { n->completed(); };
   }
   ~Group() {
     // Shut down concurrently: the goodbye barrier needs every rank.
@@ -280,6 +289,7 @@ TEST(Negotiator, ACollectiveLongerThanTheTimeoutOnTheNegotiatorThreadIsNotADeath
 
 TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   Group g(2);
+  g.log(0).auto_complete = false;
   g.rank(0).set_credit_bytes(100);  // one 64-byte partition in flight at a time
   g.rank(1).set_credit_bytes(1);    // ignored: rank 0 decides
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2)});
@@ -308,6 +318,7 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
 // the same queue went one partition at a time). Rank 1's call is ignored, as its credit is.
 TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
   Group g(2);  // no fusion at start
+  g.log(0).auto_complete = false;
   g.rank(0).set_credit_bytes(100);  // one 64-byte partition in flight at a time
   // One submission is one report per rank, so rank 0 knows all five ready everywhere once it orders the first.
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2), sub(4, 64, 3), sub(5, 64, 4)});
