@@ -268,12 +268,8 @@ void CollectiveBackend::shutdown() {
 
 void CollectiveBackend::stop_base() { shutdown(); }
 
-void CollectiveBackend::set_credit_bytes(uint64_t credit_bytes) {
-  if (negotiator_) negotiator_->set_credit_bytes(credit_bytes);
-}
-
-void CollectiveBackend::set_fusion_bytes(uint64_t small_tensor_bytes) {
-  if (negotiator_) negotiator_->set_fusion_bytes(small_tensor_bytes);
+void CollectiveBackend::set_knobs(const Knobs& knobs) {
+  if (negotiator_) negotiator_->set_knobs(knobs);
 }
 
 NegotiatorStats CollectiveBackend::negotiation_stats() const {

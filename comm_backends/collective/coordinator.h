@@ -15,8 +15,8 @@
 // Credit: the Policy's credit is the global credit. A per-rank credit in each engine cannot be used with a collective:
 // ranks see arrivals at different times, their policies dispatch different partitions, and once every rank's credit
 // is full of partitions the others have not dispatched, no collective can start (a distributed deadlock that
-// engine_bench reproduces). So with collective backends the engine runs its policy with unlimited credit and hands the
-// credit knob here (CommBackend::manages_credit).
+// engine_bench reproduces). So with collective backends the engine runs its policy with unlimited credit and hands its
+// knobs here whole (CommBackend::manages_credit, set_knobs), which set_knobs passes to the policy.
 //
 // Ordering ahead: the policy dispatches whatever is ready the moment it may, and partitions that become ready one by
 // one would each become a collective of their own, queued behind the running one. With limit_groups_ahead(n) the
@@ -82,8 +82,7 @@ class Coordinator {
   }
   // At most `groups` ordered and not yet done on rank 0 before the policy is asked for more (0: no limit).
   void limit_groups_ahead(size_t groups) { max_ahead_ = groups; }
-  void set_credit_bytes(uint64_t credit) { policy_->set_credit_bytes(credit); }
-  // The knobs rank 0's policy uses (credit, small-tensor fusion bound); the partition size is each rank's engine's.
+  // The knobs rank 0's policy uses (credit, small-tensor fusion bound, ...); the partition size is each rank's engine's.
   void set_knobs(const Knobs& k) { policy_->set_knobs(k); }
   uint64_t bytes_in_flight() const { return policy_->bytes_in_flight(); }
   const Policy& policy() const { return *policy_; }

@@ -86,8 +86,7 @@ class Negotiator::StateLock {
 };
 
 Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
-    : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}), credit_bytes_(opts_.credit_bytes),
-      fusion_bytes_(opts_.policy.knobs.small_tensor_bytes) {
+    : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
@@ -102,7 +101,9 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
     policy.credit_stall_guard = false;
     coordinator_ = std::make_unique<Coordinator>(opts_.size, make_policy(policy));
     coordinator_->limit_groups_ahead(kGroupsAhead);
-    coordinator_->set_credit_bytes(opts_.credit_bytes);
+    knobs_ = opts_.policy.knobs;
+    knobs_.credit_bytes = opts_.credit_bytes;
+    coordinator_->set_knobs(knobs_);
     join_as_coordinator(store, deadline);
   } else {
     join_as_worker(store, deadline);
@@ -236,10 +237,8 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
 
 void Negotiator::coordinator_round() {
   if (knobs_changed_.exchange(false)) {
-    Knobs k;
-    k.credit_bytes = credit_bytes_.load();
-    k.small_tensor_bytes = fusion_bytes_.load();
-    coordinator_->set_knobs(k);
+    std::lock_guard lock(knobs_mu_);
+    coordinator_->set_knobs(knobs_);
   }
   for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
   if (relay_.stopped()) return;
@@ -322,16 +321,13 @@ void Negotiator::completed() {
   if (std::this_thread::get_id() != thread_.get_id()) wake(wake_.get());
 }
 
-void Negotiator::set_credit_bytes(uint64_t credit) {
+void Negotiator::set_knobs(const Knobs& knobs) {
   if (!coordinator_) return;  // the coordinator on rank 0 decides alone
-  credit_bytes_ = credit;
-  knobs_changed_ = true;
-  wake(wake_.get());
-}
-
-void Negotiator::set_fusion_bytes(uint64_t small_tensor_bytes) {
-  if (!coordinator_) return;
-  fusion_bytes_ = small_tensor_bytes == 0 ? opts_.auto_fusion_bytes : small_tensor_bytes;
+  {
+    std::lock_guard lock(knobs_mu_);
+    knobs_ = knobs;
+    if (knobs_.small_tensor_bytes == 0) knobs_.small_tensor_bytes = opts_.auto_fusion_bytes;
+  }
   knobs_changed_ = true;
   wake(wake_.get());
 }

@@ -119,11 +119,9 @@ class Negotiator {
   // zeros (NegotiatorCallbacks::stand_in); returns the rank that joined last. Throws std::runtime_error when the
   // group breaks or shuts down meanwhile. Call with nothing of this rank pending; no time limit (a lost peer ends it).
   int join();
-  // Changes the global credit (0: no limit) from any thread; it applies on rank 0, and is a no-op elsewhere.
-  void set_credit_bytes(uint64_t credit);
-  // Changes the small-tensor fusion bound the same way (0: NegotiatorOptions::auto_fusion_bytes): from any thread,
-  // applied on rank 0.
-  void set_fusion_bytes(uint64_t small_tensor_bytes);
+  // Changes the knobs of rank 0's policy (credit_bytes: the global credit, 0: no limit; small_tensor_bytes 0:
+  // NegotiatorOptions::auto_fusion_bytes) from any thread; they apply on rank 0, and this is a no-op elsewhere.
+  void set_knobs(const Knobs& knobs);
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
   // Status::Code::cancelled. Idempotent.
   void shutdown();
@@ -239,9 +237,9 @@ class Negotiator {
   bool finished_ = false;
 
   std::atomic<uint64_t> completed_groups_{0};
-  std::atomic<uint64_t> credit_bytes_;
-  std::atomic<uint64_t> fusion_bytes_;
-  std::atomic<bool> knobs_changed_{false};  // credit or fusion bound: the coordinator gets both at once
+  std::mutex knobs_mu_;
+  Knobs knobs_;                             // the latest set_knobs (guarded by knobs_mu_)
+  std::atomic<bool> knobs_changed_{false};  // knobs_ not yet handed to the coordinator
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
 

@@ -311,10 +311,12 @@ TEST_P(CoordinatorRunsThePolicy, OrderEqualsThePolicysBatchesForTheSameReadySets
   for (uint64_t seed : {1u, 2u, 3u}) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     const int ranks = 3;
+    Knobs knobs = cfg.knobs;
+    knobs.credit_bytes = 8192;
     Coordinator c(ranks, make_policy(cfg));
-    c.set_credit_bytes(8192);
+    c.set_knobs(knobs);
     auto reference = make_policy(cfg);
-    reference->set_credit_bytes(8192);
+    reference->set_knobs(knobs);
 
     std::map<uint64_t, uint64_t> key_of_seq;  // the reference's task ids are the coordinator's first-report order
     uint64_t next_seq = 0, next_key = 1;

@@ -68,6 +68,14 @@ NegotiatorOptions options(int rank, int size, uint64_t fusion = 0, double timeou
   return o;
 }
 
+// The knobs an engine hands over: the global credit (0: no limit) and the small-tensor fusion bound.
+Knobs knobs(uint64_t credit, uint64_t fusion = 0) {
+  Knobs k;
+  k.credit_bytes = credit;
+  k.small_tensor_bytes = fusion;
+  return k;
+}
+
 Submission sub(uint64_t key, uint64_t bytes, int32_t priority, uint64_t round = 0) {
   Submission s;
   s.token = key;  // the key doubles as the token, so logs compare across ranks
@@ -290,8 +298,8 @@ TEST(Negotiator, ACollectiveLongerThanTheTimeoutOnTheNegotiatorThreadIsNotADeath
 TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   Group g(2);
   g.log(0).auto_complete = false;
-  g.rank(0).set_credit_bytes(100);  // one 64-byte partition in flight at a time
-  g.rank(1).set_credit_bytes(1);    // ignored: rank 0 decides
+  g.rank(0).set_knobs(knobs(100));  // one 64-byte partition in flight at a time
+  g.rank(1).set_knobs(knobs(1));    // ignored: rank 0 decides
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
   // Readiness signal instead of a pause: a probe the ranks disagree on fails at once, credit or not, and its error
@@ -308,7 +316,7 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   }
   g.rank(0).completed();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
-  g.rank(0).set_credit_bytes(0);  // no limit: the last one goes without another completion
+  g.rank(0).set_knobs(knobs(0));  // no limit: the last one goes without another completion
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(4, 10s));
   EXPECT_EQ(g.log(1).groups, g.log(0).groups);
   EXPECT_EQ(g.log(0).groups.size(), 3u);
@@ -319,7 +327,7 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
 TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
   Group g(2);  // no fusion at start
   g.log(0).auto_complete = false;
-  g.rank(0).set_credit_bytes(100);  // one 64-byte partition in flight at a time
+  g.rank(0).set_knobs(knobs(100));  // one 64-byte partition in flight at a time
   // One submission is one report per rank, so rank 0 knows all five ready everywhere once it orders the first.
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2), sub(4, 64, 3), sub(5, 64, 4)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
@@ -330,8 +338,8 @@ TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
     ASSERT_EQ(g.log(0).groups.size(), 2u);
     EXPECT_EQ(g.log(0).groups[1].size(), 1u) << "fused with no fusion bound";
   }
-  g.rank(1).set_fusion_bytes(1);     // ignored: rank 0 decides
-  g.rank(0).set_fusion_bytes(1024);  // applied before the completion below (same thread, same order)
+  g.rank(1).set_knobs(knobs(100, 1));     // ignored: rank 0 decides
+  g.rank(0).set_knobs(knobs(100, 1024));  // applied before the completion below (same thread, same order)
   g.rank(0).completed();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(5, 10s));
   std::lock_guard lock(g.log(0).mu);
