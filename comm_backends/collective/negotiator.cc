@@ -223,7 +223,10 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
       coordinator_->on_ready(0, reports, out);
       publish(out);
     }
-    coordinator_round();
+    // Reports that came while the negotiator thread runs a collective count now: the next order reaches the peers
+    // before the running collective ends.
+    read_waiting_peers();
+    if (!finished_) coordinator_round();
   } catch (const std::exception& e) {  // as on the negotiator thread (run())
     fail_group(Status::Error("negotiator rank 0: " + std::string(e.what())), std::nullopt);
   }
@@ -421,14 +424,7 @@ void Negotiator::loop(StateLock& state) {
     }
     take_inbox();
     for (size_t i = 1; i < fds.size() && !finished_; ++i)
-      if (fds[i].revents) {
-        try {
-          read_peer(fd_rank[i]);
-        } catch (const std::exception& e) {  // the sender's fault: it is named first, the others are told
-          fail_group(Status::Error("rank " + std::to_string(fd_rank[i]) + " sent a malformed message: " + e.what()),
-                     fd_rank[i]);
-        }
-      }
+      if (fds[i].revents) read_peer_guarded(fd_rank[i]);
     if (coordinator_ && !finished_) coordinator_round();
     const auto now = Clock::now();
     if (!finished_) keep_alive(now);
@@ -516,6 +512,27 @@ void Negotiator::take_inbox() {
       send_to(0, encode_simple(MsgType::bye));
     }
   }
+}
+
+void Negotiator::read_peer_guarded(int rank) {
+  try {
+    read_peer(rank);
+  } catch (const std::exception& e) {  // the sender's fault: it is named first, the others are told
+    fail_group(Status::Error("rank " + std::to_string(rank) + " sent a malformed message: " + e.what()), rank);
+  }
+}
+
+void Negotiator::read_waiting_peers() {
+  std::vector<pollfd> fds;
+  std::vector<int> ranks;
+  for (size_t r = 1; r < peers_.size(); ++r)
+    if (peers_[r].fd.valid() && !peers_[r].closed) {
+      fds.push_back({peers_[r].fd.get(), POLLIN, 0});
+      ranks.push_back(static_cast<int>(r));
+    }
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t i = 0; i < fds.size() && !finished_; ++i)
+    if (fds[i].revents) read_peer_guarded(ranks[i]);
 }
 
 void Negotiator::read_peer(int rank) {

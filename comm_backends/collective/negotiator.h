@@ -15,9 +15,10 @@
 // scheduler slice (about a millisecond), far more than the message itself. So:
 // - other ranks send a report to rank 0 from the submitting thread (no hand-off to the negotiator thread; the rest of
 //   a burst of submissions still goes through the negotiator thread as one report, so rank 0 can fuse it);
-// - on rank 0 the submitting thread runs the coordinator's step itself and sends the order it makes, when the
-//   negotiator thread is not in a step of its own (the thread's state is guarded by one lock, which the thread holds
-//   except while it sleeps or runs collectives); the negotiator thread then only runs rank 0's copy of the order;
+// - on rank 0 the submitting thread runs the coordinator's step itself (reading whatever the peers' sockets hold) and
+//   sends the order it makes, when the negotiator thread is not in a step of its own (the thread's state is guarded
+//   by one lock, which the thread holds except while it sleeps or runs collectives); the negotiator thread then only
+//   runs rank 0's copy of the order, and the next order reaches the peers while a collective still runs;
 // - a backend may run the groups it is given on the negotiator thread itself (execute_blocks: no hand-off to an
 //   executor thread; a heartbeat thread then keeps the connections alive while a collective runs);
 // - the negotiator thread polls without sleeping for spin_s before each sleep (back-to-back collectives: the next
@@ -164,6 +165,10 @@ class Negotiator {
   int poll_timeout_ms() const;
   void take_inbox();
   void read_peer(int rank);
+  // read_peer; a malformed message fails the group naming the sender.
+  void read_peer_guarded(int rank);
+  // Rank 0, from a submitting thread: reads whatever the peers' sockets hold now (no waiting).
+  void read_waiting_peers();
   void handle_frame(int from, const std::string& frame);
   void coordinator_message(int from, MsgType type, ByteReader& r);
   void worker_message(MsgType type, ByteReader& r);

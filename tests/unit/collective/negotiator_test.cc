@@ -31,13 +31,20 @@ struct RankLog {
   // the credit turns this off and completes groups itself.
   std::atomic<bool> auto_complete{true};
   std::function<void()> completed;  // set once the negotiator exists, before anything is submitted
+  // While `hold` is set (under mu), execute waits inside the callback, as a long collective would; `entered` counts
+  // the calls that began.
+  bool hold = false;
+  size_t entered = 0;
 
   NegotiatorCallbacks callbacks() {
     NegotiatorCallbacks cb;
     cb.execute = [this](std::vector<uint64_t>&& g) {
       if (const int ms = execute_ms.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       {
-        std::lock_guard lock(mu);
+        std::unique_lock lock(mu);
+        ++entered;
+        cv.notify_all();
+        cv.wait(lock, [&] { return !hold; });
         settled += g.size();
         groups.push_back(std::move(g));
         cv.notify_all();
@@ -51,6 +58,15 @@ struct RankLog {
       cv.notify_all();
     };
     return cb;
+  }
+  void set_hold(bool on) {
+    std::lock_guard lock(mu);
+    hold = on;
+    cv.notify_all();
+  }
+  bool wait_entered(size_t n, std::chrono::seconds limit) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, limit, [&] { return entered >= n; });
   }
   bool wait_settled(size_t n, std::chrono::seconds limit) {
     std::unique_lock lock(mu);
@@ -293,6 +309,27 @@ TEST(Negotiator, ACollectiveLongerThanTheTimeoutOnTheNegotiatorThreadIsNotADeath
     EXPECT_TRUE(g.log(r).failures.empty()) << g.log(r).failures.front().second.message;
     EXPECT_EQ(g.log(r).groups.size(), 2u);
   }
+}
+
+// Rank 0's submitting thread runs the coordinator's step and sends the order itself: while rank 0's negotiator thread
+// is inside a collective, a partition rank 0 submits still gets ordered, and rank 1 (which here runs groups at once)
+// runs it. When the order had to wait for rank 0's negotiator thread, rank 1 waited for that collective to end.
+TEST(Negotiator, RankZerosSubmitterOrdersWhileItsNegotiatorThreadRunsACollective) {
+  Group g(2, 0, 5, /*execute_blocks=*/true);
+  g.log(0).set_hold(true);
+  g.rank(1).submit({sub(1, 64, 0), sub(2, 64, 1)});  // one report: rank 0 knows both ready on rank 1 at once
+  g.rank(0).submit({sub(1, 64, 0)});
+  ASSERT_TRUE(g.log(0).wait_entered(1, 10s)) << "partition 1 was never ordered";
+  ASSERT_TRUE(g.log(1).wait_settled(1, 10s));
+  g.rank(0).submit({sub(2, 64, 1)});  // rank 0's negotiator thread is still inside partition 1's collective
+  EXPECT_TRUE(g.log(1).wait_settled(2, 10s)) << "the order of partition 2 waited for rank 0's negotiator thread";
+  {
+    std::lock_guard lock(g.log(0).mu);
+    EXPECT_EQ(g.log(0).settled, 0u);
+  }
+  g.log(0).set_hold(false);
+  ASSERT_TRUE(g.log(0).wait_settled(2, 10s));
+  EXPECT_EQ(g.log(1).groups, g.log(0).groups);
 }
 
 TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
