@@ -42,16 +42,13 @@ class CommBackend {
 
   // Optional credit ownership. A backend that must enforce the credit itself says so in manages_credit(): a
   // collective needs every rank to issue the same partitions, so per-rank credits that fill with different partitions
-  // deadlock it; it keeps one global credit instead (decided on rank 0). The engine then runs its policy without a
-  // credit limit and hands the credit knob (0: no limit) to set_credit_bytes(), at start and at every knob change
-  // (the same iteration on every rank, when the knobs come from the auto-tuner). Called from the engine's scheduler
-  // thread.
+  // deadlock it; it keeps one global credit instead (decided on rank 0, whose policy also fuses what it orders). The
+  // engine then runs its policy without a credit limit and hands its whole knob set to set_knobs() (the credit 0 when
+  // the engine's policy uses none), at start and at every knob change (the same iteration on every rank, when the
+  // knobs come from the auto-tuner); it reaches rank 0's Policy::set_knobs as it is, so every knob does. Called from
+  // the engine's scheduler thread.
   virtual bool manages_credit() const { return false; }
-  virtual void set_credit_bytes(uint64_t /*credit_bytes*/) {}
-  // The same backend's policy also owns the small-tensor fusion bound (knob small_tensor_bytes: rank 0's coordinator
-  // fuses what it orders), so the engine hands it over beside the credit, at start and at every knob change; without
-  // this a bound the tuner picks would be searched and never applied.
-  virtual void set_fusion_bytes(uint64_t /*small_tensor_bytes*/) {}
+  virtual void set_knobs(const Knobs& /*knobs*/) {}
 
   // Whether the backend can carry this operation on buffers of this device. By default its row of the backend
   // registry answers (BackendInfo::ops x devices, the row named name()): the one list of what a backend moves. Only

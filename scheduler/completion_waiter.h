@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/spin_wait.h"
 #include "scheduler/types.h"
 
 namespace commsched {
@@ -46,8 +48,10 @@ class CompletionWaiter {
 
   // Waits until at most `may_remain` expected completions are outstanding (by default: every one has settled) or
   // `limit` passes. Returns the first failure so far, ok when none failed, or an error saying how many are still
-  // outstanding after the limit.
+  // outstanding after the limit. Polls for up to kSpin before sleeping: work that ends within microseconds of the
+  // wait (a small collective) then costs its caller no wake-up.
   Status wait(std::chrono::nanoseconds limit, size_t may_remain = 0) {
+    spin_until([&] { return settled_.load() + may_remain >= expected_.load(); }, std::min<std::chrono::nanoseconds>(kSpin, limit));
     std::unique_lock lock(mu_);
     wake_at_ = std::max(wake_at_, may_remain);
     if (!cv_.wait_for(lock, limit, [&] { return settled_ + may_remain >= expected_; }))
@@ -73,9 +77,11 @@ class CompletionWaiter {
   }
 
  private:
+  static constexpr std::chrono::microseconds kSpin{50};
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  size_t expected_ = 0, settled_ = 0;
+  std::atomic<size_t> expected_{0}, settled_{0};  // written under mu_; read without it while spinning
   size_t wake_at_ = 0;  // the largest `may_remain` any wait has asked for
   std::vector<Status> failures_;
 };

@@ -189,12 +189,13 @@ struct Engine::Impl {
     }
   }
 
-  // The knobs go to the policy; the credit goes to the backend instead when it keeps the credit itself (then the
-  // policy has none), and so does the fusion bound, which its coordinator applies. The partition size is the engine's own (active_partition_bytes).
+  // The knobs go to the policy; to the backend too when it keeps the credit itself, whose global policy they reach
+  // whole (then the engine's policy has no credit). The partition size is the engine's own (active_partition_bytes).
   void apply_knobs(Knobs k) {
     if (backend->manages_credit()) {
-      backend->set_credit_bytes(policy->uses_credit() ? k.credit_bytes : 0);
-      backend->set_fusion_bytes(k.small_tensor_bytes);
+      Knobs global = k;
+      if (!policy->uses_credit()) global.credit_bytes = 0;
+      backend->set_knobs(global);
       k.credit_bytes = 0;
     }
     policy_call("set_knobs", [&] { policy->set_knobs(k); });

@@ -36,15 +36,6 @@ struct TaskArrival {
   std::span<const PartRef> parts;  // in offset order; valid only during the call
 };
 
-// Knob values a tuner may change live (the knob set, scheduler/config.h kKnobs). partition_bytes == 0: do not split;
-// credit_bytes == 0: no limit.
-struct Knobs {
-  uint64_t partition_bytes = 4ull << 20;
-  uint64_t credit_bytes = 16ull << 20;
-  uint64_t small_tensor_bytes = 0;  // bytescheduler's fusion bound (0: off)
-  bool operator==(const Knobs&) const = default;  // every knob (code comparing configurations names none)
-};
-
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -66,10 +57,10 @@ class Policy {
   // backward does not learn from them. Not the end of an iteration.
   virtual void on_flush(Nanos /*now*/) {}
 
-  // Knobs; applied by the caller at an iteration boundary. credit_bytes == 0 means "no limit". set_knobs() hands a
-  // policy the whole knob set (the engine's path); a policy takes what it uses (by default only the credit).
-  virtual void set_credit_bytes(uint64_t /*credit*/) {}
-  virtual void set_knobs(const Knobs& k) { set_credit_bytes(k.credit_bytes); }
+  // Knobs; applied by the caller at an iteration boundary (credit_bytes == 0 means "no limit"). The one way knobs
+  // reach a policy, wherever it runs (an engine, rank 0's coordinator of a collective, the simulator): a policy is
+  // handed the whole knob set and takes what it uses.
+  virtual void set_knobs(const Knobs& /*k*/) {}
   // Whether this policy limits bytes in flight by a credit at all (the baselines do not). A backend that keeps the
   // credit itself then gets the credit knob only for policies that use it, and "no limit" for the others.
   virtual bool uses_credit() const { return false; }

@@ -23,7 +23,6 @@ class PriorityCreditPolicy final : public Policy {
   std::string_view name() const override { return "bytescheduler"; }
   void on_task_arrived(const TaskArrival& task, Nanos now) override;
   void on_batch_done(const Batch& batch, Nanos now) override;
-  void set_credit_bytes(uint64_t credit) override { credit_ = credit; }
   // The credit and the fusion bound; queued tensors are fused by the new bound from the next dispatch on.
   void set_knobs(const Knobs& k) override {
     credit_ = k.credit_bytes;

@@ -62,4 +62,14 @@ class InvalidArgument : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Knob values a tuner may change live (the knob set, scheduler/config.h kKnobs). partition_bytes == 0: do not split;
+// credit_bytes == 0: no limit. Here, not in policy.h, because a backend that keeps the credit (CommBackend::set_knobs)
+// is handed them too.
+struct Knobs {
+  uint64_t partition_bytes = 4ull << 20;
+  uint64_t credit_bytes = 16ull << 20;
+  uint64_t small_tensor_bytes = 0;  // bytescheduler's fusion bound (0: off)
+  bool operator==(const Knobs&) const = default;  // every knob (code comparing configurations names none)
+};
+
 }  // namespace commsched

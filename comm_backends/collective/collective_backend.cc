@@ -20,6 +20,9 @@ const OptionTable<CollectiveOptions>& CollectiveOptions::table() {
     t.bind("collective_credit_bytes", "COMMSCHED_COLLECTIVE_CREDIT_BYTES",
            [](CollectiveOptions& o) -> uint64_t& { return o.credit_bytes; }, size_value(ZeroSize::unlimited),
            "all-reduce: the global credit kept on rank 0 until an engine hands over its credit knob");
+    t.bind("collective_spin", "COMMSCHED_COLLECTIVE_SPIN", [](CollectiveOptions& o) -> double& { return o.spin_s; },
+           duration_value(),
+           "all-reduce: how long the order negotiation polls without sleeping before it sleeps (0: sleep at once)");
     return t;
   }();
   return t;
@@ -49,6 +52,7 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   if (o.policy.policy == PolicyKind::bytescheduler) o.auto_fusion_bytes = fusion_bytes;
   if (o.policy.knobs.small_tensor_bytes == 0) o.policy.knobs.small_tensor_bytes = o.auto_fusion_bytes;
   o.credit_bytes = credit_bytes;
+  o.spin_s = spin_s;
   o.host = env.rank == 0 ? env.root_addr : advertised_host(env);
   return o;
 }
@@ -264,12 +268,8 @@ void CollectiveBackend::shutdown() {
 
 void CollectiveBackend::stop_base() { shutdown(); }
 
-void CollectiveBackend::set_credit_bytes(uint64_t credit_bytes) {
-  if (negotiator_) negotiator_->set_credit_bytes(credit_bytes);
-}
-
-void CollectiveBackend::set_fusion_bytes(uint64_t small_tensor_bytes) {
-  if (negotiator_) negotiator_->set_fusion_bytes(small_tensor_bytes);
+void CollectiveBackend::set_knobs(const Knobs& knobs) {
+  if (negotiator_) negotiator_->set_knobs(knobs);
 }
 
 NegotiatorStats CollectiveBackend::negotiation_stats() const {

@@ -46,6 +46,7 @@ namespace commsched::collective {
 struct CollectiveOptions {
   uint64_t fusion_bytes = 1u << 20;
   uint64_t credit_bytes = 0;
+  double spin_s = NegotiatorOptions{}.spin_s;  // COMMSCHED_COLLECTIVE_SPIN: see NegotiatorOptions::spin_s
   EngineConfig policy;
   static CollectiveOptions from_env();
   static const OptionTable<CollectiveOptions>& table();  // the option registry's rows
@@ -65,11 +66,11 @@ class CollectiveBackend : public CommBackend {
   void start(std::vector<PartitionView> batch, BatchDone done) override;
   void shutdown() override;
   // The credit lives in the order negotiation (one global credit on rank 0, see coordinator.h), not in each rank's
-  // engine: an engine hands its credit knob here (COMMSCHED_CREDIT_BYTES, the auto-tuner) and runs its policy
-  // unlimited. COMMSCHED_COLLECTIVE_CREDIT_BYTES is the credit until an engine sets one.
+  // engine: an engine hands its knobs here (COMMSCHED_CREDIT_BYTES, the fusion bound, the auto-tuner's choices), which
+  // reach rank 0's Policy::set_knobs whole, and runs its own policy unlimited. COMMSCHED_COLLECTIVE_CREDIT_BYTES is
+  // the credit until an engine sets one.
   bool manages_credit() const override { return true; }
-  void set_credit_bytes(uint64_t credit_bytes) override;
-  void set_fusion_bytes(uint64_t small_tensor_bytes) override;
+  void set_knobs(const Knobs& knobs) override;
   // Horovod's join, where this backend's buffers are host memory (Gloo): a joined rank runs the others'
   // partitions with zeros of the ordered size until every rank has joined (see Negotiator::join).
   bool joins() const override { return supports(Op::allreduce, Device::cpu); }

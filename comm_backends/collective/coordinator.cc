@@ -215,7 +215,7 @@ size_t Coordinator::order_batch(const Batch& batch, CoordinatorOutput& out) {
 void Coordinator::flush(Nanos now, CoordinatorOutput& out) {
   tell_arrivals(now);
   bool ordered = false;
-  for (;;) {
+  while (!held_back()) {
     scratch_.clear();
     policy_->poll(now, scratch_);
     if (scratch_.empty()) break;

@@ -15,8 +15,14 @@
 // Credit: the Policy's credit is the global credit. A per-rank credit in each engine cannot be used with a collective:
 // ranks see arrivals at different times, their policies dispatch different partitions, and once every rank's credit
 // is full of partitions the others have not dispatched, no collective can start (a distributed deadlock that
-// engine_bench reproduces). So with collective backends the engine runs its policy with unlimited credit and hands the
-// credit knob here (CommBackend::manages_credit).
+// engine_bench reproduces). So with collective backends the engine runs its policy with unlimited credit and hands its
+// knobs here whole (CommBackend::manages_credit, set_knobs), which set_knobs passes to the policy.
+//
+// Ordering ahead: the policy dispatches whatever is ready the moment it may, and partitions that become ready one by
+// one would each become a collective of their own, queued behind the running one. With limit_groups_ahead(n) the
+// policy is asked only while fewer than n groups are ordered and not done on rank 0: what becomes ready meanwhile
+// waits in the policy, which fuses it (bytescheduler's small tensors) when the running collective ends. Two (one
+// running, the next already known to every rank) keeps the ranks busy without a round trip between collectives.
 //
 // Iteration marks: the coordinator does not see the end of each rank's backward (the engine tells only its own
 // policy). What reaches it has already been released by every rank's engine, so after the arrivals of each flush it
@@ -69,10 +75,14 @@ class Coordinator {
   void flush(Nanos now, CoordinatorOutput& out);
   // Rank 0 finished the oldest group still running. Call flush() afterwards: the policy may dispatch more.
   void on_group_done(Nanos now);
-  // When flush() must run again even if nothing arrives (a fusion cycle); nullopt: none.
-  std::optional<Nanos> next_wakeup() const { return policy_->next_wakeup(); }
-  void set_credit_bytes(uint64_t credit) { policy_->set_credit_bytes(credit); }
-  // The knobs rank 0's policy uses (credit, small-tensor fusion bound); the partition size is each rank's engine's.
+  // When flush() must run again even if nothing arrives (a fusion cycle); nullopt: none (or only a completion can
+  // let the policy dispatch: limit_groups_ahead).
+  std::optional<Nanos> next_wakeup() const {
+    return held_back() ? std::nullopt : policy_->next_wakeup();
+  }
+  // At most `groups` ordered and not yet done on rank 0 before the policy is asked for more (0: no limit).
+  void limit_groups_ahead(size_t groups) { max_ahead_ = groups; }
+  // The knobs rank 0's policy uses (credit, small-tensor fusion bound, ...); the partition size is each rank's engine's.
   void set_knobs(const Knobs& k) { policy_->set_knobs(k); }
   uint64_t bytes_in_flight() const { return policy_->bytes_in_flight(); }
   const Policy& policy() const { return *policy_; }
@@ -113,10 +123,12 @@ class Coordinator {
   void tell_arrivals(Nanos now);
   // Turns one policy batch into groups of the order; returns how many.
   size_t order_batch(const Batch& batch, CoordinatorOutput& out);
+  bool held_back() const { return max_ahead_ > 0 && running_.size() >= max_ahead_; }
 
   int size_;
   std::unique_ptr<Policy> policy_;
   size_t max_cache_entries_;
+  size_t max_ahead_ = 0;
   uint64_t next_seq_ = 0;
   std::unordered_map<Slot, Entry, SlotHash> pending_;
   std::vector<Slot> complete_;                 // ready on every rank, not yet told to the policy

@@ -14,6 +14,7 @@
 
 #include "comm_backends/control/roster.h"
 #include "scheduler/policy_factory.h"
+#include "scheduler/spin_wait.h"
 
 namespace commsched::collective {
 namespace {
@@ -21,6 +22,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::chrono::milliseconds seconds_to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+// Groups rank 0 orders ahead of its own progress (Coordinator::limit_groups_ahead): the running one and the next.
+constexpr size_t kGroupsAhead = 2;
 
 // Submissions closer together than this are a burst (an engine dispatching several batches at once).
 constexpr int64_t kBurstGapNs = 100'000;
@@ -56,9 +60,33 @@ std::string read_frame_blocking(int fd, Clock::time_point deadline, const std::s
 
 }  // namespace
 
+class Negotiator::StateLock {
+ public:
+  explicit StateLock(Negotiator& n) : n_(n), lock_(n.state_mu_) { mark(); }
+  StateLock(Negotiator& n, std::try_to_lock_t t) : n_(n), lock_(n.state_mu_, t) {
+    if (lock_.owns_lock()) mark();
+  }
+  ~StateLock() {
+    if (lock_.owns_lock()) unlock();
+  }
+  bool owns() const { return lock_.owns_lock(); }
+  void lock() {
+    lock_.lock();
+    mark();
+  }
+  void unlock() {
+    n_.state_owner_ = std::thread::id{};
+    lock_.unlock();
+  }
+
+ private:
+  void mark() { n_.state_owner_ = std::this_thread::get_id(); }
+  Negotiator& n_;
+  std::unique_lock<std::mutex> lock_;
+};
+
 Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
-    : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}), credit_bytes_(opts_.credit_bytes),
-      fusion_bytes_(opts_.policy.knobs.small_tensor_bytes) {
+    : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
@@ -72,7 +100,10 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
     // The stall guard breaks the deadlock of per-worker credits; one global credit cannot deadlock that way.
     policy.credit_stall_guard = false;
     coordinator_ = std::make_unique<Coordinator>(opts_.size, make_policy(policy));
-    coordinator_->set_credit_bytes(opts_.credit_bytes);
+    coordinator_->limit_groups_ahead(kGroupsAhead);
+    knobs_ = opts_.policy.knobs;
+    knobs_.credit_bytes = opts_.credit_bytes;
+    coordinator_->set_knobs(knobs_);
     join_as_coordinator(store, deadline);
   } else {
     join_as_worker(store, deadline);
@@ -149,6 +180,7 @@ void Negotiator::join_as_worker(KvStore& store, Clock::time_point deadline) {
 }
 
 void Negotiator::submit(std::vector<Submission> subs) {
+  if (coordinator_ && step_on_caller(subs)) return;
   std::vector<std::pair<uint64_t, Status>> failed;
   bool to_thread = false;
   {
@@ -156,9 +188,11 @@ void Negotiator::submit(std::vector<Submission> subs) {
     if (dead_ || stopping_) {
       const Status st = dead_ ? dead_status_ : Status::Error("negotiator is shutting down", Status::Code::cancelled);
       for (const auto& s : subs) failed.emplace_back(s.token, st);
-    } else if (coordinator_ || !inbox_.empty() || now_ns() - last_inline_report_ns_ < kBurstGapNs) {
-      // Rank 0's coordinator lives on the negotiator thread. Elsewhere this is the rest of a burst: the negotiator
-      // thread sends it as one report, so rank 0 sees the partitions ready together and can fuse them.
+    } else if (coordinator_ || !inbox_.empty() ||
+               (!pending_.empty() && now_ns() - last_inline_report_ns_ < kBurstGapNs)) {
+      // Rank 0: the negotiator thread is mid-step; it takes the inbox next. Elsewhere this is the rest of a burst
+      // (what was reported just before still waits for its order): the negotiator thread sends it as one report, so
+      // rank 0 sees the partitions ready together and can fuse them.
       for (auto& s : subs) inbox_.push_back(std::move(s));
       to_thread = true;
     } else {
@@ -170,6 +204,50 @@ void Negotiator::submit(std::vector<Submission> subs) {
   }
   for (const auto& [token, st] : failed) cb_.fail(token, st);
   if (to_thread) wake(wake_.get());
+}
+
+bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
+  if (state_owner_.load() == std::this_thread::get_id()) return false;  // a callback from inside a step
+  StateLock state(*this, std::try_to_lock);
+  if (!state.owns() || finished_ || relay_.stopped()) return false;
+  std::vector<std::pair<uint64_t, Status>> failed;
+  std::vector<ReadyReport> reports;
+  {
+    std::lock_guard lock(mu_);
+    if (dead_ || stopping_ || !inbox_.empty()) return false;  // earlier submissions are told first
+    reports = reports_locked(subs, failed);
+  }
+  try {
+    if (!reports.empty()) {
+      CoordinatorOutput out;
+      coordinator_->on_ready(0, reports, out);
+      publish(out);
+    }
+    // Reports that came while the negotiator thread runs a collective count now: the next order reaches the peers
+    // before the running collective ends.
+    read_waiting_peers();
+    if (!finished_) coordinator_round();
+  } catch (const std::exception& e) {  // as on the negotiator thread (run())
+    fail_group(Status::Error("negotiator rank 0: " + std::string(e.what())), std::nullopt);
+  }
+  // The negotiator thread runs rank 0's copy of the order (the peers have theirs already).
+  const bool for_thread = !ready_groups_.empty() || finished_;
+  state.unlock();
+  for (const auto& [token, st] : failed) cb_.fail(token, st);
+  if (for_thread) wake(wake_.get());
+  return true;
+}
+
+void Negotiator::coordinator_round() {
+  if (knobs_changed_.exchange(false)) {
+    std::lock_guard lock(knobs_mu_);
+    coordinator_->set_knobs(knobs_);
+  }
+  for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
+  if (relay_.stopped()) return;
+  CoordinatorOutput out;
+  coordinator_->flush(now_ns(), out);
+  publish(out);
 }
 
 std::vector<ReadyReport> Negotiator::reports_locked(std::vector<Submission>& subs,
@@ -246,16 +324,13 @@ void Negotiator::completed() {
   if (std::this_thread::get_id() != thread_.get_id()) wake(wake_.get());
 }
 
-void Negotiator::set_credit_bytes(uint64_t credit) {
+void Negotiator::set_knobs(const Knobs& knobs) {
   if (!coordinator_) return;  // the coordinator on rank 0 decides alone
-  credit_bytes_ = credit;
-  knobs_changed_ = true;
-  wake(wake_.get());
-}
-
-void Negotiator::set_fusion_bytes(uint64_t small_tensor_bytes) {
-  if (!coordinator_) return;
-  fusion_bytes_ = small_tensor_bytes == 0 ? opts_.auto_fusion_bytes : small_tensor_bytes;
+  {
+    std::lock_guard lock(knobs_mu_);
+    knobs_ = knobs;
+    if (knobs_.small_tensor_bytes == 0) knobs_.small_tensor_bytes = opts_.auto_fusion_bytes;
+  }
   knobs_changed_ = true;
   wake(wake_.get());
 }
@@ -305,13 +380,15 @@ NegotiatorStats Negotiator::stats() const {
 
 void Negotiator::run() {
   ::pthread_setname_np(::pthread_self(), "cs-negotiator");  // visible in top -H, perf sched, gdb
+  StateLock state(*this);
   try {
-    loop();
+    loop(state);
   } catch (const std::exception& e) {
     // Malformed input, a broken invariant: the others are told too, rather than finding this rank silent later.
     fail_group(Status::Error("negotiator rank " + std::to_string(opts_.rank) + ": " + e.what()), std::nullopt);
   }
-  run_ready_groups();  // already ordered on every rank: run them (the backend fails them fast after a fatal error)
+  run_ready_groups(state);  // already ordered on every rank: run them (the backend fails them fast after a fatal error)
+  state.unlock();
   fail_all_pending(Status::Error("negotiator rank " + std::to_string(opts_.rank) + " shut down", Status::Code::cancelled));
   std::vector<Submission> late;
   {
@@ -326,7 +403,7 @@ void Negotiator::run() {
   for (const auto& s : late) cb_.fail(s.token, dead_status_);
 }
 
-void Negotiator::loop() {
+void Negotiator::loop(StateLock& state) {
   std::vector<pollfd> fds;
   std::vector<int> fd_rank;
   while (!finished_) {
@@ -337,42 +414,36 @@ void Negotiator::loop() {
         fds.push_back({peers_[i].fd.get(), POLLIN, 0});
         fd_rank.push_back(static_cast<int>(i));
       }
-    const int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
-    if (rc < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    const int timeout_ms = poll_timeout_ms();
+    state.unlock();  // rank 0's submitting threads may run a step meanwhile
+    wait_events(fds, timeout_ms);
+    state.lock();
     if (fds[0].revents) {
       uint64_t v;
       [[maybe_unused]] const ssize_t n = ::read(wake_.get(), &v, sizeof v);
     }
     take_inbox();
-    if (coordinator_ && knobs_changed_.exchange(false)) {
-      Knobs k;
-      k.credit_bytes = credit_bytes_.load();
-      k.small_tensor_bytes = fusion_bytes_.load();
-      coordinator_->set_knobs(k);
-    }
-    if (coordinator_)
-      for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
     for (size_t i = 1; i < fds.size() && !finished_; ++i)
-      if (fds[i].revents) {
-        try {
-          read_peer(fd_rank[i]);
-        } catch (const std::exception& e) {  // the sender's fault: it is named first, the others are told
-          fail_group(Status::Error("rank " + std::to_string(fd_rank[i]) + " sent a malformed message: " + e.what()),
-                     fd_rank[i]);
-        }
-      }
-    if (coordinator_ && !relay_.stopped()) {
-      CoordinatorOutput out;
-      coordinator_->flush(now_ns(), out);
-      publish(out);
-    }
+      if (fds[i].revents) read_peer_guarded(fd_rank[i]);
+    if (coordinator_ && !finished_) coordinator_round();
     const auto now = Clock::now();
     if (!finished_) keep_alive(now);
     if (!finished_) progress_shutdown(now);
     // Last: with execute_blocks this runs the collectives; whatever peers sent meanwhile is read (and refreshes
     // their liveness) at the top of the next round, before any silence is judged.
-    run_ready_groups();
+    run_ready_groups(state);
   }
+}
+
+void Negotiator::wait_events(std::vector<pollfd>& fds, int timeout_ms) const {
+  auto poll_for = [&](int ms) {
+    const int rc = ::poll(fds.data(), fds.size(), ms);
+    if (rc < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    return rc > 0;
+  };
+  const auto spin = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(opts_.spin_s));
+  if (spin_until([&] { return poll_for(0); }, timeout_ms == 0 ? std::chrono::nanoseconds::zero() : spin)) return;
+  if (timeout_ms > 0) poll_for(timeout_ms);
 }
 
 int Negotiator::poll_timeout_ms() const {
@@ -386,11 +457,13 @@ int Negotiator::poll_timeout_ms() const {
   return static_cast<int>(ms);
 }
 
-void Negotiator::run_ready_groups() {
+void Negotiator::run_ready_groups(StateLock& state) {
   while (!ready_groups_.empty()) {
     auto groups = std::move(ready_groups_);
     ready_groups_.clear();
+    state.unlock();  // only this thread runs groups, so they still run in order
     for (auto& g : groups) cb_.execute(std::move(g));
+    state.lock();
   }
 }
 
@@ -439,6 +512,27 @@ void Negotiator::take_inbox() {
       send_to(0, encode_simple(MsgType::bye));
     }
   }
+}
+
+void Negotiator::read_peer_guarded(int rank) {
+  try {
+    read_peer(rank);
+  } catch (const std::exception& e) {  // the sender's fault: it is named first, the others are told
+    fail_group(Status::Error("rank " + std::to_string(rank) + " sent a malformed message: " + e.what()), rank);
+  }
+}
+
+void Negotiator::read_waiting_peers() {
+  std::vector<pollfd> fds;
+  std::vector<int> ranks;
+  for (size_t r = 1; r < peers_.size(); ++r)
+    if (peers_[r].fd.valid() && !peers_[r].closed) {
+      fds.push_back({peers_[r].fd.get(), POLLIN, 0});
+      ranks.push_back(static_cast<int>(r));
+    }
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t i = 0; i < fds.size() && !finished_; ++i)
+    if (fds[i].revents) read_peer_guarded(ranks[i]);
 }
 
 void Negotiator::read_peer(int rank) {

@@ -12,12 +12,20 @@
 // all_bye once all have said it; the others wait for that).
 //
 // Latency: every thread hand-off on the critical path costs a wake-up, and on a busy machine a wake-up can cost a
-// scheduler slice (about a millisecond), far more than the message itself. So other ranks send a report to rank 0
-// from the submitting thread (no hand-off to the negotiator thread; the rest of a burst of submissions still goes
-// through the negotiator thread as one report, so rank 0 can fuse it), and a backend may run the groups it is given on
-// the negotiator thread itself (execute_blocks: no hand-off to an executor thread; a heartbeat thread then keeps the
-// connections alive while a collective runs).
+// scheduler slice (about a millisecond), far more than the message itself. So:
+// - other ranks send a report to rank 0 from the submitting thread (no hand-off to the negotiator thread; the rest of
+//   a burst of submissions still goes through the negotiator thread as one report, so rank 0 can fuse it);
+// - on rank 0 the submitting thread runs the coordinator's step itself (reading whatever the peers' sockets hold) and
+//   sends the order it makes, when the negotiator thread is not in a step of its own (the thread's state is guarded
+//   by one lock, which the thread holds except while it sleeps or runs collectives); the negotiator thread then only
+//   runs rank 0's copy of the order, and the next order reaches the peers while a collective still runs;
+// - a backend may run the groups it is given on the negotiator thread itself (execute_blocks: no hand-off to an
+//   executor thread; a heartbeat thread then keeps the connections alive while a collective runs);
+// - the negotiator thread polls without sleeping for spin_s before each sleep (back-to-back collectives: the next
+//   report or order usually comes within microseconds of the last collective's end).
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <chrono>
@@ -61,6 +69,8 @@ struct NegotiatorOptions {
   // The execute callback may block (runs the collective itself): heartbeats then come from a separate thread, and
   // peers' silence is judged only after what they sent meanwhile has been read.
   bool execute_blocks = false;
+  // How long the negotiator thread polls its sockets without sleeping before each sleep (0: sleep at once).
+  double spin_s = 100e-6;
 };
 
 // One partition ready on this rank. `token` is the caller's handle, given back by the callbacks.
@@ -110,11 +120,9 @@ class Negotiator {
   // zeros (NegotiatorCallbacks::stand_in); returns the rank that joined last. Throws std::runtime_error when the
   // group breaks or shuts down meanwhile. Call with nothing of this rank pending; no time limit (a lost peer ends it).
   int join();
-  // Changes the global credit (0: no limit) from any thread; it applies on rank 0, and is a no-op elsewhere.
-  void set_credit_bytes(uint64_t credit);
-  // Changes the small-tensor fusion bound the same way (0: NegotiatorOptions::auto_fusion_bytes): from any thread,
-  // applied on rank 0.
-  void set_fusion_bytes(uint64_t small_tensor_bytes);
+  // Changes the knobs of rank 0's policy (credit_bytes: the global credit, 0: no limit; small_tensor_bytes 0:
+  // NegotiatorOptions::auto_fusion_bytes) from any thread; they apply on rank 0, and this is a no-op elsewhere.
+  void set_knobs(const Knobs& knobs);
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
   // Status::Code::cancelled. Idempotent.
   void shutdown();
@@ -142,12 +150,25 @@ class Negotiator {
 
   void join_as_coordinator(KvStore& store, std::chrono::steady_clock::time_point deadline);
   void join_as_worker(KvStore& store, std::chrono::steady_clock::time_point deadline);
+  // Holds state_mu_ and marks this thread its owner (a callback made under it that submits is seen as such).
+  class StateLock;
   void run();
-  void loop();
+  void loop(StateLock& state);
+  // Polls `fds` (spinning for up to spin_s first, then sleeping up to timeout_ms).
+  void wait_events(std::vector<pollfd>& fds, int timeout_ms) const;
+  // Rank 0: runs the coordinator's step for `subs` on the calling thread. False (nothing done) when the negotiator
+  // thread is in a step, the caller is inside one (a callback), or earlier submissions still wait in the inbox.
+  bool step_on_caller(std::vector<Submission>& subs);
+  // Rank 0: applies knob changes and completions, asks the policy what to order, and publishes it.
+  void coordinator_round();
   // Milliseconds the poll may sleep: until the next heartbeat check or the policy's next wake-up.
   int poll_timeout_ms() const;
   void take_inbox();
   void read_peer(int rank);
+  // read_peer; a malformed message fails the group naming the sender.
+  void read_peer_guarded(int rank);
+  // Rank 0, from a submitting thread: reads whatever the peers' sockets hold now (no waiting).
+  void read_waiting_peers();
   void handle_frame(int from, const std::string& frame);
   void coordinator_message(int from, MsgType type, ByteReader& r);
   void worker_message(MsgType type, ByteReader& r);
@@ -157,7 +178,8 @@ class Negotiator {
   // Sends a frame to rank 0 from any thread (rank != 0); a failure is left for the negotiator thread to report.
   void send_to_coordinator_async(const std::string& frame);
   void heartbeat_loop();
-  void run_ready_groups();
+  // Runs the ordered groups with state_mu_ released (held on entry and return).
+  void run_ready_groups(StateLock& state);
   void publish(CoordinatorOutput& out);
   void apply_order(const OrderMsg& m);
   void apply_error(const ErrorMsg& e);
@@ -202,7 +224,11 @@ class Negotiator {
   std::mutex send_mu_;
   std::atomic<int64_t> last_sent_ns_{0};  // steady_clock, any send to any peer
 
-  // Negotiator thread only.
+  // The negotiator thread's state below (to ready_groups_ and finished_): the thread holds state_mu_ except while it
+  // sleeps in poll or runs groups; rank 0's submitting threads take it for a step of their own (step_on_caller).
+  // Lock order: state_mu_, mu_, send_mu_.
+  std::mutex state_mu_;
+  std::atomic<std::thread::id> state_owner_{};
   std::vector<Peer> peers_;  // rank 0: indexed by rank (entry 0 unused); others: [0] is the coordinator
   // Silence of peers_ by rank. A closed socket is judged where it is read (TCP delivers a peer's last frames before
   // its end, so no grace is needed) and leaves the watch, as does a rank that said bye.
@@ -216,9 +242,9 @@ class Negotiator {
   bool finished_ = false;
 
   std::atomic<uint64_t> completed_groups_{0};
-  std::atomic<uint64_t> credit_bytes_;
-  std::atomic<uint64_t> fusion_bytes_;
-  std::atomic<bool> knobs_changed_{false};  // credit or fusion bound: the coordinator gets both at once
+  std::mutex knobs_mu_;
+  Knobs knobs_;                             // the latest set_knobs (guarded by knobs_mu_)
+  std::atomic<bool> knobs_changed_{false};  // knobs_ not yet handed to the coordinator
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
 

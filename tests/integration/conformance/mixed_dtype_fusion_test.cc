@@ -46,8 +46,7 @@ class Recording final : public CommBackend {
     inner_->start_with_sent(std::move(batch), std::move(sent), std::move(done));
   }
   bool manages_credit() const override { return inner_->manages_credit(); }
-  void set_credit_bytes(uint64_t b) override { inner_->set_credit_bytes(b); }
-  void set_fusion_bytes(uint64_t b) override { inner_->set_fusion_bytes(b); }
+  void set_knobs(const Knobs& k) override { inner_->set_knobs(k); }
   bool supports(Op op, Device d) const override { return inner_->supports(op, d); }
   void shutdown() override { inner_->shutdown(); }
   bool saw_mixed_batch() const {

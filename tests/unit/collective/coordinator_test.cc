@@ -219,6 +219,38 @@ TEST(Coordinator, GlobalCreditHoldsBackAndLetsLaterUrgentWorkOvertake) {
   EXPECT_EQ(c.pending(), 0u);
 }
 
+// Partitions that become ready one at a time while two groups are ordered and running wait in the policy, which fuses
+// them once rank 0 finishes one; without the limit each would be ordered alone, at once.
+// Partitions 1..n become ready on both ranks one at a time, a flush after each.
+void ready_one_by_one(Coordinator& c, uint64_t n, CoordinatorOutput& out) {
+  for (uint64_t k = 1; k <= n; ++k) {
+    const auto rep = std::vector{report(desc(k, 0, 64), static_cast<int32_t>(k))};
+    c.on_ready(0, rep, out);
+    c.on_ready(1, rep, out);
+    c.flush(0, out);
+  }
+}
+
+TEST(Coordinator, ALimitOfGroupsAheadHoldsLaterArrivalsForFusion) {
+  Coordinator c = make(2, /*fusion=*/4096);
+  c.limit_groups_ahead(2);
+  CoordinatorOutput out;
+  ready_one_by_one(c, 6, out);
+  EXPECT_EQ(out.order.groups.size(), 2u) << "ordered past the limit";
+  EXPECT_EQ(ordered_keys(out), (std::vector<uint64_t>{1, 2}));
+  EXPECT_FALSE(c.next_wakeup()) << "held back: only a completion can let the policy dispatch";
+  CoordinatorOutput rest;
+  c.on_group_done(0);
+  c.flush(0, rest);
+  ASSERT_EQ(rest.order.groups.size(), 1u) << "the four held partitions did not go as one fused group";
+  EXPECT_EQ(ordered_keys(rest), (std::vector<uint64_t>{3, 4, 5, 6}));
+
+  Coordinator unlimited = make(2, 4096);
+  CoordinatorOutput each;
+  ready_one_by_one(unlimited, 6, each);
+  EXPECT_EQ(each.order.groups.size(), 6u);
+}
+
 TEST(Coordinator, CreditNeverStarvesAPartitionBiggerThanTheCredit) {
   Coordinator c = make(2, 0, /*credit=*/100);
   CoordinatorOutput out;
@@ -279,10 +311,12 @@ TEST_P(CoordinatorRunsThePolicy, OrderEqualsThePolicysBatchesForTheSameReadySets
   for (uint64_t seed : {1u, 2u, 3u}) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     const int ranks = 3;
+    Knobs knobs = cfg.knobs;
+    knobs.credit_bytes = 8192;
     Coordinator c(ranks, make_policy(cfg));
-    c.set_credit_bytes(8192);
+    c.set_knobs(knobs);
     auto reference = make_policy(cfg);
-    reference->set_credit_bytes(8192);
+    reference->set_knobs(knobs);
 
     std::map<uint64_t, uint64_t> key_of_seq;  // the reference's task ids are the coordinator's first-report order
     uint64_t next_seq = 0, next_key = 1;

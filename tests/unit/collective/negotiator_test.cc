@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <mutex>
@@ -26,15 +27,29 @@ struct RankLog {
   std::vector<std::pair<uint64_t, Status>> failures;
   size_t settled = 0;
   std::atomic<int> execute_ms{0};  // execute blocks this long, like a collective run on the negotiator thread
+  // Each executed group is reported done (Negotiator::completed) at once, as a backend does when it ends; a test of
+  // the credit turns this off and completes groups itself.
+  std::atomic<bool> auto_complete{true};
+  std::function<void()> completed;  // set once the negotiator exists, before anything is submitted
+  // While `hold` is set (under mu), execute waits inside the callback, as a long collective would; `entered` counts
+  // the calls that began.
+  bool hold = false;
+  size_t entered = 0;
 
   NegotiatorCallbacks callbacks() {
     NegotiatorCallbacks cb;
     cb.execute = [this](std::vector<uint64_t>&& g) {
       if (const int ms = execute_ms.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      std::lock_guard lock(mu);
-      settled += g.size();
-      groups.push_back(std::move(g));
-      cv.notify_all();
+      {
+        std::unique_lock lock(mu);
+        ++entered;
+        cv.notify_all();
+        cv.wait(lock, [&] { return !hold; });
+        settled += g.size();
+        groups.push_back(std::move(g));
+        cv.notify_all();
+      }
+      if (auto_complete && completed) completed();
     };
     cb.fail = [this](uint64_t token, const Status& st) {
       std::lock_guard lock(mu);
@@ -43,6 +58,15 @@ struct RankLog {
       cv.notify_all();
     };
     return cb;
+  }
+  void set_hold(bool on) {
+    std::lock_guard lock(mu);
+    hold = on;
+    cv.notify_all();
+  }
+  bool wait_entered(size_t n, std::chrono::seconds limit) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, limit, [&] { return entered >= n; });
   }
   bool wait_settled(size_t n, std::chrono::seconds limit) {
     std::unique_lock lock(mu);
@@ -58,6 +82,14 @@ NegotiatorOptions options(int rank, int size, uint64_t fusion = 0, double timeou
   o.join_timeout_s = 20;
   o.policy.knobs.small_tensor_bytes = fusion;  // bytescheduler fuses small tensors up to this
   return o;
+}
+
+// The knobs an engine hands over: the global credit (0: no limit) and the small-tensor fusion bound.
+Knobs knobs(uint64_t credit, uint64_t fusion = 0) {
+  Knobs k;
+  k.credit_bytes = credit;
+  k.small_tensor_bytes = fusion;
+  return k;
 }
 
 Submission sub(uint64_t key, uint64_t bytes, int32_t priority, uint64_t round = 0) {
@@ -88,6 +120,7 @@ class Group {
       }));
     }
     for (auto& j : joins) j.get();
+    for (int r = 0; r < size; ++r) logs_[r].completed = [n = negotiators_[r].get()] { n->completed(); };
   }
   ~Group() {
     // Shut down concurrently: the goodbye barrier needs every rank.
@@ -278,10 +311,32 @@ TEST(Negotiator, ACollectiveLongerThanTheTimeoutOnTheNegotiatorThreadIsNotADeath
   }
 }
 
+// Rank 0's submitting thread runs the coordinator's step and sends the order itself: while rank 0's negotiator thread
+// is inside a collective, a partition rank 0 submits still gets ordered, and rank 1 (which here runs groups at once)
+// runs it. When the order had to wait for rank 0's negotiator thread, rank 1 waited for that collective to end.
+TEST(Negotiator, RankZerosSubmitterOrdersWhileItsNegotiatorThreadRunsACollective) {
+  Group g(2, 0, 5, /*execute_blocks=*/true);
+  g.log(0).set_hold(true);
+  g.rank(1).submit({sub(1, 64, 0), sub(2, 64, 1)});  // one report: rank 0 knows both ready on rank 1 at once
+  g.rank(0).submit({sub(1, 64, 0)});
+  ASSERT_TRUE(g.log(0).wait_entered(1, 10s)) << "partition 1 was never ordered";
+  ASSERT_TRUE(g.log(1).wait_settled(1, 10s));
+  g.rank(0).submit({sub(2, 64, 1)});  // rank 0's negotiator thread is still inside partition 1's collective
+  EXPECT_TRUE(g.log(1).wait_settled(2, 10s)) << "the order of partition 2 waited for rank 0's negotiator thread";
+  {
+    std::lock_guard lock(g.log(0).mu);
+    EXPECT_EQ(g.log(0).settled, 0u);
+  }
+  g.log(0).set_hold(false);
+  ASSERT_TRUE(g.log(0).wait_settled(2, 10s));
+  EXPECT_EQ(g.log(1).groups, g.log(0).groups);
+}
+
 TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   Group g(2);
-  g.rank(0).set_credit_bytes(100);  // one 64-byte partition in flight at a time
-  g.rank(1).set_credit_bytes(1);    // ignored: rank 0 decides
+  g.log(0).auto_complete = false;
+  g.rank(0).set_knobs(knobs(100));  // one 64-byte partition in flight at a time
+  g.rank(1).set_knobs(knobs(1));    // ignored: rank 0 decides
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
   // Readiness signal instead of a pause: a probe the ranks disagree on fails at once, credit or not, and its error
@@ -298,7 +353,7 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   }
   g.rank(0).completed();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
-  g.rank(0).set_credit_bytes(0);  // no limit: the last one goes without another completion
+  g.rank(0).set_knobs(knobs(0));  // no limit: the last one goes without another completion
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(4, 10s));
   EXPECT_EQ(g.log(1).groups, g.log(0).groups);
   EXPECT_EQ(g.log(0).groups.size(), 3u);
@@ -308,7 +363,8 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
 // the same queue went one partition at a time). Rank 1's call is ignored, as its credit is.
 TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
   Group g(2);  // no fusion at start
-  g.rank(0).set_credit_bytes(100);  // one 64-byte partition in flight at a time
+  g.log(0).auto_complete = false;
+  g.rank(0).set_knobs(knobs(100));  // one 64-byte partition in flight at a time
   // One submission is one report per rank, so rank 0 knows all five ready everywhere once it orders the first.
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2), sub(4, 64, 3), sub(5, 64, 4)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
@@ -319,8 +375,8 @@ TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
     ASSERT_EQ(g.log(0).groups.size(), 2u);
     EXPECT_EQ(g.log(0).groups[1].size(), 1u) << "fused with no fusion bound";
   }
-  g.rank(1).set_fusion_bytes(1);     // ignored: rank 0 decides
-  g.rank(0).set_fusion_bytes(1024);  // applied before the completion below (same thread, same order)
+  g.rank(1).set_knobs(knobs(100, 1));     // ignored: rank 0 decides
+  g.rank(0).set_knobs(knobs(100, 1024));  // applied before the completion below (same thread, same order)
   g.rank(0).completed();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(5, 10s));
   std::lock_guard lock(g.log(0).mu);

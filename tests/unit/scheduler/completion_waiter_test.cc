@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,20 @@ TEST(CompletionWaiter, WindowWaitReturnsOnceFewEnoughAreOutstanding) {
   EXPECT_EQ(w.outstanding(), 1u);
   cbs[2](Status::Ok());
   EXPECT_EQ(w.wait(0s).message, "second failed");
+}
+
+// The brief poll before a sleep (spin_wait.h): it sees an event another thread makes, and gives up after its budget.
+TEST(SpinUntil, SeesAnotherThreadsEventAndGivesUpAfterItsBudget) {
+  std::atomic<bool> flag{false};
+  std::thread setter([&] { flag = true; });
+  EXPECT_TRUE(spin_until([&] { return flag.load(); }, 10s));
+  setter.join();
+  int asked = 0;
+  EXPECT_FALSE(spin_until([&] { return ++asked < 0; }, 0ns));
+  EXPECT_EQ(asked, 1) << "a zero budget asks once";
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(spin_until([] { return false; }, 2ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 2ms);
 }
 
 }  // namespace

@@ -172,7 +172,7 @@ class SignallingPolicy final : public Policy {
   void on_batch_done(const Batch& b, Nanos now) override { inner_->on_batch_done(b, now); }
   void on_backward_done(Nanos now) override { inner_->on_backward_done(now); }
   void on_flush(Nanos now) override { inner_->on_flush(now); }
-  void set_credit_bytes(uint64_t c) override { inner_->set_credit_bytes(c); }
+  void set_knobs(const Knobs& k) override { inner_->set_knobs(k); }
   bool uses_credit() const override { return inner_->uses_credit(); }
   void poll(Nanos now, std::vector<Batch>& out) override { inner_->poll(now, out); }
   size_t queued_partitions() const override { return inner_->queued_partitions(); }
@@ -239,11 +239,12 @@ TEST(Engine, CreditKnobGoesToABackendThatManagesCredit) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (backend->started() < 8 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   EXPECT_EQ(backend->started(), 8u) << "the engine's own credit is off";
-  engine.set_knobs(Knobs{1024, 4096});
+  engine.set_knobs(Knobs{1024, 4096, 64 << 10});
   engine.backward_done();
   while (!engine.wait_all_for(std::chrono::milliseconds(1))) backend->complete_all();
   const std::vector<uint64_t> want = {1024, 4096};
   EXPECT_EQ(backend->credits(), want);
+  EXPECT_EQ(backend->fusion_bounds().back(), 64u << 10) << "the backend's global policy gets every knob";
 
   // A baseline without credit (WFBP) hands "no limit" to such a backend, whatever the credit knob says.
   auto fifo_backend = std::make_shared<HeldBackend>(false, true);

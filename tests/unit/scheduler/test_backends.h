@@ -166,9 +166,14 @@ class HeldBackend final : public CommBackend {
   bool supports(Op, Device d) const override { return d == Device::cpu; }
   bool reports_sent() const override { return sent_notices_; }
   bool manages_credit() const override { return manages_credit_; }
-  void set_credit_bytes(uint64_t c) override {
+  void set_knobs(const Knobs& k) override {
     std::lock_guard lk(mu_);
-    credits_.push_back(c);
+    credits_.push_back(k.credit_bytes);
+    fusion_bounds_.push_back(k.small_tensor_bytes);
+  }
+  std::vector<uint64_t> fusion_bounds() {
+    std::lock_guard lk(mu_);
+    return fusion_bounds_;
   }
   std::vector<uint64_t> credits() {
     std::lock_guard lk(mu_);
@@ -200,7 +205,7 @@ class HeldBackend final : public CommBackend {
  private:
   bool sent_notices_;
   bool manages_credit_;
-  std::vector<uint64_t> credits_;
+  std::vector<uint64_t> credits_, fusion_bounds_;
   std::mutex mu_;
   std::vector<BatchDone> held_;
   size_t completed_ = 0;
