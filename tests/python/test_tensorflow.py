@@ -75,3 +75,16 @@ def test_training_matches_single_process_on_the_combined_batch(tmp_path, servers
     assert rc == 0, log
     assert log.count(f"{mode} ok") == 2, log
     _equal_across_ranks(tmp_path, mode)
+
+
+def test_the_tuner_runs_live_on_the_tape_path(tmp_path):
+    """COMMSCHED_TUNE through commsched.tensorflow: every gradient() ends an iteration of the tuner's clock, the
+    trials run and a choice is kept while training goes on, and the weights still match single-process training."""
+    tuner = {"COMMSCHED_TUNE": "1", "COMMSCHED_TUNER_TRIALS": "3", "COMMSCHED_TUNER_MIN_TRIALS": "3",
+             "COMMSCHED_TUNER_INITIAL": "2", "COMMSCHED_TUNER_WARMUP": "0", "COMMSCHED_TUNER_WINDOW": "1",
+             "COMMSCHED_TUNER_WINDOWS": "1", "COMMSCHED_TUNER_DRIFT": "0"}
+    rc, log = launch(2, [HERE / "tensorflow_worker.py", "tape", "--out", tmp_path], servers=1, timeout=240, env=tuner)
+    assert rc == 0, log
+    assert "trial 3 of 3" in log and "keeping partition" in log, log
+    assert log.count("tape ok") == 2, log
+    _equal_across_ranks(tmp_path, "tape")
