@@ -75,3 +75,52 @@ def test_training_matches_single_process_on_the_combined_batch(tmp_path, servers
     assert rc == 0, log
     assert log.count(f"{mode} ok") == 2, log
     _equal_across_ranks(tmp_path, mode)
+
+
+def test_the_tuner_runs_live_on_the_tape_path(tmp_path):
+    """COMMSCHED_TUNE through commsched.tensorflow: every gradient() ends an iteration of the tuner's clock, the
+    trials run and a choice is kept while training goes on, and the weights still match single-process training."""
+    tuner = {"COMMSCHED_TUNE": "1", "COMMSCHED_TUNER_TRIALS": "3", "COMMSCHED_TUNER_MIN_TRIALS": "3",
+             "COMMSCHED_TUNER_INITIAL": "2", "COMMSCHED_TUNER_WARMUP": "0", "COMMSCHED_TUNER_WINDOW": "1",
+             "COMMSCHED_TUNER_WINDOWS": "1", "COMMSCHED_TUNER_DRIFT": "0"}
+    rc, log = launch(2, [HERE / "tensorflow_worker.py", "tape", "--out", tmp_path], servers=1, timeout=240, env=tuner)
+    assert rc == 0, log
+    assert "trial 3 of 3" in log and "keeping partition" in log, log
+    assert log.count("tape ok") == 2, log
+    _equal_across_ranks(tmp_path, "tape")
+
+
+PRIORITY_SCRIPT = """
+import tensorflow as tf
+import commsched.tensorflow as hvd
+from commsched.tensorflow import ops
+seen = []
+real = ops._native_submit
+def spy(tensor, name, op="reduce", priority=0, **kw):
+    seen.append((name, priority))
+    return real(tensor, name, op, priority, **kw)
+ops._native_submit = spy
+hvd.init()
+vs = [tf.Variable(tf.ones([2]) * (i + 1), name=f"v{i}") for i in range(4)]
+@tf.function
+def grads():
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum([tf.reduce_sum(v * v) for v in vs])
+    return hvd.DistributedGradientTape(tape).gradient(loss, vs)
+out = grads()
+print("submitted", seen)
+print("grads", [g.numpy().tolist() for g in out])
+"""
+
+
+def test_gradients_are_tasks_prioritized_by_variable_order(tmp_path):
+    """One task per variable, the first variable the most urgent (priority 0), submitted last layer first (the order
+    backprop produces them); the averaged gradients come back (one process: the average is the gradient)."""
+    script = tmp_path / "priorities.py"
+    script.write_text(PRIORITY_SCRIPT)
+    rc, log = run_single([script], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=120)
+    assert rc == 0, log
+    if "host callbacks" in log:
+        pytest.skip("the native TensorFlow ops could not be built here (no C++ compiler)")
+    assert "submitted [('grad.3.v3:0', 3), ('grad.2.v2:0', 2), ('grad.1.v1:0', 1), ('grad.0.v0:0', 0)]" in log, log
+    assert "grads [[2.0, 2.0], [4.0, 4.0], [6.0, 6.0], [8.0, 8.0]]" in log, log

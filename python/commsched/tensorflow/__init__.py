@@ -52,6 +52,11 @@ def is_initialized():
     return _core.is_initialized()
 
 
+def context():
+    """The commsched._C.Context (policy, knobs, tuner_state(), ...); raises NotInitializedError before init()."""
+    return _core.context(_CALLER)
+
+
 def size():
     return _core.context(_CALLER).size
 
