@@ -140,14 +140,13 @@ ClusterEnv resolve(Trace& t) {
   apply_role(e, t);
   const bool server = e.role == Role::server;
   std::vector<LauncherView> views = launcher_views(server);
-  // torchrun's agent under srun or mpirun: their variables count the agents, not the workers the agent started.
-  if (!views.empty() && env_value("TORCHELASTIC_RUN_ID")) {
+  // torchrun's agent or a Ray node under srun or mpirun: their variables count the parents, not this process.
+  if (!views.empty() && !views.front().parent.empty()) {
+    const std::string parent = views.front().parent;
+    auto outer = [](const LauncherView& v) { return v.launcher == "Slurm" || v.launcher == "Open MPI"; };
     for (size_t i = 1; i < views.size(); ++i)
-      if (views[i].launcher == "Slurm" || views[i].launcher == "Open MPI")
-        t.notes.push_back(views[i].launcher + "'s variables ignored: they describe torchrun's agent");
-    views.erase(std::remove_if(views.begin() + 1, views.end(),
-                               [](const LauncherView& v) { return v.launcher == "Slurm" || v.launcher == "Open MPI"; }),
-                views.end());
+      if (outer(views[i])) t.notes.push_back(views[i].launcher + "'s variables ignored: they describe " + parent);
+    views.erase(std::remove_if(views.begin() + 1, views.end(), outer), views.end());
   }
   for (const LauncherView& v : views) {
     t.launchers.push_back(v.launcher);

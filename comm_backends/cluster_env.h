@@ -27,7 +27,8 @@
 // MASTER_PORT + 1 (torchrun's agent store, or rank 0 of torch.distributed's env:// init, holds MASTER_PORT). When two
 // launchers count this process differently (rank, sizes, local rank or size), from_env() throws InvalidArgument
 // naming both variables; an explicit COMMSCHED_* variable settles it. A worker started by torchrun's agent
-// (TORCHELASTIC_RUN_ID) ignores Slurm's and Open MPI's variables: they describe the agent.
+// (TORCHELASTIC_RUN_ID) or a Ray worker (RAY_RAYLET_PID) ignores Slurm's and Open MPI's variables: they describe the
+// agent or the Ray node.
 //
 // A bad value raises InvalidArgument naming the variable, the value and what is allowed.
 #pragma once

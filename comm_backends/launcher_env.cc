@@ -131,7 +131,8 @@ void put_shape(LauncherView& v, bool server, const char* rank, const char* size,
 }
 
 std::optional<LauncherView> torchrun_view(bool server) {
-  LauncherView v{"torchrun/Ray", {}, {}, {}};
+  LauncherView v;
+  v.launcher = "torchrun/Ray";
   put_shape(v, server, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   put(v, "root_addr", setting_of("MASTER_ADDR"));
   if (auto m = env_value("MASTER_PORT")) {
@@ -140,7 +141,9 @@ std::optional<LauncherView> torchrun_view(bool server) {
     v.fields["root_port"] = {std::to_string(port), "MASTER_PORT", "MASTER_PORT + 1"};
   }
   if (v.fields.empty()) return std::nullopt;
-  if (env_value("TORCHELASTIC_RUN_ID")) v.notes.push_back("started by torchrun's agent (TORCHELASTIC_RUN_ID)");
+  if (env_value("TORCHELASTIC_RUN_ID")) v.parent = "torchrun's agent (TORCHELASTIC_RUN_ID)";
+  else if (env_value("RAY_RAYLET_PID")) v.parent = "the Ray node (RAY_RAYLET_PID: a Ray worker)";
+  if (!v.parent.empty()) v.notes.push_back("started by " + v.parent);
   return v;
 }
 
@@ -163,7 +166,8 @@ std::optional<LauncherSetting> slurm_local_size() {
 
 std::optional<LauncherView> slurm_view(bool server) {
   if (!env_value("SLURM_PROCID")) return std::nullopt;
-  LauncherView v{"Slurm", {}, {}, {}};
+  LauncherView v;
+  v.launcher = "Slurm";
   put_shape(v, server, "SLURM_PROCID", env_value("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS", "SLURM_LOCALID",
             nullptr);
   put(v, "local_size", slurm_local_size());
@@ -180,7 +184,8 @@ std::optional<LauncherView> slurm_view(bool server) {
 
 std::optional<LauncherView> openmpi_view(bool server) {
   if (!env_value("OMPI_COMM_WORLD_RANK")) return std::nullopt;
-  LauncherView v{"Open MPI", {}, {}, {}};
+  LauncherView v;
+  v.launcher = "Open MPI";
   put_shape(v, server, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE");
   if (auto job = env_value("OMPI_MCA_ess_base_jobid"))
@@ -202,7 +207,8 @@ std::optional<LauncherView> openmpi_view(bool server) {
 }
 
 std::optional<LauncherView> dmlc_view(bool server) {
-  LauncherView v{"DMLC (BytePS)", {}, {}, {}};
+  LauncherView v;
+  v.launcher = "DMLC (BytePS)";
   put(v, "num_workers", setting_of("DMLC_NUM_WORKER"));
   put(v, "num_servers", setting_of("DMLC_NUM_SERVER"));
   put(v, "rank", setting_of(server ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID"));

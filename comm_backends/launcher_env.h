@@ -27,6 +27,9 @@ struct LauncherView {
   std::map<std::string, LauncherSetting> fields;     // by registry option name
   std::string missing_root;                          // non-empty: no root address, and what to set (Open MPI)
   std::vector<std::string> notes;                    // what `commsched env` says besides the fields
+  // Non-empty: this launcher started the process from a process of its own that another launcher may have started
+  // (torchrun's agent, a Ray node): Slurm's and Open MPI's variables then describe that parent, not this process.
+  std::string parent;
 };
 
 // The views of every launcher whose variables are set, highest precedence first. `server`: this process's role.

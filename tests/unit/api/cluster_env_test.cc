@@ -29,7 +29,7 @@ class Env {
                           "DMLC_ROLE", "DMLC_WORKER_ID", "DMLC_NUM_WORKER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                           "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                           "COMMSCHED_TIMEOUT", "COMMSCHED_BIND", "DMLC_SERVER_ID", "DMLC_NUM_SERVER", "DMLC_INTERFACE",
-                          "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID",
+                          "TORCHELASTIC_RUN_ID", "RAY_RAYLET_PID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID",
                           "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",
                           "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK",
                           "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
@@ -177,6 +177,20 @@ TEST(ClusterEnv, TorchrunAgentUnderSrunIgnoresSlurmCounts) {
   EXPECT_EQ(e.num_workers, 8);
   EXPECT_EQ(e.local_size, 4);
   EXPECT_NE(ClusterEnv::explain_env().find("Slurm's variables ignored"), std::string::npos);
+}
+
+// A Ray cluster started by Slurm: Ray Train's workers inherit the raylet's Slurm variables.
+TEST(ClusterEnv, RayWorkerOnSlurmIgnoresSlurmCounts) {
+  Env env({{"RAY_RAYLET_PID", "4242"}, {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.5"},
+           {"MASTER_PORT", "40000"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_NODELIST", "n1"}});
+  const ClusterEnv e = ClusterEnv::from_env();
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.num_workers, 4);
+  EXPECT_EQ(e.root_addr, "10.0.0.5");
+  const std::string why = ClusterEnv::explain_env();
+  EXPECT_NE(why.find("Slurm's variables ignored: they describe the Ray node"), std::string::npos) << why;
+  Env plain({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  expect_env_error({"WORLD_SIZE=4 (torchrun/Ray)", "SLURM_NTASKS=1 (Slurm)"});  // no parent: two launchers disagree
 }
 
 TEST(ClusterEnv, BytepsSchedulerRoleIsNoticedNotRun) {
