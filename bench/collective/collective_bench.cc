@@ -11,6 +11,7 @@
 // machine hits both sides alike. Each block also times a plain Gloo allreduce of 4 bytes: a small-message round trip
 // between the ranks under the same load, the unit of the negotiation's inherent cost (the target: a negotiated
 // collective costs at most one such round trip more than plain Gloo). Rank 0 prints a Markdown table.
+// compare_builds.py beside this file runs two builds of it alternately (before/after a change) and summarises runs.
 #include <gloo/barrier.h>
 #include <sys/resource.h>
 
