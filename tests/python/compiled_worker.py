@@ -4,6 +4,7 @@ module called twice, a ParameterList) on a compiled model, with DistributedOptim
 parameters to OUT/<rank>.pt and OUT/<rank>.json: whether step() deferred updates (the overlap survived) and how many
 graph breaks dynamo made."""
 import argparse
+import contextlib
 import json
 import os
 
@@ -33,6 +34,11 @@ def build(graph_break, how, backend):
     return model, model
 
 
+def compiled_autograd(backend):
+    """Backward passes run through compiled autograd (torch >= 2.4; its switch is private API there)."""
+    return torch._dynamo.compiled_autograd._enable(torch.compile(backend=backend))
+
+
 def train(a, rank, size):
     model, call = build(a.graph_break, a.compile, a.backend)
     opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9, weight_decay=1e-4)
@@ -51,14 +57,17 @@ def main():
     ap.add_argument("--backend", default="aot_eager")
     ap.add_argument("--graph-break", action="store_true")
     ap.add_argument("--pass-model", action="store_true")
+    ap.add_argument("--compiled-autograd", action="store_true", help="the backward compiled too (compiled autograd)")
     a = ap.parse_args()
     hvd.init()
     torch._dynamo.utils.counters.clear()
-    model, deferred = train(a, hvd.rank(), hvd.size())
+    with compiled_autograd(a.backend) if a.compiled_autograd else contextlib.nullcontext():
+        model, deferred = train(a, hvd.rank(), hvd.size())
     breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
     torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, os.path.join(a.out, f"{hvd.rank()}.pt"))
     with open(os.path.join(a.out, f"{hvd.rank()}.json"), "w") as f:
-        json.dump({"deferred": deferred, "graph_breaks": breaks}, f)
+        json.dump({"deferred": deferred, "graph_breaks": breaks,
+                   "compiled_backwards": torch._dynamo.utils.counters["compiled_autograd"]["captures"]}, f)
     hvd.shutdown()
 
 

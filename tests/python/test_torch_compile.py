@@ -2,7 +2,7 @@
 backward_passes_per_step=2, zero_grad(set_to_none) alternating, a module called twice, with and without a graph
 break); every rank ends bitwise equal to the same compiled model under WFBP waiting in step(), and the overlap
 survives compilation (step() defers updates) wherever it can be exact. model.compile() without model= falls back to
-waiting in step() with one warning that says why."""
+waiting in step() with one warning that says why. Compiled autograd too."""
 import json
 
 import pytest
@@ -82,6 +82,17 @@ def test_compile_in_place_without_model_waits_in_step_with_one_warning(tmp_path)
     assert [i["deferred"] for i in info] == [0] * WORKERS, info
     warning = "the forward ran only inside a compiled graph (a model compiled in place with model.compile())"
     assert log.count(warning) == WORKERS, log
+
+
+@pytest.mark.skipif(not hasattr(getattr(torch._dynamo, "compiled_autograd", None), "_enable"),
+                    reason=f"torch {torch.__version__} has no compiled autograd (torch._dynamo.compiled_autograd)")
+def test_compiled_autograd_keeps_the_overlap_and_matches_wfbp(tmp_path):
+    """Compiled autograd traces backward hooks; the optimizer's stay out of its graph and run eagerly."""
+    default, info, log = run(tmp_path, {}, "--compile", "wrap", "--compiled-autograd")
+    waiting, _, _ = run_waiting(tmp_path, "--compile", "wrap")  # the same numbers as an uncompiled backward
+    check_same(default, waiting)
+    assert all(i["compiled_backwards"] > 0 for i in info), f"no backward was compiled: {info}"
+    assert all(i["deferred"] > 0 for i in info), info
 
 
 def test_inductor_matches_wfbp(tmp_path):

@@ -154,10 +154,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._params:
             # The AccumulateGrad node of p: its hook runs once p.grad holds this backward's gradient.
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._make_grad_hook(p))
+            # Compiled autograd traces backward hooks into its graph: ours talk to the engine, so they stay out of it
+            # (a graph break each) and run eagerly, in backward order.
+            acc.register_hook(compiled.outside_graph(self._make_grad_hook(p)))
             self._keep.append(acc)
             # Runs before accumulation: an update still pending from the previous step must land first.
-            self._keep.append(p.register_hook(self._make_pre_accumulate_hook()))
+            self._keep.append(p.register_hook(compiled.outside_graph(self._make_pre_accumulate_hook())))
 
     def _register_module_hooks(self, model):
         mine = set(self._params)
