@@ -143,7 +143,8 @@ TcpStoreClient::TcpStoreClient(const std::string& host, int port, std::chrono::m
   fd_ = connect_tcp(host, port, std::chrono::steady_clock::now() + connect_timeout);
   tune_control_socket(fd_.get(), 30.0);
   // A store that does not authenticate never sends the challenge: do not wait for it forever.
-  LinkAuth(secret, "store").prove(fd_.get(), std::chrono::steady_clock::now() + connect_timeout, where_);
+  const auto challenge_wait = std::min<std::chrono::milliseconds>(std::chrono::seconds(10), connect_timeout);
+  LinkAuth(secret, "store").prove(fd_.get(), std::chrono::steady_clock::now() + challenge_wait, where_);
 }
 
 std::string TcpStoreClient::round_trip(const std::string& frame) {

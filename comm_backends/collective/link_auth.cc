@@ -13,12 +13,11 @@ namespace {
 
 constexpr const char* kNoProof = "did not prove the run's shared secret (no or another COMMSCHED_SECRET / COMMSCHED_KEY_FILE)";
 
-// A handshake is a few small frames: a peer that needs longer is not one of ours, or is stuck.
-constexpr double kMaxWaitS = 10.0;
+// A handshake is a few small frames: a connector that needs longer is not one of ours, or is stuck.
+constexpr double kMaxAnswerS = 10.0;
 
-double wait_s(LinkAuth::Deadline deadline) {
-  const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-  return std::clamp(left, 0.001, kMaxWaitS);
+double seconds_left(LinkAuth::Deadline deadline) {
+  return std::max(0.001, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
 }
 
 }  // namespace
@@ -53,7 +52,7 @@ bool LinkAuth::admit(int fd, Deadline deadline) {
   if (!enabled_) return true;
   std::optional<std::string> reply;
   try {
-    set_receive_timeout(fd, wait_s(deadline));
+    set_receive_timeout(fd, std::min(kMaxAnswerS, seconds_left(deadline)));
     send_all(fd, challenge(), "authentication challenge");
     reply = reply_to(recv_frame(fd, "authentication answer"));
     if (reply) send_all(fd, *reply, "authentication reply");
@@ -81,7 +80,7 @@ std::string LinkAuth::refusals() const {
 
 void LinkAuth::prove(int fd, Deadline deadline, const std::string& where) const {
   if (!enabled_) return;
-  set_receive_timeout(fd, wait_s(deadline));
+  set_receive_timeout(fd, seconds_left(deadline));
   std::string server_nonce;
   try {
     const std::string frame = recv_frame(fd, where);

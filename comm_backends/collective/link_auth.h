@@ -44,8 +44,8 @@ class LinkAuth {
   // a join that strangers may have spoiled.
   std::string refusals() const;
 
-  // Connector, on a blocking socket: waits as admit() does for the challenge, answers it and checks the listener's
-  // proof. Throws std::runtime_error starting with `where` when there is no challenge (the listener does not
+  // Connector, on a blocking socket: waits for the challenge until `deadline` (a listener may be busy refusing
+  // others first), answers it and checks the listener's proof. Throws std::runtime_error starting with `where` when there is no challenge (the listener does not
   // authenticate), when the listener refuses (another secret) or when it cannot prove the secret itself.
   void prove(int fd, Deadline deadline, const std::string& where) const;
 

@@ -473,9 +473,11 @@ bool closed_by_peer(const Fd& fd) {
 
 TEST(NegotiatorAuth, AStrangerAtTheNegotiationPortIsRefusedAndTheRanksStillFinish) {
   std::string impostor_error;
+  Fd silent;
   testing::internal::CaptureStderr();
   Group g(3, 0, 5, false, kSecret, [&](KvStore& store) {
-    // One with another secret, one that skips the handshake and says hello as rank 1.
+    // One with another secret, one that skips the handshake and says hello as rank 1, one that never says a word
+    // (rank 0 gives up on it after 10 s: the real ranks wait in the accept queue meanwhile).
     try {
       LinkAuth("another-secret-0123456789", "negotiation")
           .prove(connect_to_coordinator(store).get(), std::chrono::steady_clock::now() + 5s, "rank 0");
@@ -485,10 +487,15 @@ TEST(NegotiatorAuth, AStrangerAtTheNegotiationPortIsRefusedAndTheRanksStillFinis
     const Fd fd = connect_to_coordinator(store);
     send_all(fd.get(), encode_hello(1, 3), "stranger");
     EXPECT_TRUE(closed_by_peer(fd)) << "rank 0 kept a connection that never proved the secret";
+    silent = connect_to_coordinator(store);
   });
   const std::string log = testing::internal::GetCapturedStderr();
   EXPECT_NE(impostor_error.find("refused us: the shared secret differs"), std::string::npos) << impostor_error;
   EXPECT_NE(log.find("negotiator rank 0 refused 127.0.0.1:"), std::string::npos) << log;
+  size_t refusals = 0;
+  for (size_t at = log.find("negotiator rank 0 refused"); at != std::string::npos; at = log.find("negotiator rank 0 refused", at + 1))
+    ++refusals;
+  EXPECT_EQ(refusals, 3u) << log;
   EXPECT_NE(log.find("did not prove the run's shared secret"), std::string::npos) << log;
   expect_all_reduce_as_before(g, 3);
 }
