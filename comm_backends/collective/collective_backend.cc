@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/control/net_util.h"
 #include "scheduler/config.h"
@@ -54,6 +55,7 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.credit_bytes = credit_bytes;
   o.spin_s = spin_s;
   o.host = env.rank == 0 ? env.root_addr : advertised_host(env);
+  o.secret = ClusterAuth::from_env().secret_for(env.root_addr);  // the rendezvous store's rule: one answer per run
   return o;
 }
 

@@ -7,15 +7,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <stdexcept>
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/collective/link_auth.h"
 #include "comm_backends/collective/wire.h"
-#include "comm_backends/control/net_util.h"
 
 namespace commsched::collective {
 namespace {
@@ -24,24 +24,12 @@ enum class StoreOp : uint8_t { set = 1, get = 2 };
 
 std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
-void set_receive_timeout(int fd, double s) {
-  timeval tv{static_cast<time_t>(s), static_cast<suseconds_t>((s - static_cast<double>(static_cast<time_t>(s))) * 1e6)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-}
-
-// The client's "ip:port" for the log, "?" when the socket cannot say.
-std::string client_address(int fd) {
-  const std::string a = control::peer_address(fd);
-  return a.empty() ? "?" : a;
-}
-
 }  // namespace
 
 struct TcpStoreServer::Client {
   Fd fd;
   FrameAssembler in;
-  std::string nonce;   // our challenge to this client
-  bool admitted = false;
+  std::optional<LinkAuth> auth;  // until the client proved the secret (none: the store does not authenticate)
 };
 
 TcpStoreServer::TcpStoreServer(const std::string& host, int port, std::string secret) : secret_(std::move(secret)) {
@@ -86,14 +74,10 @@ void TcpStoreServer::accept_clients(std::vector<std::unique_ptr<Client>>& client
     tune_control_socket(fd.get(), 10.0);
     auto c = std::make_unique<Client>();
     c->fd = std::move(fd);
-    c->admitted = secret_.empty();
-    if (!c->admitted) {
-      c->nonce = SecretHandshake::nonce();
-      ByteWriter w;
-      w.put<uint8_t>(0);  // a client that does not authenticate reads this as "key not found", never as a value
-      w.put_string(c->nonce);
-      try {
-        send_all(c->fd.get(), w.take_frame(), "rendezvous store challenge");
+    if (!secret_.empty()) {
+      c->auth.emplace(secret_, "store", "rendezvous store");
+      try {  // a client that does not authenticate reads the challenge as "key not found", never as a value
+        send_all(c->fd.get(), c->auth->challenge(), "rendezvous store challenge");
       } catch (const std::exception&) {
         continue;  // gone already
       }
@@ -111,37 +95,27 @@ bool TcpStoreServer::serve(Client& c) {
   try {
     std::string frame;
     while (c.in.next(frame, "rendezvous store client")) {
-      if (!c.admitted) {
+      if (c.auth) {
         if (!admit(c, frame)) return false;
         continue;
       }
       send_all(c.fd.get(), handle(frame), "rendezvous store reply");
     }
   } catch (const std::exception&) {
-    if (!c.admitted) admit(c, {});  // logs the refusal
+    if (c.auth) admit(c, {});  // logs the refusal
     return false;  // a malformed or vanished client only loses its own connection
   }
   return true;
 }
 
 bool TcpStoreServer::admit(Client& c, const std::string& frame) {
-  std::string client_nonce, mac;
-  try {
-    ByteReader r(frame, "rendezvous store authentication");
-    client_nonce = r.get_string();
-    mac = r.get_string();
-  } catch (const std::exception&) {
-  }
-  const SecretHandshake handshake(secret_, "store");
-  if (!handshake.client_proved(mac, c.nonce, client_nonce)) {
-    std::fprintf(stderr, "[commsched rendezvous] refused client %s: it did not prove the shared secret (no or wrong "
-                         "COMMSCHED_SECRET / COMMSCHED_KEY_FILE)\n", client_address(c.fd.get()).c_str());
+  const auto reply = c.auth->reply_to(frame);
+  if (!reply) {
+    c.auth->refuse(c.fd.get());
     return false;
   }
-  c.admitted = true;
-  ByteWriter w;
-  w.put_string(handshake.server_proof(client_nonce, c.nonce));
-  send_all(c.fd.get(), w.take_frame(), "rendezvous store authentication reply");
+  c.auth.reset();
+  send_all(c.fd.get(), *reply, "rendezvous store authentication reply");
   return true;
 }
 
@@ -168,57 +142,15 @@ TcpStoreClient::TcpStoreClient(const std::string& host, int port, std::chrono::m
     : where_("rendezvous store at " + host + ":" + std::to_string(port)) {
   fd_ = connect_tcp(host, port, std::chrono::steady_clock::now() + connect_timeout);
   tune_control_socket(fd_.get(), 30.0);
-  if (!secret.empty()) {
-    // A store that does not authenticate never sends the challenge: do not wait for it forever.
-    set_receive_timeout(fd_.get(), std::min(10.0, std::chrono::duration<double>(connect_timeout).count()));
-    authenticate(secret);
-    set_receive_timeout(fd_.get(), 0);
-  }
-}
-
-void TcpStoreClient::authenticate(const std::string& secret) {
-  std::string server_nonce;
-  try {
-    const std::string challenge = recv_frame();
-    ByteReader r(challenge, where_);
-    r.get<uint8_t>();
-    server_nonce = r.get_string();
-  } catch (const std::exception& e) {
-    throw std::runtime_error(where_ + " sent no authentication challenge (" + e.what() +
-                             "); does every process use the same COMMSCHED_SECRET / COMMSCHED_AUTH?");
-  }
-  if (server_nonce.size() != SecretHandshake::kNonceBytes)
-    throw std::runtime_error(where_ + ": malformed authentication challenge");
-  const SecretHandshake handshake(secret, "store");
-  const std::string mine = SecretHandshake::nonce();
-  ByteWriter w;
-  w.put_string(mine);
-  w.put_string(handshake.client_proof(server_nonce, mine));
-  send_all(fd_.get(), w.take_frame(), where_);
-  std::string mac;
-  try {
-    const std::string reply = recv_frame();
-    ByteReader r(reply, where_);
-    mac = r.get_string();
-  } catch (const std::exception&) {
-    throw std::runtime_error(where_ + " refused us: the shared secret differs (COMMSCHED_SECRET / COMMSCHED_KEY_FILE)");
-  }
-  if (!handshake.server_proved(mac, mine, server_nonce))
-    throw std::runtime_error(where_ + " did not prove the shared secret: not this run's rendezvous store");
-}
-
-std::string TcpStoreClient::recv_frame() {
-  const std::string len_bytes = recv_exact(fd_.get(), sizeof(uint32_t), where_);
-  uint32_t len;
-  std::memcpy(&len, len_bytes.data(), sizeof len);
-  if (len > kMaxFrameBytes) throw std::runtime_error(where_ + ": oversized reply");
-  return recv_exact(fd_.get(), len, where_);
+  // A store that does not authenticate never sends the challenge: do not wait for it forever.
+  const auto challenge_wait = std::min<std::chrono::milliseconds>(std::chrono::seconds(10), connect_timeout);
+  LinkAuth(secret, "store").prove(fd_.get(), std::chrono::steady_clock::now() + challenge_wait, where_);
 }
 
 std::string TcpStoreClient::round_trip(const std::string& frame) {
   std::lock_guard lock(mu_);
   send_all(fd_.get(), frame, where_);
-  return recv_frame();
+  return recv_frame(fd_.get(), where_);
 }
 
 void TcpStoreClient::set(const std::string& key, const std::string& value) {

@@ -74,8 +74,6 @@ class TcpStoreClient : public KvStore {
   // One request/response; false result means "not found".
   bool lookup(const std::string& key, std::string* value);
   std::string round_trip(const std::string& frame);
-  std::string recv_frame();
-  void authenticate(const std::string& secret);
 
   std::mutex mu_;
   Fd fd_;

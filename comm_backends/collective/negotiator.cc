@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <utility>
 #include <cerrno>
-#include <sstream>
 #include <stdexcept>
 
+#include "comm_backends/collective/link_auth.h"
 #include "comm_backends/control/roster.h"
 #include "scheduler/policy_factory.h"
 #include "scheduler/spin_wait.h"
@@ -51,11 +51,7 @@ bool wait_readable(int fd, Clock::time_point deadline) {
 // Reads one frame from a blocking socket during the join phase.
 std::string read_frame_blocking(int fd, Clock::time_point deadline, const std::string& what) {
   if (!wait_readable(fd, deadline)) throw std::runtime_error(what + ": no message before the join timeout");
-  const std::string len_bytes = recv_exact(fd, sizeof(uint32_t), what);
-  uint32_t len;
-  std::memcpy(&len, len_bytes.data(), sizeof len);
-  if (len > kMaxFrameBytes) throw std::runtime_error(what + ": oversized frame");
-  return recv_exact(fd, len, what);
+  return recv_frame(fd, what);
 }
 
 }  // namespace
@@ -135,17 +131,19 @@ void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline)
   // The PS control plane's admission rule: each rank once, in range (every rank is a "worker" of the group).
   control::Roster roster;
   control::Roster::Id accepted = 0;  // connections, numbered as they come
+  LinkAuth auth(opts_.secret, "negotiation", "negotiator rank 0");  // logs and notes strangers
   roster.expect(control::PeerRole::worker, 1, static_cast<uint32_t>(opts_.size - 1));
   while (!roster.complete()) {
     if (!wait_readable(listener.get(), deadline)) {
       std::string missing;
       for (const control::Roster::Member& m : roster.missing()) missing += (missing.empty() ? "" : ", ") + std::to_string(m.rank);
       throw std::runtime_error("negotiator rank 0: ranks " + missing + " did not join within " +
-                               std::to_string(opts_.join_timeout_s) + " s");
+                               std::to_string(opts_.join_timeout_s) + " s" + auth.refusals());
     }
     Fd fd = accept_tcp(listener.get());
     if (!fd.valid()) continue;
     tune_control_socket(fd.get(), opts_.timeout_s);
+    if (!auth.admit(fd.get(), deadline)) continue;
     const std::string frame = read_frame_blocking(fd.get(), deadline, "negotiator rank 0: joining peer");
     ByteReader r(frame, "hello");  // reads through a view: the frame must outlive it
     if (read_type(r) != MsgType::hello) throw std::runtime_error("negotiator rank 0: a joining peer did not say hello");
@@ -173,10 +171,12 @@ void Negotiator::join_as_worker(KvStore& store, Clock::time_point deadline) {
   peers_.resize(1);
   peers_[0].fd = connect_tcp(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), deadline);
   tune_control_socket(peers_[0].fd.get(), opts_.timeout_s);
+  LinkAuth(opts_.secret, "negotiation").prove(peers_[0].fd.get(), deadline, who(0) + " (coordinator)");
   send_all(peers_[0].fd.get(), encode_hello(opts_.rank, opts_.size), who(0));
   const std::string frame = read_frame_blocking(peers_[0].fd.get(), deadline, who(0) + " (coordinator) during join");
-  ByteReader r(frame, "welcome");  // reads through a view: the frame must outlive it
-  if (read_type(r) != MsgType::welcome) throw std::runtime_error(who(0) + ": expected welcome during join");
+  if (frame.empty() || frame[0] != static_cast<char>(MsgType::welcome))  // a challenge (0): we have no secret
+    throw std::runtime_error(who(0) + (frame.size() && frame[0] == 0 ? std::string(" (coordinator) ") + kNeedsSecret
+                                                                      : std::string(": expected welcome during join")));
 }
 
 void Negotiator::submit(std::vector<Submission> subs) {

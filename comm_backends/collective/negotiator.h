@@ -10,6 +10,9 @@
 // plane's rule (control::LossRelay: rank 0 tells every other rank; a rank tells rank 0, which tells the rest), and the
 // shutdown is the control plane's goodbye barrier (control::GoodbyeBarrier: rank 0 answers every rank's bye with
 // all_bye once all have said it; the others wait for that).
+// Authentication: with the run's secret (NegotiatorOptions::secret) each connection proves it, both ways, before its
+// hello (collective/link_auth.h); rank 0 logs a connection that cannot, naming its address, drops it and keeps
+// waiting for the real ranks.
 //
 // Latency: every thread hand-off on the critical path costs a wake-up, and on a busy machine a wake-up can cost a
 // scheduler slice (about a millisecond), far more than the message itself. So:
@@ -65,6 +68,9 @@ struct NegotiatorOptions {
   // small_tensor_bytes of 0 means at start; CollectiveOptions::negotiator_options).
   uint64_t auto_fusion_bytes = 0;
   std::string host = "127.0.0.1";    // rank 0: address to bind and advertise the coordinator on
+  // The run's shared secret (ClusterAuth::secret_for, as the rendezvous store has it; empty: none). With one, every
+  // connection proves it before its hello (link_auth.h): rank 0 logs and drops a stranger and keeps waiting.
+  std::string secret;
   std::string key_prefix = "commsched/negotiator/";
   // The execute callback may block (runs the collective itself): heartbeats then come from a separate thread, and
   // peers' silence is judged only after what they sent meanwhile has been read.

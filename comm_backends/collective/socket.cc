@@ -13,12 +13,21 @@
 #include <stdexcept>
 #include <thread>
 
+#include "comm_backends/collective/wire.h"
+
 namespace commsched::collective {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
 std::string endpoint(const std::string& host, int port) { return host + ":" + std::to_string(port); }
+
+timeval to_timeval(double seconds) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(seconds);
+  tv.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
+  return tv;
+}
 
 // Resolves host:port to IPv4 TCP addresses (the cluster contract speaks IPv4 addresses and host names).
 struct AddrInfo {
@@ -113,9 +122,7 @@ void set_nonblocking(int fd, bool on) {
 void tune_control_socket(int fd, double send_timeout_s) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(send_timeout_s);
-  tv.tv_usec = static_cast<suseconds_t>((send_timeout_s - static_cast<double>(tv.tv_sec)) * 1e6);
+  const timeval tv = to_timeval(send_timeout_s);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
@@ -148,6 +155,19 @@ std::string recv_exact(int fd, size_t n, const std::string& what) {
                              ((errno == EAGAIN || errno == EWOULDBLOCK) ? std::string("timed out") : errno_text()));
   }
   return out;
+}
+
+std::string recv_frame(int fd, const std::string& what) {
+  const std::string len_bytes = recv_exact(fd, sizeof(uint32_t), what);
+  uint32_t len;
+  std::memcpy(&len, len_bytes.data(), sizeof len);
+  if (len > kMaxFrameBytes) throw std::runtime_error(what + ": oversized frame");
+  return recv_exact(fd, len, what);
+}
+
+void set_receive_timeout(int fd, double seconds) {
+  const timeval tv = to_timeval(seconds);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
 }  // namespace commsched::collective

@@ -46,5 +46,10 @@ void tune_control_socket(int fd, double send_timeout_s);
 void send_all(int fd, std::string_view bytes, const std::string& what);
 // Reads exactly n bytes (blocking socket) or throws; `what` names the peer.
 std::string recv_exact(int fd, size_t n, const std::string& what);
+// Reads one length-prefixed frame (wire.h) from a blocking socket, its length prefix stripped; throws naming `what`
+// when the socket fails, times out or announces more than kMaxFrameBytes.
+std::string recv_frame(int fd, const std::string& what);
+// Bounds every blocking receive on fd (0: no bound), so a peer that says nothing cannot hold us.
+void set_receive_timeout(int fd, double seconds);
 
 }  // namespace commsched::collective

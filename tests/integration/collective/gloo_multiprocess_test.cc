@@ -38,6 +38,15 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GlooRandomOrder,
                            return std::to_string(info.param.ranks) + "ranks_seed" + std::to_string(info.param.seed);
                          });
 
+// Every link of the run proves the shared secret (the store and the negotiation): results as exact as without one.
+TEST(GlooWithSecret, ExactResultsWhenEveryRankProvesTheSecret) {
+  RankProcesses procs(GLOO_RANK_BIN, {"random", "5", "3"}, 3,
+                      {{"COMMSCHED_TIMEOUT", "5"}, {"COMMSCHED_SECRET", "gloo-test-secret-0123456789"}});
+  for (const auto& e : procs.wait(std::chrono::seconds(90))) {
+    EXPECT_TRUE(e.exited && e.code == 0) << describe(e) << " (see its output above)";
+  }
+}
+
 struct EngineCase {
   int ranks;
   const char* policy;

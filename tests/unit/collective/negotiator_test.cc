@@ -1,9 +1,12 @@
 // The negotiator over real loopback sockets, ranks as threads in one process.
 #include "comm_backends/collective/negotiator.h"
 
+#include <sys/socket.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +16,10 @@
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include "comm_backends/cluster_env.h"
+#include "comm_backends/collective/collective_backend.h"
+#include "comm_backends/collective/link_auth.h"
 
 namespace commsched::collective {
 namespace {
@@ -105,17 +112,22 @@ Submission sub(uint64_t key, uint64_t bytes, int32_t priority, uint64_t round = 
 // Runs `size` negotiators on threads (they join concurrently), each given the same store server.
 class Group {
  public:
-  // execute_blocks: the ranks run their groups on the negotiator thread (see RankLog::execute_ms).
-  Group(int size, uint64_t fusion = 0, double timeout_s = 5, bool execute_blocks = false)
+  // execute_blocks: the ranks run their groups on the negotiator thread (see RankLog::execute_ms). secret: the run's
+  // shared secret every rank proves (empty: none). meanwhile: when set, rank 0 starts alone and this runs (given a
+  // store of its own) before the other ranks start.
+  Group(int size, uint64_t fusion = 0, double timeout_s = 5, bool execute_blocks = false, std::string secret = {},
+        const std::function<void(KvStore&)>& meanwhile = {})
       : server_("127.0.0.1", 0), logs_(size) {
     std::vector<std::future<void>> joins;
     negotiators_.resize(size);
     // Every store first: the joining threads index stores_, which must not grow under them.
-    for (int r = 0; r < size; ++r) stores_.push_back(std::make_unique<TcpStoreClient>("127.0.0.1", server_.port(), 5000ms));
+    for (int r = 0; r <= size; ++r) stores_.push_back(std::make_unique<TcpStoreClient>("127.0.0.1", server_.port(), 5000ms));
     for (int r = 0; r < size; ++r) {
+      if (r == 1 && meanwhile) meanwhile(*stores_[size]);
       joins.push_back(std::async(std::launch::async, [=, this] {
         NegotiatorOptions o = options(r, size, fusion, timeout_s);
         o.execute_blocks = execute_blocks;
+        o.secret = secret;
         negotiators_[r] = std::make_unique<Negotiator>(o, *stores_[r], logs_[r].callbacks());
       }));
     }
@@ -422,6 +434,117 @@ TEST(Negotiator, ASecondClaimOfARankIsRefused) {
   EXPECT_NE(what.find("joined as rank 1 of 3 and was refused"), std::string::npos) << what;
   EXPECT_NE(what.find("already connected"), std::string::npos) << what;
   for (int i = 1; i < 3; ++i) EXPECT_FALSE(join_error(fs[i]).empty());  // neither impostor nor victim goes on alone
+}
+
+constexpr const char* kSecret = "negotiation-secret-0123456789";
+
+// Every rank submits the same partitions; each must execute them, in one order on all ranks, with no failure.
+void expect_all_reduce_as_before(Group& g, int size) {
+  for (int r = 0; r < size; ++r) g.rank(r).submit({sub(1, 400, 0), sub(2, 800, 1)});
+  for (int r = 0; r < size; ++r) {
+    ASSERT_TRUE(g.log(r).wait_settled(2, 10s)) << "rank " << r;
+    EXPECT_TRUE(g.log(r).failures.empty()) << g.log(r).failures.front().second.message;
+    EXPECT_EQ(g.log(r).groups, g.log(0).groups) << "rank " << r;
+  }
+}
+
+TEST(NegotiatorAuth, RanksWithTheSecretNegotiateAsBefore) {
+  Group g(3, 0, 5, false, kSecret);
+  expect_all_reduce_as_before(g, 3);
+}
+
+// Connects to rank 0's negotiation port (from the store) and returns the connection.
+Fd connect_to_coordinator(KvStore& store) {
+  const std::string addr = store.get("commsched/negotiator/coordinator", 10000ms);
+  const auto colon = addr.rfind(':');
+  return connect_tcp(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), std::chrono::steady_clock::now() + 5s);
+}
+
+// Waits until rank 0 closes `fd` (true) or 10 s pass (false), discarding what it sends.
+bool closed_by_peer(const Fd& fd) {
+  set_receive_timeout(fd.get(), 10);
+  char buf[256];
+  for (;;) {
+    const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (n == 0) return true;
+    if (n < 0) return false;
+  }
+}
+
+TEST(NegotiatorAuth, AStrangerAtTheNegotiationPortIsRefusedAndTheRanksStillFinish) {
+  std::string impostor_error;
+  Fd silent;
+  testing::internal::CaptureStderr();
+  Group g(3, 0, 5, false, kSecret, [&](KvStore& store) {
+    // One with another secret, one that skips the handshake and says hello as rank 1, one that never says a word
+    // (rank 0 gives up on it after 10 s: the real ranks wait in the accept queue meanwhile).
+    try {
+      LinkAuth("another-secret-0123456789", "negotiation")
+          .prove(connect_to_coordinator(store).get(), std::chrono::steady_clock::now() + 5s, "rank 0");
+    } catch (const std::exception& e) {
+      impostor_error = e.what();
+    }
+    const Fd fd = connect_to_coordinator(store);
+    send_all(fd.get(), encode_hello(1, 3), "stranger");
+    EXPECT_TRUE(closed_by_peer(fd)) << "rank 0 kept a connection that never proved the secret";
+    silent = connect_to_coordinator(store);
+  });
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(impostor_error.find("refused us: the shared secret differs"), std::string::npos) << impostor_error;
+  EXPECT_NE(log.find("negotiator rank 0 refused 127.0.0.1:"), std::string::npos) << log;
+  size_t refusals = 0;
+  for (size_t at = log.find("negotiator rank 0 refused"); at != std::string::npos; at = log.find("negotiator rank 0 refused", at + 1))
+    ++refusals;
+  EXPECT_EQ(refusals, 3u) << log;
+  EXPECT_NE(log.find("did not prove the run's shared secret"), std::string::npos) << log;
+  expect_all_reduce_as_before(g, 3);
+}
+
+// Rank 0 with one secret and rank 1 with `secret1`: both constructors throw; returns their messages and the seconds
+// the slower one took.
+std::pair<std::array<std::string, 2>, double> join_with_secrets(const std::string& secret1) {
+  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreClient store0("127.0.0.1", server.port(), 5000ms), store1("127.0.0.1", server.port(), 5000ms);
+  RankLog logs[2];
+  const auto t0 = std::chrono::steady_clock::now();
+  std::array<std::future<void>, 2> fs;
+  for (int r = 0; r < 2; ++r) {
+    NegotiatorOptions o = options(r, 2);
+    o.join_timeout_s = 3;
+    o.secret = r == 0 ? kSecret : secret1;
+    fs[r] = std::async(std::launch::async, [&, r, o] { Negotiator n(o, r == 0 ? store0 : store1, logs[r].callbacks()); });
+  }
+  std::array<std::string, 2> what{join_error(fs[0]), join_error(fs[1])};
+  return {what, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+TEST(NegotiatorAuth, RanksWithDifferentSecretsFailNamingTheMismatchWithinSeconds) {
+  testing::internal::CaptureStderr();
+  const auto [what, seconds] = join_with_secrets("another-secret-0123456789");
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(what[1].find("refused us: the shared secret differs"), std::string::npos) << what[1];
+  EXPECT_NE(what[0].find("ranks 1 did not join"), std::string::npos) << what[0];
+  EXPECT_NE(what[0].find("refused connections that did not prove the run's shared secret"), std::string::npos) << what[0];
+  EXPECT_NE(log.find("negotiator rank 0 refused 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_LT(seconds, 10) << "a mismatch must not wait out the long timeouts";
+}
+
+TEST(NegotiatorAuth, ARankWithoutTheSecretIsToldRankZeroRequiresIt) {
+  testing::internal::CaptureStderr();
+  const auto [what, seconds] = join_with_secrets("");
+  testing::internal::GetCapturedStderr();
+  EXPECT_NE(what[1].find("requires the run's shared secret"), std::string::npos) << what[1];
+  EXPECT_LT(seconds, 10);
+}
+
+TEST(NegotiatorAuth, TheBackendsHandTheNegotiationTheRunsSecret) {
+  ::setenv("COMMSCHED_SECRET", kSecret, 1);
+  ClusterEnv env;
+  env.num_workers = 2;
+  const NegotiatorOptions o = CollectiveOptions{}.negotiator_options(env);
+  ::unsetenv("COMMSCHED_SECRET");
+  EXPECT_EQ(o.secret, kSecret);
+  EXPECT_EQ(CollectiveOptions{}.negotiator_options(env).secret, "") << "no secret configured, none on loopback";
 }
 
 TEST(Negotiator, RoundTripLatencyOnLoopback) {
