@@ -11,6 +11,7 @@ import threading
 import torch
 
 from commsched import _C
+from commsched._runtime_core import env_flag  # noqa: F401  (one parser of 0/1 flags for both frameworks)
 
 _lock = threading.Lock()
 _ctx = None
@@ -236,13 +237,3 @@ def wait(handle, name):
                                    f"{describe_error(err)}")
 
 
-def env_flag(var, default=False):
-    """Parses a 0/1 environment flag; a bad value raises ValueError naming the variable."""
-    value = os.environ.get(var, "").strip().lower()
-    if not value:
-        return default
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{var}='{value}': expected 0 or 1")
