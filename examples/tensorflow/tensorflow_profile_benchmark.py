@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Step time of a model profile's tensors with emulated compute, trained by a TensorFlow 2 script in Horovod's shape
-(DistributedGradientTape inside tf.function): the TensorFlow twin of examples/pytorch_profile_benchmark.py.
+(DistributedGradientTape inside tf.function), or with --api keras a Keras model trained by commsched.keras's
+DistributedOptimizer (cross-iteration overlap unless --no-cross-iteration): the TensorFlow twin of
+examples/pytorch_profile_benchmark.py.
 
     commsched launch -w 4 -s 2 --emulate-rate 2gbit -- python3 examples/tensorflow/tensorflow_profile_benchmark.py \\
         --profile resnet50 --policy wfbp
@@ -45,6 +47,9 @@ class ProfiledLayer:
                                       name=f"layer{index}.{t['name']}") for t in tensors]
 
     def __call__(self, x):
+        return self.run(x, [v.read_value() for v in self.variables])
+
+    def run(self, x, values):
         @tf.custom_gradient
         def block(x, *weights):
             def grad(dy):
@@ -52,7 +57,33 @@ class ProfiledLayer:
                 g = tf.reduce_mean(dy)
                 return [dy] + [tf.fill(tf.shape(w), tf.cast(g, w.dtype)) for w in weights]
             return tf.identity(self.forward(x)), grad
-        return block(x, *[v.read_value() for v in self.variables])
+        return block(x, *values)
+
+
+def keras_model(layers):
+    """The same blocks as a Keras model (Keras variables, forward order), for commsched.keras's optimizer."""
+    import keras
+
+    class Block(keras.layers.Layer):
+        def __init__(self, index, layer):
+            super().__init__(name=f"block{index}")  # names the tasks: the same on every rank
+            self.layer = layer
+            self.weights_ = [self.add_weight(shape=tuple(v.shape), initializer="zeros", dtype=v.dtype.name,
+                                             name=v.name.split(":")[0].replace("/", ".")) for v in layer.variables]
+
+        def call(self, x):
+            return self.layer.run(x, [tf.convert_to_tensor(w) for w in self.weights_])
+
+    class Profiled(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.blocks = [Block(i, layer) for i, layer in enumerate(layers)]
+
+        def call(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return tf.reduce_sum(x)
+    return Profiled()
 
 
 def load_layers(name, compute_scale):
@@ -93,11 +124,49 @@ def ci95(values):
 
 
 def report(summary, path):
-    line = "{profile} (tensorflow): {policy}, {workers} workers: {step_ms:.1f} +- {step_ms_ci95:.1f} ms/step " \
-           "(compute {compute_ms:.1f} ms, {gradient_mib:.1f} MiB of gradients)"
-    print(line.format(**summary), flush=True)
+    line = "{profile} (tensorflow, {api}{xi}): {policy}, {workers} workers: {step_ms:.1f} +- {step_ms_ci95:.1f} " \
+           "ms/step (compute {compute_ms:.1f} ms, {gradient_mib:.1f} MiB of gradients)"
+    print(line.format(xi=" + cross-iteration" if summary["cross_iteration"] else "", **summary), flush=True)
     if path:
         pathlib.Path(path).write_text(json.dumps(summary))
+
+
+def tape_step(layers, x, a):
+    """Horovod's TensorFlow 2 shape: DistributedGradientTape, then a plain optimizer, in one tf.function."""
+    del a
+    variables = [v for layer in layers for v in layer.variables]
+    opt = tf.keras.optimizers.SGD(1e-3, momentum=0.9)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            y = x
+            for layer in layers:
+                y = layer(y)
+            loss = tf.reduce_sum(y)
+        grads = hvd.DistributedGradientTape(tape).gradient(loss, variables)
+        opt.apply_gradients(zip(grads, variables))
+    return step, variables, None
+
+
+def keras_step(layers, x, a):
+    """A Keras model and commsched.keras's DistributedOptimizer, built before the step is traced (so the update can
+    be deferred to the next forward)."""
+    import keras
+
+    import commsched.keras as khvd
+    model = keras_model(layers)
+    model(x)
+    opt = khvd.DistributedOptimizer(keras.optimizers.SGD(1e-3, momentum=0.9), cross_iteration=a.cross_iteration)
+    opt.build(model.trainable_variables)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = model(x)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply(grads, model.trainable_variables)
+    return step, model.trainable_variables, opt
 
 
 def main():
@@ -109,29 +178,25 @@ def main():
     ap.add_argument("--policy", help="wfbp, bytescheduler, ... (default: COMMSCHED_POLICY)")
     ap.add_argument("--tune", action="store_true", help="auto-tune partition size and credit while training")
     ap.add_argument("--result")
+    ap.add_argument("--api", choices=["tape", "keras"], default="tape",
+                    help="tape: DistributedGradientTape; keras: commsched.keras.DistributedOptimizer")
+    ap.add_argument("--cross-iteration", action=argparse.BooleanOptionalAction, default=None,
+                    help="--api keras: the library default (on) unless given; --no-cross-iteration waits in apply()")
     a = ap.parse_args()
 
     hvd.init(policy=a.policy, tune=a.tune or None)
     name, layers, compute_ms = load_layers(a.profile, a.compute_scale)
-    variables = [v for layer in layers for v in layer.variables]
-    opt = tf.keras.optimizers.SGD(1e-3, momentum=0.9)
     x = tf.fill([4], 1.0 + hvd.rank())
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            y = x
-            for layer in layers:
-                y = layer(y)
-            loss = tf.reduce_sum(y)
-        grads = hvd.DistributedGradientTape(tape).gradient(loss, variables)
-        opt.apply_gradients(zip(grads, variables))
-
+    step, variables, opt = (keras_step if a.api == "keras" else tape_step)(layers, x, a)
     ctx = hvd.context()
     tuning_steps = run_until_tuned(step, ctx) if a.tune else 0
     ms = timed(step, a.warmup, a.steps)
-    gradient_bytes = sum(int(np.prod(v.shape)) * v.dtype.size for v in variables)
-    summary = dict(profile=name, framework="tensorflow", policy=ctx.policy, workers=hvd.size(),
+    gradient_bytes = sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in variables)
+    if opt is not None:
+        opt.flush()
+    deferred = bool(opt is not None and opt.cross_iteration_active())
+    summary = dict(profile=name, framework="tensorflow", api=a.api, cross_iteration=deferred, policy=ctx.policy,
+                   workers=hvd.size(),
                    gradient_mib=gradient_bytes / 2**20, compute_ms=compute_ms, steps=a.steps, tuned=bool(a.tune),
                    tuning_steps=tuning_steps, knobs=dict(ctx.knobs()))
     summary.update(step_ms=float(np.mean(ms)), step_ms_ci95=ci95(ms))  # the fields profile_vs_torch.sh reads

@@ -162,36 +162,50 @@ def keras_model(seed):
     return model
 
 
-def keras_fit(args):
+def keras_optimizer(kind):
+    """The optimizer of a Keras run: SGD with momentum, or AdamW on a decaying schedule (its update reads the step
+    counter: bias correction, schedule, weight decay)."""
     import keras
+    if kind == "sgd":
+        return keras.optimizers.SGD(0.05, momentum=0.9)
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.01, decay_steps=3, decay_rate=0.7)
+    return keras.optimizers.AdamW(schedule, weight_decay=0.01)
 
+
+def keras_fit(args):
     import commsched.keras as khvd
     khvd.init()
     x, y, xs, ys = data()
     epochs = 2
     model = keras_model(seed=hvd.rank())
-    opt = khvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9))
+    opt = khvd.DistributedOptimizer(keras_optimizer(args.optimizer))
     model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    # validation_data: the evaluation between epochs runs a forward, which must see every update applied.
     history = model.fit(xs, ys, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0,
+                        validation_data=(xs, ys),
                         callbacks=[khvd.callbacks.BroadcastGlobalVariablesCallback(0),
                                    khvd.callbacks.MetricAverageCallback()])
     reference = keras_model(seed=0)
-    reference.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse", jit_compile=False)
+    reference.compile(optimizer=keras_optimizer(args.optimizer), loss="mse", jit_compile=False)
     xb, yb = (np.concatenate(parts) for parts in zip(*combined_batches(x, y)))
     reference.fit(xb, yb, batch_size=BATCH * hvd.size(), epochs=epochs, shuffle=False, verbose=0)
     worst = max(float(np.max(np.abs(a - b))) for a, b in zip(model.get_weights(), reference.get_weights()))
     check(worst <= TOLERANCE, f"keras: weights differ from single-process training by {worst}")
+    check(int(opt.iterations.numpy()) == int(reference.optimizer.iterations.numpy()),
+          f"keras: {int(opt.iterations.numpy())} updates counted, single-process training counted "
+          f"{int(reference.optimizer.iterations.numpy())}")
     losses = history.history["loss"]
     check(losses[-1] < losses[0], f"keras: loss did not fall: {losses}")
     np.savez(pathlib.Path(args.out) / f"keras.{hvd.rank()}.npz", *model.get_weights())
     print(f"rank {hvd.rank()}: keras ok (max difference {worst:.2e}, averaged loss {losses[0]:.4f} -> "
-          f"{losses[-1]:.4f})", flush=True)
+          f"{losses[-1]:.4f}, cross-iteration={opt.cross_iteration_active()})", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["api", "tape", "keras"])
     ap.add_argument("--out", default=".")
+    ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="keras mode's optimizer")
     args = ap.parse_args()
     {"api": api, "tape": tape, "keras": keras_fit}[args.mode](args)
     hvd.shutdown()

@@ -78,7 +78,21 @@ def test_training_matches_single_process_on_the_combined_batch(tmp_path, servers
                      env=SMALL_PARTITIONS)
     assert rc == 0, log
     assert log.count(f"{mode} ok") == 2, log
+    if mode == "keras":  # the default: each update deferred to the next forward
+        assert log.count("cross-iteration=True") == 2, log
     _equal_across_ranks(tmp_path, mode)
+
+
+@pytest.mark.parametrize("cross_iteration", ["1", "0"])
+def test_keras_adamw_on_a_schedule_is_exact_with_and_without_cross_iteration(tmp_path, cross_iteration):
+    """AdamW's update reads the step counter (bias correction, the schedule, weight decay): deferring each
+    variable's update to the next forward must count steps as one apply over every variable does."""
+    env = dict(SMALL_PARTITIONS, COMMSCHED_CROSS_ITERATION=cross_iteration)
+    rc, log = launch(2, [HERE / "tensorflow_worker.py", "keras", "--optimizer", "adamw", "--out", tmp_path],
+                     servers=1, timeout=240, env=env)
+    assert rc == 0, log
+    assert log.count(f"cross-iteration={cross_iteration == '1'}") == 2, log
+    _equal_across_ranks(tmp_path, "keras")
 
 
 def test_the_tuner_runs_live_on_the_tape_path(tmp_path):
@@ -128,3 +142,12 @@ def test_gradients_are_tasks_prioritized_by_variable_order(tmp_path):
         pytest.skip("the native TensorFlow ops could not be built here (no C++ compiler)")
     assert "submitted [('grad.3.v3:0', 3), ('grad.2.v2:0', 2), ('grad.1.v1:0', 1), ('grad.0.v0:0', 0)]" in log, log
     assert "grads [[2.0, 2.0], [4.0, 4.0], [6.0, 6.0], [8.0, 8.0]]" in log, log
+
+
+def test_keras_cross_iteration_in_custom_loops_and_where_it_cannot_defer():
+    """One process (the average of one rank is the gradient): deferred updates in a tf.function loop and an eager
+    loop match plain Keras after flush(); an optimizer built inside the traced step, and one with global_clipnorm
+    (one warning saying why), wait in apply() and match too."""
+    rc, log = run_single([HERE / "keras_deferred_worker.py"], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=240)
+    assert rc == 0, log
+    assert "keras deferred ok" in log, log

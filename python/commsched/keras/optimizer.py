@@ -7,11 +7,13 @@ the model's variable order, the first layers most urgent), then runs the wrapped
 math is untouched. The wrapper is the same optimizer object with its class swapped for a subclass that overrides
 apply(): its variables, state and learning-rate schedule stay as they were.
 
-Cross-iteration overlap (commsched.torch applies each layer's update just before that layer's next forward) is not
-done here: Keras runs the update and the next forward inside one compiled train function per step, with no hook
-between layers, so the update cannot be deferred into the next step's forward without changing what that forward
-reads. Within a step, communication still overlaps the backward inside tf.function (see gradients.py).
+Cross-iteration overlap (the default, as in commsched.torch): apply() puts the gradients on the wire and returns;
+the next forward applies each variable's update just before reading it (deferred.py says how that stays exact and
+where it falls back to waiting in apply()). Within a step, communication overlaps the backward (gradients.py).
 """
+import tensorflow as tf
+
+from commsched.keras import deferred
 from commsched.tensorflow import gradients, ops
 
 
@@ -20,18 +22,49 @@ def _make_apply(base):
         variables = (list(trainable_variables) if trainable_variables is not None
                      else list(self._trainable_variables))
         settings = self._commsched
+        state = settings.get("deferred")
+        if state is not None and state.covers(variables) and state.hook_is_before():
+            with tf.control_dependencies([state.apply_pending()]):  # a no-op when the forward applied them
+                return state.defer(grads)
+        if state is not None:
+            state.deferring = False
+            state.apply_pending()  # the synchronous update below must follow the pending one
         reduced = gradients.reduce_gradients(list(grads), variables, settings["op"], settings["compression"],
                                              settings["gradient_predivide_factor"], prefix="keras.grad")
         return base.apply(self, reduced, trainable_variables)
     return apply
 
 
+def _make_build(base):
+    def build(self, variables):
+        base.build(self, variables)
+        settings = self._commsched
+        if settings["cross_iteration"] and settings.get("deferred") is None:
+            settings["deferred"] = deferred.DeferredUpdates(self, base, variables, settings)
+    return build
+
+
+def _flush(self):
+    """Applies the update still pending from the last step (cross-iteration mode): call it after the last step of a
+    custom training loop before reading the weights (Model.fit, get_weights and save do it themselves)."""
+    state = self._commsched.get("deferred")
+    if state is not None:
+        state.apply_pending()
+
+
+def _cross_iteration_active(self):
+    """Whether the last update was deferred to the next forward (cross-iteration overlap in effect)."""
+    state = self._commsched.get("deferred")
+    return state is not None and state.deferring
+
+
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=None,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=ops.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0, groups=None,
-                         process_set=None, scale_local_gradients=True):
+                         process_set=None, scale_local_gradients=True, cross_iteration=None):
     """Horovod's signature. Returns `optimizer` itself, now averaging its gradients over every worker before each
-    update. backward_passes_per_step > 1 (local accumulation) is not supported: raise the batch size instead."""
+    update. backward_passes_per_step > 1 (local accumulation) is not supported: raise the batch size instead.
+    cross_iteration: defer each update to the next forward (None: COMMSCHED_CROSS_ITERATION, default on)."""
     del name, device_dense, device_sparse, sparse_as_dense, average_aggregated_gradients, num_groups, groups
     del scale_local_gradients
     ops.check_process_set(process_set)
@@ -42,10 +75,18 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         raise TypeError(f"DistributedOptimizer needs a Keras 3 optimizer, got {type(optimizer).__name__}")
     op = ops.resolve_op(None, op)
     base = type(optimizer)
-    if not getattr(base, "_commsched_wrapped", False):
-        cls = type(base.__name__, (base,), {"apply": _make_apply(base), "_commsched_wrapped": True,
+    if getattr(base, "_commsched_wrapped", False):
+        base = base.__bases__[0]
+    else:
+        cls = type(base.__name__, (base,), {"apply": _make_apply(base), "build": _make_build(base), "flush": _flush,
+                                            "cross_iteration_active": _cross_iteration_active,
+                                            "_commsched_wrapped": True,
                                             "__module__": base.__module__, "__qualname__": base.__qualname__})
         optimizer.__class__ = cls
     optimizer._commsched = {"op": op, "compression": compression,
-                            "gradient_predivide_factor": gradient_predivide_factor}
+                            "gradient_predivide_factor": gradient_predivide_factor,
+                            "cross_iteration": deferred.enabled(optimizer, cross_iteration)}
+    if optimizer.built and optimizer._commsched["cross_iteration"]:  # a loaded model's optimizer
+        optimizer._commsched["deferred"] = deferred.DeferredUpdates(optimizer, base, optimizer._trainable_variables,
+                                                                    optimizer._commsched)
     return optimizer

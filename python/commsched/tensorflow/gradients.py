@@ -29,32 +29,72 @@ def _register_model(variables):
         ops.context().set_model(sizes)
 
 
-def reduce_gradients(grads, variables, op=ops.Average, compression=None, gradient_predivide_factor=1.0,
-                     prefix="grad"):
-    """Averages (or sums) `grads` over every worker; None gradients stay None. Returns the list."""
+def _check_reduce_args(grads, variables, op, gradient_predivide_factor):
     if op not in (ops.Average, ops.Sum):
         raise ValueError(f"gradients are reduced with Average or Sum, not op={op!r}")
     if gradient_predivide_factor <= 0:
         raise ValueError(f"gradient_predivide_factor={gradient_predivide_factor}: must be > 0")
     if len(grads) != len(variables):
         raise ValueError(f"{len(grads)} gradients for {len(variables)} variables")
+
+
+class Submitted:
+    """The gradients of one step on the wire: tickets[i] is None where grads[i] was None. wait() (or a later step,
+    with the tickets kept in variables) turns each ticket back into the averaged gradient."""
+
+    def __init__(self, tickets, names, dtypes, shapes, op, predivide):
+        self.tickets, self.names, self.dtypes, self.shapes = tickets, names, dtypes, shapes
+        self.op, self.predivide = op, predivide
+
+    def wait_one(self, i, ticket=None):
+        """The averaged gradient of variable i from its ticket (default: the one submitted)."""
+        ticket = self.tickets[i] if ticket is None else ticket
+        return ops.wait_ticket(ticket, self.dtypes[i], self.shapes[i], self.names[i], self.op, self.predivide)
+
+
+def submit_gradients(grads, variables, op=ops.Average, compression=None, gradient_predivide_factor=1.0,
+                     prefix="grad"):
+    """Puts every gradient on the wire (last variable first, the order backprop produces them) and tells the engine
+    the backward is over; waits for nothing. Returns Submitted and the op that ends the submission."""
+    _check_reduce_args(grads, variables, op, gradient_predivide_factor)
     ops.context()  # a clear error before init()
     _register_model(variables)
     predivide = gradient_predivide_factor if op == ops.Average else 1.0
     spec = getattr(compression, "engine_spec", None)
-    present = [i for i, g in enumerate(grads) if g is not None]
-    dense = {i: tf.convert_to_tensor(grads[i]) for i in present}  # IndexedSlices (embeddings) travel dense
-    tickets = {}
-    for i in reversed(present):
-        name = f"{prefix}.{i}.{_variable_name(variables[i], i)}"
-        tickets[i] = (ops.submit_reduce(dense[i], name, i, op, spec, 1.0 / predivide, predivide), name)
-    with tf.control_dependencies([t for t, _ in tickets.values()]):
+    n = len(grads)
+    tickets, names, dtypes, shapes = [None] * n, [None] * n, [None] * n, [None] * n
+    for i in reversed([i for i, g in enumerate(grads) if g is not None]):
+        dense = tf.convert_to_tensor(grads[i])  # IndexedSlices (embeddings) travel dense
+        names[i] = f"{prefix}.{i}.{_variable_name(variables[i], i)}"
+        dtypes[i], shapes[i] = dense.dtype, dense.shape
+        tickets[i] = ops.submit_reduce(dense, names[i], i, op, spec, 1.0 / predivide, predivide)
+    with tf.control_dependencies([t for t in tickets if t is not None]):
         backward_over = ops.engine_call("backward_done", "backward_done")
+    return Submitted(tickets, names, dtypes, shapes, op, predivide), backward_over
+
+
+def wait_ticket_for(ticket, variable, name, settings):
+    """The averaged gradient of `variable` from a ticket kept since an earlier step (deferred updates)."""
+    op = settings["op"]
+    predivide = settings["gradient_predivide_factor"] if op == ops.Average else 1.0
+    return ops.wait_ticket(ticket, tf.as_dtype(variable.dtype), tuple(variable.shape), name, op, predivide)
+
+
+def end_iteration():
+    """Ends the engine's iteration (the auto-tuner's clock)."""
+    return ops.engine_call("iteration_end", "iteration_end")
+
+
+def reduce_gradients(grads, variables, op=ops.Average, compression=None, gradient_predivide_factor=1.0,
+                     prefix="grad"):
+    """Averages (or sums) `grads` over every worker; None gradients stay None. Returns the list."""
+    submitted, backward_over = submit_gradients(grads, variables, op, compression, gradient_predivide_factor,
+                                                prefix)
+    present = [i for i, t in enumerate(submitted.tickets) if t is not None]
     with tf.control_dependencies([backward_over]):
-        outs = {i: ops.wait_ticket(t, dense[i].dtype, dense[i].shape, name, op, predivide)
-                for i, (t, name) in tickets.items()}
+        outs = {i: submitted.wait_one(i) for i in present}
     with tf.control_dependencies(list(outs.values())):
-        step_over = ops.engine_call("iteration_end", "iteration_end")
+        step_over = end_iteration()
     with tf.control_dependencies([step_over]):
         return [tf.identity(outs[i]) if i in outs else None for i in range(len(grads))]
 
