@@ -91,6 +91,15 @@ def test_single_process_without_cluster_uses_loopback(tmp_path):
         assert relative_error(state, train_reference(kind, 5, BATCH)) <= 1e-6
 
 
+def test_commsched_torch_imports_before_torch(tmp_path):
+    """A script whose first import is commsched.torch: with a CUDA build of torch whose wheel brings a newer NCCL than
+    commsched was built with, importing commsched's NCCL first made torch's import fail."""
+    script = tmp_path / "first.py"
+    script.write_text("import commsched.torch as hvd\nimport torch\nprint('imported', torch.__version__)\n")
+    rc, log = run_single([script])
+    assert rc == 0 and "imported" in log, log
+
+
 def test_horovod_style_script_runs_with_only_the_import_changed():
     rc, log = launch(2, [HERE / "horovod_style_script.py"], dict(ENGINE_ENV), deterministic=False)
     assert rc == 0, log

@@ -17,7 +17,9 @@ init(policy=..., partition_bytes=...), as for commsched.torch. Sums and broadcas
 callbacks (tf.numpy_function); all work in eager mode and inside tf.function (not under XLA: compile with
 jit_compile=False). Keras: commsched.keras (or commsched.tensorflow.keras).
 """
-from commsched import _C
+from commsched import _C, _build_queries
+from commsched._build_queries import (ccl_built, cuda_built, ddl_built, gloo_built, mpi_built,  # noqa: F401
+                                      mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from commsched import _runtime_core as _core
 from commsched.tensorflow import elastic
 from commsched.tensorflow import native as _native
@@ -107,42 +109,6 @@ def stop_timeline():
     _C.stop_timeline()
 
 
-# Build queries, answered truthfully: no MPI, DDL, oneCCL or ROCm; Gloo and NCCL as this build carries them.
-def mpi_built():
-    return False
-
-
-def mpi_enabled():
-    return False
-
-
-def mpi_threads_supported():
-    return False
-
-
-def gloo_built():
-    return bool(_C.build["gloo"])
-
-
+# Horovod's build queries are commsched._build_queries'; gloo_enabled: what this process's backend uses.
 def gloo_enabled():
-    return is_initialized() and _core.context(_CALLER).backend == "gloo"
-
-
-def nccl_built():
-    return bool(_C.build["nccl"])
-
-
-def cuda_built():
-    return bool(_C.build["cuda"])
-
-
-def rocm_built():
-    return False
-
-
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
+    return _build_queries.backend_is("gloo", is_initialized, lambda: _core.context(_CALLER))

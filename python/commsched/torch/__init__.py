@@ -12,7 +12,14 @@ the baseline and the scheduler. Run several workers with `commsched launch -w 4 
 `torchrun --nproc_per_node 4 train.py` (Gloo all-reduce, no servers). DistributedDataParallel users:
 commsched.torch.ddp.register(model).
 """
-from commsched import _C
+# torch first: commsched._C links the NCCL it was built with, and once that is loaded a CUDA build of torch that
+# needs a newer NCCL (its wheel brings its own libnccl.so.2) fails to import ("undefined symbol: ncclCommResume");
+# with torch loaded first, both use torch's NCCL.
+import torch  # noqa: F401  isort: skip
+
+from commsched import _C, _build_queries
+from commsched._build_queries import (ccl_built, cuda_built, ddl_built, gloo_built, mpi_built,  # noqa: F401
+                                      mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from commsched.torch import elastic
 from commsched.torch.collectives import (alltoall, alltoall_async, allgather, allgather_async, barrier,
                                          grouped_allgather, grouped_allgather_async, grouped_allreduce,
@@ -48,43 +55,6 @@ def stop_timeline():
     _C.stop_timeline()
 
 
-# Build and runtime queries, answered truthfully: commsched has no MPI, DDL, oneCCL or ROCm; Gloo, CUDA and NCCL as
-# this build carries them; *_enabled: what this process's backend uses.
-def mpi_built():
-    return False
-
-
-def mpi_enabled():
-    return False
-
-
-def mpi_threads_supported():
-    return False
-
-
-def gloo_built():
-    return bool(_C.build["gloo"])
-
-
+# Horovod's build queries are commsched._build_queries'; gloo_enabled: what this process's backend uses.
 def gloo_enabled():
-    return is_initialized() and context().backend == "gloo"
-
-
-def nccl_built():
-    return bool(_C.build["nccl"])
-
-
-def cuda_built():
-    return bool(_C.build["cuda"])
-
-
-def rocm_built():
-    return False
-
-
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
+    return _build_queries.backend_is("gloo", is_initialized, context)
