@@ -30,7 +30,7 @@ run() {  # run <label> <script> <args...>
   echo "== $label: $PROFILE, $WORKERS workers, $SERVERS server(s), emulated link $RATE"
   "$BUILD_DIR/plugins/commsched" launch -w "$WORKERS" -s "$SERVERS" --emulate-rate "$RATE" -- \
     "$PYTHON" "$script" --profile "$PROFILE" --steps "$STEPS" --warmup "$WARMUP" --compute-scale "$COMPUTE_SCALE" --result "$OUT/$label.json" "$@" \
-    2>&1 | grep -E "ms/step|Error|error" || true
+    2>&1 | grep -E "ms/step|Error|error" | grep -v oneDNN || true
 }
 TF_WAIT=(); [ "$TF_API" = keras ] && TF_WAIT=(--no-cross-iteration)
 run tf_wfbp examples/tensorflow/tensorflow_profile_benchmark.py --api "$TF_API" --policy wfbp "${TF_WAIT[@]}"

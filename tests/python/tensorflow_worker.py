@@ -180,6 +180,7 @@ def keras_fit(args):
     model = keras_model(seed=hvd.rank())
     opt = khvd.DistributedOptimizer(keras_optimizer(args.optimizer))
     model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    model.evaluate(xs, ys, batch_size=BATCH, verbose=0)  # a test function traced before any update is deferred
     # validation_data: the evaluation between epochs runs a forward, which must see every update applied.
     history = model.fit(xs, ys, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0,
                         validation_data=(xs, ys),

@@ -15,8 +15,9 @@ before the train function was traced (model.fit builds it first; a custom loop c
 optimizer.build(model.trainable_variables) before its first step), an apply() over other variables than it was built
 with, and COMMSCHED_CROSS_ITERATION=0 or DistributedOptimizer(cross_iteration=False).
 
-Reading weights outside a Layer call sees the previous step's: Model.fit, get_weights, save and save_weights apply
-what is pending first (patched here); a custom loop calls optimizer.flush() after its last step, as with torch.
+Reading weights outside a Layer call sees the previous step's: Model.fit (at its end), evaluate, predict, get_weights,
+save and save_weights apply what is pending first (patched here); a custom loop calls optimizer.flush() after its last
+step, as with torch.
 """
 import threading
 import warnings
@@ -125,7 +126,8 @@ def _before_forward(args):
 
 
 def _install_patches():
-    """Layer.__call__ applies pending updates at the outermost call; fit/get_weights/save flush first."""
+    """Layer.__call__ applies pending updates at the outermost call; fit, evaluate, predict, get_weights and save
+    flush."""
     if _patched:
         return
     layer_call = keras.layers.Layer.__call__
@@ -140,7 +142,10 @@ def _install_patches():
         finally:
             _local.depth = depth
     keras.layers.Layer.__call__ = call
-    for cls, name, after in ((keras.Model, "fit", True), (keras.layers.Layer, "get_weights", False),
+    # evaluate/predict too: fit's validation calls evaluate, whose function may have been traced before any update
+    # was deferred (an evaluate before fit), so its forward would not apply them.
+    for cls, name, after in ((keras.Model, "fit", True), (keras.Model, "evaluate", False),
+                             (keras.Model, "predict", False), (keras.layers.Layer, "get_weights", False),
                              (keras.Model, "save", False), (keras.Model, "save_weights", False)):
         setattr(cls, name, _flushing(getattr(cls, name), after))
     _patched.append(True)
