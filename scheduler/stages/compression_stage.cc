@@ -68,7 +68,7 @@ void CompressionStage::encode(const PartitionView& in, PartitionView& out, std::
   if (compression::sums_on_wire(spec.scheme)) {
     // A cast is a tensor of the narrow dtype: offsets and sizes in its units, so every backend carries it as such.
     w->desc.dtype = compression::codec(spec.scheme).wire_dtype;
-    out.offset = in.first_element() * 2;
+    out.offset = in.first_element() * dtype_size(w->desc.dtype);
   }
   state = std::move(w);
 }
