@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iomanip>
 #include <sstream>
 
 namespace commsched {
@@ -97,7 +98,7 @@ std::string describe_knob(const KnobSpec& row, const Knobs& k) {
   const uint64_t base = of_value(row, k);
   if (base > 0 && v < base) return "one batch in flight";
   std::ostringstream m;
-  m << format_bytes(v) << " (" << double(v) / double(std::max<uint64_t>(base, 1)) << "x)";
+  m << format_bytes(v) << " (" << std::setprecision(3) << double(v) / double(std::max<uint64_t>(base, 1)) << "x)";
   return m.str();
 }
 

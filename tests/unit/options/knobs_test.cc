@@ -81,6 +81,8 @@ TEST(KnobRows, TheDescriberReadsTheRows) {
   EXPECT_EQ(describe_knobs(Knobs{1 << 20, 8 << 20, 0}), "partition 1 MiB, credit 8 MiB (8x), small_tensor off");
   EXPECT_EQ(describe_knobs(Knobs{1 << 20, 1, 64 << 10}), "partition 1 MiB, credit one batch in flight, small_tensor 64 KiB");
   EXPECT_EQ(describe_knobs(Knobs{0, 0, 0}, std::span(kKnobs).first(2)), "partition unlimited, credit unlimited");
+  EXPECT_EQ(describe_knob(registered_knob("credit_bytes"), Knobs{3 << 20, 67 << 20, 0}), "67 MiB (22.3x)")
+      << "a multiple to three digits";
 }
 
 TEST(KnobRows, GridValuesAreInTheRowsUnit) {
