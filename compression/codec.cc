@@ -156,8 +156,6 @@ void cast(const void* in, void* out, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) y[i] = To::store(static_cast<typename To::Acc>(From::load(x[i])));
 }
 
-DType cast_target(Scheme s) { return s == Scheme::fp16 ? DType::f16 : DType::bf16; }
-
 template <class T>
 void cast_between(DType from_or_to, bool encode_dir, const void* in, void* out, uint64_t n) {
   // T is the task's dtype; from_or_to the wire's.
@@ -165,47 +163,205 @@ void cast_between(DType from_or_to, bool encode_dir, const void* in, void* out, 
   else encode_dir ? cast<T, BF16>(in, out, n) : cast<BF16, T>(in, out, n);
 }
 
-}  // namespace
+// Each codec's own code, with a row below.
 
-std::string_view scheme_name(Scheme s) {
-  switch (s) {
-    case Scheme::none: return "none";
-    case Scheme::fp16: return "fp16";
-    case Scheme::bf16: return "bf16";
-    case Scheme::topk: return "topk";
-    case Scheme::signsgd: return "signsgd";
-  }
-  return "invalid";
+uint64_t dense_bytes(const Spec&, DType d, uint64_t n) { return n * elem_size(d); }
+void dense_encode(const Spec&, DType d, const void* in, uint64_t n, void*, std::byte* out) {
+  with_type(d, [&](auto t) { std::memcpy(out, in, n * sizeof(typename decltype(t)::Store)); });
+}
+void dense_decode(const Spec&, DType d, const std::byte* wire, uint64_t n, void* out) {
+  with_type(d, [&](auto t) { std::memcpy(out, wire, n * sizeof(typename decltype(t)::Store)); });
 }
 
-Spec parse_spec(std::string_view var, std::string_view value) {
+uint64_t cast_bytes(const Spec&, DType, uint64_t n) { return n * 2; }
+template <DType Wire>
+void cast_encode(const Spec&, DType d, const void* in, uint64_t n, void*, std::byte* out) {
+  with_type(d, [&](auto t) { cast_between<decltype(t)>(Wire, true, in, out, n); });
+}
+template <DType Wire>
+void cast_decode(const Spec&, DType d, const std::byte* wire, uint64_t n, void* out) {
+  with_type(d, [&](auto t) { cast_between<decltype(t)>(Wire, false, wire, out, n); });
+}
+
+uint64_t topk_bytes(const Spec& s, DType d, uint64_t n) { return topk_count(s.ratio, n) * (sizeof(uint32_t) + elem_size(d)); }
+void topk_encode_fn(const Spec& s, DType d, const void* in, uint64_t n, void* residual, std::byte* out) {
+  with_type(d, [&](auto t) {
+    using T = decltype(t);
+    topk_encode<T>(accumulated<T>(in, n, residual), residual, s.ratio, out);
+  });
+}
+void topk_encode_sum(const Spec& s, DType d, const void* acc, uint64_t n, void* residual, std::byte* out) {
+  with_type(d, [&](auto t) {
+    using T = decltype(t);
+    topk_encode<T>(accumulated_sum<T>(acc, n, residual), residual, s.ratio, out);
+  });
+}
+void topk_decode(const Spec& s, DType d, const std::byte* wire, uint64_t n, void* out) {
+  with_type(d, [&](auto t) {
+    using T = decltype(t);
+    auto* y = static_cast<typename T::Store*>(out);
+    std::fill(y, y + n, T::store(0));
+    topk_each<T>(wire, n, s.ratio, [&](uint32_t i, auto v) { y[i] = T::store(v); });
+  });
+}
+void topk_decode_add(const Spec& s, DType d, const std::byte* wire, uint64_t n, void* acc) {
+  with_type(d, [&](auto t) {
+    using T = decltype(t);
+    auto* a = static_cast<typename T::Acc*>(acc);
+    topk_each<T>(wire, n, s.ratio, [&](uint32_t i, auto v) { a[i] += v; });
+  });
+}
+std::string topk_size_spec(DType d, uint64_t n, uint64_t wire_bytes, Spec& out) {
+  const uint64_t pair = sizeof(uint32_t) + elem_size(d);
+  const uint64_t k = wire_bytes / pair;
+  if (wire_bytes % pair != 0 || k == 0 || k > n) return " (not 1 to n index/value pairs)";
+  // The ratio whose topk_count is exactly k (k/n itself, nudged where rounding would miss).
+  double ratio = static_cast<double>(k) / static_cast<double>(n);
+  while (topk_count(ratio, n) > k) ratio = std::nextafter(ratio, 0.0);
+  while (topk_count(ratio, n) < k) ratio = std::nextafter(ratio, 2.0);
+  out.ratio = ratio;
+  return {};
+}
+
+uint64_t sign_bytes(const Spec&, DType, uint64_t n) { return sizeof(float) + sign_words(n) * sizeof(uint32_t); }
+void sign_encode_fn(const Spec&, DType d, const void* in, uint64_t n, void* residual, std::byte* out) {
+  with_type(d, [&](auto t) {
+    using T = decltype(t);
+    sign_encode<T>(accumulated<T>(in, n, residual), residual, out);
+  });
+}
+void sign_encode_sum(const Spec&, DType d, const void* acc, uint64_t n, void* residual, std::byte* out) {
+  with_type(d, [&](auto t) {
+    using T = decltype(t);
+    sign_encode<T>(accumulated_sum<T>(acc, n, residual), residual, out);
+  });
+}
+void sign_decode(const Spec&, DType d, const std::byte* wire, uint64_t n, void* out) {
+  with_type(d, [&](auto t) {
+    using T = decltype(t);
+    auto* y = static_cast<typename T::Store*>(out);
+    sign_each<T>(wire, n, [&](uint64_t i, auto v) { y[i] = T::store(v); });
+  });
+}
+void sign_decode_add(const Spec&, DType d, const std::byte* wire, uint64_t n, void* acc) {
+  with_type(d, [&](auto t) {
+    using T = decltype(t);
+    auto* a = static_cast<typename T::Acc*>(acc);
+    sign_each<T>(wire, n, [&](uint64_t i, auto v) { a[i] += v; });
+  });
+}
+std::string sign_size_spec(DType d, uint64_t n, uint64_t wire_bytes, Spec& out) {
+  const uint64_t expected = sign_bytes(out, d, n);
+  return wire_bytes == expected ? std::string() : " (expected " + std::to_string(expected) + ")";
+}
+
+constexpr double us = 1e-6;
+constexpr std::string_view kNoneAliases[] = {"off"};
+constexpr std::string_view kFp16Aliases[] = {"float16", "half"};
+constexpr std::string_view kBf16Aliases[] = {"bfloat16"};
+constexpr std::string_view kSignAliases[] = {"sign", "1bit"};
+
+// The registry. Stage costs: stage_micro_bench on one 4 MiB f32 partition on one core, encode with error feedback
+// (bench/RESULTS.md, "Compression stage cost per MiB").
+const Codec kCodecs[] = {
+    {.scheme = Scheme::none, .name = "none", .aliases = kNoneAliases, .summing = Summing::dense,
+     .wire_bytes = dense_bytes, .encode = dense_encode, .decode = dense_decode},
+    {.scheme = Scheme::fp16, .name = "fp16", .aliases = kFp16Aliases, .summing = Summing::on_wire,
+     .wire_dtype = DType::f16, .wire_bytes = cast_bytes, .encode = cast_encode<DType::f16>,
+     .decode = cast_decode<DType::f16>, .encode_s_per_mib = 370 * us, .decode_s_per_mib = 413 * us},
+    {.scheme = Scheme::bf16, .name = "bf16", .aliases = kBf16Aliases, .summing = Summing::on_wire,
+     .wire_dtype = DType::bf16, .wire_bytes = cast_bytes, .encode = cast_encode<DType::bf16>,
+     .decode = cast_decode<DType::bf16>, .encode_s_per_mib = 230 * us, .decode_s_per_mib = 104 * us},
+    // Error feedback on the server for top-k only: what its answer leaves out is sent in a later round, exactly.
+    {.scheme = Scheme::topk, .name = "topk", .takes_ratio = true, .summing = Summing::server_decodes,
+     .server_residual = true, .wire_bytes = topk_bytes, .encode = topk_encode_fn, .decode = topk_decode,
+     .decode_add = topk_decode_add, .encode_sum = topk_encode_sum, .size_spec = topk_size_spec,
+     .encode_s_per_mib = 3927 * us, .decode_s_per_mib = 15 * us},
+    // signSGD's server answers with the plain scaled sign of the sum (majority vote, as signSGD-MV does): the workers
+    // keep their own residuals, and a second one on the server made the small CNN diverge at 2 workers in our runs.
+    {.scheme = Scheme::signsgd, .name = "signsgd", .aliases = kSignAliases, .summing = Summing::server_decodes,
+     .wire_bytes = sign_bytes, .encode = sign_encode_fn, .decode = sign_decode, .decode_add = sign_decode_add,
+     .encode_sum = sign_encode_sum, .size_spec = sign_size_spec, .encode_s_per_mib = 2420 * us,
+     .decode_s_per_mib = 1566 * us},
+};
+
+std::string lower_no_space(std::string_view value) {
   std::string v;
   for (char c : value)
     if (!std::isspace(static_cast<unsigned char>(c))) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const std::string allowed = "one of none, fp16, bf16, topk, topk:RATIO (RATIO in (0, 1], e.g. topk:0.01), signsgd";
-  auto reject = [&] { throw InvalidArgument(std::string(var) + "='" + std::string(value) + "' is invalid: " + allowed); };
-  Spec s;
-  if (v == "none" || v == "off" || v.empty()) return s;
-  if (v == "fp16" || v == "float16" || v == "half") s.scheme = Scheme::fp16;
-  else if (v == "bf16" || v == "bfloat16") s.scheme = Scheme::bf16;
-  else if (v == "signsgd" || v == "sign" || v == "1bit") s.scheme = Scheme::signsgd;
-  else if (v.rfind("topk", 0) == 0) {
-    s.scheme = Scheme::topk;
-    if (v.size() > 4) {
-      if (v[4] != ':') reject();
-      const std::string num = v.substr(5);
-      char* end = nullptr;
-      s.ratio = std::strtod(num.c_str(), &end);
-      if (num.empty() || end != num.c_str() + num.size() || !(s.ratio > 0 && s.ratio <= 1)) reject();
-    }
-  } else reject();
-  return s;
+  return v;
+}
+
+bool answers_to(const Codec& c, std::string_view v) {
+  return c.name == v || std::find(c.aliases.begin(), c.aliases.end(), v) != c.aliases.end();
+}
+
+}  // namespace
+
+std::span<const Codec> codecs() { return kCodecs; }
+
+std::string codec_row_gap(const Codec& c) {
+  const std::string who = "codec '" + std::string(c.name) + "' ";
+  if (c.name.empty()) return "a codec row has no name";
+  if (!c.wire_bytes || !c.encode || !c.decode) return who + "lacks wire_bytes, encode or decode";
+  const bool decodes = c.summing == Summing::server_decodes;
+  if (decodes != (c.decode_add && c.encode_sum && c.size_spec))
+    return who + "must have decode_add, encode_sum and size_spec exactly when a server decodes it";
+  if (c.server_residual && !decodes) return who + "keeps a server residual but no server decodes it";
+  if (c.summing == Summing::on_wire && !compressible(c.wire_dtype))
+    return who + "is summed on the wire but its wire dtype is not floating-point";
+  if (c.summing != Summing::dense && !(c.encode_s_per_mib > 0 && c.decode_s_per_mib > 0))
+    return who + "has no measured stage costs for the simulator";
+  return "";
+}
+
+const Codec& codec(Scheme s) {
+  for (const Codec& c : kCodecs)
+    if (c.scheme == s) return c;
+  throw InvalidArgument("compression: scheme " + std::to_string(static_cast<int>(s)) + " is not registered");
+}
+
+bool is_registered(uint8_t v) {
+  return std::any_of(std::begin(kCodecs), std::end(kCodecs), [&](const Codec& c) { return uint8_t(c.scheme) == v; });
+}
+
+std::string_view scheme_name(Scheme s) { return is_registered(uint8_t(s)) ? codec(s).name : "invalid"; }
+
+std::string specs_allowed() {
+  std::string out;
+  for (const Codec& c : kCodecs) {
+    out += (out.empty() ? "one of " : ", ") + std::string(c.name);
+    if (c.takes_ratio) out += ", " + std::string(c.name) + ":RATIO (RATIO in (0, 1], e.g. " + std::string(c.name) + ":0.01)";
+  }
+  return out;
+}
+
+Spec parse_spec(std::string_view var, std::string_view value) {
+  const std::string v = lower_no_space(value);
+  auto reject = [&] {
+    throw InvalidArgument(std::string(var) + "='" + std::string(value) + "' is invalid: " + specs_allowed());
+  };
+  if (v.empty()) return Spec{};
+  for (const Codec& c : kCodecs) {
+    const std::string_view head = std::string_view(v).substr(0, v.find(':'));
+    if (!answers_to(c, head)) continue;
+    Spec s{c.scheme};
+    if (head.size() == v.size()) return s;
+    if (!c.takes_ratio) reject();
+    const std::string num = v.substr(head.size() + 1);
+    char* end = nullptr;
+    s.ratio = std::strtod(num.c_str(), &end);
+    if (num.empty() || end != num.c_str() + num.size() || !(s.ratio > 0 && s.ratio <= 1)) reject();
+    return s;
+  }
+  reject();
+  return Spec{};
 }
 
 std::string to_string(const Spec& s) {
-  if (s.scheme != Scheme::topk) return std::string(scheme_name(s.scheme));
+  if (!codec(s.scheme).takes_ratio) return std::string(scheme_name(s.scheme));
   std::ostringstream os;
-  os << "topk:" << s.ratio;
+  os << scheme_name(s.scheme) << ":" << s.ratio;
   return os.str();
 }
 
@@ -218,92 +374,43 @@ uint64_t topk_count(double ratio, uint64_t n) {
   return std::clamp<uint64_t>(k, 1, n);
 }
 
-uint64_t encoded_bytes(const Spec& s, DType d, uint64_t n) {
-  switch (s.scheme) {
-    case Scheme::none: return n * elem_size(d);
-    case Scheme::fp16:
-    case Scheme::bf16: return n * 2;
-    case Scheme::topk: return topk_count(s.ratio, n) * (sizeof(uint32_t) + elem_size(d));
-    case Scheme::signsgd: return sizeof(float) + sign_words(n) * sizeof(uint32_t);
-  }
-  return 0;
-}
+uint64_t encoded_bytes(const Spec& s, DType d, uint64_t n) { return codec(s.scheme).wire_bytes(s, d, n); }
 
 void encode(const Spec& s, DType d, const void* in, uint64_t n, void* residual, std::byte* out) {
-  with_type(d, [&](auto t) {
-    using T = decltype(t);
-    switch (s.scheme) {
-      case Scheme::none: std::memcpy(out, in, n * sizeof(typename T::Store)); break;
-      case Scheme::fp16:
-      case Scheme::bf16: cast_between<T>(cast_target(s.scheme), true, in, out, n); break;
-      case Scheme::topk: topk_encode<T>(accumulated<T>(in, n, residual), residual, s.ratio, out); break;
-      case Scheme::signsgd: sign_encode<T>(accumulated<T>(in, n, residual), residual, out); break;
-    }
-  });
+  codec(s.scheme).encode(s, d, in, n, residual, out);
 }
 
 void encode_sum(const Spec& s, DType d, const void* acc, uint64_t n, void* residual, std::byte* out) {
-  if (sums_on_wire(s.scheme) || s.scheme == Scheme::none)
-    throw InvalidArgument("compression: encode_sum is for schemes a reduction decodes (topk, signsgd), not '" +
-                          std::string(scheme_name(s.scheme)) + "'");
-  with_type(d, [&](auto t) {
-    using T = decltype(t);
-    if (s.scheme == Scheme::topk) topk_encode<T>(accumulated_sum<T>(acc, n, residual), residual, s.ratio, out);
-    else sign_encode<T>(accumulated_sum<T>(acc, n, residual), residual, out);
-  });
+  const Codec& c = codec(s.scheme);
+  if (c.encode_sum == nullptr)
+    throw InvalidArgument("compression: encode_sum is for schemes a reduction decodes, not '" + std::string(c.name) + "'");
+  c.encode_sum(s, d, acc, n, residual, out);
 }
 
 std::string wire_spec(Scheme scheme, DType d, uint64_t n, uint64_t wire_bytes, Spec& out) {
-  const std::string what = std::string(scheme_name(scheme)) + " message of " + std::to_string(wire_bytes) +
-                           " bytes for " + std::to_string(n) + " elements";
-  if (scheme != Scheme::topk && scheme != Scheme::signsgd) return "scheme '" + std::string(scheme_name(scheme)) +
-                                                                   "' is not decoded by a reduction";
+  if (!is_registered(uint8_t(scheme)) || codec(scheme).size_spec == nullptr)
+    return "scheme '" + std::string(scheme_name(scheme)) + "' is not decoded by a reduction";
   if (!compressible(d)) return std::string(scheme_name(scheme)) + " of a tensor that is not floating-point";
   out = Spec{scheme, 1.0};
-  if (scheme == Scheme::signsgd)
-    return wire_bytes == encoded_bytes(out, d, n) ? std::string() : what + " (expected " +
-                                                                        std::to_string(encoded_bytes(out, d, n)) + ")";
-  const uint64_t pair = sizeof(uint32_t) + elem_size(d);
-  const uint64_t k = wire_bytes / pair;
-  if (wire_bytes % pair != 0 || k == 0 || k > n) return what + " (not 1 to n index/value pairs)";
-  // The ratio whose topk_count is exactly k (k/n itself, nudged where rounding would miss).
-  double ratio = static_cast<double>(k) / static_cast<double>(n);
-  while (topk_count(ratio, n) > k) ratio = std::nextafter(ratio, 0.0);
-  while (topk_count(ratio, n) < k) ratio = std::nextafter(ratio, 2.0);
-  out.ratio = ratio;
-  return {};
+  const std::string why = codec(scheme).size_spec(d, n, wire_bytes, out);
+  if (why.empty()) return {};
+  return std::string(scheme_name(scheme)) + " message of " + std::to_string(wire_bytes) + " bytes for " +
+         std::to_string(n) + " elements" + why;
 }
 
 void decode(const Spec& s, DType d, const std::byte* wire, uint64_t n, void* out) {
-  with_type(d, [&](auto t) {
-    using T = decltype(t);
-    auto* y = static_cast<typename T::Store*>(out);
-    switch (s.scheme) {
-      case Scheme::none: std::memcpy(out, wire, n * sizeof(typename T::Store)); break;
-      case Scheme::fp16:
-      case Scheme::bf16: cast_between<T>(cast_target(s.scheme), false, wire, out, n); break;
-      case Scheme::topk:
-        std::fill(y, y + n, T::store(0));
-        topk_each<T>(wire, n, s.ratio, [&](uint32_t i, auto v) { y[i] = T::store(v); });
-        break;
-      case Scheme::signsgd: sign_each<T>(wire, n, [&](uint64_t i, auto v) { y[i] = T::store(v); }); break;
-    }
-  });
+  codec(s.scheme).decode(s, d, wire, n, out);
 }
 
 void decode_add(const Spec& s, DType d, const std::byte* wire, uint64_t n, void* acc) {
-  with_type(d, [&](auto t) {
+  const Codec& c = codec(s.scheme);
+  if (c.decode_add != nullptr) return c.decode_add(s, d, wire, n, acc);
+  with_type(d, [&](auto t) {  // a codec the reduction does not decode natively: decode, then add
     using T = decltype(t);
     auto* a = static_cast<typename T::Acc*>(acc);
-    switch (s.scheme) {
-      case Scheme::topk: topk_each<T>(wire, n, s.ratio, [&](uint32_t i, auto v) { a[i] += v; }); break;
-      case Scheme::signsgd: sign_each<T>(wire, n, [&](uint64_t i, auto v) { a[i] += v; }); break;
-      default: {
-        std::vector<typename T::Store> tmp(n);
-        decode(s, d, wire, n, tmp.data());
-        for (uint64_t i = 0; i < n; ++i) a[i] += T::load(tmp[i]);
-      }
-    }
+    std::vector<typename T::Store> tmp(n);
+    c.decode(s, d, wire, n, tmp.data());
+    for (uint64_t i = 0; i < n; ++i) a[i] += T::load(tmp[i]);
   });
 }
 

@@ -61,7 +61,6 @@ std::string describe_ring(const ClusterShape& s) {
 // The log line: what was chosen, what was set, and why.
 std::string explain(const EngineConfig& config, const ClusterShape& shape, bool fusion_automatic) {
   const bool ring = !has_servers(shape);
-  const uint64_t credit = config.knobs.credit_bytes;
   const std::string credit_why = ring ? "the collectives run one at a time; what queues meanwhile is fused"
                                       : "two rounds of one partition from every worker plus one, up to 16 MiB: a push's receipt "
                                         "queues behind its server's sums";
@@ -70,9 +69,7 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
                                std::to_string(shape.servers) + " servers: ";
   why += "partition " + format_bytes(config.knobs.partition_bytes) +
          (config.partition_set ? " (set)" : " (automatic)") + ", credit " +
-         (credit == kOneBatchInFlight ? std::string("one batch in flight")
-          : credit != 0               ? format_bytes(credit)
-                                      : std::string("unlimited")) +
+         describe_knob(registered_knob("credit_bytes"), config.knobs) +
          (config.credit_set ? " (set)" : " (automatic: " + credit_why + ")");
   if (fusion_automatic)
     why += ", tensors fused up to " + format_bytes(config.knobs.small_tensor_bytes) +

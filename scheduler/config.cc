@@ -22,11 +22,21 @@ ValueType<PolicyKind> policy_value() {
 }
 
 ValueType<compression::Spec> compression_value() {
-  return {"compression", "one of none, fp16, bf16, topk, topk:RATIO (RATIO in (0, 1]), signsgd",
+  return {"compression", compression::specs_allowed(),
           [](std::string_view var, std::string_view value) { return compression::parse_spec(var, value); },
           [](const compression::Spec& s) { return compression::to_string(s); }};
 }
 
+// The flag that records a knob was given, for the knobs the automatic choice replaces otherwise
+// (scheduler/auto_knobs.h); null for the others.
+bool* given_flag(EngineConfig& c, std::string_view knob) {
+  if (knob == "partition_bytes") return &c.partition_set;
+  if (knob == "credit_bytes") return &c.credit_set;
+  if (knob == "small_tensor_bytes") return &c.small_tensor_set;
+  return nullptr;
+}
+
+// The knob rows (options/knobs.h) as engine options.
 void add_knob_options(OptionTable<EngineConfig>& t) {
   for (const KnobSpec& k : kKnobs) {
     const ValueType<uint64_t> size = size_value(k.zero);
@@ -35,7 +45,7 @@ void add_knob_options(OptionTable<EngineConfig>& t) {
                     size.allowed, std::string(k.doc)};
     t.add(std::move(info), [k, parse = size.parse](EngineConfig& c, const std::string& var, std::string_view value) {
       c.knobs.*k.field = parse(var, value);
-      c.*k.given = true;
+      if (bool* given = given_flag(c, k.name)) *given = true;
     });
   }
 }

@@ -3,12 +3,11 @@
 #pragma once
 
 #include <cstdint>
-#include <iterator>
-#include <span>
 #include <string>
 #include <string_view>
 
 #include "compression/codec.h"
+#include "options/knobs.h"
 #include "options/option_table.h"
 #include "options/parse.h"
 #include "scheduler/policy.h"
@@ -44,7 +43,7 @@ PolicyKind parse_policy(std::string_view var, std::string_view value);
 // name in upper case.
 struct EngineConfig {
   PolicyKind policy;                      // policy
-  Knobs knobs;                            // partition_bytes, credit_bytes, small_tensor_bytes (the knob set, kKnobs)
+  Knobs knobs;                            // partition_bytes, credit_bytes, small_tensor_bytes (the knob set, options/knobs.h kKnobs)
   uint64_t fusion_bytes = 64ull << 20;    // fusion_bytes (fusion policy threshold)
   double fusion_cycle_s = 0.005;          // fusion_cycle (fusion policy cycle)
   bool credit_stall_guard = true;         // credit_stall_guard: see PriorityCreditPolicy
@@ -54,7 +53,8 @@ struct EngineConfig {
   double mg_beta_s_per_byte = 8.0 / 10e9; // mg_bandwidth (rate) -> seconds per byte
   compression::Spec compression;          // compression: none, fp16, bf16, topk:RATIO, signsgd
   // Whether partition_bytes / credit_bytes / small_tensor_bytes were given (option or environment); the composition
-  // root replaces the others by the automatic knobs for the cluster's shape (scheduler/auto_knobs.h).
+  // root replaces the others by the automatic knobs for the cluster's shape (scheduler/auto_knobs.h). A knob the
+  // automatic choice does not set needs no flag (config.cc given_flag).
   bool partition_set = false;
   bool credit_set = false;
   bool small_tensor_set = false;
@@ -68,81 +68,6 @@ struct EngineConfig {
   // Checks cross-field consistency; throws InvalidArgument.
   void validate() const;
 };
-
-// How the tuner searches a knob (tuner/search_space.h): its axis of [0,1] maps onto values on a log scale.
-enum class KnobScale {
-  fixed,         // not searched
-  log_bytes,     // bytes = min * (max/min)^u, rounded to a multiple of `alignment`
-  log_multiple,  // a multiple (min .. max) of the knob named `of`, 2^octaves; optionally with a band at the bottom
-                 // meaning 1 (below any multiple: one batch in flight) and one at the top meaning 0 (no limit)
-};
-struct KnobTuning {
-  KnobScale scale = KnobScale::fixed;
-  double min = 0, max = 0;       // log_bytes: bytes; log_multiple: multiples of `of` (min >= 1)
-  uint64_t alignment = 1;        // log_bytes: values are multiples of this
-  std::string_view of;           // log_multiple: the knob this one scales with (earlier in the table)
-  bool unlimited_band = false;   // log_multiple: one more octave-wide band at the top means 0 (no limit)
-  bool one_batch_band = false;   // log_multiple: one more octave-wide band at the bottom means 1 (one batch in flight)
-  bool off_band = false;         // log_bytes: one more octave-wide band at the bottom means 0 (off)
-};
-
-// The knob set: the knobs a tuner changes live, by name. The engine options, the tuner's search space and its
-// agreement message, the best-configuration store and the Python knob dictionary iterate over it, so a new knob is
-// one row here (and a field of Knobs); a row with a tuning scale is searched by the tuner with its bounds.
-struct KnobSpec {
-  std::string_view name;           // also its engine option and COMMSCHED_ variable
-  std::string_view alias;          // a shorter name the CLI also takes ("--partition")
-  uint64_t Knobs::*field;
-  bool EngineConfig::*given;       // set when the option was given (auto_knobs replaces the others)
-  std::string_view doc;
-  KnobTuning tuning;               // the tuner's default bounds (the tuner's options may narrow them)
-  ZeroSize zero = ZeroSize::unlimited;  // what 0 means to the option's parser and in logs
-};
-inline constexpr KnobSpec kKnobs[] = {
-    {"partition_bytes", "partition", &Knobs::partition_bytes, &EngineConfig::partition_set,
-     "bytescheduler partition size (unlimited: no split); when unset: automatic (scheduler/auto_knobs.h): parameter "
-     "server 256 KiB up to 16 workers, halving per doubling beyond, at least 64 KiB; all-reduce large enough that the "
-     "ring latency is at most 1/32 of its bytes' time, at least 4 MiB",
-     // 4 KiB alignment fits every dtype.
-     {KnobScale::log_bytes, 64.0 * 1024, 64.0 * 1024 * 1024, 4096, {}, false}},
-    {"credit_bytes", "credit", &Knobs::credit_bytes, &EngineConfig::credit_set,
-     "bytescheduler credit: bytes in flight (unlimited: no limit); when unset: parameter server 2 x (workers + 1) "
-     "partitions up to 16 MiB (at least workers + 1), since every worker's push of a partition queues at one "
-     "server's downlink and its receipt behind the sums in that server's send queue; all-reduce one batch in "
-     "flight, since the collectives run one at a time and what queues meanwhile is fused",
-     // A multiple of the partition: below one partition the scheduler stalls, and the useful credit scales with it.
-     // One batch in flight is what latency-bound collectives want (scheduler/auto_knobs.h), so the tuner can reach it.
-     {KnobScale::log_multiple, 1.0, 64.0, 1, "partition_bytes", true, true}},
-    {"small_tensor_bytes", "small_tensor", &Knobs::small_tensor_bytes, &EngineConfig::small_tensor_set,
-     "bytescheduler fuses queued tensors up to this size into one message (0: off; on all-reduce, 0 is automatic: "
-     "two partitions)",
-     // Off is the band below the smallest bound: the tuner learns whether fusing pays at all, next to fusing a little.
-     // The top reaches the automatic all-reduce bound (two partitions) of the large partitions slow rings want.
-     {KnobScale::log_bytes, 16.0 * 1024, 256.0 * 1024 * 1024, 4096, {}, false, false, true},
-     ZeroSize::off},
-};
-inline constexpr size_t kKnobCount = std::size(kKnobs);
-
-// The registration rules of a knob table, checked at compile time for kKnobs: a knob with a tuning scale has a
-// Knobs field (else the tuner would search it and never apply it), and a name. Throws InvalidArgument naming the knob.
-constexpr bool check_knob_registry(std::span<const KnobSpec> knobs) {
-  for (const KnobSpec& k : knobs) {
-    if (k.name.empty()) throw InvalidArgument("a registered knob has no name");
-    if (k.tuning.scale != KnobScale::fixed && k.field == nullptr)
-      throw InvalidArgument("knob '" + std::string(k.name) +
-                            "' has a tuning scale but no Knobs field: the tuner would search it and never apply it "
-                            "(add a field to Knobs, or register it as fixed)");
-  }
-  return true;
-}
-static_assert(check_knob_registry(kKnobs));
-
-// The tuning row of a registered knob (constant-evaluated where the name is a literal); throws when none.
-constexpr const KnobTuning& registered_tuning(std::string_view knob) {
-  for (const KnobSpec& k : kKnobs)
-    if (k.name == knob) return k.tuning;
-  throw InvalidArgument("no registered knob is named '" + std::string(knob) + "'");
-}
 
 // The registry rows of EngineConfig.
 const OptionTable<EngineConfig>& engine_option_table();

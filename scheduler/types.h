@@ -62,7 +62,7 @@ class InvalidArgument : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// Knob values a tuner may change live (the knob set, scheduler/config.h kKnobs). partition_bytes == 0: do not split;
+// Knob values a tuner may change live (the knob set, options/knobs.h kKnobs). partition_bytes == 0: do not split;
 // credit_bytes == 0: no limit. Here, not in policy.h, because a backend that keeps the credit (CommBackend::set_knobs)
 // is handed them too.
 struct Knobs {

@@ -1,5 +1,6 @@
 #include "simulator/bench_cli.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,10 +35,8 @@ struct BenchArgs {
   std::string ps_chunk = "4MiB";
   std::string ring_alpha = "5us";
   std::vector<std::string> policies = policy_names();  // every registered policy
-  // Empty: the network's default grid (sim::use_default_knob_grid).
-  std::vector<std::string> partitions;
-  std::vector<double> credit_multipliers;
-  std::vector<std::string> small_tensor;
+  // Per knob row (options/knobs.h), its grid flag's values; empty: the network's default grid.
+  std::array<std::vector<std::string>, kKnobCount> grid;
   int tune = 0;
   bool emulated_links = false;
   std::string link_model = "fifo";
@@ -56,6 +55,23 @@ struct BenchArgs {
   int trial_warmup = 2;
   int attempts = 3;
 };
+
+// A value of a knob's grid flag in the row's unit: a size (0/off where 0 means off), or a multiple >= 0.
+double grid_value(const KnobSpec& row, const std::string& v) {
+  const std::string flag = "--" + std::string(row.grid_flag);
+  if (row.tuning.scale == KnobScale::log_multiple) return parse_double(flag, v, 0, 1e9);
+  return double(size_value(row.zero).parse(flag, v));
+}
+
+// The grid flag's help, from the row.
+std::string grid_help(const KnobSpec& row) {
+  std::string h = std::string(row.alias) + " values the knob grid searches";
+  if (row.tuning.scale == KnobScale::log_multiple)
+    h += ", as multiples k of " + std::string(row.tuning.of) + (row.tuning.one_batch_band ? " (0: one batch in flight)" : "");
+  else if (row.zero == ZeroSize::off)
+    h += " (0: off)";
+  return h + "; default: the network's grid (`commsched options --knobs`)";
+}
 
 template <class T, class F>
 std::vector<T> parse_all(const std::vector<std::string>& values, F parse) {
@@ -80,15 +96,8 @@ sim::GridSpec to_spec(const BenchArgs& a) {
   s.ring_alpha_s = parse_seconds("--ring-alpha", a.ring_alpha);
   s.policies = parse_all<PolicyKind>(a.policies, [](const std::string& v) { return parse_policy("--policies", v); });
   sim::use_default_knob_grid(s);
-  if (!a.partitions.empty())
-    s.partitions = parse_all<uint64_t>(a.partitions, [](const std::string& v) { return parse_bytes("--partitions", v); });
-  if (!a.credit_multipliers.empty()) s.credit_multipliers = a.credit_multipliers;
-  for (double k : s.credit_multipliers)
-    if (!(k >= 0)) throw InvalidArgument("--credit-multipliers: " + std::to_string(k) + " (must be >= 0)");
-  if (!a.small_tensor.empty())
-    s.small_tensor_bytes = parse_all<uint64_t>(a.small_tensor, [](const std::string& v) -> uint64_t {
-      return v == "0" || v == "off" ? 0 : parse_bytes("--small-tensor", v);  // 0: small-tensor fusion off
-    });
+  for (size_t i = 0; i < kKnobCount; ++i)
+    if (!a.grid[i].empty()) s.knob_grid[i] = parse_all<double>(a.grid[i], [&](const std::string& v) { return grid_value(kKnobs[i], v); });
   if (a.tune < 0) throw InvalidArgument("--tune: " + std::to_string(a.tune) + " (must be >= 0)");
   s.tune_trials = a.tune;
   s.ps_ingress_limited = !a.emulated_links;
@@ -166,18 +175,21 @@ void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
   auto single = [](const char* opt, size_t n) {
     if (n > 1) throw InvalidArgument(std::string(opt) + ": cluster mode runs one knob setting, got " + std::to_string(n));
   };
-  single("--partitions", a.partitions.size());
-  single("--credit-multipliers", a.credit_multipliers.size());
-  single("--small-tensor", a.small_tensor.size());
+  for (size_t i = 0; i < kKnobCount; ++i) single(("--" + std::string(kKnobs[i].grid_flag)).c_str(), a.grid[i].size());
   BenchArgs simulated = a;
-  simulated.partitions = {a.partitions.empty() ? "1MiB" : a.partitions.front()};
-  simulated.credit_multipliers = {a.credit_multipliers.empty() ? 4.0 : a.credit_multipliers.front()};
-  simulated.small_tensor = {a.small_tensor.empty() ? "64KiB" : a.small_tensor.front()};
+  auto first_or = [&](std::string_view knob, const char* fallback) {
+    const std::vector<std::string>& given = a.grid[size_t(knob_index(knob))];
+    simulated.grid[size_t(knob_index(knob))] = {given.empty() ? fallback : given.front()};
+  };
+  first_or("partition_bytes", "1MiB");
+  first_or("credit_bytes", "4");
+  first_or("small_tensor_bytes", "64KiB");
   simulated.emulated_links = true;
   simulated.ps_workers = "each";
   const sim::GridSpec spec = to_spec(simulated);
-  const uint64_t partition = spec.partitions.front();
-  const uint64_t credit = std::max<uint64_t>(1, uint64_t(double(partition) * spec.credit_multipliers.front()));
+  const auto partition = uint64_t(spec.grid("partition_bytes").front());
+  const uint64_t credit = std::max<uint64_t>(1, uint64_t(double(partition) * spec.grid("credit_bytes").front()));
+  const auto small_tensor = uint64_t(spec.grid("small_tensor_bytes").front());
 
   struct Row {
     sim::CellResult real, predicted;
@@ -194,7 +206,7 @@ void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
         for (PolicyKind p : spec.policies) {
           ClusterTrialSpec t{a.models[mi], a.bandwidths[bi], w, a.servers > 0 ? a.servers : w,
                              std::string(policy_name(p)), std::to_string(partition), std::to_string(credit),
-                             std::to_string(spec.small_tensor_bytes.front()), a.trial_iterations, a.trial_warmup};
+                             std::to_string(small_tensor), a.trial_iterations, a.trial_warmup};
           Row r;
           r.bandwidth = a.bandwidths[bi];
           for (int i = 0; i < a.trials; ++i)
@@ -315,12 +327,8 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   b->add_option("--ring-alpha", args->ring_alpha, "all-reduce latency per ring step")->capture_default_str();
   b->add_option("--policies", args->policies, "policies to compare (registered: " + join_names(policy_names()) + ")")
       ->delimiter(',')->capture_default_str();
-  b->add_option("--partitions", args->partitions, "bytescheduler partition sizes searched (default: per network)")
-      ->delimiter(',');
-  b->add_option("--credit-multipliers", args->credit_multipliers, "bytescheduler credit = k x partition, k searched (0: one batch at a time)")
-      ->delimiter(',');
-  b->add_option("--small-tensor", args->small_tensor, "bytescheduler small-tensor fusion bounds searched (0: off)")
-      ->delimiter(',');
+  for (size_t i = 0; i < kKnobCount; ++i)
+    b->add_option("--" + std::string(kKnobs[i].grid_flag), args->grid[i], grid_help(kKnobs[i]))->delimiter(',');
   b->add_flag("--emulated-links", args->emulated_links,
               "PS: model COMMSCHED_EMULATE_RATE (each process's sends paced, receiving unlimited), for validation");
   b->add_option("--link-model", args->link_model,

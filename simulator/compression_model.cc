@@ -11,16 +11,8 @@ Nanos stage_ns(double s_per_mib, uint64_t bytes) {
 }  // namespace
 
 CompressionModel measured_compression(const compression::Spec& spec) {
-  using compression::Scheme;
-  constexpr double us = 1e-6;
-  switch (spec.scheme) {  // one 4 MiB f32 partition on one core, encode with error feedback (bench/RESULTS.md)
-    case Scheme::fp16: return {spec, 370 * us, 413 * us};
-    case Scheme::bf16: return {spec, 230 * us, 104 * us};
-    case Scheme::topk: return {spec, 3927 * us, 15 * us};
-    case Scheme::signsgd: return {spec, 2420 * us, 1566 * us};
-    case Scheme::none: break;
-  }
-  return {spec, 0, 0};
+  const compression::Codec& c = compression::codec(spec.scheme);  // its row carries the measured stage costs
+  return {spec, c.encode_s_per_mib, c.decode_s_per_mib};
 }
 
 bool compressed(const CompressionModel& m) { return m.spec.scheme != compression::Scheme::none; }

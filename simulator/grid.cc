@@ -13,24 +13,35 @@
 
 namespace commsched::sim {
 
-void use_default_knob_grid(GridSpec& spec) {
-  constexpr uint64_t KiB = 1 << 10, MiB = 1 << 20;
-  if (spec.network == NetworkKind::allreduce) {
-    // At 256 workers and 5 us per step a collective pays 2(W-1)alpha = 2.55 ms, the time 16 MB take at 100 Gbit/s:
-    // the best messages are then hundreds of MiB (VGG-16's fc6 whole, or in two), beyond the 64 MiB this grid
-    // stopped at (bytescheduler was 0.969x MG-WFBP on VGG-16 at 100 Gbit/s with its best knob in the grid's corner).
-    spec.partitions = {1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB};
-    spec.credit_multipliers = {0, 1, 2};
-    spec.small_tensor_bytes = {0, 1 * MiB, 8 * MiB, 32 * MiB, 128 * MiB};
-    spec.tune_min_partition = 256 * KiB;
-    spec.tune_max_partition = 1024 * MiB;
-  } else {
-    spec.partitions = {256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB};
-    spec.credit_multipliers = {0, 1, 2, 4, 8};
-    spec.small_tensor_bytes = {0, 64 * KiB, 8 * MiB};
-    spec.tune_min_partition = 64 * KiB;
-    spec.tune_max_partition = 64 * MiB;
+std::array<std::vector<double>, kKnobCount> default_knob_grid(NetworkKind network) {
+  std::array<std::vector<double>, kKnobCount> out;
+  for (size_t i = 0; i < kKnobCount; ++i) {
+    const KnobGrid& g = network == NetworkKind::ps ? kKnobs[i].ps : kKnobs[i].allreduce;
+    out[i].assign(g.values.begin(), g.values.end());
   }
+  return out;
+}
+
+tuner::SearchSpaceBounds default_tune_bounds(NetworkKind network) {
+  tuner::SearchSpaceBounds b;
+  for (size_t i = 0; i < kKnobCount; ++i) {
+    const KnobGrid& g = network == NetworkKind::ps ? kKnobs[i].ps : kKnobs[i].allreduce;
+    if (g.tune_min > 0) b.knobs[i].min = g.tune_min;
+    if (g.tune_max > 0) b.knobs[i].max = g.tune_max;
+  }
+  return b;
+}
+
+void use_default_knob_grid(GridSpec& spec) {
+  spec.knob_grid = default_knob_grid(spec.network);
+  spec.tune_bounds = default_tune_bounds(spec.network);
+}
+
+std::vector<double>& GridSpec::grid(std::string_view knob) {
+  return knob_grid[static_cast<size_t>(&registered_knob(knob) - kKnobs)];
+}
+const std::vector<double>& GridSpec::grid(std::string_view knob) const {
+  return knob_grid[static_cast<size_t>(&registered_knob(knob) - kKnobs)];
 }
 
 PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers) {
@@ -56,112 +67,60 @@ struct Candidate {
   std::string knobs;
 };
 
-double log_scale(double lo, double hi, double v) { return lo * std::pow(hi / lo, std::clamp(v, 0.0, 1.0)); }
-
-// The first fifth of the tuner's credit and fusion coordinates mean "one batch in flight" and "fusion off", so the
-// optimiser can reach both.
-constexpr double kOffBand = 0.2;
-
-// A knob the grid searches, named by the engine option it sets. A policy's candidates are the product of the axes of
-// the options it reads (PolicyInfo::options), applied in this table's order (credit is a multiple of the partition);
-// an option without an axis keeps spec.base's value. So a new policy that reads these options is searched, and one
-// that reads none runs once, without an edit here.
-struct Axis {
-  std::string_view option;
-  std::vector<EngineConfig> (*grid)(const GridSpec&, const EngineConfig&);  // the knob grid's values
-  void (*tune)(const GridSpec&, double u, EngineConfig&);                    // the tuner's coordinate u in [0, 1]
-};
-
-const Axis kAxes[] = {
-    {"partition_bytes",
-     [](const GridSpec& spec, const EngineConfig& c) {
-       std::vector<EngineConfig> out;
-       for (uint64_t part : spec.partitions) (out.emplace_back(c)).knobs.partition_bytes = part;
-       return out;
-     },
-     [](const GridSpec& spec, double u, EngineConfig& c) {
-       const auto part = static_cast<uint64_t>(
-           log_scale(double(spec.tune_min_partition), double(spec.tune_max_partition), u));
-       c.knobs.partition_bytes = std::max<uint64_t>(4096, part / 4096 * 4096);
-     }},
-    {"credit_bytes",
-     [](const GridSpec& spec, const EngineConfig& c) {
-       std::vector<EngineConfig> out;
-       // A credit below one partition still lets one batch go when nothing is in flight: one message at a time.
-       for (double mult : spec.credit_multipliers)
-         (out.emplace_back(c)).knobs.credit_bytes =
-             std::max<uint64_t>(1, static_cast<uint64_t>(double(c.knobs.partition_bytes) * mult));
-       return out;
-     },
-     [](const GridSpec&, double u, EngineConfig& c) {
-       const double mult = u < kOffBand ? 0 : log_scale(1, 16, (u - kOffBand) / (1 - kOffBand));
-       c.knobs.credit_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(double(c.knobs.partition_bytes) * mult));
-     }},
-    {"small_tensor_bytes",
-     [](const GridSpec& spec, const EngineConfig& c) {
-       std::vector<EngineConfig> out;
-       for (uint64_t small : spec.small_tensor_bytes) (out.emplace_back(c)).knobs.small_tensor_bytes = small;
-       return out;
-     },
-     [](const GridSpec&, double u, EngineConfig& c) {
-       c.knobs.small_tensor_bytes =
-           u < kOffBand ? 0 : static_cast<uint64_t>(log_scale(64 << 10, 512 << 20, (u - kOffBand) / (1 - kOffBand)));
-     }},
-};
-
 bool reads(const PolicyInfo& info, std::string_view option) {
   return std::find(info.options.begin(), info.options.end(), option) != info.options.end();
 }
 
-std::vector<const Axis*> axes_of(const PolicyInfo& info) {
-  std::vector<const Axis*> out;
-  for (const Axis& a : kAxes)
-    if (reads(info, a.option)) out.push_back(&a);
+// The knob rows a policy reads (PolicyInfo::options), in table order (a multiple after the knob it scales with): the
+// grid's axes and the tuner's. A new policy that reads knobs is searched, and one that reads none runs once, without
+// an edit here.
+std::vector<KnobSpec> knobs_read(const PolicyInfo& info) {
+  std::vector<KnobSpec> out;
+  for (const KnobSpec& k : kKnobs)
+    if (reads(info, k.name)) out.push_back(k);
   return out;
 }
 
 // How one option's value reads in a result table; empty: not shown (the simulator sets MG-WFBP's cost model from
 // the network, and the stall guard is not a knob).
 std::string describe_option(std::string_view option, const EngineConfig& c) {
-  if (option == "partition_bytes") return "partition " + format_bytes(c.knobs.partition_bytes);
-  if (option == "credit_bytes")
-    return c.knobs.credit_bytes == 1   ? "one batch in flight"
-           : c.knobs.credit_bytes == 0 ? "credit unlimited"
-                                       : "credit " + format_bytes(c.knobs.credit_bytes);
-  if (option == "small_tensor_bytes") return c.knobs.small_tensor_bytes ? "fuse <= " + format_bytes(c.knobs.small_tensor_bytes) : "";
+  if (const int knob = knob_index(option); knob >= 0) return commsched::describe_knobs(c.knobs, std::span(kKnobs).subspan(knob, 1));
   if (option == "fusion_bytes") return "threshold " + format_bytes(c.fusion_bytes);
   if (option == "fusion_cycle") return "cycle " + format_seconds(c.fusion_cycle_s);
   return "";
 }
 
-std::string describe_knobs(const EngineConfig& c) {
+std::string describe_config(const EngineConfig& c) {
   std::string out;
   for (std::string_view option : policy_info(c.policy).options)
     if (std::string d = describe_option(option, c); !d.empty()) out += (out.empty() ? "" : ", ") + d;
   return out;
 }
 
-// A point of the tuner's unit cube (one coordinate per axis the policy reads) as that policy's knobs.
-Candidate knobs_at(const std::vector<const Axis*>& axes, const GridSpec& spec, const EngineConfig& base,
-                   const std::vector<double>& u) {
+// The tuner's point u (one coordinate per searched knob the policy reads) as that policy's knobs.
+Candidate knobs_at(const tuner::SearchSpace& space, const EngineConfig& base, std::span<const double> u) {
   EngineConfig c = base;
-  for (size_t i = 0; i < axes.size(); ++i) axes[i]->tune(spec, u[i], c);
-  return {c, describe_knobs(c) + " (tuned)"};
+  const tuner::SearchSpace::Values v = space.to_values(u);
+  for (size_t i = 0; i < v.size(); ++i) c.knobs.*space.axes()[i].knob->field = v[i];
+  return {c, describe_config(c) + " (tuned)"};
 }
 
 std::vector<Candidate> candidates(const GridSpec& spec, PolicyKind policy) {
   EngineConfig base = spec.base;
   base.policy = policy;
   std::vector<EngineConfig> configs = {base};
-  for (const Axis* axis : axes_of(policy_info(policy))) {
+  for (const KnobSpec& knob : knobs_read(policy_info(policy))) {
     std::vector<EngineConfig> next;
     for (const EngineConfig& c : configs)
-      for (EngineConfig& v : axis->grid(spec, c)) next.push_back(std::move(v));
+      for (double v : spec.knob_grid[static_cast<size_t>(knob_index(knob.name))]) {
+        EngineConfig& n = next.emplace_back(c);
+        n.knobs.*knob.field = knob_value_from_grid(knob, v, n.knobs);
+      }
     configs = std::move(next);
   }
   std::vector<Candidate> out;
   for (EngineConfig& c : configs) {
-    std::string knobs = describe_knobs(c);
+    std::string knobs = describe_config(c);
     out.push_back({std::move(c), std::move(knobs)});
   }
   return out;
@@ -203,16 +162,17 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
       best = cell_result(model, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r, spec.sim.iterations);
     return r.iteration_s;
   };
-  const std::vector<const Axis*> axes = axes_of(policy_info(policy));
-  if (spec.tune_trials > 0 && !axes.empty()) {
+  const std::vector<KnobSpec> knobs = knobs_read(policy_info(policy));
+  if (spec.tune_trials > 0 && !knobs.empty()) {
+    const tuner::SearchSpace space(spec.tune_bounds, knobs);
     EngineConfig base = spec.base;
     base.policy = policy;
     tuner::BayesOptOptions o;
-    o.dim = int(axes.size());
+    o.dim = space.dim();
     tuner::BayesOpt bo(o);
     for (int i = 0; i < spec.tune_trials; ++i) {
       const std::vector<double> u = bo.ask();
-      bo.tell(u, consider(knobs_at(axes, spec, base, u)));
+      bo.tell(u, consider(knobs_at(space, base, u)));
     }
   } else {
     for (const Candidate& cand : candidates(spec, policy)) consider(cand);
@@ -254,7 +214,7 @@ CellResult run_auto_cell(const GridSpec& spec, const ModelProfile& model, double
   c.policy = policy;
   apply_auto_knobs(c, cluster_shape(spec, bandwidth_bps, workers));
   const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, c, false);
-  return cell_result(model, bandwidth_bps, workers, auto_row_label(policy), describe_knobs(c) + " (automatic)", c, r,
+  return cell_result(model, bandwidth_bps, workers, auto_row_label(policy), describe_config(c) + " (automatic)", c, r,
                      spec.sim.iterations);
 }
 

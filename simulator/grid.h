@@ -3,6 +3,7 @@
 // would find it).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,10 +18,16 @@
 #include "scheduler/auto_knobs.h"
 #include "scheduler/config.h"
 #include "scheduler/policy_factory.h"
+#include "tuner/search_space.h"
 
 namespace commsched::sim {
 
 enum class NetworkKind { ps, allreduce };
+
+// The knob rows' simulator grids (options/knobs.h KnobSpec::ps, ::allreduce), per row of kKnobs in the row's unit.
+std::array<std::vector<double>, kKnobCount> default_knob_grid(NetworkKind network);
+// The tuner's registered ranges, with the network's own where a row's grid has one (--tune).
+tuner::SearchSpaceBounds default_tune_bounds(NetworkKind network);
 
 struct GridSpec {
   std::vector<ModelProfile> models;
@@ -38,26 +45,26 @@ struct GridSpec {
   int ps_each_worker_max = 16;
   double ring_alpha_s = 5e-6;   // all-reduce per-step latency
   CompressionModel compression;  // compressed bytes and stage time (compression_model.h); scheme none: off
-  // The knob grid, per engine option, for every policy that reads it (PolicyInfo::options): partition sizes
-  // (partition_bytes), credit as a multiple k of the partition (credit_bytes; k = 0: one batch in flight at a time,
-  // which latency-bound collectives need), small-tensor fusion bounds (small_tensor_bytes; 0: off).
-  std::vector<uint64_t> partitions = {256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20};
-  std::vector<double> credit_multipliers = {0, 1, 2, 4, 8};
-  std::vector<uint64_t> small_tensor_bytes = {0, 64ull << 10, 8ull << 20};
-  // > 0: those options are found by the Bayesian optimiser (tuner::BayesOpt, as the online tuner uses) in this many
-  // simulated trials instead of the grid above: partition (log scale, tune_min..tune_max_partition), credit (one
-  // batch in flight, or 1x..16x the partition) and small-tensor fusion bound (off, or 64 KiB..512 MiB).
+  // The knob grid: per knob row (options/knobs.h kKnobs, in order) the values searched for every policy that reads
+  // the knob (PolicyInfo::options), in the row's unit: bytes (fusion bound 0: off) or, for the credit, multiples k
+  // of the partition (k = 0: one batch in flight at a time, which latency-bound collectives need).
+  std::array<std::vector<double>, kKnobCount> knob_grid = default_knob_grid(NetworkKind::ps);
+  // > 0: those knobs are found by the Bayesian optimiser (tuner::BayesOpt over the online tuner's own SearchSpace)
+  // in this many simulated trials instead of the grid, within tune_bounds.
   int tune_trials = 0;
-  uint64_t tune_min_partition = 64ull << 10;
-  uint64_t tune_max_partition = 64ull << 20;
+  tuner::SearchSpaceBounds tune_bounds = default_tune_bounds(NetworkKind::ps);
   EngineConfig base;            // fusion threshold and cycle, and defaults for everything else
   SimOptions sim;
   // Called after each cell (model, bandwidth, workers: every policy of it) with the cells done and in all; for
   // progress lines (a grid at 16 workers per worker takes minutes).
   std::function<void(size_t done, size_t total)> on_cell;
+
+  // The grid of one registered knob; throws InvalidArgument naming it when none.
+  std::vector<double>& grid(std::string_view knob);
+  const std::vector<double>& grid(std::string_view knob) const;
 };
 
-// A policy that reads the knobs (partition_bytes or credit_bytes, kKnobs) gets a second row in every cell, at the
+// A policy that reads the knobs (a row of options/knobs.h kKnobs) gets a second row in every cell, at the
 // knobs the product picks by itself (scheduler/auto_knobs.h), labelled "<policy>-auto", beside the best of the grid or
 // of the tuner ("<policy>").
 bool has_auto_knobs(PolicyKind policy);
@@ -82,9 +89,8 @@ struct CellResult {
   LinkUse links;                  // how busy the links were (every PS worker simulated only)
 };
 
-// The knob grid searched by default. All-reduce at scale pays 2(W-1) latencies per collective, so its grid reaches
-// bigger partitions and fusion bounds (as ByteScheduler itself tunes larger partitions for all-reduce); so does the
-// tuner's partition range.
+// The knob grid and --tune ranges of spec.network (the rows' grids: all-reduce reaches bigger partitions and fusion
+// bounds).
 void use_default_knob_grid(GridSpec& spec);
 
 // The row of `policy` at the automatic knobs for this cell's shape (PS: workers and servers; all-reduce: workers, the

@@ -6,13 +6,15 @@
 namespace commsched::sim {
 namespace {
 
-// The job's range of one knob: its own bound where given, else the registered tuning row's.
-double bound_or(uint64_t given, double registered) { return given > 0 ? double(given) : registered; }
-
-// Keeps the grid's values within [lo, hi]; when none is, the bounds themselves (a range narrower than the grid).
-void keep_within(std::vector<uint64_t>& values, double lo, double hi) {
-  std::erase_if(values, [&](uint64_t v) { return double(v) < lo || double(v) > hi; });
-  if (values.empty()) values = {uint64_t(lo), uint64_t(hi)};
+// Keeps the grid values of one knob the tuner reaches: within its range, or its axis' bottom band (0: one batch in
+// flight, fusion off). When no value within the range is left, the range's ends (a range narrower than the grid).
+void keep_reachable(std::vector<double>& values, const KnobTuning& t) {
+  const bool band = t.one_batch_band || t.off_band;
+  const bool had_band = std::find(values.begin(), values.end(), 0.0) != values.end();
+  std::erase_if(values, [&](double v) { return v == 0 ? !band : (v < t.min || v > t.max); });
+  if (std::any_of(values.begin(), values.end(), [](double v) { return v != 0; })) return;
+  values = {t.min, t.max};
+  if (band && had_band) values.insert(values.begin(), 0.0);
 }
 
 GridSpec spec_for(const WarmStartJob& job) {
@@ -25,22 +27,12 @@ GridSpec spec_for(const WarmStartJob& job) {
   s.base = job.base;
   s.base.policy = PolicyKind::bytescheduler;
   use_default_knob_grid(s);
-  // Only what the online tuner searches: partitions within its range; one batch in flight (multiplier 0) or a credit
-  // of 1x .. its largest multiple of the partition; fusion off (0) or a bound within its range; and the job's own.
-  const KnobTuning& partition = registered_tuning("partition_bytes");
-  keep_within(s.partitions, bound_or(job.min_partition_bytes, partition.min),
-              bound_or(job.max_partition_bytes, partition.max));
-  const double max_multiple = job.max_credit_multiple > 0 ? job.max_credit_multiple : registered_tuning("credit_bytes").max;
-  std::erase_if(s.credit_multipliers, [&](double k) { return k > 0 && (k < 1 || k > max_multiple); });
-  const KnobTuning& fusion = registered_tuning("small_tensor_bytes");
-  std::vector<uint64_t> fused(s.small_tensor_bytes.begin(), s.small_tensor_bytes.end());
-  std::erase(fused, uint64_t{0});
-  keep_within(fused, bound_or(job.min_small_tensor_bytes, fusion.min), bound_or(job.max_small_tensor_bytes, fusion.max));
-  s.small_tensor_bytes = {0};
-  s.small_tensor_bytes.insert(s.small_tensor_bytes.end(), fused.begin(), fused.end());
-  if (std::find(s.small_tensor_bytes.begin(), s.small_tensor_bytes.end(), job.base.knobs.small_tensor_bytes) ==
-      s.small_tensor_bytes.end())
-    s.small_tensor_bytes.push_back(job.base.knobs.small_tensor_bytes);
+  for (size_t i = 0; i < kKnobCount; ++i) keep_reachable(s.knob_grid[i], job.bounds.knobs[i]);
+  // The job's own fusion bound is a candidate too: on all-reduce it is the automatic one (two partitions), which the
+  // grid's bounds need not hold.
+  std::vector<double>& fusion = s.grid("small_tensor_bytes");
+  const double own = double(job.base.knobs.small_tensor_bytes);
+  if (std::find(fusion.begin(), fusion.end(), own) == fusion.end()) fusion.push_back(own);
   s.sim.iterations = 8;
   s.sim.warmup = 2;
   return s;
@@ -52,19 +44,10 @@ void check(const WarmStartJob& job) {
     throw InvalidArgument("warm start: link rate " + std::to_string(job.link_bps) + " bit/s, expected > 0");
 }
 
-// The grid's credit axis is a multiple of the partition (0: one batch in flight); unlimited credit has none.
-double credit_multiple(const Knobs& k) {
-  if (k.credit_bytes == 0 || k.partition_bytes == 0) return 1e6;  // no limit in practice
-  if (k.credit_bytes < k.partition_bytes) return 0;
-  return double(k.credit_bytes) / double(k.partition_bytes);
-}
-
 // The job's own knobs, simulated with the same spec (a grid of one point).
 WarmStartCandidate simulate_current(const GridSpec& spec, const ModelProfile& model, const WarmStartJob& job) {
   GridSpec one = spec;
-  one.partitions = {job.base.knobs.partition_bytes};
-  one.credit_multipliers = {credit_multiple(job.base.knobs)};
-  one.small_tensor_bytes = {job.base.knobs.small_tensor_bytes};
+  for (size_t i = 0; i < kKnobCount; ++i) one.knob_grid[i] = {knob_grid_value(kKnobs[i], job.base.knobs)};
   const std::vector<CellResult> r = rank_candidates(one, model, job.link_bps, job.workers, PolicyKind::bytescheduler);
   return {job.base.knobs, r.front().iteration_s};
 }

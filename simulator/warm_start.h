@@ -25,11 +25,9 @@ struct WarmStartJob {
   double link_bps = 10e9;          // per worker (and per server), each direction
   double latency_s = 25e-6;        // PS: one way per message; all-reduce: per ring step
   bool emulated_links = false;     // PS: links EMULATED as COMMSCHED_EMULATE_RATE paces them (senders only)
-  // The range the tuner searches (its COMMSCHED_TUNER_* bounds); 0: the knob's registered tuning row. Candidates
-  // outside it are not simulated: the tuner would clamp them onto other knobs than the ones predicted.
-  uint64_t min_partition_bytes = 0, max_partition_bytes = 0;
-  double max_credit_multiple = 0;
-  uint64_t min_small_tensor_bytes = 0, max_small_tensor_bytes = 0;
+  // The ranges the tuner searches (its COMMSCHED_TUNER_* bounds; default: the knobs' registered tuning rows).
+  // Candidates outside them are not simulated: the tuner would clamp them onto other knobs than the ones predicted.
+  tuner::SearchSpaceBounds bounds;
   EngineConfig base;               // the engine's other options (policy: bytescheduler; small-tensor fusion kept)
 };
 
@@ -43,9 +41,9 @@ struct WarmStartPlan {
   WarmStartCandidate current;              // the knobs the job runs now (job.base.knobs), simulated the same way
 };
 
-// The `count` best distinct configurations of the knob grid the online tuner can reach (partition within its range,
-// credit as one batch in flight or 1x or more of the partition up to the largest multiple, and the fusion bound off
-// or within its range, beside the job's own), fastest predicted first, and the prediction for job.base's own
+// The `count` best distinct configurations of the knob grid the online tuner can reach (every knob's grid values
+// within its range, and its bottom band: one batch in flight, fusion off; the fusion bound also the job's own),
+// fastest predicted first, and the prediction for job.base's own
 // knobs. Throws InvalidArgument on a bad job (workers < 1, link rate <= 0).
 WarmStartPlan plan_warm_start(const ModelProfile& model, const WarmStartJob& job, size_t count);
 // The knobs of plan_warm_start(...).ranked alone.

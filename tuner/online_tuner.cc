@@ -329,22 +329,4 @@ void OnlineTuner::finish(const Knobs& knobs) {
   }
 }
 
-std::string describe_knobs(const Knobs& k) {
-  std::string out;
-  for (const KnobSpec& spec : kKnobs) {
-    const uint64_t v = k.*spec.field;
-    std::string text = v != 0 ? format_bytes(v) : spec.zero == ZeroSize::off ? "off" : "unlimited";
-    if (spec.tuning.scale == KnobScale::log_multiple && v != 0) {
-      uint64_t base = 0;
-      for (const KnobSpec& of : kKnobs)
-        if (of.name == spec.tuning.of) base = k.*of.field;
-      std::ostringstream m;
-      m << " (" << static_cast<double>(v) / static_cast<double>(std::max<uint64_t>(base, 1)) << "x)";
-      text = base > 0 && v < base ? "one batch in flight" : text + m.str();
-    }
-    out += (out.empty() ? "" : ", ") + std::string(spec.alias.empty() ? spec.name : spec.alias) + " " + text;
-  }
-  return out;
-}
-
 }  // namespace commsched::tuner

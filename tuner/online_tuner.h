@@ -57,10 +57,9 @@ struct Decision {
 };
 using AgreeFn = std::function<Decision(const Decision& proposed_by_rank0)>;
 
-// Every knob of the knob set (scheduler/config.h kKnobs) by its short name, for logs: "partition 1 MiB, credit 8 MiB
-// (8x), small_tensor off"; a credit below its partition reads "one batch in flight", 0 "unlimited" (or "off", for a
-// knob whose 0 means off).
-std::string describe_knobs(const Knobs& k);
+// Every knob by its short name, for logs (the knob rows' describer, options/knobs.h): "partition 1 MiB, credit 8 MiB
+// (8x), small_tensor off".
+using commsched::describe_knobs;
 using LogFn = std::function<void(const std::string&)>;
 
 class OnlineTuner {

@@ -1,10 +1,10 @@
 #include "tuner/search_space.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <string>
 
-#include "scheduler/config.h"
 #include "scheduler/types.h"
 
 namespace commsched::tuner {
@@ -21,6 +21,45 @@ const OptionTable<SearchSpaceBounds>& bounds_table() {
 }
 }  // namespace
 
+std::array<KnobTuning, kKnobCount> registered_tunings() {
+  std::array<KnobTuning, kKnobCount> out;
+  for (size_t i = 0; i < kKnobCount; ++i) out[i] = kKnobs[i].tuning;
+  return out;
+}
+
+KnobTuning& SearchSpaceBounds::operator[](std::string_view knob) {
+  return knobs[static_cast<size_t>(&registered_knob(knob) - kKnobs)];
+}
+const KnobTuning& SearchSpaceBounds::operator[](std::string_view knob) const {
+  return knobs[static_cast<size_t>(&registered_knob(knob) - kKnobs)];
+}
+
+std::vector<BoundOption> bound_options(const KnobSpec& k) {
+  const std::string a(k.alias), words(k.name);
+  auto env = [](std::string name) {
+    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return "COMMSCHED_TUNER_" + name;
+  };
+  switch (k.tuning.scale) {
+    case KnobScale::fixed: return {};
+    case KnobScale::log_bytes:
+      return {{BoundOption::min, "min_" + a, env("min_" + a),
+               "smallest " + words + " searched" + (k.tuning.off_band ? ", beside off" : "") + " (at least the " +
+                   format_bytes(k.tuning.alignment) + " alignment)"},
+              {BoundOption::max, "max_" + a, env("max_" + a), "largest " + words + " searched"}};
+    case KnobScale::log_multiple: {
+      std::vector<BoundOption> out = {{BoundOption::max, "max_" + a + "_multiple", env("max_" + a + "_multiple"),
+                                       words + " searched from " + format_number(k.tuning.min) +
+                                           "x to this many times " + std::string(k.tuning.of)}};
+      if (k.tuning.unlimited_band)
+        out.push_back({BoundOption::unlimited_band, "unlimited_" + a, env("unlimited_" + a),
+                       "the " + words + " axis ends in a band meaning no limit"});
+      return out;
+    }
+  }
+  return {};
+}
+
 bool SearchSpaceBounds::set(std::string_view option, std::string_view value) {
   if (!bounds_table().has(option)) return false;
   bounds_table().set(*this, option, value);
@@ -28,28 +67,29 @@ bool SearchSpaceBounds::set(std::string_view option, std::string_view value) {
 }
 
 void SearchSpaceBounds::validate() const {
-  if (alignment == 0) throw InvalidArgument("tuner search space: alignment must be positive");
-  if (min_partition_bytes < alignment) {
-    throw InvalidArgument("COMMSCHED_TUNER_MIN_PARTITION=" + std::to_string(min_partition_bytes) +
-                          " is below the partition alignment of " + std::to_string(alignment) + " bytes");
-  }
-  if (max_partition_bytes < min_partition_bytes) {
-    throw InvalidArgument("COMMSCHED_TUNER_MAX_PARTITION=" + std::to_string(max_partition_bytes) +
-                          " is below COMMSCHED_TUNER_MIN_PARTITION=" + std::to_string(min_partition_bytes));
-  }
-  const uint64_t fusion_alignment = registered_tuning("small_tensor_bytes").alignment;
-  if (min_small_tensor_bytes < fusion_alignment) {
-    throw InvalidArgument("COMMSCHED_TUNER_MIN_SMALL_TENSOR=" + std::to_string(min_small_tensor_bytes) +
-                          " is below the fusion bound's alignment of " + std::to_string(fusion_alignment) +
-                          " bytes (the off band already covers no fusion)");
-  }
-  if (max_small_tensor_bytes < min_small_tensor_bytes) {
-    throw InvalidArgument("COMMSCHED_TUNER_MAX_SMALL_TENSOR=" + std::to_string(max_small_tensor_bytes) +
-                          " is below COMMSCHED_TUNER_MIN_SMALL_TENSOR=" + std::to_string(min_small_tensor_bytes));
-  }
-  if (!(max_credit_multiple >= 1.0) || !std::isfinite(max_credit_multiple)) {
-    throw InvalidArgument("COMMSCHED_TUNER_MAX_CREDIT_MULTIPLE=" + std::to_string(max_credit_multiple) +
-                          " must be a finite number >= 1");
+  for (size_t i = 0; i < kKnobCount; ++i) {
+    const KnobTuning& t = knobs[i];
+    const std::vector<BoundOption> opts = bound_options(kKnobs[i]);
+    auto var = [&](BoundOption::Field f) {
+      for (const BoundOption& o : opts)
+        if (o.field == f) return o.env;
+      return "knob " + std::string(kKnobs[i].name);
+    };
+    auto shown = [](double v) { return std::to_string(static_cast<uint64_t>(v)); };
+    if (t.scale == KnobScale::log_bytes) {
+      if (t.alignment == 0) throw InvalidArgument("tuner search space: " + std::string(kKnobs[i].name) + " alignment must be positive");
+      if (t.min < double(t.alignment))
+        throw InvalidArgument(var(BoundOption::min) + "=" + shown(t.min) + " is below the " + std::string(kKnobs[i].alias) +
+                              " alignment of " + std::to_string(t.alignment) + " bytes" +
+                              (t.off_band ? " (the off band already covers 0)" : ""));
+      if (t.max < t.min)
+        throw InvalidArgument(var(BoundOption::max) + "=" + shown(t.max) + " is below " + var(BoundOption::min) + "=" +
+                              shown(t.min));
+    } else if (t.scale == KnobScale::log_multiple) {
+      if (!(t.max >= 1.0) || !std::isfinite(t.max) || t.max < t.min)
+        throw InvalidArgument(var(BoundOption::max) + "=" + std::to_string(t.max) + " must be a finite number >= " +
+                              format_number(std::max(1.0, t.min)));
+    }
   }
 }
 
@@ -62,21 +102,6 @@ double axis_octaves(const KnobTuning& t) {
 // log_bytes with an off band: the band is as wide as one octave of the sizes (all of the axis when min == max).
 double off_band_width(const KnobTuning& t) { return 1.0 / (octaves(t) + 1.0); }
 constexpr uint64_t kOneBatchInFlight = 1;  // a credit below any partition (scheduler/auto_knobs.h)
-
-// The tuner's own options narrow the built-in knobs' registered bounds (their variables are named after them).
-void apply_bounds(KnobTuning& t, std::string_view knob, const SearchSpaceBounds& b) {
-  if (knob == "partition_bytes") {
-    t.min = static_cast<double>(b.min_partition_bytes);
-    t.max = static_cast<double>(b.max_partition_bytes);
-    t.alignment = b.alignment;
-  } else if (knob == "credit_bytes") {
-    t.max = b.max_credit_multiple;
-    t.unlimited_band = b.allow_unlimited_credit;
-  } else if (knob == "small_tensor_bytes") {
-    t.min = static_cast<double>(b.min_small_tensor_bytes);
-    t.max = static_cast<double>(b.max_small_tensor_bytes);
-  }
-}
 
 void check_tuning(const KnobSpec& k, const KnobTuning& t) {
   const std::string where = "tuner search space: knob '" + std::string(k.name) + "' ";
@@ -92,8 +117,8 @@ SearchSpace::SearchSpace(const SearchSpaceBounds& bounds, std::span<const KnobSp
   bounds_.validate();
   for (const KnobSpec& k : knobs) {
     if (k.tuning.scale == KnobScale::fixed) continue;
-    Axis a{&k, k.tuning, -1};
-    apply_bounds(a.tuning, k.name, bounds_);
+    // The bounds narrow a registered knob's tuning; another table's row keeps its own.
+    Axis a{&k, knob_index(k.name) >= 0 ? bounds_[k.name] : k.tuning, -1};
     check_tuning(k, a.tuning);
     if (a.tuning.scale == KnobScale::log_multiple) {
       for (size_t i = 0; i < axes_.size(); ++i)

@@ -1,4 +1,4 @@
-// The tuner's search space: one axis of [0,1] per knob of the knob set with a tuning scale (scheduler/config.h
+// The tuner's search space: one axis of [0,1] per knob of the knob set with a tuning scale (options/knobs.h
 // kKnobs), in table order, so a knob registered as tunable is searched without an edit here. By default that is
 // partition size, credit and the small-tensor fusion bound, all on log scales:
 //
@@ -16,65 +16,71 @@
 // meaning 0 (no fusion), so the tuner weighs fusing at all next to fusing a little.
 //   bands: [off] [bytes = min .. max, k = log2(max/min) octaves], each octave 1/(k + 1) of [0, 1]
 //
-// The tuner's options (SearchSpaceBounds) narrow the registered bounds of the three built-in knobs.
+// The tuner's options (SearchSpaceBounds) narrow the registered bounds of every knob; they are generated from the
+// rows: a byte-sized knob has min_<alias> and max_<alias> (COMMSCHED_TUNER_MIN_PARTITION, ...), a multiple
+// max_<alias>_multiple and, where its axis has the unlimited band, unlimited_<alias> (COMMSCHED_TUNER_UNLIMITED_CREDIT).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "options/knobs.h"
 #include "options/option_table.h"
-#include "scheduler/config.h"
 #include "scheduler/policy.h"
 
 namespace commsched::tuner {
 
-// Defaults: the knobs' registered tuning rows.
-struct SearchSpaceBounds {
-  uint64_t min_partition_bytes =  // COMMSCHED_TUNER_MIN_PARTITION
-      static_cast<uint64_t>(registered_tuning("partition_bytes").min);
-  uint64_t max_partition_bytes =  // COMMSCHED_TUNER_MAX_PARTITION
-      static_cast<uint64_t>(registered_tuning("partition_bytes").max);
-  // COMMSCHED_TUNER_MAX_CREDIT_MULTIPLE (credit = 1x .. this x partition)
-  double max_credit_multiple = registered_tuning("credit_bytes").max;
-  bool allow_unlimited_credit = registered_tuning("credit_bytes").unlimited_band;  // COMMSCHED_TUNER_UNLIMITED_CREDIT
-  uint64_t alignment = registered_tuning("partition_bytes").alignment;  // partition sizes are multiples of this
-  // The small-tensor fusion bound searched (beside its off band): COMMSCHED_TUNER_MIN_SMALL_TENSOR, _MAX_SMALL_TENSOR.
-  uint64_t min_small_tensor_bytes = static_cast<uint64_t>(registered_tuning("small_tensor_bytes").min);
-  uint64_t max_small_tensor_bytes = static_cast<uint64_t>(registered_tuning("small_tensor_bytes").max);
+// The registered tuning of every row of kKnobs, in order.
+std::array<KnobTuning, kKnobCount> registered_tunings();
 
-  // Applies one option by name ("min_partition", "max_partition", "max_credit_multiple", "unlimited_credit",
-  // "min_small_tensor", "max_small_tensor");
-  // returns false when the name is not a search-space option. Throws InvalidArgument on a bad value.
+struct SearchSpaceBounds {
+  // Every knob's searched range, by row of kKnobs (defaults: the registered tuning rows).
+  std::array<KnobTuning, kKnobCount> knobs = registered_tunings();
+
+  // The range of a registered knob; throws InvalidArgument naming it when none.
+  KnobTuning& operator[](std::string_view knob);
+  const KnobTuning& operator[](std::string_view knob) const;
+
+  // Applies one option by name ("min_partition", "max_credit_multiple", "unlimited_credit", ...); returns false when
+  // the name is not a search-space option. Throws InvalidArgument on a bad value.
   bool set(std::string_view option, std::string_view value);
-  // Adds the search space's rows to `table`; `bounds` reaches this struct inside the table's Config.
+  // Adds the search space's rows (generated from the knob rows) to `table`; `bounds` reaches this struct inside the
+  // table's Config.
   template <class Config, class Bounds>
   static void register_options(OptionTable<Config>& table, Bounds bounds);
-  // Throws InvalidArgument naming the inconsistent field.
+  // Throws InvalidArgument naming the inconsistent option.
   void validate() const;
 };
 
+// The option names and docs of one knob's bounds (for register_options).
+struct BoundOption {
+  enum Field { min, max, unlimited_band } field;
+  std::string name, env, doc;
+};
+std::vector<BoundOption> bound_options(const KnobSpec& knob);
+
 template <class Config, class Bounds>
 void SearchSpaceBounds::register_options(OptionTable<Config>& t, Bounds bounds) {
-  t.bind("min_partition", "COMMSCHED_TUNER_MIN_PARTITION",
-         [bounds](Config& c) -> uint64_t& { return bounds(c).min_partition_bytes; }, size_value(),
-         "smallest partition size searched (at least the 4KiB alignment)");
-  t.bind("max_partition", "COMMSCHED_TUNER_MAX_PARTITION",
-         [bounds](Config& c) -> uint64_t& { return bounds(c).max_partition_bytes; }, size_value(),
-         "largest partition size searched");
-  t.bind("max_credit_multiple", "COMMSCHED_TUNER_MAX_CREDIT_MULTIPLE",
-         [bounds](Config& c) -> double& { return bounds(c).max_credit_multiple; }, number_value(1.0, 1e6),
-         "credit searched from 1x to this many times the partition size");
-  t.bind("unlimited_credit", "COMMSCHED_TUNER_UNLIMITED_CREDIT",
-         [bounds](Config& c) -> bool& { return bounds(c).allow_unlimited_credit; }, bool_value(),
-         "the credit axis ends in a band meaning no limit");
-  t.bind("min_small_tensor", "COMMSCHED_TUNER_MIN_SMALL_TENSOR",
-         [bounds](Config& c) -> uint64_t& { return bounds(c).min_small_tensor_bytes; }, size_value(),
-         "smallest small-tensor fusion bound searched, beside off (at least the 4KiB alignment)");
-  t.bind("max_small_tensor", "COMMSCHED_TUNER_MAX_SMALL_TENSOR",
-         [bounds](Config& c) -> uint64_t& { return bounds(c).max_small_tensor_bytes; }, size_value(),
-         "largest small-tensor fusion bound searched");
+  for (size_t i = 0; i < kKnobCount; ++i) {
+    for (const BoundOption& o : bound_options(kKnobs[i])) {
+      if (o.field == BoundOption::unlimited_band) {
+        t.bind(o.name, o.env, [bounds, i](Config& c) -> bool& { return bounds(c).knobs[i].unlimited_band; },
+               bool_value(), o.doc);
+      } else if (kKnobs[i].tuning.scale == KnobScale::log_multiple) {
+        t.bind(o.name, o.env, [bounds, i](Config& c) -> double& { return bounds(c).knobs[i].max; },
+               number_value(1.0, 1e6), o.doc);
+      } else {
+        const bool is_min = o.field == BoundOption::min;
+        t.bind(o.name, o.env,
+               [bounds, i, is_min](Config& c) -> double& { return is_min ? bounds(c).knobs[i].min : bounds(c).knobs[i].max; },
+               size_value(), o.doc);
+      }
+    }
+  }
 }
 
 class SearchSpace {

@@ -27,7 +27,7 @@ class TrialLog {
   bool is_open() const { return out_.is_open(); }
   void append(const TrialRecord& r);
 
-  // trial, one column per knob of the knob set (scheduler/config.h kKnobs, by name), then the measurements.
+  // trial, one column per knob of the knob set (options/knobs.h kKnobs, by name), then the measurements.
   static std::string header();
 
  private:

@@ -50,7 +50,8 @@ constexpr int kRandomBudget = 20;
 
 std::vector<Knobs> fine_grid(const SearchSpace& space) {
   std::vector<Knobs> out;
-  for (uint64_t p = space.bounds().min_partition_bytes; p <= space.bounds().max_partition_bytes; p *= 2) {
+  const KnobTuning& partition = space.bounds()["partition_bytes"];
+  for (auto p = uint64_t(partition.min); p <= uint64_t(partition.max); p *= 2) {
     for (uint64_t m = 1; m <= 64; m *= 2) out.push_back({p, p * m});
     out.push_back({p, 0});
   }

@@ -118,6 +118,14 @@ void encode_header(const Header& h, std::span<std::byte, kHeaderBytes> out) {
 }
 
 namespace {
+// The codecs a server decodes, from the codec registry: "topk, signsgd".
+std::string server_decoded_names() {
+  std::string out;
+  for (const compression::Codec& c : compression::codecs())
+    if (c.summing == compression::Summing::server_decodes) out += (out.empty() ? "" : ", ") + std::string(c.name);
+  return out;
+}
+
 // A codec only on data that a server sums, only one it decodes, and always with the element count it needs.
 std::string check_codec(const Header& h) {
   if (h.codec == 0) return h.elements == 0 ? std::string() : "element count " + std::to_string(h.elements) +
@@ -125,8 +133,8 @@ std::string check_codec(const Header& h) {
   const auto s = static_cast<compression::Scheme>(h.codec);
   if (h.type != MsgType::push_pull && h.type != MsgType::sum)
     return std::string(msg_type_name(h.type)) + " with codec " + std::to_string(h.codec);
-  if (h.codec > compression::kMaxScheme || compression::sums_on_wire(s))
-    return "codec " + std::to_string(h.codec) + " is not one a server decodes (topk, signsgd)";
+  if (!compression::is_registered(h.codec) || !compression::server_decodes(s))
+    return "codec " + std::to_string(h.codec) + " is not one a server decodes (" + server_decoded_names() + ")";
   return {};
 }
 }  // namespace

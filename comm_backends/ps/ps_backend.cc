@@ -35,7 +35,7 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cf
 PsBackend::~PsBackend() { shutdown(); }
 
 bool PsBackend::reduces_encoded(compression::Scheme s) const {
-  return s == compression::Scheme::topk || s == compression::Scheme::signsgd;  // SlotTable decodes them
+  return compression::server_decodes(s);  // SlotTable decodes them (the codec registry says which)
 }
 
 void PsBackend::start(std::vector<PartitionView> batch, BatchDone done) {

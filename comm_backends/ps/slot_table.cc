@@ -221,11 +221,9 @@ std::shared_ptr<const std::byte> SlotTable::finish_encoded(Slot& s) {
       }
     }
   }
-  // Error feedback for top-k only: what the answer leaves out is sent in a later round, exactly. signSGD answers
-  // with the plain scaled sign of the sum (majority vote, as signSGD-MV does): the workers already keep their own
-  // residuals, and a second residual on the server made the small CNN diverge at 2 workers in our runs.
+  // Error feedback where the codec's row asks for it (top-k: what the answer leaves out is sent in a later round).
   void* residual = nullptr;
-  if (s.spec.scheme == compression::Scheme::topk) {
+  if (compression::codec(s.spec.scheme).server_residual) {
     Range& r = ranges_[Key{f.key, f.offset, 0}];
     if (r.elements != f.elements) r = Range{f.elements, std::vector<std::byte>(acc_bytes, std::byte{0})};
     residual = r.residual.data();

@@ -57,7 +57,7 @@ class LiveTuner {
   std::unique_ptr<tuner::OnlineTuner> tuner_;
 };
 
-// The agreement message: every knob of the knob set (scheduler/config.h kKnobs, in order), then the final flag.
+// The agreement message: every knob of the knob set (options/knobs.h kKnobs, in order), then the final flag.
 inline constexpr size_t kDecisionWordCount = kKnobCount + 1;
 using DecisionWords = std::span<int64_t, kDecisionWordCount>;
 using ConstDecisionWords = std::span<const int64_t, kDecisionWordCount>;

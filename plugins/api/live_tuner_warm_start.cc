@@ -100,11 +100,7 @@ LiveWarmStart plan_live_warm_start(const LiveWarmStartJob& job) {
   if (job.link.latency_s > 0) w.latency_s = job.link.latency_s;
   else if (!job.parameter_server) w.latency_s = kAssumedStepLatencyS;
   w.emulated_links = job.link.emulated;
-  w.min_partition_bytes = job.bounds.min_partition_bytes;
-  w.max_partition_bytes = job.bounds.max_partition_bytes;
-  w.max_credit_multiple = job.bounds.max_credit_multiple;
-  w.min_small_tensor_bytes = job.bounds.min_small_tensor_bytes;
-  w.max_small_tensor_bytes = job.bounds.max_small_tensor_bytes;
+  w.bounds = job.bounds;
   w.base = job.config;
   const sim::WarmStartPlan plan = sim::plan_warm_start(model, w, 3);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

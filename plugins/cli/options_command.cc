@@ -4,6 +4,7 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/launcher_env.h"
+#include "options/knobs.h"
 #include "plugins/api/option_catalogue.h"
 
 namespace commsched {
@@ -13,6 +14,7 @@ struct OptionsArgs {
   bool markdown = false;
   bool policies = false;
   bool backends = false;
+  bool knobs = false;
 };
 
 void print_plain() {
@@ -30,9 +32,11 @@ void add_options_subcommand(CLI::App& app) {
   s->add_flag("--markdown", a->markdown, "print the options as the README's Markdown table");
   s->add_flag("--policies", a->policies, "print the policy registry (Markdown)");
   s->add_flag("--backends", a->backends, "print the backend registry for this build (Markdown)");
+  s->add_flag("--knobs", a->knobs, "print the knob rows as the README's knob table (Markdown)");
   s->callback([a] {
     if (a->policies) std::fputs(policies_markdown().c_str(), stdout);
     else if (a->backends) std::fputs(backends_markdown().c_str(), stdout);
+    else if (a->knobs) std::fputs(knobs_markdown().c_str(), stdout);
     else if (a->markdown) std::fputs(options_markdown().c_str(), stdout);
     else print_plain();
   });

@@ -67,8 +67,8 @@ void CompressionStage::encode(const PartitionView& in, PartitionView& out, std::
   if (!compression::sums_on_wire(spec.scheme)) out.dense_bytes = in.bytes;
   if (compression::sums_on_wire(spec.scheme)) {
     // A cast is a tensor of the narrow dtype: offsets and sizes in its units, so every backend carries it as such.
-    w->desc.dtype = spec.scheme == Scheme::fp16 ? DType::f16 : DType::bf16;
-    out.offset = in.first_element() * 2;
+    w->desc.dtype = compression::codec(spec.scheme).wire_dtype;
+    out.offset = in.first_element() * dtype_size(w->desc.dtype);
   }
   state = std::move(w);
 }

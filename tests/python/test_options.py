@@ -67,6 +67,10 @@ def test_options_command_prints_every_variable():
     policies = run_cli("options", "--policies").stdout
     for p in _C.policies():
         assert f"`{p['name']}`" in policies
+    knobs = run_cli("options", "--knobs").stdout  # the README's knob table, from the knob rows
+    assert _C.knob_names()
+    for name in _C.knob_names():
+        assert f"`{name}`" in knobs, name
 
 
 def test_context_knobs_are_the_knob_set():

@@ -72,6 +72,16 @@ def test_search_space_round_trip_and_units():
         t.SearchSpace(min_small_tensor="1MiB", max_small_tensor="512KiB")
 
 
+def test_search_space_keywords_are_the_generated_bound_options():
+    # The keywords are the tuner's bound options, generated from the knob rows (options/knobs.h).
+    s = t.SearchSpace(max_credit_multiple=4, unlimited_credit=False, max_partition=1 << 20)
+    assert s.to_knobs([1.0, 1.0, 0.0]) == (1 << 20, 4 << 20, 0)
+    with pytest.raises(ValueError, match="no_such_bound"):
+        t.SearchSpace(no_such_bound=1)
+    # Knobs by name; one not given keeps its default.
+    assert s.from_knobs(credit_bytes=1, partition_bytes=64 << 10) == s.from_knobs(64 << 10, 1, 0)
+
+
 def test_tune_a_synthetic_objective_in_knob_space():
     s = t.SearchSpace()
     bo = t.BayesOpt(dim=t.SearchSpace.dim, goal="maximize", seed=2, candidates=500)

@@ -5,7 +5,7 @@
 
 #include <pybind11/stl.h>
 
-#include "scheduler/config.h"
+#include "options/knobs.h"
 #include "scheduler/types.h"
 #include "tuner/bayes_opt.h"
 #include "tuner/search_space.h"
@@ -27,12 +27,6 @@ Goal parse_goal(const std::string& goal) {
   if (goal == "minimize" || goal == "min") return Goal::minimize;
   if (goal == "maximize" || goal == "max") return Goal::maximize;
   throw commsched::InvalidArgument("BayesOpt: goal='" + goal + "' (allowed: 'minimize', 'maximize')");
-}
-
-// Sizes from Python: an int (bytes) or a string with units ("64KiB").
-uint64_t to_bytes(const char* name, const py::object& v) {
-  if (py::isinstance<py::str>(v)) return commsched::parse_bytes(name, v.cast<std::string>());
-  return v.cast<uint64_t>();
 }
 
 py::object observation_or_none(const std::optional<Observation>& o) {
@@ -79,20 +73,20 @@ void bind_search_space(py::module_& m) {
   py::class_<SearchSpace>(m, "SearchSpace",
                           "The knob set (partition size, credit, small-tensor fusion bound) on log scales in [0,1]^dim; "
                           "credit 0 means unlimited, fusion bound 0 off.")
-      .def(py::init([](const py::object& min_partition, const py::object& max_partition, double max_credit_multiple,
-                       bool unlimited_credit, const py::object& min_small_tensor, const py::object& max_small_tensor) {
+      // The keywords are the search space's options (SearchSpaceBounds, generated from the knob rows: min_partition,
+      // max_partition, max_credit_multiple, unlimited_credit, min_small_tensor, ...); sizes as ints or with units.
+      .def(py::init([](const py::kwargs& bounds) {
              SearchSpaceBounds b;
-             b.min_partition_bytes = to_bytes("min_partition", min_partition);
-             b.max_partition_bytes = to_bytes("max_partition", max_partition);
-             b.max_credit_multiple = max_credit_multiple;
-             b.allow_unlimited_credit = unlimited_credit;
-             if (!min_small_tensor.is_none()) b.min_small_tensor_bytes = to_bytes("min_small_tensor", min_small_tensor);
-             if (!max_small_tensor.is_none()) b.max_small_tensor_bytes = to_bytes("max_small_tensor", max_small_tensor);
+             for (const auto& [key, value] : bounds) {
+               const std::string name = key.cast<std::string>();
+               if (value.is_none()) continue;
+               const std::string text = py::isinstance<py::bool_>(value) ? (value.cast<bool>() ? "1" : "0")
+                                                                         : py::str(value).cast<std::string>();
+               if (!b.set(name, text))
+                 throw commsched::InvalidArgument("SearchSpace: unknown bound '" + name + "'");
+             }
              return SearchSpace(b);
-           }),
-           py::arg("min_partition") = py::int_(64 << 10), py::arg("max_partition") = py::int_(64 << 20),
-           py::arg("max_credit_multiple") = 64.0, py::arg("unlimited_credit") = true,
-           py::arg("min_small_tensor") = py::none(), py::arg("max_small_tensor") = py::none())
+           }))
       .def_property_readonly_static("dim", [](const py::object&) { return SearchSpace().dim(); })
       .def("to_knobs",
            [](const SearchSpace& s, const std::vector<double>& u) {
@@ -104,11 +98,17 @@ void bind_search_space(py::module_& m) {
            py::arg("u"),
            "(partition_bytes, credit_bytes, small_tensor_bytes) for a point; credit 0 means unlimited, fusion 0 off.")
       .def("from_knobs",
-           [](const SearchSpace& s, uint64_t partition_bytes, uint64_t credit_bytes, uint64_t small_tensor_bytes) {
-             const auto p = s.from_knobs(Knobs{partition_bytes, credit_bytes, small_tensor_bytes});
+           [](const SearchSpace& s, const py::args& values, const py::kwargs& by_name) {
+             // Knobs positionally in registry order or by name; a knob not given keeps its default.
+             if (values.size() > commsched::kKnobCount) throw commsched::InvalidArgument("from_knobs: more values than knobs");
+             Knobs k;
+             for (size_t i = 0; i < values.size(); ++i) k.*kKnobs[i].field = values[i].cast<uint64_t>();
+             for (const auto& [key, value] : by_name)
+               k.*commsched::registered_knob(key.cast<std::string>()).field = value.cast<uint64_t>();
+             const auto p = s.from_knobs(k);
              return std::vector<double>(p.begin(), p.end());
            },
-           py::arg("partition_bytes"), py::arg("credit_bytes"), py::arg("small_tensor_bytes") = 0)
+           "the point of knobs given in registry order (partition_bytes, credit_bytes, small_tensor_bytes) or by name")
       .def("snap", [](const SearchSpace& s, const std::vector<double>& u) {
         const auto p = s.snap(u);
         return std::vector<double>(p.begin(), p.end());

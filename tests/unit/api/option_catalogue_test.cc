@@ -2,14 +2,13 @@
 // layer's table is in it, and the README's table is the generated one.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/ps_config.h"
 #include "plugins/api/option_catalogue.h"
+#include "tests/unit/readme_section.h"
 #include "tuner/tuner_config.h"
 
 namespace commsched {
@@ -33,7 +32,7 @@ TEST(OptionCatalogue, EveryLayerReadsItsRows) {
   ::setenv("COMMSCHED_TUNER_MAX_PARTITION", "8MiB", 1);
   ::setenv("COMMSCHED_PS_CHUNK_BYTES", "1MiB", 1);
   ::setenv("COMMSCHED_BACKEND", "loopback", 1);
-  EXPECT_EQ(tuner::TunerOptions::from_env().space.max_partition_bytes, 8u << 20);
+  EXPECT_EQ(tuner::TunerOptions::from_env().space["partition_bytes"].max, 8u << 20);
   EXPECT_EQ(PsConfig::from_env().chunk_bytes, 1u << 20);
   EXPECT_EQ(ContextEnvOptions::from_env().backend, "loopback");
   ::setenv("COMMSCHED_BACKEND", "carrier-pigeon", 1);
@@ -99,19 +98,8 @@ TEST(BackendRegistry, SupportsAnswersFromTheRowOfTheBackendsName) {
   EXPECT_FALSE(find_backend("nccl")->carries(Op::allreduce, Device::cpu));
 }
 
-std::string readme_table() {
-  std::ifstream in(std::string(COMMSCHED_SOURCE_DIR) + "/README.md");
-  std::stringstream s;
-  s << in.rdbuf();
-  const std::string text = s.str();
-  const std::string begin = "<!-- options:begin -->\n", end = "<!-- options:end -->";
-  const size_t b = text.find(begin), e = text.find(end);
-  if (b == std::string::npos || e == std::string::npos || e < b) return "README.md has no options:begin/end markers";
-  return text.substr(b + begin.size(), e - b - begin.size());
-}
-
 TEST(OptionCatalogue, ReadmeTableIsTheGeneratedOne) {
-  EXPECT_EQ(readme_table(), options_markdown())
+  EXPECT_EQ(testing::readme_section("options"), options_markdown())
       << "README.md's options table differs from the registry: replace the lines between <!-- options:begin --> and "
          "<!-- options:end --> with the output of `build/plugins/commsched options --markdown`";
 }

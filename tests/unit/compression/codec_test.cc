@@ -195,5 +195,52 @@ TEST(Codec, ParsesSchemesAndRejectsBadOnesNamingTheVariable) {
   }
 }
 
+// The codec registry: every row complete, ids and names distinct, every name parses back to its row; an incomplete
+// row is named.
+TEST(CodecRegistry, EveryRowIsCompleteAndParsesBack) {
+  std::vector<std::string> names;
+  for (const Codec& c : codecs()) {
+    EXPECT_EQ(codec_row_gap(c), "") << c.name;
+    EXPECT_EQ(&codec(c.scheme), &c) << c.name << ": one row per scheme";
+    EXPECT_TRUE(is_registered(uint8_t(c.scheme)));
+    EXPECT_EQ(parse_spec("V", c.name).scheme, c.scheme);
+    for (std::string_view a : c.aliases) EXPECT_EQ(parse_spec("V", a).scheme, c.scheme) << a;
+    EXPECT_EQ(parse_spec("V", to_string(Spec{c.scheme, 0.5})).scheme, c.scheme);
+    for (const std::string& n : names) EXPECT_NE(n, c.name);
+    names.emplace_back(c.name);
+    EXPECT_NE(specs_allowed().find(c.name), std::string::npos) << "the option's allowed text lists " << c.name;
+  }
+  EXPECT_FALSE(is_registered(200));
+  EXPECT_THROW(codec(static_cast<Scheme>(200)), InvalidArgument);
+}
+
+TEST(CodecRegistry, AnIncompleteRowIsNamed) {
+  Codec c = codec(Scheme::topk);
+  c.name = "probe";
+  c.encode_sum = nullptr;  // a server decodes it, but could not answer
+  EXPECT_NE(codec_row_gap(c).find("'probe'"), std::string::npos) << codec_row_gap(c);
+  c = codec(Scheme::fp16);
+  c.name = "probe";
+  c.encode_s_per_mib = 0;  // the simulator would model it as free
+  EXPECT_NE(codec_row_gap(c).find("stage costs"), std::string::npos) << codec_row_gap(c);
+  c = codec(Scheme::bf16);
+  c.wire_dtype = DType::i32;
+  EXPECT_NE(codec_row_gap(c).find("wire dtype"), std::string::npos) << codec_row_gap(c);
+  c = codec(Scheme::none);
+  c.decode = nullptr;
+  EXPECT_NE(codec_row_gap(c).find("decode"), std::string::npos) << codec_row_gap(c);
+}
+
+// What a server can sum is the registry's word, for the backend and for the protocol alike.
+TEST(CodecRegistry, WhatAServerDecodesComesFromTheRows) {
+  for (const Codec& c : codecs()) {
+    EXPECT_EQ(server_decodes(c.scheme), c.summing == Summing::server_decodes) << c.name;
+    Spec out;
+    EXPECT_EQ(wire_spec(c.scheme, DType::f32, 64, encoded_bytes({c.scheme, 0.25}, DType::f32, 64), out).empty(),
+              server_decodes(c.scheme))
+        << c.name;
+  }
+}
+
 }  // namespace
 }  // namespace commsched::compression

@@ -87,7 +87,6 @@ TEST(KnobSet, EveryKnobIsAnEngineOption) {
     EngineConfig c;
     c.set(k.name, "12KiB");
     EXPECT_EQ(c.knobs.*k.field, 12u << 10) << k.name;
-    EXPECT_TRUE(c.*k.given) << k.name;
   }
 }
 

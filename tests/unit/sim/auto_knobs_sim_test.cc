@@ -21,9 +21,9 @@ GridSpec ring_spec(const std::string& model) {
 
 // The knobs the product shipped before: 4 MiB partitions, 16 MiB credit, and the collectives' 1 MiB fusion.
 CellResult at_defaults(GridSpec spec, const ModelProfile& model, double bps, int workers) {
-  spec.partitions = {Knobs{}.partition_bytes};
-  spec.credit_multipliers = {double(Knobs{}.credit_bytes) / double(Knobs{}.partition_bytes)};
-  spec.small_tensor_bytes = {1 << 20};
+  spec.grid("partition_bytes") = {double(Knobs{}.partition_bytes)};
+  spec.grid("credit_bytes") = {double(Knobs{}.credit_bytes) / double(Knobs{}.partition_bytes)};
+  spec.grid("small_tensor_bytes") = {1 << 20};
   return run_cell(spec, model, bps, workers, PolicyKind::bytescheduler);
 }
 
@@ -100,9 +100,9 @@ TEST_P(PsAutoKnobs, ReachTheBoundWhereOnePartitionPerWorkerDidNot) {
   const CellResult automatic = run_auto_cell(spec, spec.models[0], c.bps, c.workers);
   EXPECT_LE(automatic.iteration_s, 1.10 * automatic.dependency_bound_s) << automatic.knobs;
   // The rule before: one partition from every worker plus one.
-  spec.partitions = {automatic.config.knobs.partition_bytes};
-  spec.credit_multipliers = {double(c.workers + 1)};
-  spec.small_tensor_bytes = {0};
+  spec.grid("partition_bytes") = {double(automatic.config.knobs.partition_bytes)};
+  spec.grid("credit_bytes") = {double(c.workers + 1)};
+  spec.grid("small_tensor_bytes") = {0};
   const CellResult before = run_cell(spec, spec.models[0], c.bps, c.workers, PolicyKind::bytescheduler);
   EXPECT_GT(before.iteration_s, 1.10 * before.dependency_bound_s) << "the case no longer shows the difference";
   EXPECT_LT(automatic.iteration_s, 0.97 * before.iteration_s);

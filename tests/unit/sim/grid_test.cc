@@ -16,9 +16,9 @@ GridSpec small_spec() {
   GridSpec s;
   s.models = {testing::vgg_like()};
   s.bandwidths_bps = {5e9, 50e9};
-  s.partitions = {1 << 20, 4 << 20};
-  s.credit_multipliers = {1, 4};
-  s.small_tensor_bytes = {0};
+  s.grid("partition_bytes") = {1 << 20, 4 << 20};
+  s.grid("credit_bytes") = {1, 4};
+  s.grid("small_tensor_bytes") = {0};
   return s;
 }
 
@@ -75,14 +75,14 @@ TEST(Grid, PoliciesAndTheirKnobsComeFromTheRegistry) {
 
 TEST(Grid, EveryPolicyThatReadsKnobOptionsIsSearchedOverTheirProduct) {
   GridSpec spec = small_spec();
-  spec.partitions = {1 << 20};
-  spec.credit_multipliers = {0};
-  spec.small_tensor_bytes = {0};
+  spec.grid("partition_bytes") = {1 << 20};
+  spec.grid("credit_bytes") = {0};
+  spec.grid("small_tensor_bytes") = {0};
   // With one value per axis the search has one candidate: exactly those values.
   const CellResult one = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler);
   EXPECT_EQ(one.config.knobs.partition_bytes, 1u << 20);
   EXPECT_EQ(one.config.knobs.credit_bytes, 1u);
-  EXPECT_EQ(one.knobs, "partition 1 MiB, one batch in flight");
+  EXPECT_EQ(one.knobs, "partition 1 MiB, credit one batch in flight, small_tensor off");
   // A policy that reads none of them ignores the axes.
   const CellResult wfbp = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::wfbp);
   EXPECT_EQ(wfbp.knobs, "");
@@ -108,8 +108,8 @@ TEST(Grid, TargetCheckJudgesTheSchedulerAtItsAutomaticKnobs) {
 TEST(Grid, BytescheduluerIsTheBestOfItsKnobGrid) {
   GridSpec spec = small_spec();
   const CellResult best = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler);
-  spec.partitions = {4 << 20};
-  spec.credit_multipliers = {1};
+  spec.grid("partition_bytes") = {4 << 20};
+  spec.grid("credit_bytes") = {1};
   const CellResult one = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler);
   EXPECT_LE(best.iteration_s, one.iteration_s);
 }
@@ -120,8 +120,8 @@ TEST(Grid, TunedKnobsComeFromTheBayesianOptimiserAndAreReplayedInTimelines) {
   spec.policies = {PolicyKind::bytescheduler};
   const CellResult tuned = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler);
   EXPECT_NE(tuned.knobs.find("(tuned)"), std::string::npos) << tuned.knobs;
-  EXPECT_GE(tuned.config.knobs.partition_bytes, spec.tune_min_partition / 4096 * 4096);
-  EXPECT_LE(tuned.config.knobs.partition_bytes, spec.tune_max_partition);
+  EXPECT_GE(tuned.config.knobs.partition_bytes, uint64_t(spec.tune_bounds["partition_bytes"].min));
+  EXPECT_LE(tuned.config.knobs.partition_bytes, uint64_t(spec.tune_bounds["partition_bytes"].max));
   EXPECT_EQ(run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler).iteration_s, tuned.iteration_s)
       << "deterministic for a fixed seed";
   const auto timelines = run_timelines(spec, spec.models[0], 5e9, 8, {tuned});

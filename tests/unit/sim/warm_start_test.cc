@@ -104,10 +104,10 @@ TEST(WarmStart, KeepsToTheTunersBounds) {
   const WarmStartPlan free = plan_warm_start(m, job, 4);
   ASSERT_FALSE(free.ranked.empty());
   ASSERT_GT(free.ranked.front().knobs.small_tensor_bytes, 2ull << 20) << "unbounded, it fuses more than 2 MiB";
-  job.min_small_tensor_bytes = 64ull << 10;
-  job.max_small_tensor_bytes = 2ull << 20;
-  job.max_partition_bytes = 16ull << 20;
-  job.max_credit_multiple = 1;
+  job.bounds["small_tensor_bytes"].min = 64ull << 10;
+  job.bounds["small_tensor_bytes"].max = 2ull << 20;
+  job.bounds["partition_bytes"].max = 16ull << 20;
+  job.bounds["credit_bytes"].max = 1;
   const WarmStartPlan bounded = plan_warm_start(m, job, 4);
   ASSERT_FALSE(bounded.ranked.empty());
   for (const WarmStartCandidate& c : bounded.ranked) {

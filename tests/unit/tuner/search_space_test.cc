@@ -3,7 +3,7 @@
 #include <cmath>
 #include <span>
 
-#include "scheduler/config.h"
+#include "options/knobs.h"
 #include "scheduler/types.h"
 #include "tuner/search_space.h"
 #include "tuner/tuner_config.h"
@@ -83,8 +83,8 @@ TEST(SearchSpace, OutOfRangeKnobsAreClamped) {
 
 TEST(SearchSpace, WithoutUnlimitedTheTopIsTheLargestMultiple) {
   SearchSpaceBounds b;
-  b.allow_unlimited_credit = false;
-  b.max_credit_multiple = 16;
+  b["credit_bytes"].unlimited_band = false;
+  b["credit_bytes"].max = 16;
   SearchSpace s = two_knobs(b);
   EXPECT_EQ(s.to_knobs(std::vector<double>{0.0, 1.0}).credit_bytes, 16 * 64 * KiB);
   EXPECT_DOUBLE_EQ(s.from_knobs(Knobs{64 * KiB, 0}).at(1), 1.0);
@@ -100,7 +100,7 @@ TEST(SearchSpace, BoundsAreConfigurableAndValidated) {
   EXPECT_EQ(s.to_knobs(std::vector<double>{0.0, 0.0}).partition_bytes, 256 * KiB);
   EXPECT_EQ(s.to_knobs(std::vector<double>{1.0, 0.0}).partition_bytes, 8 * MiB);
 
-  b.max_partition_bytes = 128 * KiB;  // below the minimum
+  b["partition_bytes"].max = 128 * KiB;  // below the minimum
   try {
     SearchSpace bad(b);
     FAIL() << "expected InvalidArgument";
@@ -119,8 +119,8 @@ TEST(SearchSpace, AxesAreTheRegisteredTunableKnobs) {
   ASSERT_EQ(s.dim(), static_cast<int>(tunable.size()));
   for (int i = 0; i < s.dim(); ++i) EXPECT_EQ(s.axes()[i].knob->name, tunable[i]);
   // The default bounds are the registered ones.
-  EXPECT_EQ(SearchSpaceBounds{}.min_partition_bytes, static_cast<uint64_t>(registered_tuning("partition_bytes").min));
-  EXPECT_EQ(SearchSpaceBounds{}.max_credit_multiple, registered_tuning("credit_bytes").max);
+  EXPECT_EQ(SearchSpaceBounds{}["partition_bytes"].min, registered_tuning("partition_bytes").min);
+  EXPECT_EQ(SearchSpaceBounds{}["credit_bytes"].max, registered_tuning("credit_bytes").max);
 }
 
 // The default space: partition, credit and bytescheduler's fusion bound, the third on a log scale whose bottom band
@@ -182,19 +182,19 @@ TEST(SearchSpace, TheFusionBoundsAreConfigurableAndValidated) {
   // Through the tuner's options, as COMMSCHED_TUNER_* set them.
   TunerOptions o;
   o.set("max_small_tensor", "2MiB");
-  EXPECT_EQ(o.space.max_small_tensor_bytes, 2 * MiB);
-  EXPECT_EQ(SearchSpaceBounds{}.max_small_tensor_bytes,
-            static_cast<uint64_t>(registered_tuning("small_tensor_bytes").max)) << "defaults: the registered row";
+  EXPECT_EQ(o.space["small_tensor_bytes"].max, 2 * MiB);
+  EXPECT_EQ(SearchSpaceBounds{}["small_tensor_bytes"].max, registered_tuning("small_tensor_bytes").max)
+      << "defaults: the registered row";
 
-  b.max_small_tensor_bytes = 32 * KiB;  // below the minimum
+  b["small_tensor_bytes"].max = 32 * KiB;  // below the minimum
   try {
     SearchSpace bad(b);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("COMMSCHED_TUNER_MAX_SMALL_TENSOR"), std::string::npos) << e.what();
   }
-  b.max_small_tensor_bytes = 1 * MiB;
-  b.min_small_tensor_bytes = 1024;  // below the alignment: 0 is the off band's job
+  b["small_tensor_bytes"].max = 1 * MiB;
+  b["small_tensor_bytes"].min = 1024;  // below the alignment: 0 is the off band's job
   try {
     SearchSpace bad(b);
     FAIL() << "expected InvalidArgument";
@@ -210,10 +210,10 @@ TEST(SearchSpace, AThirdRegisteredTunableKnobIsSearchedWithinItsBounds) {
   const KnobSpec knobs[] = {
       kKnobs[0],
       kKnobs[1],
-      {"fusion_threshold_bytes", "", nullptr, nullptr, "a knob the search space has never heard of",
-       {KnobScale::log_bytes, 8.0 * KiB, 2.0 * MiB, 1024, {}, false}},
-      {"window_bytes", "", nullptr, nullptr, "a multiple of the third knob, without an unlimited band",
-       {KnobScale::log_multiple, 2.0, 8.0, 1, "fusion_threshold_bytes", false}},
+      {.name = "fusion_threshold_bytes", .doc = "a knob the search space has never heard of",
+       .tuning = {KnobScale::log_bytes, 8.0 * KiB, 2.0 * MiB, 1024, {}, false}},
+      {.name = "window_bytes", .doc = "a multiple of the third knob, without an unlimited band",
+       .tuning = {KnobScale::log_multiple, 2.0, 8.0, 1, "fusion_threshold_bytes", false}},
   };
   SearchSpace s({}, knobs);
   ASSERT_EQ(s.dim(), 4);
@@ -256,14 +256,14 @@ TEST(SearchSpace, AThirdRegisteredTunableKnobIsSearchedWithinItsBounds) {
 }
 
 TEST(SearchSpace, InconsistentKnobTuningIsNamed) {
-  const KnobSpec reversed[] = {{"backwards", "", nullptr, nullptr, "", {KnobScale::log_bytes, 4096, 1024, 1, {}, false}}};
+  const KnobSpec reversed[] = {{.name = "backwards", .tuning = {KnobScale::log_bytes, 4096, 1024, 1, {}, false}}};
   try {
     SearchSpace s({}, reversed);
     FAIL() << "bounds out of order were accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("'backwards'"), std::string::npos) << e.what();
   }
-  const KnobSpec orphan[] = {{"orphan", "", nullptr, nullptr, "", {KnobScale::log_multiple, 1, 4, 1, "missing", false}}};
+  const KnobSpec orphan[] = {{.name = "orphan", .tuning = {KnobScale::log_multiple, 1, 4, 1, "missing", false}}};
   try {
     SearchSpace s({}, orphan);
     FAIL() << "a multiple of an unknown knob was accepted";
@@ -272,20 +272,21 @@ TEST(SearchSpace, InconsistentKnobTuningIsNamed) {
   }
 }
 
-// The registry's rules (scheduler/config.h check_knob_registry, a compile-time check of kKnobs): a tunable knob the
-// tuner could not apply is a registration error naming it.
+// The registry's rules (options/knobs.h check_knob_registry, a compile-time check of kKnobs; every rule in
+// tests/unit/options): a tunable knob the tuner could not apply is a registration error naming it.
 TEST(KnobRegistry, ATunableKnobWithoutAKnobsFieldIsRefused) {
   EXPECT_TRUE(check_knob_registry(kKnobs));
-  const KnobSpec unapplied[] = {kKnobs[0], {"ghost_bytes", "", nullptr, nullptr, "searched, never applied",
-                                            {KnobScale::log_bytes, 4096, 1 << 20, 4096, {}, false}}};
+  KnobSpec ghost = kKnobs[2];
+  ghost.name = "ghost_bytes";
+  ghost.alias = "ghost";
+  ghost.field = nullptr;
+  const KnobSpec unapplied[] = {kKnobs[0], ghost};
   try {
     check_knob_registry(unapplied);
     FAIL() << "a tunable knob without a Knobs field was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("'ghost_bytes'"), std::string::npos) << e.what();
   }
-  const KnobSpec fixed[] = {{"fixed_bytes", "", nullptr, nullptr, "not searched", {}}};
-  EXPECT_TRUE(check_knob_registry(fixed)) << "a fixed knob needs no field";
 }
 
 TEST(TunerOptions, ParsesOptionsAndNamesBadOnes) {
@@ -296,7 +297,7 @@ TEST(TunerOptions, ParsesOptionsAndNamesBadOnes) {
   o.set("csv", "/tmp/x.csv");
   EXPECT_EQ(o.max_trials, 8);
   EXPECT_EQ(o.warmup_iterations, 1);
-  EXPECT_EQ(o.space.min_partition_bytes, 128 * KiB);
+  EXPECT_EQ(o.space["partition_bytes"].min, 128 * KiB);
   EXPECT_EQ(o.csv_path, "/tmp/x.csv");
   try {
     o.set("trails", "8");
