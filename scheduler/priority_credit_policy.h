@@ -7,7 +7,9 @@
 // delays anything: a small tensor that finds credit free goes out at once, alone.
 #pragma once
 
-#include <map>
+#include <functional>
+#include <unordered_map>
+#include <utility>
 #include <queue>
 #include <vector>
 
@@ -63,7 +65,13 @@ class PriorityCreditPolicy final : public Policy {
   Nanos last_progress_ = 0;
   double batch_time_ewma_ = 0;
   uint64_t overdrafts_ = 0;
-  std::map<std::pair<uint64_t, uint32_t>, Nanos> dispatched_at_;  // first partition of each batch in flight
+  struct PartHash {
+    size_t operator()(const std::pair<uint64_t, uint32_t>& k) const {
+      return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
+    }
+  };
+  // First partition of each batch in flight (a hash: the simulator's workers look one up per batch).
+  std::unordered_map<std::pair<uint64_t, uint32_t>, Nanos, PartHash> dispatched_at_;
   uint64_t in_flight_ = 0;
   std::priority_queue<Entry, std::vector<Entry>, LessUrgent> queue_;
 };

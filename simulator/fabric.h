@@ -13,8 +13,12 @@
 namespace commsched::sim {
 
 // Simulated time, one event after another; ties run in the order they were scheduled, so runs are deterministic.
+// The frequent events (a message moving, a compute step ending) are plain records, a handler and two words, so that
+// scheduling one allocates nothing; a std::function serves the rest.
 class EventLoop {
  public:
+  using Handler = void (*)(void* target, uint64_t a, uint64_t b);
+
   void at(Nanos t, std::function<void()> f) {
     size_t slot;
     if (free_.empty()) {
@@ -25,33 +29,50 @@ class EventLoop {
       free_.pop_back();
       fns_[slot] = std::move(f);
     }
-    events_.push({t, next_seq_++, slot});
+    post(t, &EventLoop::call_slot, this, slot);
   }
-  // Runs every event, including those the events schedule.
+  void post(Nanos t, Handler h, void* target, uint64_t a = 0, uint64_t b = 0) {
+    post_in_turn(t, next_seq_++, h, target, a, b);
+  }
+  // A place in the order of ties taken now for an event posted later (post_in_turn): a model that keeps a FIFO of
+  // future events to itself, posting one at a time, still runs them in the order it decided them.
+  uint64_t take_turn() { return next_seq_++; }
+  void post_in_turn(Nanos t, uint64_t turn, Handler h, void* target, uint64_t a = 0, uint64_t b = 0) {
+    events_.push({t, turn, h, target, a, b});
+  }
+  // Runs every event, including those the events schedule, until none is left or an event calls stop().
   void run() {
-    while (!events_.empty()) {
+    while (!events_.empty() && !stopped_) {
       const Event e = events_.top();
       events_.pop();
       now_ = e.time;
-      std::function<void()> fn = std::move(fns_[e.slot]);
-      free_.push_back(e.slot);
-      fn();
+      e.handler(e.target, e.a, e.b);
     }
   }
   Nanos now() const { return now_; }
+  void stop() { stopped_ = true; }
 
  private:
-  struct Event {  // small and trivially copyable: the heap moves these, the callbacks stay put in fns_
+  struct Event {  // trivially copyable: the heap moves these; a std::function stays put in fns_
     Nanos time;
     uint64_t seq;
-    size_t slot;
+    Handler handler;
+    void* target;
+    uint64_t a, b;
     bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
   };
+  static void call_slot(void* loop, uint64_t slot, uint64_t) {
+    EventLoop& self = *static_cast<EventLoop*>(loop);
+    std::function<void()> fn = std::move(self.fns_[slot]);
+    self.free_.push_back(slot);
+    fn();
+  }
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<std::function<void()>> fns_;
   std::vector<size_t> free_;
   uint64_t next_seq_ = 0;
   Nanos now_ = 0;
+  bool stopped_ = false;
 };
 
 // Where a fabric reports a batch's progress (the simulator's workers).

@@ -126,12 +126,17 @@ std::vector<Candidate> candidates(const GridSpec& spec, PolicyKind policy) {
   return out;
 }
 
+bool each_worker(const GridSpec& spec, int workers) {
+  return spec.network == NetworkKind::ps && workers <= spec.ps_each_worker_max;
+}
+
 SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
-                          NetworkModel& net, const EngineConfig& config, bool timeline) {
+                          NetworkModel& net, const EngineConfig& config, bool timeline, double abandon_above_s = 0) {
   SimOptions opt = spec.sim;
   opt.partition_bytes = config.knobs.partition_bytes;
   opt.record_timeline = timeline;
-  if (spec.network == NetworkKind::ps && workers <= spec.ps_each_worker_max)
+  opt.abandon_above_s = abandon_above_s;
+  if (each_worker(spec, workers))
     return simulate_each_worker(model, ps_params(spec, bandwidth_bps, workers),
                                 [&] { return make_sim_policy(config, net, /*symmetric_workers=*/false); }, opt,
                                 spec.compression);
@@ -147,6 +152,24 @@ CellResult cell_result(const ModelProfile& model, double bandwidth_bps, int work
   return {model.name, bandwidth_bps, workers, std::move(policy), std::move(knobs), config, r.iteration_s, 0,
           r.compute_s, r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(iterations),
           r.links};
+}
+
+// The order to try a knob grid in: with every PS worker simulated (slow), fastest first as the symmetric model (one
+// worker for all, cheap) predicts, so that a fast candidate is found early and the slower ones are abandoned soon;
+// otherwise the grid's own order.
+std::vector<size_t> search_order(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
+                                 const std::vector<Candidate>& cands) {
+  std::vector<size_t> order(cands.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (!each_worker(spec, workers) || spec.ps_fair_share) return order;  // the symmetric model has FIFO links only
+  GridSpec symmetric = spec;
+  symmetric.ps_each_worker_max = 0;
+  auto net = make_network(symmetric, bandwidth_bps, workers);
+  std::vector<double> predicted;
+  for (const Candidate& c : cands)
+    predicted.push_back(simulate_config(symmetric, model, bandwidth_bps, workers, *net, c.config, false).iteration_s);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return predicted[a] < predicted[b]; });
+  return order;
 }
 
 }  // namespace
@@ -175,7 +198,19 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
       bo.tell(u, consider(knobs_at(space, base, u)));
     }
   } else {
-    for (const Candidate& cand : candidates(spec, policy)) consider(cand);
+    // The fastest candidate, the first in grid order among equals. Abandoning a candidate once it is sure to be
+    // slower than the best so far (a hair of slack for the rounding of that bound) changes neither.
+    const std::vector<Candidate> cands = candidates(spec, policy);
+    size_t best_index = cands.size();
+    for (size_t i : search_order(spec, model, bandwidth_bps, workers, cands)) {
+      const double limit = best_index < cands.size() ? best.iteration_s * (1 + 1e-9) : 0;
+      const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cands[i].config, false, limit);
+      if (r.abandoned || r.iteration_s > best.iteration_s || (r.iteration_s == best.iteration_s && i > best_index))
+        continue;
+      best = cell_result(model, bandwidth_bps, workers, r.policy, cands[i].knobs, cands[i].config, r,
+                         spec.sim.iterations);
+      best_index = i;
+    }
   }
   best.policy = std::string(policy_name(policy));
   return best;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace commsched::sim {
 namespace {
@@ -42,12 +44,12 @@ void PsClusterFabric::start(EventLoop& loop, BatchSink& sink) {
   loop_ = &loop;
   sink_ = &sink;
   const bool paced = !p_.server_ingress_limited;
-  workers_.assign(size_t(p_.workers), WorkerState{Sender(p_.worker_bps, double(p_.emulated_burst_bytes), paced), {},
-                                                  {}, {}, 0});
+  workers_.assign(size_t(p_.workers),
+                  WorkerState{{Sender(p_.worker_bps, double(p_.emulated_burst_bytes), paced), {}}, {}, {}, 0});
   servers_.assign(size_t(p_.servers),
-                  ServerState{Sender(p_.server_bps, double(p_.emulated_burst_bytes), paced), {}, 0, 0});
-  owner_.clear();
-  slots_.clear();
+                  ServerState{{Sender(p_.server_bps, double(p_.emulated_burst_bytes), paced), {}}, {}, {}, 0, 0});
+  chunk_ids_.clear();
+  chunks_.clear();
   flows_.reset();
   if (p_.fair_share && p_.server_ingress_limited) build_flows(loop);
 }
@@ -70,15 +72,18 @@ void PsClusterFabric::build_flows(EventLoop& loop) {
       server_conn_.push_back(flows_->add_connection(server_links_[2 * s], worker_links_[2 * w + 1]));
 }
 
-size_t PsClusterFabric::owner(int32_t key, uint64_t offset, uint64_t bytes) {
-  auto [it, fresh] = owner_.try_emplace({key, offset}, 0);
+uint32_t PsClusterFabric::chunk_id(int32_t key, uint64_t offset, uint64_t bytes, uint64_t dense) {
+  auto [it, fresh] = chunk_ids_.try_emplace({key, offset}, uint32_t(chunks_.size()));
   if (fresh) {  // least loaded, lowest index on ties (comm_backends/ps/sharder.cc)
-    it->second = static_cast<size_t>(std::min_element(servers_.begin(), servers_.end(),
-                                                      [](const ServerState& a, const ServerState& b) {
-                                                        return a.load < b.load;
-                                                      }) -
-                                     servers_.begin());
-    servers_[it->second].load += bytes;
+    const size_t s = static_cast<size_t>(
+        std::min_element(servers_.begin(), servers_.end(),
+                         [](const ServerState& a, const ServerState& b) { return a.load < b.load; }) -
+        servers_.begin());
+    servers_[s].load += bytes;
+    chunks_.push_back({s, bytes, dense, {}});
+  } else if (chunks_[it->second].bytes != bytes || chunks_[it->second].dense != dense) {
+    throw std::logic_error("PsClusterFabric: chunk (" + std::to_string(key) + ", " + std::to_string(offset) +
+                           ") changed size within a run");
   }
   return it->second;
 }
@@ -102,20 +107,16 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
     for (uint64_t at = 0; at < bytes; at += chunk) {
       const uint64_t n = std::min(chunk, bytes - at);
       const uint64_t dense = whole ? part.bytes : 0;  // only a recoded push (always whole) costs the server CPU
-      const size_t s = owner(part.priority, part.offset + at, n);
-      const int round = w.rounds[{part.priority, part.offset + at}]++;
-      auto arrived = [this, s, slot = SlotKey{{part.priority, part.offset + at}, round}, n, dense, worker, id] {
-        on_push(s, slot, n, dense, {worker, id});
-      };
+      const uint32_t c = chunk_id(part.priority, part.offset + at, n, dense);
       Nanos begin = ready;  // fair sharing: the timeline shows when the batch was handed to the connections
       if (flows_) {
-        auto send = [this, conn = to_server(worker, s), n, arrived = std::move(arrived)]() mutable {
-          flows_->send(conn, n, latency_, std::move(arrived));
+        auto send = [this, conn = to_server(worker, chunks_[c].server), n, c, worker, id] {
+          flows_->send(conn, n, latency_, [this, c, worker, id] { on_push(c, worker, id); });
         };
         if (ready > now) loop_->at(ready, std::move(send));  // after the encode stage
         else send();
       } else {
-        begin = transmit(w.up, servers_[s].in, p_.server_bps, n, ready, std::move(arrived));
+        begin = transmit(w.up, true, {ready, 0, n, c, worker, id});
       }
       if (first < 0) first = begin;
       ++chunks;
@@ -125,25 +126,65 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
     loop_->at(ready, [this, worker, id] { sink_->batch_sent(worker, id, loop_->now()); });
     loop_->at(ready, [this, worker, id] { sink_->batch_done(worker, id, loop_->now()); });
   }
-  w.batches[id] = {chunks, chunks, gradient};
+  w.batches[id] = {chunks, chunks, {}, {}, gradient};
   return first < 0 ? ready : first;
 }
 
-Nanos PsClusterFabric::transmit(Sender& from, Downlink& into, double into_bps, uint64_t bytes, Nanos now,
-                                std::function<void()> arrived) {
-  const Nanos start = from.send(now, bytes);
-  if (from.paced()) {  // leaves whole; nothing limits the receiver
-    loop_->at(start + latency_, std::move(arrived));
+// `m.start` on the way in: when the message is ready to leave.
+Nanos PsClusterFabric::transmit(Queue& from, bool to_server, const Outgoing& m) {
+  const Nanos start = from.sender.send(m.start, m.bytes);
+  if (from.sender.paced()) {  // leaves whole; nothing limits the receiver
+    arrive(to_server, m, start + latency_);
     return start;
   }
   // The receiver's downlink is taken when the message starts to flow (not at enqueue time, which would hold it for a
-  // message still queued at its sender and so block other senders): from then on the slower side decides.
-  const Nanos send_end = start + from.duration(bytes);
-  loop_->at(start, [this, &into, into_bps, bytes, start, send_end, arrived = std::move(arrived)]() mutable {
-    const Nanos end = std::max(send_end, into.reserve(start, wire_time(bytes, into_bps)));
-    loop_->at(end + latency_, std::move(arrived));
-  });
+  // message still queued at its sender and so block other senders): from then on the slower side decides. The
+  // sender's messages start in order, so one start event on the loop at a time serves its queue.
+  from.pending.push_back({start, loop_->take_turn(), m.bytes, m.chunk, m.worker, m.batch});
+  if (from.pending.size() == 1) post_start(from, to_server);
   return start;
+}
+
+void PsClusterFabric::post_start(Queue& from, bool to_server) {
+  const Outgoing& head = from.pending.front();
+  loop_->post_in_turn(head.start, head.turn, [](void* f, uint64_t queue, uint64_t to_server) {
+    static_cast<PsClusterFabric*>(f)->start_next(*reinterpret_cast<Queue*>(queue), to_server != 0);
+  }, this, reinterpret_cast<uintptr_t>(&from), to_server);
+}
+
+void PsClusterFabric::start_next(Queue& from, bool to_server) {
+  const Outgoing m = from.pending.front();
+  from.pending.pop_front();
+  if (!from.pending.empty()) post_start(from, to_server);
+  const Nanos send_end = m.start + from.sender.duration(m.bytes);
+  Downlink& into = to_server ? servers_[chunks_[m.chunk].server].in : workers_[size_t(m.worker)].down;
+  const double into_bps = to_server ? p_.server_bps : p_.worker_bps;
+  arrive(to_server, m, std::max(send_end, into.reserve(m.start, wire_time(m.bytes, into_bps))) + latency_);
+}
+
+void PsClusterFabric::arrive(bool to_server, const Outgoing& m, Nanos at) {
+  if (!to_server) return sum_known(m.worker, m.batch, at, loop_->take_turn());
+  ServerState& server = servers_[chunks_[m.chunk].server];
+  if (server.arriving.empty() || at >= server.arriving.back().start) {
+    server.arriving.push_back({at, loop_->take_turn(), m.bytes, m.chunk, m.worker, m.batch});
+    if (server.arriving.size() == 1) post_arrival(server);
+    return;
+  }
+  loop_->post(at, [](void* f, uint64_t a, uint64_t b) {
+    static_cast<PsClusterFabric*>(f)->on_push(uint32_t(a >> 32), int(uint32_t(a)), size_t(b));
+  }, this, uint64_t(m.chunk) << 32 | uint32_t(m.worker), m.batch);
+}
+
+void PsClusterFabric::post_arrival(ServerState& server) {
+  const Outgoing& head = server.arriving.front();
+  loop_->post_in_turn(head.start, head.turn, [](void* f, uint64_t s, uint64_t) {
+    auto& self = *static_cast<PsClusterFabric*>(f);
+    ServerState& server = *reinterpret_cast<ServerState*>(s);
+    const Outgoing m = server.arriving.front();
+    server.arriving.pop_front();
+    if (!server.arriving.empty()) self.post_arrival(server);
+    self.on_push(m.chunk, m.worker, m.batch);
+  }, this, reinterpret_cast<uintptr_t>(&server));
 }
 
 namespace {
@@ -178,55 +219,83 @@ LinkUse PsClusterFabric::link_use(Nanos until) const {
     u.server_in = of(server_links_, 1);
     return u;
   }
-  u.worker_up = busy_fractions(workers_, [](const WorkerState& w) { return w.up.busy(); }, until);
-  u.server_out = busy_fractions(servers_, [](const ServerState& s) { return s.out.busy(); }, until);
+  u.worker_up = busy_fractions(workers_, [](const WorkerState& w) { return w.up.sender.busy(); }, until);
+  u.server_out = busy_fractions(servers_, [](const ServerState& s) { return s.out.sender.busy(); }, until);
   if (!p_.server_ingress_limited) return u;  // emulated links: nothing limits receiving
   u.worker_down = busy_fractions(workers_, [](const WorkerState& w) { return w.down.busy(); }, until);
   u.server_in = busy_fractions(servers_, [](const ServerState& s) { return s.in.busy(); }, until);
   return u;
 }
 
-void PsClusterFabric::on_push(size_t s, SlotKey slot, uint64_t bytes, uint64_t gradient_bytes, Waiter from) {
+void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch) {
   const Nanos now = loop_->now();
+  Chunk& c = chunks_[chunk];
+  ServerState& server = servers_[c.server];
   // The receipt first: it leaves behind whatever is already in the server's send queue (its size is negligible), or,
   // with fair sharing, behind what is queued on the connection to that worker.
-  Sender& out = servers_[s].out;
   if (flows_) {
-    flows_->send(to_worker(s, from.worker), 0, latency_, [this, from] { on_receipt(from); });
+    flows_->send(to_worker(c.server, worker), 0, latency_, [this, worker, batch] { on_receipt(worker, batch); });
   } else {
-    const Nanos receipt = (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_;
-    loop_->at(receipt, [this, from] { on_receipt(from); });
+    Sender& out = server.out.sender;
+    receipt_known(worker, batch, (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_, loop_->take_turn());
   }
-  ServerState& server = servers_[s];
-  const bool recode = server_recodes(c_) && gradient_bytes > 0;
-  if (recode) server.cpu_free = std::max(now, server.cpu_free) + decode_ns(c_, gradient_bytes);  // decode_add
-  auto& waiters = slots_[slot];
-  waiters.push_back(from);
-  if (waiters.size() < size_t(p_.workers)) return;
-  if (!recode) return send_sums(s, slot, bytes);
-  server.cpu_free += encode_ns(c_, gradient_bytes);  // encode_sum, after the last push's decode
-  loop_->at(server.cpu_free, [this, s, slot, bytes] { send_sums(s, slot, bytes); });
+  const bool recode = server_recodes(c_) && c.dense > 0;
+  if (recode) server.cpu_free = std::max(now, server.cpu_free) + decode_ns(c_, c.dense);  // decode_add
+  // A worker pushes the next round of a chunk only once it has this round's sum, so one round collects at a time.
+  if (c.waiting.size() >= size_t(p_.workers))
+    throw std::logic_error("PsClusterFabric: a push of the next round came early");
+  c.waiting.push_back({worker, batch});
+  if (c.waiting.size() < size_t(p_.workers)) return;
+  if (!recode) return send_sums(chunk);
+  server.cpu_free += encode_ns(c_, c.dense);  // encode_sum, after the last push's decode
+  loop_->at(server.cpu_free, [this, chunk] { send_sums(chunk); });
 }
 
-void PsClusterFabric::send_sums(size_t s, SlotKey slot, uint64_t bytes) {
+void PsClusterFabric::send_sums(uint32_t chunk) {
+  Chunk& c = chunks_[chunk];
   const Nanos now = loop_->now();
-  for (const Waiter& w : slots_[slot]) {  // the sum goes to each worker in the order their pushes arrived
-    if (flows_) flows_->send(to_worker(s, w.worker), bytes, latency_, [this, w] { on_sum(w); });
-    else transmit(servers_[s].out, workers_[size_t(w.worker)].down, p_.worker_bps, bytes, now, [this, w] { on_sum(w); });
+  for (const Waiter& w : c.waiting) {  // the sum goes to each worker in the order their pushes arrived
+    if (flows_)
+      flows_->send(to_worker(c.server, w.worker), c.bytes, latency_, [this, w] { on_sum(w.worker, w.batch); });
+    else
+      transmit(servers_[c.server].out, false, {now, 0, c.bytes, chunk, w.worker, w.batch});
   }
-  slots_.erase(slot);
+  c.waiting.clear();
 }
 
-void PsClusterFabric::on_receipt(Waiter w) {
-  if (--workers_[size_t(w.worker)].batches[w.batch].receipts == 0) sink_->batch_sent(w.worker, w.batch, loop_->now());
+void PsClusterFabric::receipt_known(int worker, size_t batch, Nanos at, uint64_t turn) {
+  BatchState& b = workers_[size_t(worker)].batches[batch];
+  b.last_receipt.take(at, turn);
+  if (--b.receipts != 0) return;
+  loop_->post_in_turn(b.last_receipt.at, b.last_receipt.turn, [](void* f, uint64_t w, uint64_t id) {
+    auto& self = *static_cast<PsClusterFabric*>(f);
+    self.sink_->batch_sent(int(w), size_t(id), self.loop_->now());
+  }, this, uint64_t(worker), batch);
 }
 
-void PsClusterFabric::on_sum(Waiter w) {
-  BatchState& b = workers_[size_t(w.worker)].batches[w.batch];
+void PsClusterFabric::sum_known(int worker, size_t batch, Nanos at, uint64_t turn) {
+  BatchState& b = workers_[size_t(worker)].batches[batch];
+  b.last_sum.take(at, turn);
   if (--b.sums != 0) return;
-  if (!compressed(c_)) return sink_->batch_done(w.worker, w.batch, loop_->now());
-  loop_->at(loop_->now() + decode_ns(c_, b.gradient_bytes),
-            [this, w] { sink_->batch_done(w.worker, w.batch, loop_->now()); });
+  loop_->post_in_turn(b.last_sum.at, b.last_sum.turn, [](void* f, uint64_t w, uint64_t id) {
+    static_cast<PsClusterFabric*>(f)->sums_in(int(w), size_t(id));
+  }, this, uint64_t(worker), batch);
+}
+
+void PsClusterFabric::on_receipt(int worker, size_t batch) {
+  if (--workers_[size_t(worker)].batches[batch].receipts == 0) sink_->batch_sent(worker, batch, loop_->now());
+}
+
+void PsClusterFabric::on_sum(int worker, size_t batch) {
+  if (--workers_[size_t(worker)].batches[batch].sums == 0) sums_in(worker, batch);
+}
+
+void PsClusterFabric::sums_in(int worker, size_t batch) {
+  if (!compressed(c_)) return sink_->batch_done(worker, batch, loop_->now());
+  const uint64_t gradient = workers_[size_t(worker)].batches[batch].gradient_bytes;
+  loop_->at(loop_->now() + decode_ns(c_, gradient), [this, worker, batch] {
+    sink_->batch_done(worker, batch, loop_->now());
+  });
 }
 
 }  // namespace commsched::sim

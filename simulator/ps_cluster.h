@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <unordered_map>
@@ -101,45 +102,76 @@ class PsClusterFabric final : public Fabric {
       return std::hash<uint64_t>()(k.second * 0x9E3779B97F4A7C15ull ^ uint32_t(k.first));
     }
   };
+  struct Waiter {
+    int worker;
+    size_t batch;  // the worker's batch its push belongs to
+  };
+  // A chunk (key, offset), numbered on first sight: its server, and what each push of it carries.
+  struct Chunk {
+    size_t server;
+    uint64_t bytes;          // on the wire
+    uint64_t dense;          // gradient bytes the server decodes (recoding schemes), else 0
+    std::vector<Waiter> waiting;  // the pushes of the current round that are in, in arrival order
+  };
+  // A message queued on a link-model sender, to start moving at `start` (its place among ties taken at enqueue).
+  struct Outgoing {
+    Nanos start;
+    uint64_t turn;
+    uint64_t bytes;
+    uint32_t chunk;  // a push: the chunk; a sum: its chunk too (the sum's size)
+    int worker;      // a push: from; a sum: to
+    size_t batch;    // the worker's batch it belongs to
+  };
+  struct Queue {
+    Sender sender;
+    std::deque<Outgoing> pending;  // link model: started in order, one start event on the loop at a time
+  };
   struct ServerState {
-    Sender out;
+    Queue out;
     Downlink in;        // link model only
+    // Pushes on their way in whose arrival times never decrease: one arrival event on the loop at a time serves them
+    // (with equal link rates a downlink's FIFO delivers in order; any other arrival goes on the loop itself).
+    std::deque<Outgoing> arriving;
     uint64_t load = 0;  // bytes assigned (the Sharder's measure)
     Nanos cpu_free = 0; // when its decode and encode work so far is done (recoding schemes)
   };
+  // Where a batch stands. With the link models a receipt's and a sum's arrival time are known before they happen, so
+  // only the last of each is put on the loop: the latest (time, turn) so far is kept until every one is known.
+  struct Latest {
+    Nanos at = -1;
+    uint64_t turn = 0;
+    void take(Nanos t, uint64_t k) {
+      if (t > at || (t == at && k > turn)) at = t, turn = k;
+    }
+  };
   struct BatchState {
-    uint32_t receipts = 0, sums = 0;  // still to come
+    uint32_t receipts = 0, sums = 0;  // still to come (fair sharing) or to be known (link models)
+    Latest last_receipt, last_sum;
     uint64_t gradient_bytes = 0;      // what the worker's decode stage handles once the sums are in
   };
   struct WorkerState {
-    Sender up;
-    Downlink down;                                       // link model only
-    std::unordered_map<ChunkKey, int, ChunkHash> rounds;  // pushes so far per chunk
-    std::vector<BatchState> batches;                     // per batch id
-    Nanos encoder_free = 0;                              // its encode stage (one encoder)
-  };
-  struct Waiter {
-    int worker;
-    size_t batch;
-  };
-  struct SlotKey {
-    ChunkKey chunk;
-    int round;
-    bool operator==(const SlotKey&) const = default;
-  };
-  struct SlotHash {
-    size_t operator()(const SlotKey& k) const { return ChunkHash()(k.chunk) * 31 + size_t(k.round); }
+    Queue up;
+    Downlink down;                    // link model only
+    std::vector<BatchState> batches;  // per batch id
+    Nanos encoder_free = 0;           // its encode stage (one encoder)
   };
 
-  size_t owner(int32_t key, uint64_t offset, uint64_t bytes);
-  // A push of `bytes` on the wire, `gradient_bytes` before encoding, has arrived at `server`.
-  void on_push(size_t server, SlotKey slot, uint64_t bytes, uint64_t gradient_bytes, Waiter from);
-  void send_sums(size_t server, SlotKey slot, uint64_t bytes);
-  // Queues `bytes` on `from` now (into `into`, the receiver's downlink, at into_bps); `arrived` runs when the last
-  // byte is in. Returns when the message starts to leave.
-  Nanos transmit(Sender& from, Downlink& into, double into_bps, uint64_t bytes, Nanos now, std::function<void()> arrived);
-  void on_receipt(Waiter w);
-  void on_sum(Waiter w);
+  uint32_t chunk_id(int32_t key, uint64_t offset, uint64_t bytes, uint64_t dense);
+  // Worker `worker`'s push of `chunk` (batch `batch`) has arrived at the chunk's server.
+  void on_push(uint32_t chunk, int worker, size_t batch);
+  void send_sums(uint32_t chunk);
+  // Queues a push (to_server) or a sum on `from` now; its arrival is handled by on_push or sum_known.
+  // Returns when the message starts to leave.
+  Nanos transmit(Queue& from, bool to_server, const Outgoing& m);
+  void post_start(Queue& from, bool to_server);  // the link model's start event for the head of `from`
+  void start_next(Queue& from, bool to_server);
+  void arrive(bool to_server, const Outgoing& m, Nanos at);
+  void post_arrival(ServerState& server);  // for the head of server.arriving
+  void receipt_known(int worker, size_t batch, Nanos at, uint64_t turn);
+  void sum_known(int worker, size_t batch, Nanos at, uint64_t turn);
+  void on_receipt(int worker, size_t batch);  // fair sharing: a receipt is in
+  void on_sum(int worker, size_t batch);      // fair sharing: a sum is in
+  void sums_in(int worker, size_t batch);     // the batch's last sum is in
   // fair_share: the flow network, its links (per process: up, then down) and connections, built by start().
   void build_flows(EventLoop& loop);
   int to_server(int worker, size_t server) const { return worker_conn_[size_t(worker) * servers_.size() + server]; }
@@ -152,8 +184,8 @@ class PsClusterFabric final : public Fabric {
   BatchSink* sink_ = nullptr;
   std::vector<WorkerState> workers_;
   std::vector<ServerState> servers_;
-  std::unordered_map<ChunkKey, size_t, ChunkHash> owner_;
-  std::unordered_map<SlotKey, std::vector<Waiter>, SlotHash> slots_;
+  std::unordered_map<ChunkKey, uint32_t, ChunkHash> chunk_ids_;
+  std::vector<Chunk> chunks_;
   std::unique_ptr<FlowNet> flows_;
   std::vector<int> worker_links_, server_links_;  // per process: its uplink id, then its downlink id
   std::vector<int> worker_conn_, server_conn_;    // worker -> server and server -> worker connections

@@ -29,8 +29,14 @@ class ModelFabric final : public Fabric {
   }
   Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) override {
     const Transfer t = net_.transfer(batch, now);
-    loop_->at(t.released(), [this, worker, id, at = t.released()] { sink_->batch_sent(worker, id, at); });
-    loop_->at(t.end, [this, worker, id, at = t.end] { sink_->batch_done(worker, id, at); });
+    loop_->post(t.released(), [](void* f, uint64_t w, uint64_t b) {
+      auto& self = *static_cast<ModelFabric*>(f);
+      self.sink_->batch_sent(int(w), size_t(b), self.loop_->now());
+    }, this, uint64_t(worker), id);
+    loop_->post(t.end, [](void* f, uint64_t w, uint64_t b) {
+      auto& self = *static_cast<ModelFabric*>(f);
+      self.sink_->batch_done(int(w), size_t(b), self.loop_->now());
+    }, this, uint64_t(worker), id);
     return t.begin;
   }
 
@@ -83,6 +89,7 @@ class Worker {
   std::vector<Batch> batches_;
   std::vector<Nanos> batch_start_;
   std::vector<PartRef> parts_scratch_;
+  std::vector<Batch> out_scratch_;  // what the policy dispatches in one poll
 };
 
 class Run final : public BatchSink {
@@ -97,9 +104,18 @@ class Run final : public BatchSink {
 
   void batch_sent(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_sent(id, now); }
   void batch_done(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_done(id, now); }
+  // Keeps the lower bound of the mean period that abandoning a run needs; stops the loop once it is above the limit.
+  void on_iteration_start(const Worker& w, Nanos now);
 
  private:
   friend class Worker;
+  // Each worker's period is (start of the last iteration - start of the first measured one) / measured iterations;
+  // while a worker is between the two, now - its first measured start is a lower bound of the numerator.
+  double periods_done_ = 0;     // sum over the workers that finished
+  double measuring_starts_ = 0;  // sum of the first measured start over the workers still measuring, in seconds
+  int measuring_ = 0;
+  bool abandoned_ = false;
+  double period_lower_bound(Nanos now) const;
   const ModelProfile& model_;
   Fabric& fabric_;
   const SimOptions& opt_;
@@ -124,6 +140,7 @@ void Worker::try_start_compute(Nanos now) {
     if (layer_pending_[layer_] > 0) return;  // this layer's parameters are still being synchronised
     if (layer_ == 0) {
       starts_.push_back(now * 1e-9);
+      run_.on_iteration_start(*this, now);
       if (iteration_ == run_.opt_.iterations) {  // one past the last: only its start matters
         finished_ = true;
         return;
@@ -132,7 +149,10 @@ void Worker::try_start_compute(Nanos now) {
   }
   computing_ = true;
   step_start_ = now;
-  run_.loop_.at(now + (backward_ ? l.backward : l.forward), [this] { on_compute_done(run_.loop_.now()); });
+  run_.loop_.post(now + (backward_ ? l.backward : l.forward), [](void* w, uint64_t, uint64_t) {
+    auto& self = *static_cast<Worker*>(w);
+    self.on_compute_done(self.run_.loop_.now());
+  }, this);
 }
 
 void Worker::on_compute_done(Nanos now) {
@@ -186,8 +206,9 @@ void Worker::on_batch_sent(size_t index, Nanos now) {
 
 void Worker::on_batch_done(size_t index, Nanos now) {
   const Batch& b = batches_[index];
-  record(Span::Lane::comm, tasks_[b.front().task_id].iteration, batch_start_[index], now, b.front().priority,
-         b.back().priority, batch_bytes(b), uint32_t(b.size()));
+  if (run_.opt_.record_timeline)
+    record(Span::Lane::comm, tasks_[b.front().task_id].iteration, batch_start_[index], now, b.front().priority,
+           b.back().priority, batch_bytes(b), uint32_t(b.size()));
   for (const PartRef& p : b) {
     TaskState& t = tasks_.at(p.task_id);
     if (--t.parts_left == 0) --layer_pending_[t.layer];
@@ -198,13 +219,15 @@ void Worker::on_batch_done(size_t index, Nanos now) {
 
 // Asks the policy what to send now, sends it, and arranges the next wake-up it asks for.
 void Worker::pump(Nanos now) {
-  std::vector<Batch> out;
+  std::vector<Batch>& out = out_scratch_;
   auto wake_up = [this](Nanos at) {
-    run_.loop_.at(at, [this, at] {
-      if (wake_scheduled_ && *wake_scheduled_ <= at) wake_scheduled_.reset();
-      pump(at);
-      try_start_compute(at);
-    });
+    run_.loop_.post(at, [](void* w, uint64_t, uint64_t) {
+      auto& self = *static_cast<Worker*>(w);
+      const Nanos at = self.run_.loop_.now();
+      if (self.wake_scheduled_ && *self.wake_scheduled_ <= at) self.wake_scheduled_.reset();
+      self.pump(at);
+      self.try_start_compute(at);
+    }, this);
   };
   for (int guard = 0; guard < 2; ++guard) {
     out.clear();
@@ -229,6 +252,29 @@ void Worker::pump(Nanos now) {
   wake_up(now + 1);
 }
 
+double Run::period_lower_bound(Nanos now) const {
+  const double measured = opt_.iterations - opt_.warmup;
+  return (periods_done_ + (measuring_ * (now * 1e-9) - measuring_starts_) / measured) / double(workers_.size());
+}
+
+void Run::on_iteration_start(const Worker& w, Nanos now) {
+  if (!(opt_.abandon_above_s > 0)) return;
+  const std::vector<double>& s = w.iteration_starts();
+  const int started = int(s.size()) - 1;  // the iteration starting now
+  if (started == opt_.warmup) {
+    ++measuring_;
+    measuring_starts_ += s.back();
+  } else if (started == opt_.iterations) {
+    --measuring_;
+    measuring_starts_ -= s[size_t(opt_.warmup)];
+    periods_done_ += (s.back() - s[size_t(opt_.warmup)]) / (opt_.iterations - opt_.warmup);
+  }
+  if (period_lower_bound(now) > opt_.abandon_above_s) {
+    abandoned_ = true;
+    loop_.stop();
+  }
+}
+
 SimResult Run::go(const NetworkModel& bounds) {
   if (opt_.iterations < 1 || opt_.warmup < 0 || opt_.warmup >= opt_.iterations)
     throw InvalidArgument("simulate: need iterations >= 1 and 0 <= warmup < iterations, got " +
@@ -240,6 +286,19 @@ SimResult Run::go(const NetworkModel& bounds) {
   for (Worker& w : workers_) w.try_start_compute(0);
   // After the last iteration's start the compute stops; the queue still drains so its communication is recorded.
   loop_.run();
+  result.iteration_start_s = workers_.front().iteration_starts();
+  result.compute_s = model_.compute_per_iteration() * 1e-9;
+  result.comm_bound_s = bounds.comm_lower_bound_s(model_.total_bytes());
+  result.lower_bound_s = std::max(result.compute_s, result.comm_bound_s);
+  result.dependency_bound_s = dependency_bound_s(model_, bounds);
+  result.batches = workers_.front().batches();
+  result.spans = std::move(spans_);
+  result.links = fabric_.link_use(loop_.now());  // the whole run: warm-up and the final drain included
+  if (abandoned_) {
+    result.abandoned = true;
+    result.iteration_s = period_lower_bound(loop_.now());
+    return result;
+  }
   for (size_t i = 0; i < workers_.size(); ++i)
     if (!workers_[i].finished())
       throw InvalidArgument("simulate: policy '" + result.policy + "' stalled" +
@@ -249,19 +308,11 @@ SimResult Run::go(const NetworkModel& bounds) {
                             " partitions queued and nothing in flight");
   // The mean of every worker's period. Coupled workers share the period in the long run, but over a few iterations
   // the one served first can pull ahead (its own period reads short) while the last falls behind.
-  result.iteration_start_s = workers_.front().iteration_starts();
   for (const Worker& w : workers_) {
     const auto& s = w.iteration_starts();
     result.iteration_s += (s[opt_.iterations] - s[opt_.warmup]) / (opt_.iterations - opt_.warmup);
   }
   result.iteration_s /= double(workers_.size());
-  result.compute_s = model_.compute_per_iteration() * 1e-9;
-  result.comm_bound_s = bounds.comm_lower_bound_s(model_.total_bytes());
-  result.lower_bound_s = std::max(result.compute_s, result.comm_bound_s);
-  result.dependency_bound_s = dependency_bound_s(model_, bounds);
-  result.batches = workers_.front().batches();
-  result.spans = std::move(spans_);
-  result.links = fabric_.link_use(loop_.now());  // the whole run: warm-up and the final drain included
   return result;
 }
 

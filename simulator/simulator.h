@@ -29,6 +29,9 @@ struct SimOptions {
   int warmup = 1;                      // leading iterations left out of the mean (MG-WFBP learns in the first)
   uint64_t partition_bytes = 4 << 20;  // used when the policy splits tasks; 0: whole tensors
   bool record_timeline = false;        // keep compute and communication spans (for plots)
+  // > 0: stop as soon as the measured period is sure to come out above this many seconds (a search that already has
+  // a faster candidate need not finish a slower one); the result is then marked `abandoned`.
+  double abandon_above_s = 0;
 };
 
 struct Span {
@@ -54,6 +57,9 @@ struct SimResult {
   uint64_t batches = 0;               // messages over the whole run
   std::vector<Span> spans;            // when SimOptions::record_timeline
   LinkUse links;                      // busy fractions per kind of link (every PS worker simulated only)
+  // Stopped early (SimOptions::abandon_above_s): iteration_s is then only a lower bound of the period, already above
+  // the limit, and the other fields cover the run so far.
+  bool abandoned = false;
 };
 
 // A lower bound that also respects the iteration's dependencies: the gradients of layers 0..i are all produced no

@@ -7,6 +7,8 @@
 
 #include "scheduler/policy_factory.h"
 #include "simulator/report.h"
+#include "simulator/sim_policy.h"
+#include "workload/profile.h"
 #include "tests/unit/sim/sim_test_util.h"
 
 namespace commsched::sim {
@@ -37,9 +39,9 @@ TEST(Grid, ReportsEveryCellWithSpeedupsOverWfbp) {
     if (c.policy == "bytescheduler") {
       EXPECT_NE(c.knobs.find("partition"), std::string::npos);
     }
-    if (c.policy == kAutoKnobsRow) {  // 8 workers x 8 servers: 256 KiB partitions, credit 18 of them
-      EXPECT_EQ(c.config.knobs.partition_bytes, 256u << 10);
-      EXPECT_EQ(c.config.knobs.credit_bytes, 18u * (256u << 10));
+    if (c.policy == kAutoKnobsRow) {  // 8 workers x 8 servers: 64 KiB partitions, credit 18 of them
+      EXPECT_EQ(c.config.knobs.partition_bytes, 64u << 10);
+      EXPECT_EQ(c.config.knobs.credit_bytes, 18u * (64u << 10));
       EXPECT_NE(c.knobs.find("(automatic)"), std::string::npos) << c.knobs;
     }
   }
@@ -112,6 +114,46 @@ TEST(Grid, BytescheduluerIsTheBestOfItsKnobGrid) {
   spec.grid("credit_bytes") = {1};
   const CellResult one = run_cell(spec, spec.models[0], 5e9, 8, PolicyKind::bytescheduler);
   EXPECT_LE(best.iteration_s, one.iteration_s);
+}
+
+// The search abandons candidates that are sure to be slower than the best so far and, with every PS worker simulated,
+// tries them in the order the symmetric model predicts: it still reports the candidate a full, ordered run of the
+// whole grid ranks first (the first in grid order among equals), with the same time.
+TEST(Grid, AbandoningSlowCandidatesKeepsTheBestOfTheGrid) {
+  GridSpec spec;
+  spec.models = {load_profile(std::string(COMMSCHED_PROFILES_DIR) + "/resnet50.json")};
+  spec.ps_each_worker_max = 8;
+  spec.sim.iterations = 5;
+  spec.sim.warmup = 2;
+  spec.grid("partition_bytes") = {256 << 10, 1 << 20, 4 << 20};
+  spec.grid("credit_bytes") = {0, 2, 8};
+  spec.grid("small_tensor_bytes") = {0, 64 << 10};
+  for (int workers : {4, 8}) {
+    const CellResult best = run_cell(spec, spec.models[0], 10e9, workers, PolicyKind::bytescheduler);
+    const std::vector<CellResult> ranked =
+        rank_candidates(spec, spec.models[0], 10e9, workers, PolicyKind::bytescheduler);
+    EXPECT_EQ(best.knobs, ranked.front().knobs) << workers << " workers";
+    EXPECT_EQ(best.iteration_s, ranked.front().iteration_s) << workers << " workers";
+  }
+}
+
+TEST(Simulator, AbandonsARunOnceItsPeriodIsSureToExceedTheLimit) {
+  const ModelProfile m = load_profile(std::string(COMMSCHED_PROFILES_DIR) + "/resnet50.json");
+  const PsParams p{4, 4, 10e9, 10e9, 25e-6, 4 << 20, true, true};
+  const PsNetwork net(p);
+  EngineConfig config;
+  config.policy = PolicyKind::wfbp;
+  SimOptions o;
+  const SimResult full = simulate_each_worker(m, p, [&] { return make_sim_policy(config, net, false); }, o);
+  ASSERT_FALSE(full.abandoned);
+  o.abandon_above_s = full.iteration_s * 0.5;
+  const SimResult cut = simulate_each_worker(m, p, [&] { return make_sim_policy(config, net, false); }, o);
+  EXPECT_TRUE(cut.abandoned);
+  EXPECT_GT(cut.iteration_s, o.abandon_above_s);
+  EXPECT_LE(cut.iteration_s, full.iteration_s * (1 + 1e-9));  // a lower bound of the period
+  EXPECT_LT(cut.iteration_start_s.size(), full.iteration_start_s.size());
+  o.abandon_above_s = full.iteration_s * 1.001;
+  EXPECT_FALSE(simulate_each_worker(m, p, [&] { return make_sim_policy(config, net, false); }, o).abandoned);
 }
 
 TEST(Grid, TunedKnobsComeFromTheBayesianOptimiserAndAreReplayedInTimelines) {
