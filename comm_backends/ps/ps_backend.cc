@@ -1,12 +1,18 @@
 #include "comm_backends/ps/ps_backend.h"
 
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 namespace commsched {
 namespace {
 using namespace ps;
 using control::payload_text;
+
+// The gradients of the frameworks' optimizers (torch DistributedOptimizer, TensorFlow's tape and Keras): the only
+// push_pulls an async or ssp run answers with running sums. Every other push_pull (a metric, a loss average) stays
+// one synchronous round of every worker, as its callers expect.
+bool is_gradient(std::string_view name) { return name.starts_with("grad.") || name.starts_with("keras.grad."); }
 }  // namespace
 
 PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cfg_(cfg) {
@@ -35,6 +41,7 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cf
 PsBackend::~PsBackend() { shutdown(); }
 
 bool PsBackend::reduces_encoded(compression::Scheme s) const {
+  if (cfg_.mode != "sync") return false;  // AsyncTable refuses them (async_table.h says why)
   return s == compression::Scheme::topk || s == compression::Scheme::signsgd;  // SlotTable decodes them
 }
 
@@ -233,6 +240,8 @@ void PsBackend::send_request(uint64_t id, int server) {
   if (lane_contributors_ && !bcast) {
     h.flags |= kFlagLane;
     h.aux = lane_contributors_;
+  } else if (cfg_.mode != "sync" && !bcast && is_gradient(t.name)) {
+    h.flags |= kFlagAsync;
   }
   OutPayload p;
   if (!bcast || t.root == env_.rank) p = OutPayload{r.part.data(), r.part.bytes, {}};  // zero-copy from the tensor

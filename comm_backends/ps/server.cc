@@ -29,6 +29,7 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       pool_(BufferPool::create()),
       summer_(cfg.server_threads, cfg.parallel_sum_bytes),
       slots_(static_cast<uint32_t>(env.num_workers), cfg.deterministic, summer_, pool_),
+      async_(static_cast<uint32_t>(env.num_workers), cfg.staleness_bound(), summer_, pool_),
       sharder_(std::max(1, env.num_servers)),
       lag_(env.num_workers),
       lag_warned_(static_cast<size_t>(env.num_workers)) {}
@@ -44,6 +45,7 @@ int Server::run() {
   log("listening on " + endpoint + "; " + env_.describe() +
       (authentication_.empty() ? "" : "; authenticated (" + authentication_ + ")") +
       (cfg_.deterministic ? "; deterministic sums" : "") +
+      (cfg_.mode == "sync" ? "" : "; gradients " + PsConfig::describe_mode_word(cfg_.mode_word())) +
       (cfg_.emulate_rate_bps > 0 ? "; EMULATED link rate " + std::to_string(cfg_.emulate_rate_bps / 1e9) + " Gbit/s"
                                  : ""));
   const auto hb = duration_cast<milliseconds>(duration<double>(cfg_.heartbeat_s));
@@ -106,7 +108,9 @@ void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payloa
     van_.send(id, r);
   }
   outcomes_.clear();
-  slots_.push(h, id, std::move(payload), outcomes_);
+  if (!(h.flags & kFlagAsync)) slots_.push(h, id, std::move(payload), outcomes_);
+  else if (cfg_.mode != "sync" && h.type == MsgType::push_pull) async_.push(h, id, std::move(payload), outcomes_);
+  else return van_.malformed(id, "an asynchronous push, but this run is COMMSCHED_PS_MODE=" + cfg_.mode);
   for (Outcome& o : outcomes_) send_outcome(o);
   outcomes_.clear();
 }
@@ -116,11 +120,13 @@ void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payloa
 void Server::on_join(uint32_t worker) {
   outcomes_.clear();
   if (!slots_.join(worker, outcomes_)) return;  // said twice
+  async_.join(worker, outcomes_);
   lag_.forget(worker);
   for (Outcome& o : outcomes_) send_outcome(o);
   outcomes_.clear();
   if (!slots_.all_joined()) return;
   slots_.end_joins();
+  async_.end_joins();
   Header h = van_.header(MsgType::joined);
   h.aux = worker;
   for (PeerId w : van_.peers(PeerRole::worker)) van_.send(w, h);

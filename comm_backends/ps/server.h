@@ -11,6 +11,7 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/control/van.h"
+#include "comm_backends/ps/async_table.h"
 #include "comm_backends/ps/lag_tracker.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/sharder.h"
@@ -60,7 +61,8 @@ class Server final : public control::VanProtocol {
   control::Van van_;
   std::shared_ptr<BufferPool> pool_;
   Summer summer_;
-  SlotTable slots_;
+  SlotTable slots_;   // broadcasts, and every push_pull of a sync run
+  AsyncTable async_;  // gradients (kFlagAsync) of an async or ssp run
   Sharder sharder_;
   std::string authentication_;
   std::function<void()> failure_hook_;

@@ -1,0 +1,60 @@
+"""COMMSCHED_PS_MODE=async|ssp under `commsched launch`: the example still reaches its target loss (convergence shown,
+not assumed), a worker whose mode differs from the servers' fails the start naming it, and bad values name the
+variable."""
+import json
+import pathlib
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the PS-mode tests train with torch, which is not installed")
+
+from torch_cluster import launch  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "examples" / "pytorch_train.py"
+TARGET = 1.0  # the loss starts near 2.3; synchronous training passes 1.0 after about 20 of these 40 steps
+
+
+@pytest.mark.parametrize("mode", [{"COMMSCHED_PS_MODE": "async"},
+                                  {"COMMSCHED_PS_MODE": "ssp", "COMMSCHED_STALENESS": "1"}],
+                         ids=["async", "ssp1"])
+def test_the_example_reaches_its_target_loss(tmp_path, mode):
+    result = tmp_path / "r.json"
+    rc, out = launch(2, [TRAIN, "--steps", 40, "--warmup", 2, "--target-loss", TARGET, "--result", result],
+                     env=mode, timeout=400, deterministic=False)
+    assert rc == 0, out
+    words = " ".join(f"{k}={v}" for k, v in mode.items())
+    assert f"gradients {words}" in out, out  # the server says which mode it runs
+    r = json.loads(result.read_text())
+    assert r["steps_to_loss"] is not None, f"{words}: loss per step {r['loss_per_step']}"
+
+
+# Rank 1 switches itself to async before it starts: the server (sync) refuses it at the rendezvous, naming it.
+MISMATCHED = """
+import os
+if os.environ["COMMSCHED_RANK"] == "1":
+    os.environ["COMMSCHED_PS_MODE"] = "async"
+import commsched.torch as hvd
+hvd.init()
+hvd.shutdown()
+"""
+
+
+def test_a_worker_in_another_mode_fails_the_start_naming_it():
+    rc, out = launch(2, ["-c", MISMATCHED], env={"COMMSCHED_PS_MODE": "sync"}, timeout=60, deterministic=False)
+    assert rc != 0, out
+    assert "worker 1" in out and "runs with COMMSCHED_PS_MODE=async but server 0 with COMMSCHED_PS_MODE=sync" in out, out
+
+
+@pytest.mark.parametrize("env,var", [({"COMMSCHED_PS_MODE": "bsp"}, "COMMSCHED_PS_MODE"),
+                                     ({"COMMSCHED_PS_MODE": "ssp", "COMMSCHED_STALENESS": "two"}, "COMMSCHED_STALENESS")])
+def test_bad_values_name_the_variable(env, var):
+    rc, out = launch(1, ["-c", "import commsched.torch as hvd; hvd.init(); hvd.shutdown()"], env=env, timeout=60,
+                     deterministic=False)
+    assert rc != 0 and var in out, out
+
+
+def test_deterministic_sums_need_sync():
+    rc, out = launch(1, ["-c", "import commsched.torch as hvd; hvd.init(); hvd.shutdown()"],
+                     env={"COMMSCHED_PS_MODE": "async"}, timeout=60, deterministic=True)
+    assert rc != 0 and "COMMSCHED_PS_DETERMINISTIC=1 needs COMMSCHED_PS_MODE=sync" in out, out
