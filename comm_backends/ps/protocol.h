@@ -19,7 +19,7 @@
 namespace commsched::ps {
 
 inline constexpr uint32_t kMagic = 0x53505343;  // "CSPS" read as little-endian bytes
-inline constexpr uint16_t kVersion = 4;  // 2: `received` and kFlagAckReceipt; 3: codec and elements; 4: kFlagAsync
+inline constexpr uint16_t kVersion = 4;  // 2: `received` and kFlagAckReceipt; 3: codec and elements; 4: kFlagAsync, lags
 inline constexpr size_t kHeaderBytes = 80;
 
 enum class MsgType : uint8_t {
@@ -42,8 +42,10 @@ enum class MsgType : uint8_t {
                      // in with zeros for the others' push_pulls (Horovod's join)
   joined = 15,       // server -> every worker: every worker has joined; aux = the rank that joined last. Rounds start
                      // again from 0 on every worker afterwards
+  lags = 16,         // server -> every worker, each heartbeat while some worker lags (and once when none does any
+                     // more): payload = the server's laggards as text (comm_backends/straggler.h)
 };
-inline constexpr uint8_t kMaxMsgType = 15;
+inline constexpr uint8_t kMaxMsgType = 16;
 
 // Header flags.
 inline constexpr uint8_t kFlagAckReceipt = 1;  // push_pull/bcast: answer `received` on arrival, before the sum

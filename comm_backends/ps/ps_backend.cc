@@ -1,6 +1,8 @@
 #include "comm_backends/ps/ps_backend.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iostream>
 #include <string_view>
 #include <utility>
 
@@ -15,7 +17,8 @@ using control::payload_text;
 bool is_gradient(std::string_view name) { return name.starts_with("grad.") || name.starts_with("keras.grad."); }
 }  // namespace
 
-PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cfg_(cfg) {
+PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
+    : env_(env), cfg_(cfg), lags_(static_cast<size_t>(std::max(1, env.num_servers))) {
   env_.validate();
   cfg_.validate(env_.timeout_s);
   if (env_.role != Role::worker) throw InvalidArgument("PsBackend needs COMMSCHED_ROLE=worker");
@@ -127,6 +130,7 @@ void PsBackend::on_message(PeerId from, const control::Roster::Member& sender, c
     case MsgType::bcast_data: return on_answer(server, h, std::move(payload));
     case MsgType::received: return on_received(server, h);
     case MsgType::joined: return on_joined(server, h);
+    case MsgType::lags: return on_lags(server, payload.get());
     default: return van_->malformed(from, "unexpected " + std::string(msg_type_name(h.type)) + " message");
   }
 }
@@ -321,6 +325,25 @@ void PsBackend::on_joined(int server, const Header& h) {
   if (++joined_answers_ < env_.num_servers) return;
   join_done_ = true;
   state_cv_.notify_all();
+}
+
+void PsBackend::on_lags(int server, const Payload* payload) {
+  auto lags = decode_stragglers(payload_text(payload), env_.num_workers);
+  if (!lags) return fail_all(Status::Error(server_name(server) + " sent a malformed lag report"));
+  std::vector<std::string> lines;
+  {
+    std::lock_guard lock(lags_mu_);
+    lines = lags_.report(static_cast<size_t>(server), std::move(*lags), Clock::now());
+  }
+  for (const std::string& line : lines)
+    std::cerr << ("[commsched worker " + std::to_string(env_.rank) + "] " + line + " (reported by " +
+                  server_name(server) + ")\n")
+              << std::flush;
+}
+
+std::vector<Straggler> PsBackend::stragglers() const {
+  std::lock_guard lock(lags_mu_);
+  return lags_.current();
 }
 
 void PsBackend::mark_received(Request& r) {

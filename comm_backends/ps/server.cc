@@ -7,6 +7,8 @@
 #include <sstream>
 #include <thread>
 
+#include "comm_backends/straggler.h"
+
 namespace commsched {
 namespace ps {
 namespace {
@@ -57,6 +59,7 @@ int Server::run() {
     }
     if (const auto now = Clock::now(); now >= next_lag_check_) {
       warn_laggards(now);
+      report_lags(now);
       next_lag_check_ = now + hb;
     }
   }
@@ -159,9 +162,24 @@ void Server::warn_laggards(Clock::time_point now) {
     os.precision(2);
     os << std::fixed << "warning: " << van_.name(van_.peer(PeerRole::worker, l.worker)) << " is slow but alive: "
        << (l.lead - l.iteration) << " iteration(s) behind (at " << l.iteration << ", others at " << l.lead
-       << "); the others reached iteration " << l.iteration + 1 << " " << l.seconds << " s ago and wait for it";
+       << "); the others reached iteration " << l.iteration + 1 << " " << l.seconds << " s ago";
+    if (cfg_.mode == "sync") os << " and wait for it";
+    else if (cfg_.mode == "ssp") os << " (ssp: they wait once " << cfg_.staleness << " ahead)";
+    else os << " (async: nobody waits for it)";
     log(os.str());
   }
+}
+
+// Every worker hears who lags (StragglerBoard merges the servers' reports); an empty report once clears it.
+void Server::report_lags(Clock::time_point now) {
+  if (!van_.ready()) return;
+  std::vector<Straggler> lags;
+  for (const LagTracker::Lag& l : lag_.laggards(now, kStragglerReportS))
+    lags.push_back(Straggler{static_cast<int>(l.worker), l.lead - l.iteration, l.seconds});
+  if (lags.empty() && !lags_reported_) return;
+  lags_reported_ = !lags.empty();
+  const std::string text = encode_stragglers(lags);
+  for (PeerId w : van_.peers(PeerRole::worker)) van_.send_text(w, van_.header(MsgType::lags), text);
 }
 
 }  // namespace ps

@@ -71,6 +71,8 @@ class Server final : public control::VanProtocol {
   static constexpr double kLagWarningS = 1.0;
   static constexpr std::chrono::seconds kLagRepeat{5};
   void warn_laggards(Clock::time_point now);
+  void report_lags(Clock::time_point now);
+  bool lags_reported_ = false;  // the last report named somebody
   LagTracker lag_;
   std::vector<Clock::time_point> lag_warned_;  // by worker rank
   Clock::time_point next_lag_check_;

@@ -58,3 +58,45 @@ def test_deterministic_sums_need_sync():
     rc, out = launch(1, ["-c", "import commsched.torch as hvd; hvd.init(); hvd.shutdown()"],
                      env={"COMMSCHED_PS_MODE": "async"}, timeout=60, deterministic=True)
     assert rc != 0 and "COMMSCHED_PS_DETERMINISTIC=1 needs COMMSCHED_PS_MODE=sync" in out, out
+
+
+# Rank 2 computes 20x slower; in async the others run ahead, so every worker hears that rank 2 lags: through the
+# Python API, in its log (rate-limited) and as trace events.
+STRAGGLER = """
+import json, os, sys, time
+import torch
+import commsched.torch as hvd
+hvd.init()
+out = sys.argv[1]
+hvd.start_timeline(os.path.join(out, "t.json"))
+model = torch.nn.Linear(4, 1)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters())
+heard = []
+start = time.time()
+while time.time() - start < 4:
+    opt.zero_grad()
+    model(torch.ones(2, 4)).sum().backward()
+    time.sleep(0.2 if hvd.rank() == 2 else 0.01)
+    opt.step()
+    heard += [s for s in hvd.stragglers() if s["rank"] == 2]
+opt.flush()
+hvd.stop_timeline()
+hvd.join()
+json.dump(heard, open(os.path.join(out, f"heard{hvd.rank()}.json"), "w"))
+hvd.shutdown()
+"""
+
+
+def test_every_worker_learns_which_rank_lags(tmp_path):
+    rc, out = launch(3, ["-c", STRAGGLER, tmp_path], env={"COMMSCHED_PS_MODE": "async"}, timeout=120,
+                     deterministic=False)
+    assert rc == 0, out
+    for rank in (0, 1):
+        heard = json.loads((tmp_path / f"heard{rank}.json").read_text())
+        assert heard, f"worker {rank} never heard that rank 2 lags\n{out}"
+        assert max(s["iterations_behind"] for s in heard) >= 5, heard
+        assert max(s["seconds_behind"] for s in heard) >= 1.0, heard
+        trace = (tmp_path / f"t.rank{rank}.json").read_text()
+        assert '"stragglers"' in trace and '"rank":2' in trace, trace[-2000:]
+    assert f"[commsched worker 0] rank 2 lags: " in out, out
+    assert out.count("[commsched worker 0] rank 2 lags: ") <= 2, "the worker's log is not rate-limited"
