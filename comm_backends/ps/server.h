@@ -12,7 +12,7 @@
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/control/van.h"
 #include "comm_backends/ps/async_table.h"
-#include "comm_backends/ps/lag_tracker.h"
+#include "comm_backends/lag_tracker.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/sharder.h"
 #include "comm_backends/ps/slot_table.h"
