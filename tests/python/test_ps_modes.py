@@ -54,6 +54,12 @@ def test_bad_values_name_the_variable(env, var):
     assert rc != 0 and var in out, out
 
 
+def test_hierarchical_mode_needs_sync():
+    rc, out = launch(2, ["-c", "import commsched.torch as hvd; hvd.init(); hvd.shutdown()"],
+                     env={"COMMSCHED_PS_MODE": "ssp", "COMMSCHED_HIERARCHICAL": "gloo"}, timeout=60, deterministic=False)
+    assert rc != 0 and "COMMSCHED_HIERARCHICAL=gloo needs COMMSCHED_PS_MODE=sync (it is ssp)" in out, out
+
+
 def test_deterministic_sums_need_sync():
     rc, out = launch(1, ["-c", "import commsched.torch as hvd; hvd.init(); hvd.shutdown()"],
                      env={"COMMSCHED_PS_MODE": "async"}, timeout=60, deterministic=True)
