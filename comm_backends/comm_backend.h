@@ -16,6 +16,14 @@
 
 namespace commsched {
 
+// A rank that holds the others back, as this rank last heard it (comm_backends/straggler.h): how many iterations it
+// is behind the furthest rank, and how long ago the first other rank passed the iteration it is at.
+struct Straggler {
+  int rank = 0;
+  uint64_t iterations = 0;
+  double seconds = 0;
+};
+
 // Called exactly once per start(), from any thread, when every partition of the batch has been moved (or failed).
 using BatchDone = std::function<void(const Status&)>;
 
@@ -68,6 +76,10 @@ class CommBackend {
   // nothing of this rank in flight (Engine::join sees to it).
   virtual bool joins() const { return false; }
   virtual int join() { throw std::logic_error(std::string(name()) + " backend cannot join"); }
+
+  // The ranks that lag, most seconds first, as the backend last learned them (the parameter server's lag reports,
+  // the all-reduce coordinator's); empty when none does or the backend cannot tell. Thread-safe.
+  virtual std::vector<Straggler> stragglers() const { return {}; }
 
   // Stops the backend: in-flight batches are completed with an error (or finished); after return, no `done`
   // callback runs any more. Idempotent.

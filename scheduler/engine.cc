@@ -562,7 +562,10 @@ void Engine::backward_done() {
   kn.kind = Event::Kind::knobs;
   kn.knobs = k;
   m.post(std::move(kn));
-  if (m.timeline) trace_backward_done(*m.timeline, m.now(), m.iteration.load(), k);
+  if (m.timeline) {
+    trace_stragglers(*m.timeline, m.now(), m.backend->stragglers());
+    trace_backward_done(*m.timeline, m.now(), m.iteration.load(), k);
+  }
 }
 
 void Engine::flush() {

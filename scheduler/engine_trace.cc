@@ -1,5 +1,6 @@
 #include "scheduler/engine_trace.h"
 
+#include <cstdio>
 #include <string>
 
 namespace commsched {
@@ -33,6 +34,18 @@ void trace_backward_done(Timeline& tl, Nanos at, uint64_t iteration, const Knobs
              "{\"iteration\":" + std::to_string(iteration) + ",\"partition_bytes\":" + std::to_string(k.partition_bytes) +
                  ",\"credit_bytes\":" + std::to_string(k.credit_bytes) + "}");
   tl.flush();
+}
+
+void trace_stragglers(Timeline& tl, Nanos at, const std::vector<Straggler>& lagging) {
+  if (lagging.empty()) return;
+  std::string args = "{\"lagging\":[";
+  char entry[128];
+  for (size_t i = 0; i < lagging.size(); ++i) {
+    std::snprintf(entry, sizeof entry, "%s{\"rank\":%d,\"iterations\":%llu,\"seconds\":%.3f}", i ? "," : "",
+                  lagging[i].rank, static_cast<unsigned long long>(lagging[i].iterations), lagging[i].seconds);
+    args += entry;
+  }
+  tl.instant("stragglers", at, args + "]}");
 }
 
 }  // namespace commsched

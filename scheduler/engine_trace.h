@@ -3,6 +3,9 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
+
+#include "comm_backends/comm_backend.h"
 
 #include "scheduler/policy.h"
 #include "scheduler/task.h"
@@ -16,5 +19,8 @@ void trace_batch(Timeline& tl, uint64_t span_id, const Batch& parts, const TaskD
 void trace_task(Timeline& tl, uint64_t& next_span_id, const TaskDesc& task, Nanos submitted, Nanos first_dispatch,
                 Nanos done);
 void trace_backward_done(Timeline& tl, Nanos at, uint64_t iteration, const Knobs& k);
+// The ranks the backend says lag (CommBackend::stragglers), one instant per iteration while there are any:
+// {"lagging":[{"rank":3,"iterations":2,"seconds":0.41}, ...]}.
+void trace_stragglers(Timeline& tl, Nanos at, const std::vector<Straggler>& lagging);
 
 }  // namespace commsched

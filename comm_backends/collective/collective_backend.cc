@@ -278,4 +278,8 @@ NegotiatorStats CollectiveBackend::negotiation_stats() const {
   return negotiator_ ? negotiator_->stats() : NegotiatorStats{};
 }
 
+std::vector<Straggler> CollectiveBackend::stragglers() const {
+  return negotiator_ ? negotiator_->stragglers() : std::vector<Straggler>{};
+}
+
 }  // namespace commsched::collective

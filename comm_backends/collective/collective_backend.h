@@ -76,6 +76,8 @@ class CollectiveBackend : public CommBackend {
   bool joins() const override { return supports(Op::allreduce, Device::cpu); }
   int join() override;
   NegotiatorStats negotiation_stats() const;
+  // Who lags, as rank 0's negotiator sees the ranks report ready (Negotiator::stragglers).
+  std::vector<Straggler> stragglers() const override;
 
  protected:
   using GroupDone = std::function<void(const Status&)>;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <utility>
 #include <cerrno>
+#include <cstdio>
 #include <stdexcept>
 
 #include "comm_backends/collective/link_auth.h"
@@ -96,6 +97,7 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
     // The stall guard breaks the deadlock of per-worker credits; one global credit cannot deadlock that way.
     policy.credit_stall_guard = false;
     coordinator_ = std::make_unique<Coordinator>(opts_.size, make_policy(policy));
+    lag_.emplace(opts_.size);
     coordinator_->limit_groups_ahead(kGroupsAhead);
     knobs_ = opts_.policy.knobs;
     knobs_.credit_bytes = opts_.credit_bytes;
@@ -220,6 +222,7 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
   try {
     if (!reports.empty()) {
       CoordinatorOutput out;
+      note_ready(0, reports);
       coordinator_->on_ready(0, reports, out);
       publish(out);
     }
@@ -488,6 +491,7 @@ void Negotiator::take_inbox() {
   }
   if (!reports.empty() && coordinator_) {
     CoordinatorOutput out;
+    note_ready(0, reports);
     coordinator_->on_ready(0, reports, out);
     publish(out);
   } else if (!reports.empty()) {
@@ -495,6 +499,7 @@ void Negotiator::take_inbox() {
   }
   if (join_now && coordinator_) {  // after this rank's reports: they are not stood in for
     CoordinatorOutput out;
+    lag_->forget(0);
     coordinator_->on_join(0, out);
     publish(out);
   } else if (join_now) {
@@ -574,6 +579,7 @@ void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
   switch (type) {
     case MsgType::ready: {
       const auto reports = decode_ready(r);
+      note_ready(from, reports);
       if (!relay_.stopped()) coordinator_->on_ready(from, reports, out);
       break;
     }
@@ -583,6 +589,7 @@ void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
       coordinator_->on_bye(from, out);
       break;
     case MsgType::join:
+      lag_->forget(static_cast<uint32_t>(from));
       if (!relay_.stopped()) coordinator_->on_join(from, out);
       break;
     case MsgType::peer_lost:  // a rank failed: rank 0 passes it on to the others
@@ -608,6 +615,12 @@ void Negotiator::worker_message(MsgType type, ByteReader& r) {
       finished_ = true;
       break;
     case MsgType::joined: finish_join(r.get<int32_t>()); break;
+    case MsgType::lags: {
+      auto lags = decode_stragglers(r.get_string(), opts_.size);
+      if (!lags) throw std::runtime_error(who(0) + " (coordinator) sent a malformed lag report");
+      heard_lags(std::move(*lags));
+      break;
+    }
     default: throw std::runtime_error(who(0) + " (coordinator) sent an unexpected message type " + std::to_string(int(type)));
   }
 }
@@ -755,6 +768,10 @@ void Negotiator::keep_alive(Clock::time_point now) {
       if (peers_[r].fd.valid() && !peers_[r].closed) send_to(static_cast<int>(r), hb);
     last_sent_ns_ = now_ns();
   }
+  if (coordinator_ && now >= next_lag_report_) {
+    report_lags(now);
+    next_lag_report_ = now + heartbeat_;
+  }
   if (auto loss = live_.check(now); loss && !finished_)
     peer_lost(static_cast<int>(loss->peer), loss->explain([](Liveness::Id r) { return "rank " + std::to_string(r); }));
 }
@@ -776,6 +793,39 @@ void Negotiator::progress_shutdown(Clock::time_point now) {
       }
   }
   finished_ = true;
+}
+
+void Negotiator::note_ready(int rank, const std::vector<ReadyReport>& reports) {
+  uint64_t round = 0;
+  for (const ReadyReport& r : reports) round = std::max(round, r.round);
+  if (!reports.empty()) lag_->pushed(static_cast<uint32_t>(rank), round, Clock::now());
+}
+
+void Negotiator::report_lags(Clock::time_point now) {
+  std::vector<Straggler> lags;
+  for (const LagTracker::Lag& l : lag_->laggards(now, kStragglerReportS))
+    lags.push_back(Straggler{static_cast<int>(l.worker), l.lead - l.iteration, l.seconds});
+  if (lags.empty() && !lags_reported_) return;
+  lags_reported_ = !lags.empty();
+  const std::string frame = encode_lags(encode_stragglers(lags));
+  for (int r = 1; r < opts_.size && !finished_; ++r)
+    if (peers_[r].fd.valid() && !peers_[r].closed) send_to(r, frame);
+  heard_lags(std::move(lags));
+}
+
+void Negotiator::heard_lags(std::vector<Straggler> lags) {
+  std::vector<std::string> lines;
+  {
+    std::lock_guard lock(lags_mu_);
+    lines = lags_.report(0, std::move(lags), Clock::now());
+  }
+  for (const std::string& line : lines)
+    std::fprintf(stderr, "[commsched negotiator rank %d] %s (as rank 0 sees it)\n", opts_.rank, line.c_str());
+}
+
+std::vector<Straggler> Negotiator::stragglers() const {
+  std::lock_guard lock(lags_mu_);
+  return lags_.current();
 }
 
 }  // namespace commsched::collective

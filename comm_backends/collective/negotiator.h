@@ -50,6 +50,8 @@
 #include "comm_backends/collective/wire.h"
 #include "comm_backends/control/goodbye_barrier.h"
 #include "comm_backends/control/loss_relay.h"
+#include "comm_backends/lag_tracker.h"
+#include "comm_backends/straggler.h"
 #include "comm_backends/liveness.h"
 #include "scheduler/config.h"
 
@@ -133,6 +135,8 @@ class Negotiator {
   // Status::Code::cancelled. Idempotent.
   void shutdown();
   NegotiatorStats stats() const;
+  // The ranks that lag, as rank 0 last reported them (on rank 0: as it sees them). Thread-safe.
+  std::vector<Straggler> stragglers() const;
   int rank() const { return opts_.rank; }
   int size() const { return opts_.size; }
 
@@ -203,6 +207,11 @@ class Negotiator {
   void progress_shutdown(std::chrono::steady_clock::time_point now);
   void fail_all_pending(const Status& st);
   std::string who(int rank) const;
+  // Stragglers. Rank 0: a rank's ready reports are its progress (their highest round), and each heartbeat the
+  // laggards go to every rank; every rank keeps rank 0's latest report.
+  void note_ready(int rank, const std::vector<ReadyReport>& reports);
+  void report_lags(std::chrono::steady_clock::time_point now);
+  void heard_lags(std::vector<Straggler> lags);
 
   NegotiatorOptions opts_;
   NegotiatorCallbacks cb_;
@@ -246,6 +255,12 @@ class Negotiator {
   std::vector<std::vector<uint64_t>> ready_groups_;  // ordered, handed to cb_.execute once no lock is held
   bool bye_sent_ = false;  // this rank is shutting down (rank 0: its own bye told to the coordinator)
   bool finished_ = false;
+
+  std::optional<LagTracker> lag_;  // rank 0, under state_mu_
+  bool lags_reported_ = false;     // rank 0: the last report named somebody
+  std::chrono::steady_clock::time_point next_lag_report_{};
+  mutable std::mutex lags_mu_;
+  StragglerBoard lags_{1};
 
   std::atomic<uint64_t> completed_groups_{0};
   std::mutex knobs_mu_;

@@ -180,9 +180,16 @@ std::string encode_joined(int last_rank) {
   return w.take_frame();
 }
 
+std::string encode_lags(const std::string& text) {
+  ByteWriter w;
+  w.put(static_cast<uint8_t>(MsgType::lags));
+  w.put_string(text);
+  return w.take_frame();
+}
+
 MsgType read_type(ByteReader& r) {
   const auto t = r.get<uint8_t>();
-  if (t < static_cast<uint8_t>(MsgType::hello) || t > static_cast<uint8_t>(MsgType::joined))
+  if (t < static_cast<uint8_t>(MsgType::hello) || t > static_cast<uint8_t>(MsgType::lags))
     throw std::runtime_error("negotiation message: unknown type " + std::to_string(t));
   return static_cast<MsgType>(t);
 }

@@ -87,6 +87,8 @@ enum class MsgType : uint8_t {
   all_bye = 9,    // coordinator -> ranks: every rank has said bye; close
   join = 10,      // rank -> coordinator: this rank has no more data (Horovod's join); it stands in with zeros
   joined = 11,    // coordinator -> ranks: every rank has joined; int32 the rank that joined last
+  lags = 12,      // coordinator -> ranks, each heartbeat while a rank lags (once more when none does): string, the
+                  // laggards as comm_backends/straggler.h writes them
 };
 
 // Encoders return a complete frame (length-prefixed). Decoders take a frame's payload after the type byte was read
@@ -98,6 +100,7 @@ std::string encode_order(const OrderMsg& m);
 std::string encode_error(const ErrorMsg& e);
 std::string encode_peer_lost(int rank, const std::string& message);
 std::string encode_joined(int last_rank);
+std::string encode_lags(const std::string& text);
 
 class ByteReader;
 MsgType read_type(ByteReader& r);

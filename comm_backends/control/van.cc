@@ -76,8 +76,24 @@ void Van::say_hello_to_root(const std::string& endpoint) {
   const PeerId root = transport_.connect(opts_.root_endpoint);
   roster_.add(root, {PeerRole::server, 0});
   watch(root, {});
-  if (endpoint.empty()) send(root, header(MsgType::hello));  // a worker advertises nothing
-  else send_text(root, header(MsgType::hello), endpoint);
+  if (endpoint.empty()) send(root, hello());  // a worker advertises nothing
+  else send_text(root, hello(), endpoint);
+}
+
+Header Van::hello() const {
+  Header h = header(MsgType::hello);
+  h.aux = opts_.settings;
+  return h;
+}
+
+// A member with other settings: admitted first, so that it too is told why the rendezvous fails.
+void Van::check_settings(PeerId id, const Header& h) {
+  if (h.aux == opts_.settings) return;
+  const auto describe = [this](uint32_t s) {
+    return opts_.describe_settings ? opts_.describe_settings(s) : "settings " + std::to_string(s);
+  };
+  fail(Status::Error(name(id) + " runs with " + describe(h.aux) + " but " + peer_name(opts_.role, opts_.rank) +
+                     " with " + describe(opts_.settings) + ": every worker and server must use the same"));
 }
 
 bool Van::poll(milliseconds max_wait) {
@@ -210,6 +226,8 @@ void Van::on_hello(PeerId id, const Header& h, const std::string& text) {
   else why = roster_.admit(id, {h.sender_role, h.sender_rank});
   if (why) return drop(id, "hello from " + peer_name(h.sender_role, h.sender_rank) + " refused: " + *why);
   watch(id, Clock::now());
+  check_settings(id, h);
+  if (failed()) return;
   if (server) server_endpoints_[h.sender_rank] = text;
   maybe_ready();
 }
@@ -239,7 +257,7 @@ void Van::on_peers(const Header& h, const std::string& text) {
     const PeerId id = transport_.connect(endpoints[s - 1]);
     roster_.add(id, {PeerRole::server, static_cast<uint32_t>(s)});
     watch(id, Clock::now());
-    send(id, header(MsgType::hello));
+    send(id, hello());
   }
   ready_ = true;
   protocol_.on_ready();

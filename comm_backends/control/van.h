@@ -63,6 +63,10 @@ struct VanOptions {
   double rendezvous_timeout_s = 120;
   uint64_t max_message_bytes = 0;    // decode limit of data ranges
   std::function<void(const std::string&)> log;  // dropped connections (the others are still served)
+  // Settings every process of the job must share (the PS mode), carried in each hello: a member whose hello differs
+  // fails the rendezvous (and is told), named with both settings as `describe_settings` words them.
+  uint32_t settings = 0;
+  std::function<std::string(uint32_t)> describe_settings;
 
   // The environment contract's part (role, rank, sizes, root, bind and advertised hosts, COMMSCHED_TIMEOUT).
   static VanOptions from(const ClusterEnv& env);
@@ -126,6 +130,8 @@ class Van {
  private:
   using Clock = std::chrono::steady_clock;
   void say_hello_to_root(const std::string& endpoint);
+  ps::Header hello() const;
+  void check_settings(ps::PeerId id, const ps::Header& h);
   void handle(ps::Incoming& in);
   void on_member_message(ps::PeerId id, const Roster::Member& m, const ps::Header& h, std::unique_ptr<ps::Payload> p);
   void on_hello(ps::PeerId id, const ps::Header& h, const std::string& text);

@@ -195,6 +195,9 @@ std::shared_ptr<CommBackend> make_parameter_server(const ClusterEnv& env, const 
                                                    const LocalCollectiveFactory& make_local,
                                                    std::shared_ptr<DeviceCopier> copier) {
   if (!options.enabled() || env.local_size == 1) return std::make_shared<PsBackend>(env, ps);
+  // Its lanes are one machine's slice of one synchronous round (ps/async_table.h refuses them).
+  if (ps.mode != "sync")
+    throw InvalidArgument("COMMSCHED_HIERARCHICAL=" + options.local + " needs COMMSCHED_PS_MODE=sync (it is " + ps.mode + ")");
   if (!make_local)
     throw InvalidArgument("COMMSCHED_HIERARCHICAL=" + options.local + ", but this build has no " + options.local +
                           (options.local == "nccl" ? " (install the CUDA toolkit and NCCL and rebuild)"

@@ -1,6 +1,8 @@
 #include "comm_backends/ps/buffer_pool.h"
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
 #include <new>
 
 namespace commsched::ps {
@@ -48,6 +50,14 @@ uint64_t BufferPool::idle_buffers() const {
   uint64_t n = 0;
   for (auto& [cls, list] : idle_) n += list.size();
   return n;
+}
+
+std::shared_ptr<Payload> element_aligned(std::shared_ptr<Payload> p, size_t element_size, BufferPool& pool) {
+  if (!p || reinterpret_cast<uintptr_t>(p->bytes().data()) % element_size == 0) return p;
+  const auto src = p->bytes();
+  auto copy = pool.acquire(std::max<size_t>(src.size(), 1));
+  std::memcpy(copy.get(), src.data(), src.size());
+  return std::make_shared<PooledPayload>(std::move(copy), src.size());
 }
 
 }  // namespace commsched::ps

@@ -44,4 +44,8 @@ class PooledPayload final : public Payload {
   size_t size_;
 };
 
+// The kernels read elements through typed pointers, so a push must start at a multiple of its element size. ZeroMQ
+// hands small messages out of its shared receive buffer at any offset: those (and only those) are copied first.
+std::shared_ptr<Payload> element_aligned(std::shared_ptr<Payload> p, size_t element_size, BufferPool& pool);
+
 }  // namespace commsched::ps

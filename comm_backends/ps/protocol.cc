@@ -28,7 +28,8 @@ bool is_data_type(MsgType t) {
   return t == MsgType::push_pull || t == MsgType::sum || t == MsgType::bcast || t == MsgType::bcast_data;
 }
 bool is_text_type(MsgType t) {
-  return t == MsgType::hello || t == MsgType::peers || t == MsgType::error || t == MsgType::peer_lost;
+  return t == MsgType::hello || t == MsgType::peers || t == MsgType::error || t == MsgType::peer_lost ||
+         t == MsgType::lags;
 }
 
 // Range checks of data messages: whole elements, inside the tensor, within the size limit.
@@ -84,6 +85,7 @@ std::string_view msg_type_name(MsgType t) {
     case MsgType::received: return "received";
     case MsgType::join: return "join";
     case MsgType::joined: return "joined";
+    case MsgType::lags: return "lags";
   }
   return "unknown";
 }

@@ -19,11 +19,12 @@
 namespace commsched::ps {
 
 inline constexpr uint32_t kMagic = 0x53505343;  // "CSPS" read as little-endian bytes
-inline constexpr uint16_t kVersion = 3;  // 2: `received` and kFlagAckReceipt; 3: codec and elements
+inline constexpr uint16_t kVersion = 4;  // 2: `received` and kFlagAckReceipt; 3: codec and elements; 4: kFlagAsync, lags
 inline constexpr size_t kHeaderBytes = 80;
 
 enum class MsgType : uint8_t {
-  hello = 1,         // rendezvous/introduction: sender_role, sender_rank; payload: endpoint text (servers) or empty
+  hello = 1,         // rendezvous/introduction: sender_role, sender_rank; payload: endpoint text (servers) or empty;
+                     // aux: the settings every process must share (PsConfig::mode_word), checked by the receiver
   peers = 2,         // root -> worker: payload = newline-separated server endpoints, aux = number of servers
   assign_req = 3,    // worker -> root: which server owns (key, offset)? length = partition bytes (load estimate)
   assign_rep = 4,    // root -> worker: aux = owning server rank
@@ -41,15 +42,20 @@ enum class MsgType : uint8_t {
                      // in with zeros for the others' push_pulls (Horovod's join)
   joined = 15,       // server -> every worker: every worker has joined; aux = the rank that joined last. Rounds start
                      // again from 0 on every worker afterwards
+  lags = 16,         // server -> every worker, each heartbeat while some worker lags (and once when none does any
+                     // more): payload = the server's laggards as text (comm_backends/straggler.h)
 };
-inline constexpr uint8_t kMaxMsgType = 15;
+inline constexpr uint8_t kMaxMsgType = 16;
 
 // Header flags.
 inline constexpr uint8_t kFlagAckReceipt = 1;  // push_pull/bcast: answer `received` on arrival, before the sum
 // push_pull: a lane of hierarchical mode (comm_backends/hierarchical): the range is one machine's slice, pushed by one
 // worker per machine, so the sum is over `aux` contributors (the machines), not over every worker.
 inline constexpr uint8_t kFlagLane = 2;
-inline constexpr uint8_t kKnownFlags = kFlagAckReceipt | kFlagLane;
+// push_pull: a gradient of an asynchronous or stale-synchronous run (COMMSCHED_PS_MODE=async|ssp): the server answers
+// it with the running sum since the sender's last answer (AsyncTable), not with one round's sum of every worker.
+inline constexpr uint8_t kFlagAsync = 4;
+inline constexpr uint8_t kKnownFlags = kFlagAckReceipt | kFlagLane | kFlagAsync;
 std::string_view msg_type_name(MsgType t);
 
 enum class PeerRole : uint8_t { worker = 0, server = 1, tool = 2 };

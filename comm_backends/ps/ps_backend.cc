@@ -1,15 +1,24 @@
 #include "comm_backends/ps/ps_backend.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iostream>
+#include <string_view>
 #include <utility>
 
 namespace commsched {
 namespace {
 using namespace ps;
 using control::payload_text;
+
+// The gradients of the frameworks' optimizers (torch DistributedOptimizer, TensorFlow's tape and Keras): the only
+// push_pulls an async or ssp run answers with running sums. Every other push_pull (a metric, a loss average) stays
+// one synchronous round of every worker, as its callers expect.
+bool is_gradient(std::string_view name) { return name.starts_with("grad.") || name.starts_with("keras.grad."); }
 }  // namespace
 
-PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cfg_(cfg) {
+PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
+    : env_(env), cfg_(cfg), lags_(static_cast<size_t>(std::max(1, env.num_servers))) {
   env_.validate();
   cfg_.validate(env_.timeout_s);
   if (env_.role != Role::worker) throw InvalidArgument("PsBackend needs COMMSCHED_ROLE=worker");
@@ -35,7 +44,8 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg) : env_(env), cf
 PsBackend::~PsBackend() { shutdown(); }
 
 bool PsBackend::reduces_encoded(compression::Scheme s) const {
-  return compression::server_decodes(s);  // SlotTable decodes them (the codec registry says which)
+  if (cfg_.mode != "sync") return false;        // AsyncTable refuses them (async_table.h says why)
+  return compression::server_decodes(s);        // SlotTable decodes them (the codec registry says which)
 }
 
 void PsBackend::start(std::vector<PartitionView> batch, BatchDone done) {
@@ -120,6 +130,7 @@ void PsBackend::on_message(PeerId from, const control::Roster::Member& sender, c
     case MsgType::bcast_data: return on_answer(server, h, std::move(payload));
     case MsgType::received: return on_received(server, h);
     case MsgType::joined: return on_joined(server, h);
+    case MsgType::lags: return on_lags(server, payload.get());
     default: return van_->malformed(from, "unexpected " + std::string(msg_type_name(h.type)) + " message");
   }
 }
@@ -233,6 +244,8 @@ void PsBackend::send_request(uint64_t id, int server) {
   if (lane_contributors_ && !bcast) {
     h.flags |= kFlagLane;
     h.aux = lane_contributors_;
+  } else if (cfg_.mode != "sync" && !bcast && is_gradient(t.name)) {
+    h.flags |= kFlagAsync;
   }
   OutPayload p;
   if (!bcast || t.root == env_.rank) p = OutPayload{r.part.data(), r.part.bytes, {}};  // zero-copy from the tensor
@@ -312,6 +325,25 @@ void PsBackend::on_joined(int server, const Header& h) {
   if (++joined_answers_ < env_.num_servers) return;
   join_done_ = true;
   state_cv_.notify_all();
+}
+
+void PsBackend::on_lags(int server, const Payload* payload) {
+  auto lags = decode_stragglers(payload_text(payload), env_.num_workers);
+  if (!lags) return fail_all(Status::Error(server_name(server) + " sent a malformed lag report"));
+  std::vector<std::string> lines;
+  {
+    std::lock_guard lock(lags_mu_);
+    lines = lags_.report(static_cast<size_t>(server), std::move(*lags), Clock::now());
+  }
+  for (const std::string& line : lines)
+    std::cerr << ("[commsched worker " + std::to_string(env_.rank) + "] " + line + " (reported by " +
+                  server_name(server) + ")\n")
+              << std::flush;
+}
+
+std::vector<Straggler> PsBackend::stragglers() const {
+  std::lock_guard lock(lags_mu_);
+  return lags_.current();
 }
 
 void PsBackend::mark_received(Request& r) {

@@ -25,6 +25,7 @@
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/transport.h"
+#include "comm_backends/straggler.h"
 
 namespace commsched {
 
@@ -56,6 +57,8 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   // Says goodbye to every server (so they may exit 0) and stops once each has answered it (at most COMMSCHED_TIMEOUT);
   // answers arriving before that complete their batches, the others are cancelled. Do not call from a `done` callback.
   void shutdown() override;
+  // The servers' latest lag reports, merged (MsgType::lags).
+  std::vector<Straggler> stragglers() const override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -102,6 +105,7 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   bool from_server_asked(int server, uint64_t id, const Request& r, const char* verb);
   void send_join_if_asked();
   void on_joined(int server, const ps::Header& h);
+  void on_lags(int server, const ps::Payload* payload);
   void mark_received(Request& r);
   void send_request(uint64_t id, int server);
   void complete(uint64_t id, const Status& st);
@@ -127,6 +131,8 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   bool join_asked_ = false;  // join() waits: the I/O thread sends the joins
   bool join_done_ = false;   // every server answered `joined`
   int join_last_ = -1;       // as server 0 reported it
+  mutable std::mutex lags_mu_;
+  StragglerBoard lags_;      // by server
 
   // I/O thread only.
   std::deque<Queued> failed_queue_;              // taken from queue_ on failure, failed once the transport is closed

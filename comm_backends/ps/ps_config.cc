@@ -47,6 +47,12 @@ OptionTable<PsConfig> build_ps_table() {
          "partitions bigger than this travel as several messages, so the server sums one chunk while the next arrives");
   t.bind("transport", "COMMSCHED_PS_TRANSPORT", [](C& c) -> std::string& { return c.transport; }, transport_value(),
          "ZeroMQ over TCP, or UCX when built in (shared memory, TCP, InfiniBand/RoCE verbs; UCX_TLS restricts it)");
+  t.bind("mode", "COMMSCHED_PS_MODE", [](C& c) -> std::string& { return c.mode; }, choice_value({"sync", "async", "ssp"}),
+         "gradients: sync (summed over every worker each round), async (each push answered at once with what every "
+         "worker pushed since the caller's last pull) or ssp (async, at most COMMSCHED_STALENESS rounds ahead of the "
+         "slowest worker); the same on every process");
+  t.bind("staleness", "COMMSCHED_STALENESS", [](C& c) -> int& { return c.staleness; }, int_value(0, 1000000),
+         "ssp: how many rounds a worker may run ahead of the slowest (0: as sync)");
   return t;
 }
 
@@ -67,12 +73,39 @@ PsConfig PsConfig::from_env() {
   return c;
 }
 
+namespace {
+const char* const kModes[] = {"sync", "async", "ssp"};
+}  // namespace
+
+// Low byte: the mode's index; above it the staleness, which only ssp uses (so only there it must agree).
+uint32_t PsConfig::mode_word() const {
+  uint32_t m = 0;
+  while (m < 2 && mode != kModes[m]) ++m;
+  return m == 2 ? m | static_cast<uint32_t>(staleness) << 8 : m;
+}
+
+std::string PsConfig::describe_mode_word(uint32_t word) {
+  const uint32_t m = word & 0xff;
+  if (m > 2) return "an unknown COMMSCHED_PS_MODE (" + std::to_string(word) + ")";
+  std::string out = std::string("COMMSCHED_PS_MODE=") + kModes[m];
+  if (m == 2) out += " COMMSCHED_STALENESS=" + std::to_string(word >> 8);
+  return out;
+}
+
+std::optional<uint64_t> PsConfig::staleness_bound() const {
+  if (mode == "ssp") return static_cast<uint64_t>(staleness);
+  return std::nullopt;
+}
+
 void PsConfig::validate(double peer_timeout_s) const {
   if (heartbeat_s <= 0 || heartbeat_s * 4 > peer_timeout_s)
     throw InvalidArgument("COMMSCHED_PS_HEARTBEAT=" + std::to_string(heartbeat_s) +
                           "s is invalid: must be positive and at most a quarter of COMMSCHED_TIMEOUT (" +
                           std::to_string(peer_timeout_s) + "s)");
   if (rendezvous_timeout_s <= 0) throw InvalidArgument("COMMSCHED_PS_RENDEZVOUS_TIMEOUT must be positive");
+  if (deterministic && mode != "sync")
+    throw InvalidArgument("COMMSCHED_PS_DETERMINISTIC=1 needs COMMSCHED_PS_MODE=sync (it is " + mode +
+                          "): asynchronous answers depend on arrival order by design");
   if (max_message_bytes < 4096)
     throw InvalidArgument("COMMSCHED_PS_MAX_MESSAGE=" + std::to_string(max_message_bytes) + " is invalid: at least 4KiB");
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,10 @@ struct PsConfig {
   int io_threads = 1;
   uint64_t chunk_bytes = 4ull << 20;
   std::string transport = "zmq";
+  // Gradient push_pulls (ps_mode.h): "sync" (every worker's push of a round, summed), "async" (each push answered at
+  // once with the running sum since the caller's last pull) or "ssp" (async, at most `staleness` rounds ahead).
+  std::string mode = "sync";
+  int staleness = 1;
 
   // Applies one option by its variable name without the prefix, lower case ("deterministic", "emulate_rate", ...).
   void set(std::string_view option, std::string_view value, std::string_view var = {});
@@ -35,6 +40,11 @@ struct PsConfig {
   // both: workers authenticate exactly when the servers of the run do).
   ps::TransportOptions transport_options(const ClusterEnv& env) const;
   control::VanOptions van_options(const ClusterEnv& env) const;
+  // The mode and staleness as one word every process of a job must share (checked at the rendezvous).
+  uint32_t mode_word() const;
+  static std::string describe_mode_word(uint32_t word);  // "COMMSCHED_PS_MODE=ssp COMMSCHED_STALENESS=2"
+  // The staleness bound of the AsyncTable: k for ssp, nullopt (none) for async. Only for mode async or ssp.
+  std::optional<uint64_t> staleness_bound() const;
 };
 
 // The registry rows of PsConfig.

@@ -20,6 +20,8 @@ control::VanOptions PsConfig::van_options(const ClusterEnv& env) const {
   o.heartbeat_s = heartbeat_s;
   o.rendezvous_timeout_s = rendezvous_timeout_s;
   o.max_message_bytes = max_message_bytes;
+  o.settings = mode_word();
+  o.describe_settings = &PsConfig::describe_mode_word;
   return o;
 }
 

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <thread>
 
+#include "comm_backends/straggler.h"
+
 namespace commsched {
 namespace ps {
 namespace {
@@ -29,6 +31,7 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       pool_(BufferPool::create()),
       summer_(cfg.server_threads, cfg.parallel_sum_bytes),
       slots_(static_cast<uint32_t>(env.num_workers), cfg.deterministic, summer_, pool_),
+      async_(static_cast<uint32_t>(env.num_workers), cfg.staleness_bound(), summer_, pool_),
       sharder_(std::max(1, env.num_servers)),
       lag_(env.num_workers),
       lag_warned_(static_cast<size_t>(env.num_workers)) {}
@@ -44,6 +47,7 @@ int Server::run() {
   log("listening on " + endpoint + "; " + env_.describe() +
       (authentication_.empty() ? "" : "; authenticated (" + authentication_ + ")") +
       (cfg_.deterministic ? "; deterministic sums" : "") +
+      (cfg_.mode == "sync" ? "" : "; gradients " + PsConfig::describe_mode_word(cfg_.mode_word())) +
       (cfg_.emulate_rate_bps > 0 ? "; EMULATED link rate " + std::to_string(cfg_.emulate_rate_bps / 1e9) + " Gbit/s"
                                  : ""));
   const auto hb = duration_cast<milliseconds>(duration<double>(cfg_.heartbeat_s));
@@ -55,6 +59,7 @@ int Server::run() {
     }
     if (const auto now = Clock::now(); now >= next_lag_check_) {
       warn_laggards(now);
+      report_lags(now);
       next_lag_check_ = now + hb;
     }
   }
@@ -106,7 +111,9 @@ void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payloa
     van_.send(id, r);
   }
   outcomes_.clear();
-  slots_.push(h, id, std::move(payload), outcomes_);
+  if (!(h.flags & kFlagAsync)) slots_.push(h, id, std::move(payload), outcomes_);
+  else if (cfg_.mode != "sync" && h.type == MsgType::push_pull) async_.push(h, id, std::move(payload), outcomes_);
+  else return van_.malformed(id, "an asynchronous push, but this run is COMMSCHED_PS_MODE=" + cfg_.mode);
   for (Outcome& o : outcomes_) send_outcome(o);
   outcomes_.clear();
 }
@@ -116,11 +123,13 @@ void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payloa
 void Server::on_join(uint32_t worker) {
   outcomes_.clear();
   if (!slots_.join(worker, outcomes_)) return;  // said twice
+  async_.join(worker, outcomes_);
   lag_.forget(worker);
   for (Outcome& o : outcomes_) send_outcome(o);
   outcomes_.clear();
   if (!slots_.all_joined()) return;
   slots_.end_joins();
+  async_.end_joins();
   Header h = van_.header(MsgType::joined);
   h.aux = worker;
   for (PeerId w : van_.peers(PeerRole::worker)) van_.send(w, h);
@@ -153,9 +162,24 @@ void Server::warn_laggards(Clock::time_point now) {
     os.precision(2);
     os << std::fixed << "warning: " << van_.name(van_.peer(PeerRole::worker, l.worker)) << " is slow but alive: "
        << (l.lead - l.iteration) << " iteration(s) behind (at " << l.iteration << ", others at " << l.lead
-       << "); the others reached iteration " << l.iteration + 1 << " " << l.seconds << " s ago and wait for it";
+       << "); the others reached iteration " << l.iteration + 1 << " " << l.seconds << " s ago";
+    if (cfg_.mode == "sync") os << " and wait for it";
+    else if (cfg_.mode == "ssp") os << " (ssp: they wait once " << cfg_.staleness << " ahead)";
+    else os << " (async: nobody waits for it)";
     log(os.str());
   }
+}
+
+// Every worker hears who lags (StragglerBoard merges the servers' reports); an empty report once clears it.
+void Server::report_lags(Clock::time_point now) {
+  if (!van_.ready()) return;
+  std::vector<Straggler> lags;
+  for (const LagTracker::Lag& l : lag_.laggards(now, kStragglerReportS))
+    lags.push_back(Straggler{static_cast<int>(l.worker), l.lead - l.iteration, l.seconds});
+  if (lags.empty() && !lags_reported_) return;
+  lags_reported_ = !lags.empty();
+  const std::string text = encode_stragglers(lags);
+  for (PeerId w : van_.peers(PeerRole::worker)) van_.send_text(w, van_.header(MsgType::lags), text);
 }
 
 }  // namespace ps

@@ -11,7 +11,8 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/control/van.h"
-#include "comm_backends/ps/lag_tracker.h"
+#include "comm_backends/ps/async_table.h"
+#include "comm_backends/lag_tracker.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/sharder.h"
 #include "comm_backends/ps/slot_table.h"
@@ -60,7 +61,8 @@ class Server final : public control::VanProtocol {
   control::Van van_;
   std::shared_ptr<BufferPool> pool_;
   Summer summer_;
-  SlotTable slots_;
+  SlotTable slots_;   // broadcasts, and every push_pull of a sync run
+  AsyncTable async_;  // gradients (kFlagAsync) of an async or ssp run
   Sharder sharder_;
   std::string authentication_;
   std::function<void()> failure_hook_;
@@ -69,6 +71,8 @@ class Server final : public control::VanProtocol {
   static constexpr double kLagWarningS = 1.0;
   static constexpr std::chrono::seconds kLagRepeat{5};
   void warn_laggards(Clock::time_point now);
+  void report_lags(Clock::time_point now);
+  bool lags_reported_ = false;  // the last report named somebody
   LagTracker lag_;
   std::vector<Clock::time_point> lag_warned_;  // by worker rank
   Clock::time_point next_lag_check_;

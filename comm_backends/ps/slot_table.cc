@@ -6,19 +6,6 @@
 #include <sstream>
 
 namespace commsched::ps {
-namespace {
-
-// The kernels read elements through typed pointers, so a push must start at a multiple of its element size. ZeroMQ
-// hands small messages out of its shared receive buffer at any offset: those (and only those) are copied first.
-std::shared_ptr<Payload> element_aligned(std::shared_ptr<Payload> p, DType t, BufferPool& pool) {
-  if (!p || reinterpret_cast<uintptr_t>(p->bytes().data()) % dtype_size(t) == 0) return p;
-  const auto src = p->bytes();
-  auto copy = pool.acquire(std::max<size_t>(src.size(), 1));
-  std::memcpy(copy.get(), src.data(), src.size());
-  return std::make_shared<PooledPayload>(std::move(copy), src.size());
-}
-
-}  // namespace
 
 SlotTable::SlotTable(uint32_t num_workers, bool deterministic, Summer& summer, std::shared_ptr<BufferPool> pool)
     : num_workers_(num_workers),
@@ -166,7 +153,7 @@ void SlotTable::finish_if_complete(std::unordered_map<Key, Slot, KeyHash>::itera
 void SlotTable::accumulate(Slot& s, const Header& h, std::shared_ptr<Payload> p) {
   ++s.summed;
   if (h.codec) return accumulate_encoded(s, h, std::move(p));  // decoded with memcpy: any alignment
-  p = element_aligned(std::move(p), h.dtype, *pool_);
+  p = element_aligned(std::move(p), dtype_size(h.dtype), *pool_);
   if (deterministic_) {
     s.held[h.sender_rank] = std::move(p);
     return;

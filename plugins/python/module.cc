@@ -251,6 +251,19 @@ PYBIND11_MODULE(_C, m) {
       .def("flush", [](Context& c) { c.engine().flush(); }, py::call_guard<py::gil_scoped_release>(),
            "releases tasks that are not part of a backward (BSP and MG-WFBP would otherwise hold them until "
            "backward_done); the iteration does not advance")
+      .def("stragglers", [](Context& c) {
+             py::list out;
+             for (const Straggler& s : c.engine().backend().stragglers()) {
+               py::dict d;
+               d["rank"] = s.rank;
+               d["iterations_behind"] = s.iterations;
+               d["seconds_behind"] = s.seconds;
+               out.append(d);
+             }
+             return out;
+           },
+           "the ranks that lag, most seconds behind first, as this rank last heard it (dicts: rank, "
+           "iterations_behind, seconds_behind)")
       .def_property_readonly("joins", [](Context& c) { return c.engine().backend().joins(); },
                              "whether the backend stands in with zeros for ranks that have joined (the PS does)")
       .def("join", [](Context& c) { return c.engine().join(); }, py::call_guard<py::gil_scoped_release>(),

@@ -67,6 +67,12 @@ def rank():
     return _core.context(_CALLER).rank
 
 
+def stragglers():
+    """The ranks that lag, as commsched.torch.stragglers() describes: dicts of rank, iterations_behind and
+    seconds_behind, most seconds behind first."""
+    return _core.context(_CALLER).stragglers()
+
+
 def local_rank():
     return _core.context(_CALLER).local_rank
 

@@ -39,6 +39,14 @@ from commsched.torch.runtime import (HorovodInternalError, NotInitializedError, 
 from commsched.torch.sync_batch_norm import SyncBatchNorm
 
 
+def stragglers():
+    """The ranks that hold the others back, most seconds behind first, as this rank last heard it: a list of dicts
+    with rank, iterations_behind (behind the furthest rank) and seconds_behind (since the first other rank passed the
+    iteration it is at). On the parameter server every server reports what it sees each heartbeat; on Gloo rank 0's
+    order negotiation does. Lags under 20 ms are not reported (the ordinary spread of an iteration)."""
+    return context().stragglers()
+
+
 def start_timeline(file_path, mark_cycles=False):
     """Writes this rank's trace to file_path with the rank in the name ('t.json' -> 't.rank0.json'; '{rank}' is
     replaced where present) from now on; `commsched trace-merge` joins the ranks' files. mark_cycles is ignored

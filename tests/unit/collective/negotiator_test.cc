@@ -173,6 +173,26 @@ TEST(Negotiator, EveryRankExecutesTheSameOrderWhateverItsSubmissionOrder) {
   EXPECT_EQ(stats.cached_reports, 80u) << "rounds 1 and 2 report by cache id";
 }
 
+// Rank 2 reports round 1 late: rank 0 sees it lag and tells every rank (Negotiator::stragglers), then clears it.
+TEST(Negotiator, EveryRankLearnsWhichRankLags) {
+  Group g(3);
+  for (int r = 0; r < 3; ++r) g.rank(r).submit({sub(1, 400, 0, 0)});
+  for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(2, 400, 0, 1)});  // another tensor, at round 1
+  const auto heard = [&](int r) {
+    for (const Straggler& s : g.rank(r).stragglers())
+      if (s.rank == 2 && s.iterations == 1 && s.seconds >= 0.1) return true;
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!(heard(0) && heard(1)) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(heard(0) && heard(1)) << "ranks 0 and 1 did not both hear that rank 2 lags";
+  g.rank(2).submit({sub(2, 400, 0, 1)});
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(g.log(r).wait_settled(2, 10s)) << "rank " << r;
+  const auto cleared = std::chrono::steady_clock::now() + 10s;
+  while (!g.rank(1).stragglers().empty() && std::chrono::steady_clock::now() < cleared) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(g.rank(1).stragglers().empty()) << "rank 1 still hears of a lag after rank 2 caught up";
+}
+
 TEST(Negotiator, MismatchedSizesFailOnBothRanksNamingTheKey) {
   Group g(2);
   g.rank(0).submit({sub(5, 400, 0)});

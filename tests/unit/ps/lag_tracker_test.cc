@@ -1,9 +1,9 @@
 // LagTracker: which worker holds the others back, and for how long.
 #include <gtest/gtest.h>
 
-#include "comm_backends/ps/lag_tracker.h"
+#include "comm_backends/lag_tracker.h"
 
-using commsched::ps::LagTracker;
+using commsched::LagTracker;
 using namespace std::chrono_literals;
 
 TEST(LagTracker, NamesTheWorkerTheOthersWaitForAndHowLong) {

@@ -1,7 +1,9 @@
 // Which worker holds the others back, and by how much: the question users of synchronous training ask most. Each
-// server sees every worker's pushes with their iteration; a worker is behind when the others have pushed for an
-// iteration it has not reached, and its lag is how long ago the first of them did. (With synchronous sums the others
-// cannot get far ahead; they wait, so the lag is mostly time, not iterations.) Pure: the caller passes the clock.
+// PS server sees every worker's pushes with their iteration, and the all-reduce negotiator's rank 0 every rank's
+// ready reports with their round; a worker is behind when the others have pushed for an iteration it has not
+// reached, and its lag is how long ago the first of them did. (With synchronous sums the others cannot get far
+// ahead; they wait, so the lag is mostly time, not iterations; async and ssp let them run ahead.) Pure: the caller
+// passes the clock. Shared by comm_backends/ps and comm_backends/collective; straggler.h ships its verdicts.
 #pragma once
 
 #include <chrono>
@@ -10,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-namespace commsched::ps {
+namespace commsched {
 
 class LagTracker {
  public:
@@ -36,4 +38,4 @@ class LagTracker {
   std::map<uint64_t, Clock::time_point> first_;     // when some worker first pushed for each recent iteration
 };
 
-}  // namespace commsched::ps
+}  // namespace commsched

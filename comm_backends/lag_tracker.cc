@@ -1,8 +1,8 @@
-#include "comm_backends/ps/lag_tracker.h"
+#include "comm_backends/lag_tracker.h"
 
 #include <algorithm>
 
-namespace commsched::ps {
+namespace commsched {
 
 void LagTracker::pushed(uint32_t worker, uint64_t iteration, Clock::time_point now) {
   if (worker >= iteration_.size()) return;
@@ -31,4 +31,4 @@ std::vector<LagTracker::Lag> LagTracker::laggards(Clock::time_point now, double 
   return out;
 }
 
-}  // namespace commsched::ps
+}  // namespace commsched

@@ -1,0 +1,68 @@
+#include "comm_backends/straggler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace commsched {
+
+std::string encode_stragglers(const std::vector<Straggler>& lags) {
+  std::string out;
+  char line[96];
+  for (const Straggler& s : lags) {
+    std::snprintf(line, sizeof line, "%d %llu %.3f\n", s.rank, static_cast<unsigned long long>(s.iterations), s.seconds);
+    out += line;
+  }
+  return out;
+}
+
+std::optional<std::vector<Straggler>> decode_stragglers(std::string_view text, int ranks) {
+  std::vector<Straggler> out;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    Straggler s;
+    std::string rest;
+    if (!(fields >> s.rank >> s.iterations >> s.seconds) || (fields >> rest) || s.rank < 0 || s.rank >= ranks ||
+        !(s.seconds >= 0))
+      return std::nullopt;
+    out.push_back(s);
+  }
+  return out;
+}
+
+StragglerBoard::StragglerBoard(size_t sources, double warn_s, std::chrono::seconds repeat)
+    : by_source_(sources), warn_s_(warn_s), repeat_(repeat) {}
+
+std::vector<std::string> StragglerBoard::report(size_t source, std::vector<Straggler> lags, Clock::time_point now) {
+  if (source >= by_source_.size()) return {};
+  by_source_[source] = std::move(lags);
+  std::vector<std::string> lines;
+  for (const Straggler& s : by_source_[source]) {
+    if (s.seconds < warn_s_) continue;
+    auto w = std::find_if(warned_.begin(), warned_.end(), [&](const auto& e) { return e.first == s.rank; });
+    if (w != warned_.end() && now - w->second < repeat_) continue;
+    if (w == warned_.end()) warned_.emplace_back(s.rank, now);
+    else w->second = now;
+    char line[160];
+    std::snprintf(line, sizeof line, "rank %d lags: %llu iteration(s) behind the furthest, for %.2f s", s.rank,
+                  static_cast<unsigned long long>(s.iterations), s.seconds);
+    lines.emplace_back(line);
+  }
+  return lines;
+}
+
+std::vector<Straggler> StragglerBoard::current() const {
+  std::vector<Straggler> out;
+  for (const auto& list : by_source_)
+    for (const Straggler& s : list) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const Straggler& o) { return o.rank == s.rank; });
+      if (it == out.end()) out.push_back(s);
+      else *it = Straggler{s.rank, std::max(it->iterations, s.iterations), std::max(it->seconds, s.seconds)};
+    }
+  std::sort(out.begin(), out.end(), [](const Straggler& a, const Straggler& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+}  // namespace commsched
