@@ -3,6 +3,10 @@
 commits after every step; a victim (the worker whose launcher id is ELASTIC_VICTIM) dies (ELASTIC_FAULT=kill) or
 freezes (ELASTIC_FAULT=stop) in the middle of step ELASTIC_FAULT_STEP, after its backward, while the others wait for
 its gradients. Each worker that finishes writes OUT/model.<id>.pt and prints its final rank and size.
+
+For bench/torch/elastic_recovery.py: rank 0 prints "first step at T" (wall clock) when each call of the training
+function starts its first step; ELASTIC_SAVE_AT=k makes rank 0 save the state committed after step k to
+OUT/commit.pt, and ELASTIC_RESUME=FILE starts from such a file (a plain restart from the same commit).
 """
 import argparse
 import os
@@ -57,8 +61,19 @@ def main(out):
     state.register_reset_callbacks([lambda: resets.append(time.time())])
     step_s = float(os.environ.get("ELASTIC_STEP_S", "0.05"))
 
+    resume = os.environ.get("ELASTIC_RESUME")
+    if resume and hvd.rank() == 0:  # the others receive it with the state's first sync
+        saved = torch.load(resume)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        state.step = saved["step"]
+        state.save()
+    save_at = int(os.environ.get("ELASTIC_SAVE_AT", "-1"))
+
     @hvd.elastic.run
     def train(state):
+        if hvd.rank() == 0:
+            print(f"first step at {time.time():.3f}", flush=True)
         while state.step < EPOCHS * BATCHES:  # the step counter is committed after it advanced: no step runs twice
             if state.step == EPOCHS * BATCHES - 1:
                 wait_for_joiners(state)
@@ -76,6 +91,9 @@ def main(out):
             time.sleep(step_s)
             state.step += 1
             state.commit()
+            if state.step == save_at and hvd.rank() == 0:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": state.step},
+                           os.path.join(out, "commit.pt"))
 
     train(state)
     ident = os.environ.get("COMMSCHED_ELASTIC_ID", str(hvd.rank()))
