@@ -1,8 +1,8 @@
 """Elastic training (Horovod's hvd.elastic API) under `commsched launch --min-workers` on Gloo: a killed or frozen
 worker is left behind and the survivors finish the run, with parameters equal across them and equal (to rounding) to
 those of a run that lost nobody; below the minimum every process stops with an error that says so; a worker started
-again joins at the next commit and receives the state. Also the states' commit/restore and the sampler, in one
-process.
+again joins at the next commit and receives the state; torchrun's --max-restarts meets in a new generation. Also the
+states' commit/restore and the sampler, in one process.
 """
 import glob
 import os
@@ -15,7 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch_cluster import HERE, PYTHON, child_env, commsched_bin, run_process, run_single  # noqa: E402
+from torch_cluster import (HERE, PYTHON, child_env, commsched_bin, free_port_pair, run_process,  # noqa: E402
+                           run_single)
 
 WORKER = HERE / "elastic_worker.py"
 
@@ -126,6 +127,22 @@ def test_workers_added_at_start_join_at_the_first_commit(tmp_path, reference):
     assert_survivors(results(tmp_path), ["0", "1", "2", "3"], 4, reference, log)
 
 
+def test_torchrun_max_restarts_meets_in_a_new_generation(tmp_path):
+    """torchrun restarts every worker when one dies: the new attempt is generation 1 of commsched's rendezvous (its
+    keys differ from the first attempt's) and resumes from the script's checkpoint."""
+    env = {k: v for k, v in child_env({}).items() if not k.startswith(("COMMSCHED_", "DMLC_"))}
+    env["COMMSCHED_TIMEOUT"] = "10"
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max_restarts", "1", "--master_addr",
+           "127.0.0.1", "--master_port", str(free_port_pair()), "--tee", "1", "--redirects", "2",
+           str(HERE / "torchrun_restart_worker.py"), "--out", str(tmp_path)]
+    rc, log = run_process(cmd, env, 200)
+    assert rc == 0, log
+    for r in range(2):
+        assert f"rank {r} of 2: attempt 1, generation 1, finished at step 10" in log, log
+    a, b = (torch.load(tmp_path / f"model.{r}.pt") for r in range(2))
+    assert all(torch.equal(a[k], b[k]) for k in a), log
+
+
 def test_launch_refuses_elastic_settings_without_a_minimum():
     out = subprocess.run([commsched_bin(), "launch", "-w", "2", "-s", "0", "--restarts", "1", "--", "true"],
                          capture_output=True, text=True, timeout=30)
@@ -133,6 +150,9 @@ def test_launch_refuses_elastic_settings_without_a_minimum():
     out = subprocess.run([commsched_bin(), "launch", "-w", "2", "-s", "0", "--min-workers", "3", "--max-workers", "2",
                           "--", "true"], capture_output=True, text=True, timeout=30)
     assert out.returncode != 0 and "--min-workers 3 is above --max-workers 2" in out.stderr, out.stderr
+    out = subprocess.run([commsched_bin(), "launch", "-w", "2", "-s", "1", "--min-workers", "1", "--", "true"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0 and "runs on Gloo: use -s 0" in out.stderr, out.stderr
 
 
 def test_states_commit_restore_and_the_sampler_in_one_process(tmp_path):
