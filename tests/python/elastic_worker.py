@@ -1,7 +1,7 @@
 """An elastic training script (Horovod's API) for tests/python/test_elastic.py, run under `commsched launch
 --min-workers`. Trains a small model on a fixed global batch per step (each rank its slice of the current size) and
 commits after every step; a victim (the worker whose launcher id is ELASTIC_VICTIM) dies (ELASTIC_FAULT=kill) or
-freezes (ELASTIC_FAULT=stop) in the middle of step ELASTIC_FAULT_STEP, after its backward, while the others wait for
+freezes (ELASTIC_FAULT=stop; ELASTIC_FAULT=mismatch: every worker sums a tensor whose size differs by rank) in the middle of step ELASTIC_FAULT_STEP, after its backward, while the others wait for
 its gradients. Each worker that finishes writes OUT/model.<id>.pt and prints its final rank and size.
 
 For bench/torch/elastic_recovery.py: rank 0 prints "first step at T" (wall clock) when each call of the training
@@ -27,9 +27,11 @@ def batch_of(epoch, batch):
 
 
 def fault_here(state):
-    if os.environ.get("COMMSCHED_ELASTIC_ID") != os.environ.get("ELASTIC_VICTIM"):
-        return
     if state.step != int(os.environ.get("ELASTIC_FAULT_STEP", "-1")):
+        return
+    if os.environ.get("ELASTIC_FAULT") == "mismatch":  # every rank: a tensor whose size differs by rank
+        hvd.allreduce(torch.ones(1 + hvd.rank()), name="elastic.mismatch")
+    if os.environ.get("COMMSCHED_ELASTIC_ID") != os.environ.get("ELASTIC_VICTIM"):
         return
     print(f"worker {os.environ['COMMSCHED_ELASTIC_ID']}: {os.environ['ELASTIC_FAULT']} at step {state.step} "
           f"({time.time():.3f})", flush=True)

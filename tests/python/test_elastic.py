@@ -108,6 +108,14 @@ def test_below_the_minimum_every_process_stops_saying_so(tmp_path):
     assert not results(tmp_path), log
 
 
+def test_a_failure_that_loses_nobody_is_raised_after_three_tries(tmp_path):
+    rc, log = elastic_launch(tmp_path, workers=2, min_workers=1,
+                             env={"ELASTIC_FAULT": "mismatch", "ELASTIC_FAULT_STEP": "2"})
+    assert rc != 0, log
+    assert log.count("failed 3 times in a row without losing a worker") == 2, log
+    assert "elastic.mismatch" in log, log
+
+
 def test_a_restarted_worker_joins_at_the_next_commit_and_gets_the_state(tmp_path, reference):
     rc, log = elastic_launch(tmp_path, extra=["--restarts", "1"],
                              env={"ELASTIC_VICTIM": "2", "ELASTIC_FAULT": "kill", "ELASTIC_FAULT_STEP": "4",

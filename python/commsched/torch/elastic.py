@@ -202,11 +202,28 @@ def _re_form(membership, why, started):
               f"(was {before}; {why}) in {time.monotonic() - started:.2f} s", file=sys.stderr, flush=True)
 
 
-def _recover(membership, error):
-    """A collective failed: names the lost rank in the store (so the survivors need not wait for it) and re-forms."""
+# A failure that loses nobody (a tensor the workers disagree on, ...) would fail again after every re-forming: after
+# this many in a row, the error is raised instead of retried.
+_FAILURES_WITHOUT_LOSS = 3
+
+
+def _recover(membership, state, error, streak):
+    """A collective failed: names the lost rank in the store (so the survivors need not wait for it), rolls the state
+    back and re-forms. Returns the number of failures in a row that lost nobody."""
     started = time.monotonic()
+    before = [m["uid"] for m in membership.members]
     membership.mark_lost(_elastic.lost_rank(str(error)))
+    # The Context goes first: until its shutdown returns, work already ordered may still write into the gradients
+    # that the rollback lets go of.
+    runtime.shutdown()
+    state.restore()
     _re_form(membership, "a worker was lost", started)
+    unchanged = [m["uid"] for m in membership.members] == before
+    streak = streak + 1 if unchanged else 0
+    if streak >= _FAILURES_WITHOUT_LOSS:
+        raise ElasticError(f"elastic: the training function failed {streak} times in a row without losing a worker; "
+                           f"the last error: {error}") from error
+    return streak
 
 
 def run(func):
@@ -219,6 +236,7 @@ def run(func):
         runtime.context()  # a clear error when init() was not called
         membership = _elastic.membership()
         skip_sync = False
+        streak = 0  # failures in a row that lost nobody
         while True:
             if not skip_sync:
                 state.sync()
@@ -230,8 +248,7 @@ def run(func):
             except HorovodInternalError as e:
                 if membership is None:
                     raise
-                state.restore()
-                _recover(membership, e)
+                streak = _recover(membership, state, e, streak)
                 skip_sync = False
             except HostsUpdatedInterrupt as e:
                 _re_form(membership, "workers joined", time.monotonic())
