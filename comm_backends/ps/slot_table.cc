@@ -25,8 +25,7 @@ SlotTable::SlotTable(uint32_t num_workers, bool deterministic, Summer& summer, s
       deterministic_(deterministic),
       summer_(summer),
       pool_(std::move(pool)),
-      joined_(num_workers, false),
-      forgotten_(num_workers, false) {}
+      joined_(num_workers, false) {}
 
 bool SlotTable::join(uint32_t rank, std::vector<Outcome>& out) {
   if (rank >= num_workers_ || joined_[rank]) return false;
@@ -45,14 +44,7 @@ bool SlotTable::join(uint32_t rank, std::vector<Outcome>& out) {
 
 bool SlotTable::all_joined() const { return std::count(joined_.begin(), joined_.end(), true) == num_workers_; }
 
-void SlotTable::end_joins() { joined_ = forgotten_; }
-
-bool SlotTable::forget(uint32_t rank, std::vector<Outcome>& out) {
-  if (rank >= num_workers_ || forgotten_[rank]) return false;
-  forgotten_[rank] = true;
-  join(rank, out);  // no-op when it had joined: it stands in already
-  return true;
-}
+void SlotTable::end_joins() { joined_.assign(num_workers_, false); }
 
 // Workers disagreeing about a tensor (size, dtype, range, broadcast root) is a user error: name everything.
 std::string SlotTable::mismatch(const Slot& s, const Header& h) const {

@@ -56,13 +56,8 @@ class SlotTable {
   // Returns false (and does nothing) when `rank` had joined already.
   bool join(uint32_t rank, std::vector<Outcome>& out);
   bool all_joined() const;
-  // Every worker has joined: from now on every slot waits for every worker again (a forgotten one excepted).
+  // Every worker has joined: from now on every slot waits for every worker again.
   void end_joins();
-  // Worker `rank` is gone for good (a lost worker, elastic training): like a joined worker it stands in with zeros
-  // for every slot it has not pushed to, open now or opened later, and end_joins() does not bring it back. Appends
-  // answers that became due to `out`. Returns false (and does nothing) when it was forgotten already. Lane slots
-  // (hierarchical mode) still expect their machines.
-  bool forget(uint32_t rank, std::vector<Outcome>& out);
   const BufferPool& pool() const { return *pool_; }
 
  private:
@@ -110,8 +105,7 @@ class SlotTable {
   Summer& summer_;
   std::shared_ptr<BufferPool> pool_;
   std::unordered_map<Key, Slot, KeyHash> slots_;
-  std::vector<bool> joined_;                        // by rank (forgotten workers included)
-  std::vector<bool> forgotten_;                     // by rank
+  std::vector<bool> joined_;                        // by rank
   std::unordered_map<Key, Range, KeyHash> ranges_;  // round 0 in the key: one per (key, offset)
 };
 

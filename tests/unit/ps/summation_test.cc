@@ -224,36 +224,6 @@ TEST(PsSlotTable, JoinedWorkersStandInWithZerosUntilEveryoneJoined) {
   }
 }
 
-// A lost worker is forgotten: open slots it never pushed to are answered at once (with the others' sum), later slots
-// wait only for the others, and the end of a join does not bring it back.
-TEST(PsSlotTable, ForgottenWorkerStandsInForGood) {
-  Summer summer(1, 1ull << 20);
-  for (bool det : {false, true}) {
-    SlotTable table(3, det, summer, BufferPool::create());
-    std::vector<Outcome> out;
-    table.push(push_of(0, 1, 0, 8), 1, std::make_unique<VecPayload>(bytes_of(std::vector<float>{1, 2})), out);
-    table.push(push_of(1, 1, 0, 8), 2, std::make_unique<VecPayload>(bytes_of(std::vector<float>{10, 20})), out);
-    EXPECT_TRUE(table.forget(2, out));
-    EXPECT_FALSE(table.forget(2, out));
-    ASSERT_EQ(out.size(), 1u) << det;
-    ASSERT_TRUE(out[0].error.empty()) << out[0].error;
-    const float* sum = reinterpret_cast<const float*>(out[0].data.get());
-    EXPECT_EQ(sum[0], 11.f);
-    EXPECT_EQ(sum[1], 22.f);
-    out.clear();
-    table.join(0, out);
-    table.join(1, out);
-    EXPECT_TRUE(table.all_joined());  // every worker still there has joined
-    table.end_joins();
-    table.push(push_of(0, 2, 1, 8), 1, std::make_unique<VecPayload>(bytes_of(std::vector<float>{1, 1})), out);
-    EXPECT_TRUE(out.empty());
-    table.push(push_of(1, 2, 1, 8), 2, std::make_unique<VecPayload>(bytes_of(std::vector<float>{2, 2})), out);
-    ASSERT_EQ(out.size(), 1u) << det;  // worker 2 is not waited for after the join ended
-    EXPECT_EQ(reinterpret_cast<const float*>(out[0].data.get())[0], 3.f);
-    EXPECT_EQ(table.open_slots(), 0u);
-  }
-}
-
 // One kernel set for every backend: the pairwise sum Gloo's reduction and the loopback backend call rounds exactly as
 // the server's accumulator kernels do (f32 sum, round to nearest even), in place too, for every element value pair
 // class (normals, subnormals, ties, overflow, NaN) and across the vector/tail boundary.
