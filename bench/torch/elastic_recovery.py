@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Elastic recovery against a plain restart, and runs that must not hang (issue 30's elastic target).
 
-Each trial runs tests/python/elastic_worker.py on 4 Gloo workers under `commsched launch --min-workers 2`; one worker
+Each trial runs tests/python/elastic_worker.py on 4 workers (Gloo, or --servers S parameter servers) under
+`commsched launch --min-workers 2`; one worker
 (the victim cycles through the launcher ids 0..3, rank 0 included) is killed in the middle of step K, and the other
 three must finish every step with equal parameters. Side by side in the same trial, a plain restart from the same
 commit: 3 fresh workers (`commsched launch -w 3`) that load the state rank 0 saved at that commit.
@@ -66,7 +67,7 @@ def survivors_equal(out):
 def trial(i, args, env):
     victim, step = i % 4, 5 + (i * 7) % 13
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as out2:
-        cmd = [commsched_bin(), "launch", "-w", "4", "-s", "0", "--min-workers", "2", "--", sys.executable,
+        cmd = [commsched_bin(), "launch", "-w", "4", "-s", str(args.servers), "--min-workers", "2", "--", sys.executable,
                str(WORKER), "--out", out]
         rc, log = run(cmd, {**env, "ELASTIC_VICTIM": str(victim), "ELASTIC_FAULT": "kill",
                             "ELASTIC_FAULT_STEP": str(step), "ELASTIC_SAVE_AT": str(step)}, args.timeout)
@@ -76,7 +77,8 @@ def trial(i, args, env):
         elastic_s = starts[1] - float(killed.group(1)) if ok else None
         restart_s = None
         if ok:
-            cmd = [commsched_bin(), "launch", "-w", "3", "-s", "0", "--", sys.executable, str(WORKER), "--out", out2]
+            cmd = [commsched_bin(), "launch", "-w", "3", "-s", str(args.servers), "--", sys.executable, str(WORKER),
+                   "--out", out2]
             began = time.time()
             rc2, log2 = run(cmd, {**env, "ELASTIC_RESUME": os.path.join(out, "commit.pt")}, args.timeout)
             if rc2 == 0 and first_steps(log2):
@@ -94,11 +96,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--servers", type=int, default=0, help="parameter servers (0: Gloo)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(WORKER.parent)] + [p for p in env.get("PYTHONPATH", "").split(":") if p])
-    env.setdefault("COMMSCHED_BACKEND", "gloo")
+    if args.servers == 0:
+        env.setdefault("COMMSCHED_BACKEND", "gloo")
     results = [trial(i, args, env) for i in range(args.trials)]
     passed = sum(v == "ok" for v, _, _ in results)
     hangs = sum(v == "hang" for v, _, _ in results)

@@ -20,4 +20,16 @@ void ElasticStore::mark_lost(const std::string& id) { client_->set(std::string(k
 
 void ElasticStore::abort(const std::string& why) { client_->set(std::string(kElasticPrefix) + "abort", why); }
 
+std::optional<ElasticStore::Generation> ElasticStore::latest() const {
+  const std::string p = kElasticPrefix;
+  if (!client_->contains(p + "current")) return std::nullopt;
+  Generation g;
+  g.number = std::stoi(client_->get(p + "current", std::chrono::seconds(1)));
+  const std::string gen = p + "gen/" + std::to_string(g.number) + "/";
+  if (g.number == 0 || !client_->contains(gen + "size")) return std::nullopt;
+  g.workers = std::stoi(client_->get(gen + "size", std::chrono::seconds(1)));
+  g.root_port = std::stoi(client_->get(gen + "port", std::chrono::seconds(1)));
+  return g;
+}
+
 }  // namespace commsched

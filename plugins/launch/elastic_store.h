@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace commsched {
@@ -26,6 +27,15 @@ class ElasticStore {
   void mark_lost(const std::string& id);
   // Every worker gives up with `why` (fewer workers than the minimum remain).
   void abort(const std::string& why);
+
+  // The latest generation the workers formed after the first: its number, its workers and the port its rendezvous
+  // root (parameter server 0) binds. None while there is only the first, or when the last was an abort.
+  struct Generation {
+    int number = 0;
+    int workers = 0;
+    int root_port = 0;
+  };
+  std::optional<Generation> latest() const;
 
  private:
   std::unique_ptr<collective::TcpStoreServer> server_;

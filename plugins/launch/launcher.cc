@@ -123,12 +123,15 @@ class Cluster {
   }
 
   // joiner: an elastic worker started again, which waits for the survivors' next commit to join them.
-  void spawn(const std::string& role, int local, bool joiner = false) {
+  // overrides: contract variables of an elastic generation's servers.
+  void spawn(const std::string& role, int local, bool joiner = false,
+             const std::map<std::string, std::string>& overrides = {}) {
     const bool worker = role == "worker";
     std::vector<std::string> argv = worker ? o_.command : o_.server_args;
     const std::string exe = worker ? o_.command.front() : (o_.server_exe.empty() ? "/proc/self/exe" : o_.server_exe);
     if (!worker) argv.insert(argv.begin(), exe);
     std::map<std::string, std::string> env = child_env(worker, local);
+    for (const auto& [k, v] : overrides) env[k] = v;
     const int rank = std::stoi(env.at("COMMSCHED_RANK"));
     std::string id;
     if (elastic_ && worker) {
@@ -168,8 +171,12 @@ class Cluster {
   // Below the minimum the workers are told to give up, and the run fails once they have (or after a grace).
   bool absorbed(size_t member) {
     const Child* c = child_at(member);
-    if (!elastic_ || !c || !c->worker) return false;
+    if (!elastic_ || !c) return false;
     const ProcessState& m = group_->members()[member];
+    if (!c->worker) {  // its workers re-form, and their next generation gets servers of its own
+      say(m.name + " exited with status " + std::to_string(*m.code) + "; elastic: the next generation gets new servers");
+      return true;
+    }
     elastic_->mark_lost(c->id);
     if (!elastic_failure_) elastic_failure_ = *m.code;
     if (restarts_left_ > 0) {
@@ -190,6 +197,21 @@ class Cluster {
       elastic_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     }
     return true;
+  }
+
+  // Elastic with servers: they keep nothing between rounds (the workers hold the model), so every generation gets
+  // servers of its own, started here once the workers have published it, with its size and rendezvous root.
+  void follow_generations() {
+    if (!elastic_ || o_.servers == 0) return;
+    const auto g = elastic_->latest();
+    if (!g || g->number <= servers_generation_) return;
+    servers_generation_ = g->number;
+    const std::map<std::string, std::string> contract = {{"COMMSCHED_NUM_WORKERS", std::to_string(g->workers)},
+                                                         {"COMMSCHED_ROOT_PORT", std::to_string(g->root_port)},
+                                                         {"COMMSCHED_GENERATION", std::to_string(g->number)}};
+    for (int s = 0; s < o_.servers; ++s) spawn("server", s, false, contract);
+    say("elastic: generation " + std::to_string(g->number) + " of " + std::to_string(g->workers) +
+        " worker(s): started its " + std::to_string(o_.servers) + " server(s)");
   }
 
   // The run's result once every process has exited: elastic, failures that were absorbed do not count, unless the
@@ -229,6 +251,7 @@ class Cluster {
         if (ev->kind == LinkEvent::Kind::all_workers_done) all_workers_done = true;
         if (ev->kind == LinkEvent::Kind::all_done) return 0;  // node 0: every node finished
       }
+      follow_generations();
       if (auto bad = reap()) {
         say(bad->first + here() + " exited with status " + std::to_string(bad->second) + "; tearing down the cluster");
         if (link_) link_->abort(bad->first + " exited with status " + std::to_string(bad->second));
@@ -281,6 +304,7 @@ class Cluster {
   std::unique_ptr<ElasticStore> elastic_;  // elastic runs only
   int next_elastic_id_ = 0;
   int restarts_left_ = 0;
+  int servers_generation_ = 0;             // the generation whose servers run
   std::optional<int> elastic_failure_;     // the first absorbed failure's code
   std::optional<std::chrono::steady_clock::time_point> elastic_deadline_;  // stopped below the minimum
 };
@@ -298,9 +322,6 @@ int launch_local_cluster(const LaunchOptions& opts) {
   if (opts.nnodes > 1 && opts.root.empty())
     throw InvalidArgument("launch: --nnodes " + std::to_string(opts.nnodes) + " needs --root HOST:PORT (node 0's "
                           "address and a free port, the same on every node)");
-  if (opts.min_workers > 0 && opts.servers > 0)
-    throw InvalidArgument("launch: --min-workers (elastic training) runs on Gloo: use -s 0 (a parameter server "
-                          "expects a fixed set of workers)");
   if (opts.min_workers > 0 && opts.nnodes > 1)
     throw InvalidArgument("launch: --min-workers (elastic training) runs on one node; got --nnodes " +
                           std::to_string(opts.nnodes));

@@ -6,7 +6,8 @@
 // or a node's launcher disappears, every node tears its processes down and launch returns non-zero.
 // Elastic (min_workers > 0, one node): the launcher serves the job's membership store (COMMSCHED_ELASTIC_STORE), a
 // worker that fails is marked lost there instead of ending the run, a failed worker is started again as a joiner
-// while `restarts` allow, and the run fails only when fewer than min_workers remain.
+// while `restarts` allow, and the run fails only when fewer than min_workers remain. Parameter servers keep nothing
+// between rounds: each generation the workers form gets servers of its own (a failed server is not the end either).
 #pragma once
 
 #include <map>

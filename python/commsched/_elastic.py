@@ -5,7 +5,8 @@ An elastic job has a membership store (COMMSCHED_ELASTIC_STORE: `commsched launc
 goes through *generations*: the launcher's ranks are generation 0; when a worker is lost, the survivors form
 generation g+1 over the store, and a worker started later (a joiner) is let in at the survivors' next commit. Each
 generation gets new ranks 0..n-1, a new rendezvous root (its rank 0) and COMMSCHED_GENERATION=g, which is part of
-every rendezvous key, so nothing of an earlier generation is ever read again.
+every rendezvous key, so nothing of an earlier generation is ever read again. With parameter servers, the launcher
+starts each generation's servers once the generation is published (it reads "gen/G/size" and "gen/G/port").
 
 Forming generation g+1 (store keys under PREFIX):
 - every survivor takes a number with add("gen/G/count", 1) and registers under "gen/G/reg/NUMBER";
@@ -170,6 +171,9 @@ class Membership:
             record = {"members": members, "joins": joins,
                       "root": [self.host, _free_port("127.0.0.1" if self.host == "127.0.0.1" else "0.0.0.0")]}
         self.store.set(self._key("gen", g, "members"), json.dumps(record).encode())
+        if "members" in record:  # for the launcher, which starts the generation's parameter servers
+            self.store.set(self._key("gen", g, "size"), str(len(members)).encode())
+            self.store.set(self._key("gen", g, "port"), str(record["root"][1]).encode())
         self.store.set(self._key("current"), str(g).encode())
 
     def _admit_joiners(self, members):

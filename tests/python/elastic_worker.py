@@ -1,7 +1,8 @@
 """An elastic training script (Horovod's API) for tests/python/test_elastic.py, run under `commsched launch
 --min-workers`. Trains a small model on a fixed global batch per step (each rank its slice of the current size) and
 commits after every step; a victim (the worker whose launcher id is ELASTIC_VICTIM) dies (ELASTIC_FAULT=kill) or
-freezes (ELASTIC_FAULT=stop; ELASTIC_FAULT=mismatch: every worker sums a tensor whose size differs by rank) in the middle of step ELASTIC_FAULT_STEP, after its backward, while the others wait for
+freezes (ELASTIC_FAULT=stop), or kills this run's parameter servers (ELASTIC_FAULT=kill-servers), or every worker sums
+a tensor whose size differs by rank (ELASTIC_FAULT=mismatch), in the middle of step ELASTIC_FAULT_STEP, after its backward, while the others wait for
 its gradients. Each worker that finishes writes OUT/model.<id>.pt and prints its final rank and size.
 
 For bench/torch/elastic_recovery.py: rank 0 prints "first step at T" (wall clock) when each call of the training
@@ -35,10 +36,25 @@ def fault_here(state):
         return
     print(f"worker {os.environ['COMMSCHED_ELASTIC_ID']}: {os.environ['ELASTIC_FAULT']} at step {state.step} "
           f"({time.time():.3f})", flush=True)
+    if os.environ["ELASTIC_FAULT"] == "kill-servers":  # this run's parameter servers, found by their store address
+        kill_servers()
+        return
     if os.environ["ELASTIC_FAULT"] == "stop":  # the test resumes it (SIGCONT) once the others have finished
         with open(os.path.join(os.environ["ELASTIC_OUT"], "frozen.pid"), "w") as f:
             f.write(str(os.getpid()))
     os.kill(os.getpid(), signal.SIGKILL if os.environ["ELASTIC_FAULT"] == "kill" else signal.SIGSTOP)
+
+
+def kill_servers():
+    mine = ("COMMSCHED_ELASTIC_STORE=" + os.environ["COMMSCHED_ELASTIC_STORE"]).encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if mine in env and b"COMMSCHED_ROLE=server" in env:
+            os.kill(int(pid), signal.SIGKILL)
 
 
 def wait_for_joiners(state):

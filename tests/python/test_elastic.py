@@ -1,4 +1,5 @@
-"""Elastic training (Horovod's hvd.elastic API) under `commsched launch --min-workers` on Gloo: a killed or frozen
+"""Elastic training (Horovod's hvd.elastic API) under `commsched launch --min-workers`, on Gloo and on the parameter
+server (fresh servers for each generation, a lost server replaced too): a killed or frozen
 worker is left behind and the survivors finish the run, with parameters equal across them and equal (to rounding) to
 those of a run that lost nobody; below the minimum every process stops with an error that says so; a worker started
 again joins at the next commit and receives the state; torchrun's --max-restarts meets in a new generation. Also the
@@ -21,11 +22,13 @@ from torch_cluster import (HERE, PYTHON, child_env, commsched_bin, free_port_pai
 WORKER = HERE / "elastic_worker.py"
 
 
-def elastic_launch(out, workers=4, min_workers=2, extra=(), env=None, timeout=150):
-    cmd = [commsched_bin(), "launch", "-w", str(workers), "-s", "0", "--min-workers", str(min_workers), *extra,
+def elastic_launch(out, workers=4, min_workers=2, extra=(), env=None, timeout=150, servers=0):
+    cmd = [commsched_bin(), "launch", "-w", str(workers), "-s", str(servers), "--min-workers", str(min_workers), *extra,
            "--", PYTHON, str(WORKER), "--out", str(out)]
     # A worker killed inside a Gloo collective is noticed by the ranks waiting on it after COMMSCHED_TIMEOUT.
-    full = {"COMMSCHED_BACKEND": "gloo", "COMMSCHED_TIMEOUT": "5", **(env or {})}
+    full = {"COMMSCHED_TIMEOUT": "5", **(env or {})}
+    if servers == 0:
+        full["COMMSCHED_BACKEND"] = "gloo"
     return run_process(cmd, child_env(full), timeout)
 
 
@@ -62,6 +65,25 @@ def test_a_killed_worker_is_left_behind_and_the_others_finish(tmp_path, referenc
     assert "worker 2 exited with status 137; elastic: 3 worker(s) remain" in log, log
     assert "generation 1 formed with 3 worker(s)" in log, log
     assert_survivors(results(tmp_path), ["0", "1", "3"], 3, reference, log)
+
+
+def test_on_the_parameter_server_each_generation_gets_fresh_servers(tmp_path, reference):
+    """The servers keep nothing between rounds: they stop with the broken group, and the launcher starts new ones for
+    the survivors' generation (its size, its root)."""
+    rc, log = elastic_launch(tmp_path, servers=2,
+                             env={"ELASTIC_VICTIM": "1", "ELASTIC_FAULT": "kill", "ELASTIC_FAULT_STEP": "6"})
+    assert rc == 0, log
+    assert "elastic: generation 1 of 3 worker(s): started its 2 server(s)" in log, log
+    assert_survivors(results(tmp_path), ["0", "2", "3"], 3, reference, log)
+
+
+def test_a_lost_parameter_server_is_replaced_too(tmp_path, reference):
+    rc, log = elastic_launch(tmp_path, servers=1,
+                             env={"ELASTIC_VICTIM": "3", "ELASTIC_FAULT": "kill-servers", "ELASTIC_FAULT_STEP": "6"})
+    assert rc == 0, log
+    assert "server 0 exited with status 137; elastic: the next generation gets new servers" in log, log
+    assert "generation 1 formed with 4 worker(s)" in log, log
+    assert_survivors(results(tmp_path), ["0", "1", "2", "3"], 4, reference, log)
 
 
 def test_rank_zero_can_be_lost_too(tmp_path, reference):
@@ -127,9 +149,10 @@ def test_a_restarted_worker_joins_at_the_next_commit_and_gets_the_state(tmp_path
     assert_survivors(results(tmp_path), ["0", "1", "3", "4"], 4, reference, log)
 
 
-def test_workers_added_at_start_join_at_the_first_commit(tmp_path, reference):
+@pytest.mark.parametrize("servers", [0, 1], ids=["gloo", "ps"])
+def test_workers_added_at_start_join_at_the_first_commit(tmp_path, reference, servers):
     rc, log = elastic_launch(tmp_path, workers=3, extra=["--join-workers", "1", "--max-workers", "4"],
-                             env={"ELASTIC_WAIT_FOR_SIZE": "4"})
+                             env={"ELASTIC_WAIT_FOR_SIZE": "4"}, servers=servers)
     assert rc == 0, log
     assert "generation 1 formed with 4 worker(s) (was 3; workers joined)" in log, log
     assert_survivors(results(tmp_path), ["0", "1", "2", "3"], 4, reference, log)
@@ -158,9 +181,6 @@ def test_launch_refuses_elastic_settings_without_a_minimum():
     out = subprocess.run([commsched_bin(), "launch", "-w", "2", "-s", "0", "--min-workers", "3", "--max-workers", "2",
                           "--", "true"], capture_output=True, text=True, timeout=30)
     assert out.returncode != 0 and "--min-workers 3 is above --max-workers 2" in out.stderr, out.stderr
-    out = subprocess.run([commsched_bin(), "launch", "-w", "2", "-s", "1", "--min-workers", "1", "--", "true"],
-                         capture_output=True, text=True, timeout=30)
-    assert out.returncode != 0 and "runs on Gloo: use -s 0" in out.stderr, out.stderr
 
 
 def test_states_commit_restore_and_the_sampler_in_one_process(tmp_path):
