@@ -51,6 +51,18 @@ OptionTable<ClusterEnv> build_cluster_table() {
   t.bind("timeout", "COMMSCHED_TIMEOUT", [](E& e) -> double& { return e.timeout_s; }, duration_value(),
          "silence from a peer before it is declared dead (positive; with heartbeats and polling a hung peer is caught "
          "within 10 s of the default; raise it on a congested fabric, where TCP can stall a flow for seconds)");
+  t.bind("generation", "COMMSCHED_GENERATION", [](E& e) -> int& { return e.generation; }, int_value(0, kMany),
+         "which membership of an elastic job this is (torchrun: TORCHELASTIC_RESTART_COUNT); part of every "
+         "rendezvous key, so a re-formed group never reads an earlier one's");
+  t.bind("min_workers", "COMMSCHED_MIN_WORKERS", [](E& e) -> int& { return e.min_workers; }, int_value(0, kMany),
+         "elastic training: below this many workers every process exits with an error (0: not elastic; "
+         "`commsched launch --min-workers` sets it)");
+  t.bind("max_workers", "COMMSCHED_MAX_WORKERS", [](E& e) -> int& { return e.max_workers; }, int_value(0, kMany),
+         "elastic training: at most this many workers; later joiners wait for a place (0: no bound)");
+  t.bind("elastic_store", "COMMSCHED_ELASTIC_STORE", [](E& e) -> std::string& { return e.elastic_store; },
+         text_value("HOST:PORT; empty: none"),
+         "elastic training: the membership store that outlives every worker (`commsched launch --min-workers` "
+         "serves one); without it a lost worker ends the job");
   return t;
 }
 
@@ -214,6 +226,9 @@ void ClusterEnv::validate() const {
     throw InvalidArgument("COMMSCHED_LOCAL_RANK=" + std::to_string(local_rank) + " is invalid: must be in [0, " +
                           std::to_string(local_size) + ")");
   if (timeout_s <= 0) throw InvalidArgument("COMMSCHED_TIMEOUT must be positive");
+  if (max_workers > 0 && min_workers > max_workers)
+    throw InvalidArgument("COMMSCHED_MIN_WORKERS=" + std::to_string(min_workers) + " is above COMMSCHED_MAX_WORKERS=" +
+                          std::to_string(max_workers));
 }
 
 std::string ClusterEnv::describe() const {

@@ -14,6 +14,10 @@
 //   COMMSCHED_LOCAL_RANK / COMMSCHED_LOCAL_SIZE   position among the workers of this host (defaults: rank / workers)
 //   COMMSCHED_TIMEOUT       seconds without word from a peer before it is declared dead (default 8: with heartbeat
 //                           and polling granularity a hung peer is then caught within 10 s, as the issue requires)
+//   COMMSCHED_GENERATION    which membership of an elastic job this is (default 0; torchrun: TORCHELASTIC_RESTART_COUNT):
+//                           part of every rendezvous key, so a re-formed group never reads an earlier one's keys
+//   COMMSCHED_MIN_WORKERS / COMMSCHED_MAX_WORKERS / COMMSCHED_ELASTIC_STORE   elastic training (python/commsched/
+//                           _elastic.py): the bounds on the workers, and the membership store that outlives any worker
 //
 // Launchers' variables fill what no COMMSCHED_* variable sets, in ONE precedence order (comm_backends/launcher_env.h
 // reads each launcher):
@@ -53,6 +57,10 @@ struct ClusterEnv {
   int local_rank = 0;
   int local_size = 1;
   double timeout_s = 8.0;
+  int generation = 0;
+  int min_workers = 0;        // elastic: fewer workers than this end the job (0: not elastic)
+  int max_workers = 0;        // elastic: joiners beyond this wait (0: no bound)
+  std::string elastic_store;  // elastic: HOST:PORT of the membership store (`commsched launch --min-workers` serves it)
 
   static ClusterEnv from_env();
   // What from_env() detects and derives, field by field with its source, for `commsched env`; throws as it does.

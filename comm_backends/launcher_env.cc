@@ -140,6 +140,8 @@ std::optional<LauncherView> torchrun_view(bool server) {
     const int64_t port = parse_int("MASTER_PORT", *m, 1, 65534) + 1;
     v.fields["root_port"] = {std::to_string(port), "MASTER_PORT", "MASTER_PORT + 1"};
   }
+  // Each restart of torchrun's agent is a new membership: its rendezvous keys must not meet the last one's.
+  put(v, "generation", setting_of("TORCHELASTIC_RESTART_COUNT"));
   if (v.fields.empty()) return std::nullopt;
   if (env_value("TORCHELASTIC_RUN_ID")) v.parent = "torchrun's agent (TORCHELASTIC_RUN_ID)";
   else if (env_value("RAY_RAYLET_PID")) v.parent = "the Ray node (RAY_RAYLET_PID: a Ray worker)";

@@ -20,7 +20,7 @@
 namespace commsched::collective {
 namespace {
 
-enum class StoreOp : uint8_t { set = 1, get = 2 };
+enum class StoreOp : uint8_t { set = 1, get = 2, add = 3 };
 
 std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
@@ -131,6 +131,12 @@ std::string TcpStoreServer::handle(const std::string& request) {
     auto it = data_.find(key);
     w.put<uint8_t>(it != data_.end());
     if (it != data_.end()) w.put_string(it->second);
+  } else if (op == StoreOp::add) {
+    const int64_t delta = r.get<int64_t>();
+    std::string& value = data_[key];
+    const int64_t sum = (value.empty() ? 0 : std::stoll(value)) + delta;
+    value = std::to_string(sum);
+    w.put<int64_t>(sum);
   } else {
     throw std::runtime_error("rendezvous store: unknown operation");
   }
@@ -174,6 +180,16 @@ bool TcpStoreClient::lookup(const std::string& key, std::string* value) {
 
 bool TcpStoreClient::contains(const std::string& key) { return lookup(key, nullptr); }
 
+int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
+  ByteWriter w;
+  w.put<uint8_t>(static_cast<uint8_t>(StoreOp::add));
+  w.put_string(key);
+  w.put<int64_t>(delta);
+  const std::string reply = round_trip(w.take_frame());
+  ByteReader r(reply, where_);
+  return r.get<int64_t>();
+}
+
 std::string TcpStoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto backoff = std::chrono::microseconds(200);
@@ -189,7 +205,8 @@ std::string TcpStoreClient::get(const std::string& key, std::chrono::millisecond
   return value;
 }
 
-Rendezvous::Rendezvous(const ClusterEnv& env, std::string scope) : scope_(std::move(scope)) {
+Rendezvous::Rendezvous(const ClusterEnv& env, std::string scope)
+    : scope_(env.generation == 0 ? std::move(scope) : scope + "gen" + std::to_string(env.generation) + "/") {
   const std::string secret = ClusterAuth::from_env().secret_for(env.root_addr);  // the store binds the root address
   if (env.rank == 0) server_ = std::make_unique<TcpStoreServer>(env.root_addr, env.root_port, secret);
   // Workers may start well before rank 0; give them several timeouts to find it.

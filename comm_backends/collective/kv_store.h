@@ -69,6 +69,9 @@ class TcpStoreClient : public KvStore {
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   bool contains(const std::string& key) override;
+  // Adds `delta` to the integer stored at `key` (absent: 0) in one step of the server and returns the sum: how
+  // several processes take distinct numbers (elastic registration) without a race.
+  int64_t add(const std::string& key, int64_t delta);
 
  private:
   // One request/response; false result means "not found".
@@ -81,7 +84,8 @@ class TcpStoreClient : public KvStore {
 };
 
 // The store every rank of a collective backend uses: rank 0 also owns the server. Keys are prefixed with `scope` so two
-// backends (or two test cases) sharing a root port do not collide.
+// backends (or two test cases) sharing a root port do not collide; an elastic job's later generations
+// (ClusterEnv::generation) add "genN/", so a re-formed group never reads the keys of an earlier one.
 class Rendezvous {
  public:
   Rendezvous(const ClusterEnv& env, std::string scope);

@@ -133,12 +133,20 @@ void GlooBackend::execute(std::span<const PartitionView> group, GroupDone done) 
     done(Status::Ok());
     return;
   }
-  if (group.size() > 1) {
-    execute_fused(group);
-  } else {
-    const PartitionView& p = group.front();
-    if (p.task->op == Op::broadcast) broadcast(p.data(), p.bytes, p.task->root);
-    else allreduce(p.data(), p.task->dtype, p.elements());
+  try {
+    if (group.size() > 1) {
+      execute_fused(group);
+    } else {
+      const PartitionView& p = group.front();
+      if (p.task->op == Op::broadcast) broadcast(p.data(), p.bytes, p.task->root);
+      else allreduce(p.data(), p.task->dtype, p.elements());
+    }
+  } catch (...) {
+    // A failed collective leaves the mesh unusable. Closing it ends the collective at once on the ranks that wait
+    // on this one (in a ring, a rank waits on its neighbour, not on the rank that died), so every rank learns of the
+    // loss within moments instead of after Gloo's timeout.
+    context_->closeConnections();
+    throw;
   }
   done(Status::Ok());
 }

@@ -31,6 +31,19 @@ void add_launch_subcommand(CLI::App& app) {
   sub->add_option("--bind", opts->bind, "address or interface this node's processes bind (default: 127.0.0.1 on "
                                         "one node, else the address that reaches the root)");
   sub->add_option("--join-timeout", opts->join_timeout_s, "seconds to wait for every node's launcher (default 120)");
+  sub->add_option("--min-workers", opts->min_workers,
+                  "elastic training: a failed worker no longer ends the run; the survivors continue until fewer than "
+                  "this many remain (one node only)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-workers", opts->max_workers, "elastic training: at most this many workers at once")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--restarts", opts->restarts,
+                  "elastic training: start a failed worker again, up to this many times in all; it joins the "
+                  "survivors at their next commit")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--join-workers", opts->join_workers,
+                  "elastic training: start this many more workers as joiners; they join at the first commit")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("command", opts->command, "worker command, after --")->required()->expected(-1);
   sub->callback([opts] {
     int rc = 2;

@@ -14,6 +14,7 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/transport.h"
+#include "plugins/launch/elastic_store.h"
 #include "plugins/launch/node_link.h"
 #include "plugins/launch/process_group.h"
 #include "plugins/launch/run_keys.h"
@@ -25,6 +26,8 @@ namespace {
 struct Child {
   size_t member = 0;  // index in the process group
   bool worker = false;
+  int local = 0;       // this node's worker (or server) index
+  std::string id;      // elastic: COMMSCHED_ELASTIC_ID
 };
 
 void say(const std::string& line) { std::fprintf(stderr, "[commsched launch] %s\n", line.c_str()); }
@@ -74,8 +77,10 @@ class Cluster {
       const std::map<std::string, std::string> auth = run_auth_env();
       env_.insert(auth.begin(), auth.end());
     }
+    if (o_.min_workers > 0) start_elastic();
     for (int s = 0; s < o_.servers; ++s) spawn("server", s);
     for (int w = 0; w < o_.workers; ++w) spawn("worker", w);
+    for (int j = 0; j < o_.join_workers; ++j) spawn("worker", o_.workers - 1, /*joiner=*/true);
     say("started " + std::to_string(o_.servers) + " server(s) and " + std::to_string(o_.workers) + " worker(s)" +
         (link_ ? " on node " + std::to_string(o_.node_rank) : std::string()) + ", rendezvous " + root_host_ + ":" +
         std::to_string(port_) + "; " + transport_note(o_.nnodes <= 1));
@@ -85,6 +90,17 @@ class Cluster {
   }
 
  private:
+  // Elastic: the membership store, and what every worker must know of it.
+  void start_elastic() {
+    auto own = env_.find("COMMSCHED_SECRET");
+    const std::string secret = own != env_.end() ? own->second : ClusterAuth::from_env().secret_for("127.0.0.1");
+    elastic_ = std::make_unique<ElasticStore>(secret);
+    restarts_left_ = o_.restarts;
+    env_["COMMSCHED_ELASTIC_STORE"] = elastic_->address();
+    env_["COMMSCHED_MIN_WORKERS"] = std::to_string(o_.min_workers);
+    env_["COMMSCHED_MAX_WORKERS"] = std::to_string(o_.max_workers);
+  }
+
   // The environment contract of this node's `local`-th worker or server.
   std::map<std::string, std::string> child_env(bool worker, int local) const {
     const int per_node = worker ? o_.workers : o_.servers;
@@ -106,27 +122,101 @@ class Cluster {
     return env;
   }
 
-  void spawn(const std::string& role, int rank) {
+  // joiner: an elastic worker started again, which waits for the survivors' next commit to join them.
+  // overrides: contract variables of an elastic generation's servers.
+  void spawn(const std::string& role, int local, bool joiner = false,
+             const std::map<std::string, std::string>& overrides = {}) {
     const bool worker = role == "worker";
     std::vector<std::string> argv = worker ? o_.command : o_.server_args;
     const std::string exe = worker ? o_.command.front() : (o_.server_exe.empty() ? "/proc/self/exe" : o_.server_exe);
     if (!worker) argv.insert(argv.begin(), exe);
-    const std::map<std::string, std::string> env = child_env(worker, rank);
-    rank = std::stoi(env.at("COMMSCHED_RANK"));
+    std::map<std::string, std::string> env = child_env(worker, local);
+    for (const auto& [k, v] : overrides) env[k] = v;
+    const int rank = std::stoi(env.at("COMMSCHED_RANK"));
+    std::string id;
+    if (elastic_ && worker) {
+      id = std::to_string(next_elastic_id_++);
+      env["COMMSCHED_ELASTIC_ID"] = id;
+      if (joiner) env["COMMSCHED_ELASTIC_JOIN"] = "1";
+    }
     if (!group_) group_.emplace(old_mask_, "commsched launch");  // children start with the caller's signal mask
-    const size_t at = group_->spawn(ProcessSpec{role + " " + std::to_string(rank), argv, env, ""});
-    children_.push_back(Child{at, worker});
+    const std::string name = joiner ? "worker (joiner " + id + ")" : role + " " + std::to_string(rank);
+    const size_t at = group_->spawn(ProcessSpec{name, argv, env, ""});
+    children_.push_back(Child{at, worker, local, id});
   }
 
-  // Reaps exited children; returns the first non-zero exit seen (if any).
+  // Reaps exited children; returns the first non-zero exit seen (if any) that ends the run.
   std::optional<std::pair<std::string, int>> reap() {
     std::optional<std::pair<std::string, int>> bad;
     for (size_t i : group_->reap()) {
       const ProcessState& m = group_->members()[i];
-      if (*m.code != 0 && !bad) bad = std::make_pair(m.name, *m.code);
+      if (*m.code != 0 && !absorbed(i) && !bad) bad = std::make_pair(m.name, *m.code);
     }
     return bad;
   }
+
+  const Child* child_at(size_t member) const {
+    for (const Child& c : children_)
+      if (c.member == member) return &c;
+    return nullptr;
+  }
+
+  int alive_workers() const {
+    int n = 0;
+    for (const Child& c : children_) n += c.worker && !group_->members()[c.member].code;
+    return n;
+  }
+
+  // Elastic: a failed worker the others can do without (marked lost for them; started again while restarts allow).
+  // Below the minimum the workers are told to give up, and the run fails once they have (or after a grace).
+  bool absorbed(size_t member) {
+    const Child* c = child_at(member);
+    if (!elastic_ || !c) return false;
+    const ProcessState& m = group_->members()[member];
+    if (!c->worker) {  // its workers re-form, and their next generation gets servers of its own
+      say(m.name + " exited with status " + std::to_string(*m.code) + "; elastic: the next generation gets new servers");
+      return true;
+    }
+    elastic_->mark_lost(c->id);
+    if (!elastic_failure_) elastic_failure_ = *m.code;
+    if (restarts_left_ > 0) {
+      --restarts_left_;
+      say(m.name + " exited with status " + std::to_string(*m.code) + "; elastic: starting it again as a joiner (" +
+          std::to_string(restarts_left_) + " restart(s) left)");
+      spawn("worker", c->local, /*joiner=*/true);
+      return true;
+    }
+    const int alive = alive_workers();
+    say(m.name + " exited with status " + std::to_string(*m.code) + "; elastic: " + std::to_string(alive) +
+        " worker(s) remain (minimum " + std::to_string(o_.min_workers) + ")");
+    if (alive < o_.min_workers && !elastic_deadline_) {
+      const std::string why = "fewer workers than the minimum remain (" + std::to_string(alive) + " < " +
+                              std::to_string(o_.min_workers) + ", --min-workers)";
+      elastic_->abort(why);
+      say(why + "; stopping the run");
+      elastic_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    }
+    return true;
+  }
+
+  // Elastic with servers: they keep nothing between rounds (the workers hold the model), so every generation gets
+  // servers of its own, started here once the workers have published it, with its size and rendezvous root.
+  void follow_generations() {
+    if (!elastic_ || o_.servers == 0) return;
+    const auto g = elastic_->latest();
+    if (!g || g->number <= servers_generation_) return;
+    servers_generation_ = g->number;
+    const std::map<std::string, std::string> contract = {{"COMMSCHED_NUM_WORKERS", std::to_string(g->workers)},
+                                                         {"COMMSCHED_ROOT_PORT", std::to_string(g->root_port)},
+                                                         {"COMMSCHED_GENERATION", std::to_string(g->number)}};
+    for (int s = 0; s < o_.servers; ++s) spawn("server", s, false, contract);
+    say("elastic: generation " + std::to_string(g->number) + " of " + std::to_string(g->workers) +
+        " worker(s): started its " + std::to_string(o_.servers) + " server(s)");
+  }
+
+  // The run's result once every process has exited: elastic, failures that were absorbed do not count, unless the
+  // run was stopped below the minimum.
+  int finished_code() const { return elastic_deadline_ ? (elastic_failure_ ? *elastic_failure_ : 1) : 0; }
 
   bool all_exited(bool workers_only) const {
     for (const Child& c : children_)
@@ -161,6 +251,7 @@ class Cluster {
         if (ev->kind == LinkEvent::Kind::all_workers_done) all_workers_done = true;
         if (ev->kind == LinkEvent::Kind::all_done) return 0;  // node 0: every node finished
       }
+      follow_generations();
       if (auto bad = reap()) {
         say(bad->first + here() + " exited with status " + std::to_string(bad->second) + "; tearing down the cluster");
         if (link_) link_->abort(bad->first + " exited with status " + std::to_string(bad->second));
@@ -171,8 +262,13 @@ class Cluster {
         sent_workers_done = true;
         link_->workers_done();
       }
+      if (elastic_deadline_ && std::chrono::steady_clock::now() > *elastic_deadline_ && !all_exited(false)) {
+        say("workers still running 20 s after the run was stopped below the minimum; tearing down");
+        teardown(SIGTERM);
+        return finished_code();
+      }
       if (all_exited(false)) {
-        if (!link_) return 0;
+        if (!link_) return finished_code();
         if (!sent_done) {
           sent_done = true;
           link_->done();
@@ -205,6 +301,12 @@ class Cluster {
   int port_ = 0;
   std::optional<ProcessGroup> group_;  // created at the first spawn, once old_mask_ is known
   std::vector<Child> children_;
+  std::unique_ptr<ElasticStore> elastic_;  // elastic runs only
+  int next_elastic_id_ = 0;
+  int restarts_left_ = 0;
+  int servers_generation_ = 0;             // the generation whose servers run
+  std::optional<int> elastic_failure_;     // the first absorbed failure's code
+  std::optional<std::chrono::steady_clock::time_point> elastic_deadline_;  // stopped below the minimum
 };
 
 }  // namespace
@@ -220,6 +322,15 @@ int launch_local_cluster(const LaunchOptions& opts) {
   if (opts.nnodes > 1 && opts.root.empty())
     throw InvalidArgument("launch: --nnodes " + std::to_string(opts.nnodes) + " needs --root HOST:PORT (node 0's "
                           "address and a free port, the same on every node)");
+  if (opts.min_workers > 0 && opts.nnodes > 1)
+    throw InvalidArgument("launch: --min-workers (elastic training) runs on one node; got --nnodes " +
+                          std::to_string(opts.nnodes));
+  if ((opts.max_workers > 0 || opts.restarts > 0 || opts.join_workers > 0) && opts.min_workers == 0)
+    throw InvalidArgument("launch: --max-workers, --restarts and --join-workers are elastic settings: set "
+                          "--min-workers too");
+  if (opts.max_workers > 0 && opts.min_workers > opts.max_workers)
+    throw InvalidArgument("launch: --min-workers " + std::to_string(opts.min_workers) + " is above --max-workers " +
+                          std::to_string(opts.max_workers));
   return Cluster(opts).run();
 }
 

@@ -4,6 +4,10 @@
 // (root HOST:PORT, see node_link.h), the cluster's rendezvous is HOST:PORT+1, and node i's workers get global ranks
 // i*W .. i*W+W-1 (servers likewise). Ctrl-C (or SIGTERM) is forwarded; when any process on any node exits non-zero,
 // or a node's launcher disappears, every node tears its processes down and launch returns non-zero.
+// Elastic (min_workers > 0, one node): the launcher serves the job's membership store (COMMSCHED_ELASTIC_STORE), a
+// worker that fails is marked lost there instead of ending the run, a failed worker is started again as a joiner
+// while `restarts` allow, and the run fails only when fewer than min_workers remain. Parameter servers keep nothing
+// between rounds: each generation the workers form gets servers of its own (a failed server is not the end either).
 #pragma once
 
 #include <map>
@@ -30,6 +34,11 @@ struct LaunchOptions {
   // Set in every child on every node (node 0's entries are sent to the others when the run starts): the place for
   // per-run settings that all nodes must share.
   std::map<std::string, std::string> extra_env;
+  // Elastic training (python/commsched/_elastic.py): 0 = off.
+  int min_workers = 0;
+  int max_workers = 0;               // 0: no bound
+  int restarts = 0;                  // failed workers started again (each joins at the survivors' next commit)
+  int join_workers = 0;              // workers started at once as joiners: let in at the first commit
 };
 
 // Runs the cluster to completion. Returns 0 when every process exited 0, else the first failing process's exit code

@@ -19,6 +19,7 @@
 #include "comm_backends/launcher_env.h"
 #include "plugins/api/live_tuner.h"
 #include "plugins/api/option_catalogue.h"
+#include "plugins/python/bind_elastic.h"
 #include "scheduler/completion_waiter.h"
 #include "scheduler/policy_factory.h"
 #include "scheduler/task.h"
@@ -303,6 +304,7 @@ PYBIND11_MODULE(_C, m) {
   // BytePS's DMLC_ROLE=scheduler: init() prints it and exits 0 (commsched runs no scheduler); empty otherwise.
   m.def("scheduler_role_notice", &scheduler_role_notice);
   m.def("explain_env", &ClusterEnv::explain_env, "the launcher detected and the cluster contract derived from it");
+  bind_elastic(m);
 
   // The registries, so Python keeps no list of its own: init() keywords are option names, the flush rule asks the
   // policy registry.

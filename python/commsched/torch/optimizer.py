@@ -489,6 +489,27 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.flush()
         return super(self.__class__, self).state_dict()
 
+    # ---- elastic training (commsched.torch.elastic) ----
+    def forget_inflight(self):
+        """The group broke mid-step: gradients submitted to it will never be reduced, so they are dropped, not
+        applied (the state rolls back to its last commit anyway)."""
+        self._inflight.clear()
+        self._pending_update.clear()
+        self._deferred_zero.clear()
+        self._group_ready.clear()
+        self._synchronized = False
+        self._backward_done_sent = False
+        self._completed_pass = False
+        for p in self._params:
+            self._passes_left[p] = self._passes_per_step
+            p.grad = None
+
+    def rejoin(self):
+        """The group was formed again (a new Context): tells it the model, as the constructor told the first."""
+        self.forget_inflight()
+        self._context().set_model([p.numel() * p.element_size() for p in self._params])
+        self._watch_backward_times(self._context())
+
     # ---- cross-iteration updates ----
     def _apply_pending(self, params):
         if not params:

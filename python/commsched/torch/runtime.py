@@ -10,11 +10,12 @@ import threading
 
 import torch
 
-from commsched import _C
+from commsched import _C, _elastic
 from commsched._runtime_core import env_flag  # noqa: F401  (one parser of 0/1 flags for both frameworks)
 
 _lock = threading.Lock()
 _ctx = None
+_init_args = None           # init()'s arguments, for the Context of an elastic job's next generation
 _names_by_key = {}
 _WAIT_SLICE_S = 0.2
 
@@ -71,7 +72,7 @@ def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **o
     `comm` is accepted for Horovod compatibility and ignored. process_sets: Horovod's static process sets (a list of
     ProcessSet), set up here on every rank. Calling init() twice is harmless.
     """
-    global _ctx
+    global _ctx, _init_args
     del comm
     notice = _C.scheduler_role_notice()
     if notice:  # a BytePS job file's scheduler process: commsched has none to run
@@ -80,6 +81,8 @@ def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **o
     with _lock:
         if _ctx is not None:
             return
+        _init_args = dict(policy=policy, backend=backend, tune=tune, **options)
+        _elastic.start()  # an elastic job's worker: its rank in the current membership (a joiner waits for one)
         engine = _split_options(options)
         if policy is not None:
             engine["policy"] = str(policy)
@@ -90,6 +93,14 @@ def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **o
     atexit.register(shutdown)
     from commsched.torch import process_sets as _ps  # the sets need the global context
     _ps.setup(process_sets)
+
+
+def restart_for_membership():
+    """An elastic job re-formed: the Context of the new generation (its ranks and rendezvous are in the environment,
+    set by commsched._elastic), made with init()'s arguments. Only the global process set survives."""
+    shutdown()
+    args = dict(_init_args or {})
+    init(**args)
 
 
 def shutdown():

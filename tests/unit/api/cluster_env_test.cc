@@ -33,7 +33,8 @@ class Env {
                           "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",
                           "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK",
                           "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                          "OMPI_MCA_ess_base_jobid"})
+                          "OMPI_MCA_ess_base_jobid", "TORCHELASTIC_RESTART_COUNT", "COMMSCHED_GENERATION",
+                          "COMMSCHED_MIN_WORKERS", "COMMSCHED_MAX_WORKERS", "COMMSCHED_ELASTIC_STORE"})
       unsetenv(k);
   }
 };
@@ -50,6 +51,35 @@ TEST(ClusterEnv, TorchrunVariablesAreTheContract) {
   EXPECT_EQ(e.local_size, 2);
   EXPECT_EQ(e.root_addr, "10.1.2.3");
   EXPECT_EQ(e.root_port, 29501) << "torchrun's agent store holds MASTER_PORT";
+}
+
+// Each restart of torchrun's agent is a new generation: its rendezvous keys differ from the last one's.
+TEST(ClusterEnv, TorchrunRestartCountIsTheGeneration) {
+  {
+    Env env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RESTART_COUNT", "2"}});
+    EXPECT_EQ(ClusterEnv::from_env().generation, 2);
+  }
+  Env env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RESTART_COUNT", "2"}, {"COMMSCHED_GENERATION", "5"}});
+  EXPECT_EQ(ClusterEnv::from_env().generation, 5);
+}
+
+TEST(ClusterEnv, ElasticBoundsAreCheckedAndNamed) {
+  {
+    Env env({{"COMMSCHED_MIN_WORKERS", "2"}, {"COMMSCHED_MAX_WORKERS", "4"}, {"COMMSCHED_ELASTIC_STORE", "h:1"}});
+    const ClusterEnv e = ClusterEnv::from_env();
+    EXPECT_EQ(e.min_workers, 2);
+    EXPECT_EQ(e.max_workers, 4);
+    EXPECT_EQ(e.elastic_store, "h:1");
+  }
+  Env env({{"COMMSCHED_MIN_WORKERS", "5"}, {"COMMSCHED_MAX_WORKERS", "4"}});
+  try {
+    ClusterEnv::from_env();
+    FAIL() << "a minimum above the maximum was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("COMMSCHED_MIN_WORKERS=5 is above COMMSCHED_MAX_WORKERS=4"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ClusterEnv, CommschedNamesWinOverEveryLauncher) {

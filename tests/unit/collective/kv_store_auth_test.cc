@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "comm_backends/collective/kv_store.h"
 
@@ -53,4 +56,26 @@ TEST(KvStoreAuth, ClientWithoutTheSecretCannotReadOrWrite) {
 TEST(KvStoreAuth, MemberRefusesAStoreWithoutTheSecret) {
   TcpStoreServer server("127.0.0.1", 0);
   EXPECT_THROW(TcpStoreClient("127.0.0.1", server.port(), 2000ms, kSecret), std::runtime_error);
+}
+
+// add() is one step of the server: clients adding at once each get a distinct number (elastic registration).
+TEST(KvStore, AddGivesEveryClientADistinctNumber) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  constexpr int kClients = 4, kEach = 50;
+  std::vector<std::vector<int64_t>> got(kClients);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c)
+    threads.emplace_back([&, c] {
+      TcpStoreClient client("127.0.0.1", server.port(), 5000ms, kSecret);
+      for (int i = 0; i < kEach; ++i) got[c].push_back(client.add("count", 1));
+    });
+  for (auto& t : threads) t.join();
+  std::set<int64_t> all;
+  for (const auto& g : got) all.insert(g.begin(), g.end());
+  EXPECT_EQ(all.size(), size_t{kClients * kEach});
+  EXPECT_EQ(*all.begin(), 1);
+  EXPECT_EQ(*all.rbegin(), kClients * kEach);
+  TcpStoreClient reader("127.0.0.1", server.port(), 5000ms, kSecret);
+  EXPECT_EQ(reader.add("count", 0), kClients * kEach);
+  EXPECT_EQ(reader.get("count", 1000ms), std::to_string(kClients * kEach));
 }
