@@ -32,14 +32,19 @@ std::optional<std::vector<Straggler>> decode_stragglers(std::string_view text, i
   return out;
 }
 
-StragglerBoard::StragglerBoard(size_t sources, double warn_s, std::chrono::seconds repeat)
-    : by_source_(sources), warn_s_(warn_s), repeat_(repeat) {}
+StragglerBoard::StragglerBoard(size_t sources, double warn_s, std::chrono::seconds repeat, double keep_s)
+    : by_source_(sources), warn_s_(warn_s), repeat_(repeat), keep_s_(keep_s) {}
 
 std::vector<std::string> StragglerBoard::report(size_t source, std::vector<Straggler> lags, Clock::time_point now) {
   if (source >= by_source_.size()) return {};
-  by_source_[source] = std::move(lags);
+  auto& heard = by_source_[source];
+  for (const Straggler& s : lags) {
+    auto h = std::find_if(heard.begin(), heard.end(), [&](const Heard& e) { return e.lag.rank == s.rank; });
+    if (h == heard.end()) heard.push_back(Heard{s, now});
+    else *h = Heard{s, now};
+  }
   std::vector<std::string> lines;
-  for (const Straggler& s : by_source_[source]) {
+  for (const Straggler& s : lags) {
     if (s.seconds < warn_s_) continue;
     auto w = std::find_if(warned_.begin(), warned_.end(), [&](const auto& e) { return e.first == s.rank; });
     if (w != warned_.end() && now - w->second < repeat_) continue;
@@ -53,10 +58,12 @@ std::vector<std::string> StragglerBoard::report(size_t source, std::vector<Strag
   return lines;
 }
 
-std::vector<Straggler> StragglerBoard::current() const {
+std::vector<Straggler> StragglerBoard::current(Clock::time_point now) const {
   std::vector<Straggler> out;
-  for (const auto& list : by_source_)
-    for (const Straggler& s : list) {
+  for (const auto& heard : by_source_)
+    for (const Heard& h : heard) {
+      if (std::chrono::duration<double>(now - h.at).count() > keep_s_) continue;
+      const Straggler& s = h.lag;
       auto it = std::find_if(out.begin(), out.end(), [&](const Straggler& o) { return o.rank == s.rank; });
       if (it == out.end()) out.push_back(s);
       else *it = Straggler{s.rank, std::max(it->iterations, s.iterations), std::max(it->seconds, s.seconds)};

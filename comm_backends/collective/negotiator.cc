@@ -825,7 +825,7 @@ void Negotiator::heard_lags(std::vector<Straggler> lags) {
 
 std::vector<Straggler> Negotiator::stragglers() const {
   std::lock_guard lock(lags_mu_);
-  return lags_.current();
+  return lags_.current(Clock::now());
 }
 
 }  // namespace commsched::collective

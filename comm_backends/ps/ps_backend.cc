@@ -343,7 +343,7 @@ void PsBackend::on_lags(int server, const Payload* payload) {
 
 std::vector<Straggler> PsBackend::stragglers() const {
   std::lock_guard lock(lags_mu_);
-  return lags_.current();
+  return lags_.current(Clock::now());
 }
 
 void PsBackend::mark_received(Request& r) {

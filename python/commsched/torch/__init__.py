@@ -40,10 +40,11 @@ from commsched.torch.sync_batch_norm import SyncBatchNorm
 
 
 def stragglers():
-    """The ranks that hold the others back, most seconds behind first, as this rank last heard it: a list of dicts
-    with rank, iterations_behind (behind the furthest rank) and seconds_behind (since the first other rank passed the
-    iteration it is at). On the parameter server every server reports what it sees each heartbeat; on Gloo rank 0's
-    order negotiation does. Lags under 20 ms are not reported (the ordinary spread of an iteration)."""
+    """The ranks that hold the others back, most seconds behind first: a list of dicts with rank, iterations_behind
+    (behind the furthest rank) and seconds_behind (since the first other rank passed the iteration it is at), each
+    rank's last lag heard in the past 3 s (with synchronous training a straggler has caught up by the time the
+    others' step returns). On the parameter server every server reports what it sees each heartbeat; on Gloo rank
+    0's order negotiation does. Lags under 20 ms are not reported (the ordinary spread of an iteration)."""
     return context().stragglers()
 
 

@@ -28,12 +28,17 @@ TEST(Stragglers, TheBoardMergesSourcesAndRateLimitsItsLog) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_NE(lines[0].find("rank 2 lags: 3 iteration(s) behind"), std::string::npos) << lines[0];
   EXPECT_TRUE(board.report(1, {{2, 3, 2.0}}, t0 + 1s).empty()) << "logged rank 2 again within 5 s";
-  EXPECT_EQ(board.report(1, {{2, 3, 2.0}}, t0 + 6s).size(), 1u);
-  const auto now = board.current();
-  ASSERT_EQ(now.size(), 1u) << "source 1's latest report no longer names rank 1";
+  auto now = board.current(t0 + 2s);
+  ASSERT_EQ(now.size(), 2u) << "rank 1, no longer in source 1's report, is kept 3 s";
   EXPECT_EQ(now[0].rank, 2);
   EXPECT_EQ(now[0].iterations, 3u);  // the worst of both sources
+  EXPECT_EQ(now[0].seconds, 2.0);
+  EXPECT_EQ(now[1].rank, 1);
+  EXPECT_EQ(board.report(1, {{2, 3, 2.0}}, t0 + 6s).size(), 1u);
+  now = board.current(t0 + 6s);
+  ASSERT_EQ(now.size(), 1u) << "rank 1's lag, last heard at t0, outlived the 3 s kept";
   board.report(0, {}, t0 + 7s);
   board.report(1, {}, t0 + 7s);
-  EXPECT_TRUE(board.current().empty());
+  EXPECT_EQ(board.current(t0 + 8s).size(), 1u) << "rank 2, last heard at t0+6s, is kept until t0+9s";
+  EXPECT_TRUE(board.current(t0 + 10s).empty());
 }
