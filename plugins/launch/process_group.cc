@@ -23,6 +23,10 @@ ProcessGroup::~ProcessGroup() { kill_all(); }
 
 size_t ProcessGroup::spawn(const ProcessSpec& spec) {
   if (spec.argv.empty()) throw std::runtime_error(tag_ + ": no program given for " + spec.name);
+  // A group lives while one of its members does (a zombie not yet reaped included). Once every member has been
+  // reaped (an elastic run starting a worker again after all others exited), the next child leads a new group: the
+  // old id may belong to another process by now.
+  if (alive() == 0) pgid_ = 0;
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(tag_ + ": fork failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
@@ -78,7 +82,7 @@ bool ProcessGroup::wait_all(std::chrono::milliseconds limit) {
 }
 
 void ProcessGroup::signal_all(int sig) {
-  if (pgid_ > 0) ::kill(-pgid_, sig);
+  if (pgid_ > 0 && alive() > 0) ::kill(-pgid_, sig);  // with no member left the id may be another process's
 }
 
 void ProcessGroup::terminate(int sig, std::chrono::milliseconds grace) {

@@ -65,6 +65,20 @@ TEST(ProcessGroup, LeavesNothingBehindWhenDestroyedAndTerminateEscalates) {
   EXPECT_FALSE(running(stubborn));
 }
 
+// Once every member has exited and been reaped, the group is gone: a later child leads a new one, which the group's
+// signals reach (an elastic launch starting a worker again after all the others had exited).
+TEST(ProcessGroup, AChildStartedAfterEveryMemberExitedLeadsANewGroup) {
+  ProcessGroup g;
+  g.spawn({"first", {"/bin/true"}, {}, ""});
+  ASSERT_TRUE(g.wait_all(20s));
+  const size_t late = g.spawn({"late", {"/bin/sleep", "30"}, {}, ""});
+  const pid_t pid = g.members()[late].pid;
+  for (int i = 0; i < 100 && ::getpgid(pid) != pid; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(::getpgid(pid), pid) << "the late child should lead a group of its own";
+  g.terminate(SIGTERM, 5s);
+  EXPECT_EQ(g.members()[late].signal, SIGTERM);
+}
+
 TEST(RankProcesses, EveryRankGetsTheContractOnOneFreshPort) {
   char dir[] = "/tmp/commsched-pg-test-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
