@@ -537,11 +537,26 @@ class ZmqTransport final : public Transport {
   // without saying so). A connection that never delivered a message is no peer of the owner's: nothing to report.
   void accepted_gone(int fd) {
     auto it = router_peer_of_fd_.find(fd);
-    if (it == router_peer_of_fd_.end()) return;
+    if (it == router_peer_of_fd_.end()) {
+      take_readable_router_messages();
+      it = router_peer_of_fd_.find(fd);
+      if (it == router_peer_of_fd_.end()) return;
+    }
     const PeerId peer = it->second;
     router_peer_of_fd_.erase(it);
     report_gone(peer, opts_.max_message_bytes == 0 ? "" : " (it closed the connection, or sent a message over the limit of " +
                                                               std::to_string(opts_.max_message_bytes) + " bytes)");
+  }
+
+  // The monitor can be ahead of the data: ZeroMQ throttles a socket's processing of its commands, so a closed
+  // connection's last messages may not be readable yet when its DISCONNECTED event is. Reading ZMQ_EVENTS processes
+  // them; the messages are queued before the disconnection (in order), and their connection becomes known by its
+  // socket. (Dismissing the event instead lost the disconnection of a peer cut for an over-limit message.)
+  void take_readable_router_messages() {
+    int events = 0;
+    size_t len = sizeof events;
+    zmq_getsockopt(router_, ZMQ_EVENTS, &events, &len);
+    while (auto m = recv_from(router_, true, 0)) events_.push_back(std::move(*m));
   }
 
   TransportOptions opts_;
