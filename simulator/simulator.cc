@@ -213,6 +213,7 @@ void Worker::on_batch_done(size_t index, Nanos now) {
     TaskState& t = tasks_.at(p.task_id);
     if (--t.parts_left == 0) --layer_pending_[t.layer];
   }
+  Batch().swap(batches_[index]);  // its last use (receipts come first): a long run with many workers holds no history
   pump(now);
   try_start_compute(now);
 }
