@@ -10,9 +10,8 @@ namespace {
 constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
 
 // Parameter server.
-// At every W: each push waits for the other workers' pushes of its partition at the server (incast), so every tensor
-// pays W * partition / rate at least once (see the header); below this, per-message costs of the real PS show.
-constexpr uint64_t kPsPartition = 64 * KiB;
+constexpr uint64_t kPsPartition = 256 * KiB;          // up to 16 workers
+constexpr uint64_t kPsSmallestPartition = 64 * KiB;  // below this, per-message costs of the real PS start to show
 
 // All-reduce.
 constexpr double kLatencyShare = 32;  // a partition's ring latency <= 1/32 of its bytes' time
@@ -31,6 +30,11 @@ uint64_t ps_credit_for(uint64_t partition, int workers) {
   return std::max(round, std::min(2 * round, kPsCreditCap));
 }
 
+uint64_t ps_partition(int workers) {
+  // 256 KiB up to 16 workers, then halved for every doubling of W, down to 64 KiB.
+  const uint64_t w = std::bit_floor(uint64_t(workers));
+  return std::max(kPsSmallestPartition, w <= 16 ? kPsPartition : kPsPartition * 16 / w);
+}
 
 MessageCost ring_cost(const ClusterShape& s) {
   return ring_allreduce_cost(s.workers, s.link_bps > 0 ? s.link_bps : kAssumedLinkBps,
@@ -84,7 +88,8 @@ MessageCost ring_allreduce_cost(int workers, double link_bps, double step_latenc
 AutoKnobs auto_knobs(const ClusterShape& shape) {
   if (shape.workers <= 1) return AutoKnobs{};
   if (has_servers(shape)) {
-    return {Knobs{kPsPartition, ps_credit_for(kPsPartition, shape.workers), 0}};
+    const uint64_t partition = ps_partition(shape.workers);
+    return {Knobs{partition, ps_credit_for(partition, shape.workers), 0}};
   }
   const uint64_t partition = ring_partition(shape);
   return {Knobs{partition, kOneBatchInFlight, ring_fusion_for(partition)}};

@@ -19,6 +19,10 @@
 # benchmark, for TRAIN_STEPS steps (60; the first WARMUP untimed) at TRAIN_BATCH (16) per worker, and also reports
 # steps-to-loss (the first step whose running loss, over the workers and LOSS_WINDOW (5) steps, is below TARGET_LOSS
 # (1.0)) and time-to-loss (those steps x the measured mean step time); MODEL, IMAGE, BATCH and ITERS do not apply.
+# SCRIPT=tfprofile runs examples/tensorflow/tensorflow_profile_benchmark.py --api keras (commsched.keras's
+# DistributedOptimizer on a model profile's tensors, PROFILE (resnet50), compute emulated x COMPUTE_SCALE (1)) with the
+# test venv's python, ITERS x BATCHES_PER_ITER timed steps after WARMUP; its figure is steps/s x 1000 (in the img/s
+# column: higher is faster, as there).
 # Engine knobs (COMMSCHED_PARTITION_BYTES, COMMSCHED_CREDIT_BYTES, ...) pass through from the environment; unset, the
 # product picks them from the cluster's shape (scheduler/auto_knobs.h; e.g. 256 KiB partitions and 1.5 MiB credit at
 # 2 workers and 1 server; each worker's log says which).
@@ -43,7 +47,11 @@ TRAIN_STEPS=${TRAIN_STEPS:-60}
 TRAIN_BATCH=${TRAIN_BATCH:-16}
 TARGET_LOSS=${TARGET_LOSS:-1.0}
 LOSS_WINDOW=${LOSS_WINDOW:-5}
-[[ $SCRIPT == synthetic || $SCRIPT == train ]] || { echo "netns_torch_bench: SCRIPT=$SCRIPT (allowed: synthetic, train)" >&2; exit 2; }
+PROFILE=${PROFILE:-resnet50}
+COMPUTE_SCALE=${COMPUTE_SCALE:-1}
+[[ $SCRIPT == synthetic || $SCRIPT == train || $SCRIPT == tfprofile ]] ||
+  { echo "netns_torch_bench: SCRIPT=$SCRIPT (allowed: synthetic, train, tfprofile)" >&2; exit 2; }
+if [[ $SCRIPT == tfprofile ]]; then PYTHON=${PYTHON:-$HOME/.cache/commsched/test-venv/bin/python}; fi
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
 BIN="$BUILD/plugins/commsched"
@@ -79,7 +87,11 @@ if command -v iperf3 >/dev/null; then
   MBIT=$(ip netns exec "${HOSTS[SERVERS]}" iperf3 -c "$ROOT" -p 5201 -t 3 -f m 2>/dev/null | awk '/sender/ {print $(NF-3)}')
   echo "# iperf3 worker 0 -> server 0: ${MBIT:-?} Mbit/s"
 fi
-if [[ $SCRIPT == train ]]; then
+if [[ $SCRIPT == tfprofile ]]; then
+  echo "# tensorflow_profile_benchmark.py --api keras, $PROFILE profile, compute x $COMPUTE_SCALE, $WARMUP warm-up and" \
+       "$((ITERS * BATCHES_PER_ITER)) timed steps per run, $REPEATS run(s) per configuration, interleaved; $(nproc) cores," \
+       "load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+elif [[ $SCRIPT == train ]]; then
   echo "# examples/pytorch_train.py (small CNN), batch $TRAIN_BATCH per worker, $THREADS torch thread(s) per worker," \
        "$TRAIN_STEPS steps ($WARMUP untimed), target loss $TARGET_LOSS over $LOSS_WINDOW steps, $REPEATS run(s) per" \
        "configuration, interleaved; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
@@ -95,7 +107,11 @@ RUNS="$OUT_DIR/runs.txt"
 # The worker's script and arguments for one run (SCRIPT) into WORKER_ARGV; its summary goes to $1.
 worker_argv() {
   local result=$1 policy=$2 scheme=$3; shift 3
-  if [[ $SCRIPT == train ]]; then
+  if [[ $SCRIPT == tfprofile ]]; then
+    WORKER_ARGV=("$HERE/examples/tensorflow/tensorflow_profile_benchmark.py" --api keras --profile "$PROFILE" \
+      --compute-scale "$COMPUTE_SCALE" --steps $((ITERS * BATCHES_PER_ITER)) --warmup "$WARMUP" --policy "$policy" \
+      "$@" --result "$result")
+  elif [[ $SCRIPT == train ]]; then
     # The scheme goes to the optimizer only: COMMSCHED_COMPRESSION would also compress the loss all-reduces.
     WORKER_ARGV=("$HERE/examples/pytorch_train.py" --batch-size "$TRAIN_BATCH" --threads "$THREADS" --steps "$TRAIN_STEPS" \
       --warmup "$WARMUP" --policy "$policy" "$@" --compression "$scheme" --target-loss "$TARGET_LOSS" \
@@ -144,7 +160,10 @@ run_once() {
 import json, sys
 r = json.load(open(sys.argv[1]))
 def f(v): return "-" if v is None else str(v)
-print(r["img_s_total"] if "img_s_total" in r else r["images_per_s"], f(r.get("steps_to_loss")), f(r.get("time_to_loss_s")))' "$result")
+total = r.get("img_s_total", r.get("images_per_s"))
+if total is None:  # tfprofile: steps/s x 1000
+    total = round(1e6 / r["step_ms"], 1)
+print(total, f(r.get("steps_to_loss")), f(r.get("time_to_loss_s")))' "$result")
     echo "$config $rep $total" >> "$RUNS"
     echo "  run $rep $config: $total (img/s total, steps to loss, time to loss s)"
     [[ $src == 0 ]] || { echo "  (a server exited $src at teardown; log $log:)"; grep -h "error" "$log" | tail -n 3; }
@@ -160,10 +179,10 @@ for ((r = 0; r < REPEATS; ++r)); do
 done
 echo "# load average $(cut -d' ' -f1-3 /proc/loadavg) at end"
 
-"$PYTHON" - "$RUNS" $CONFIGS <<'PY'
+"$PYTHON" - "$RUNS" "$SCRIPT" $CONFIGS <<'PY'
 import math, sys
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-runs, configs = {}, sys.argv[2:]
+runs, script, configs = {}, sys.argv[2], sys.argv[3:]
 to_loss = {}  # config -> rep -> (steps, seconds), where measured
 for line in open(sys.argv[1]):
     config, rep, value, *loss = line.split()
@@ -198,7 +217,7 @@ for c in configs:
     ratio = f"{m / bm:.3f}" if bm else "-"
     paired = "1" if c == "wfbp" else f"{pm:.3f} ± {pci:.3f}"
     print(f"| {label.get(c, c)} | {cells} | {m:.1f} | ± {ci:.1f} | {ratio} | {paired} |")
-if to_loss:
+if to_loss and script == "train":  # only the training script measures a loss
     print("\n| configuration | steps to loss per run | time to loss per run (s) |")
     print("|---|---|---|")
     for c in configs:

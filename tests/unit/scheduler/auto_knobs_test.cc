@@ -9,15 +9,15 @@ namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
 
-TEST(AutoKnobs, PsPartitionIsTheSmallestAndCreditCoversTwoRoundsUpToACap) {
+TEST(AutoKnobs, PartitionShrinksWithWorkersAndCreditCoversTwoRoundsUpToACap) {
   struct Case {
     int workers;
     uint64_t partition;
     uint64_t credit;  // 2(W + 1) partitions up to 16 MiB, at least (W + 1)
   };
-  for (const Case& c : {Case{2, 64 * KiB, 6 * 64 * KiB}, Case{3, 64 * KiB, 8 * 64 * KiB},
-                        Case{16, 64 * KiB, 34 * 64 * KiB}, Case{31, 64 * KiB, 64 * 64 * KiB},
-                        Case{32, 64 * KiB, 66 * 64 * KiB}, Case{64, 64 * KiB, 130 * 64 * KiB},
+  for (const Case& c : {Case{2, 256 * KiB, 6 * 256 * KiB}, Case{3, 256 * KiB, 8 * 256 * KiB},
+                        Case{16, 256 * KiB, 34 * 256 * KiB}, Case{31, 256 * KiB, 16 * MiB},
+                        Case{32, 128 * KiB, 66 * 128 * KiB}, Case{64, 64 * KiB, 130 * 64 * KiB},
                         Case{128, 64 * KiB, 16 * MiB}, Case{256, 64 * KiB, 257 * 64 * KiB},
                         Case{1024, 64 * KiB, 1025 * 64 * KiB}}) {
     const AutoKnobs k = auto_knobs({c.workers, c.workers});
@@ -98,8 +98,8 @@ TEST(AutoKnobs, ExplicitKnobsAreKeptAndAnExplicitPartitionGetsItsCredit) {
 
   EngineConfig none;
   apply_auto_knobs(none, {16, 4});
-  EXPECT_EQ(none.knobs.partition_bytes, 64 * KiB);
-  EXPECT_EQ(none.knobs.credit_bytes, 34 * 64 * KiB);
+  EXPECT_EQ(none.knobs.partition_bytes, 256 * KiB);
+  EXPECT_EQ(none.knobs.credit_bytes, 34 * 256 * KiB);
 }
 
 TEST(AutoKnobs, AllReduceKeepsWhatWasSet) {

@@ -39,9 +39,9 @@ TEST(Grid, ReportsEveryCellWithSpeedupsOverWfbp) {
     if (c.policy == "bytescheduler") {
       EXPECT_NE(c.knobs.find("partition"), std::string::npos);
     }
-    if (c.policy == kAutoKnobsRow) {  // 8 workers x 8 servers: 64 KiB partitions, credit 18 of them
-      EXPECT_EQ(c.config.knobs.partition_bytes, 64u << 10);
-      EXPECT_EQ(c.config.knobs.credit_bytes, 18u * (64u << 10));
+    if (c.policy == kAutoKnobsRow) {  // 8 workers x 8 servers: 256 KiB partitions, credit 18 of them
+      EXPECT_EQ(c.config.knobs.partition_bytes, 256u << 10);
+      EXPECT_EQ(c.config.knobs.credit_bytes, 18u * (256u << 10));
       EXPECT_NE(c.knobs.find("(automatic)"), std::string::npos) << c.knobs;
     }
   }
