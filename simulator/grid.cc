@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "simulator/row_label.h"
 #include "simulator/sim_policy.h"
 #include "scheduler/auto_knobs.h"
 #include "scheduler/policy_factory.h"
@@ -235,7 +236,7 @@ bool has_auto_knobs(PolicyKind policy) {
   return std::any_of(std::begin(kKnobs), std::end(kKnobs), [&](const KnobSpec& k) { return reads(info, k.name); });
 }
 
-std::string auto_row_label(PolicyKind policy) { return std::string(policy_name(policy)) + "-auto"; }
+std::string auto_row_label(PolicyKind policy) { return row_name(policy_name(policy), KnobSource::automatic); }
 
 ClusterShape cluster_shape(const GridSpec& spec, double bandwidth_bps, int workers) {
   if (spec.network == NetworkKind::ps) return {workers, ps_params(spec, bandwidth_bps, workers).servers};

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "simulator/row_label.h"
+
 namespace commsched::sim {
 namespace {
 
@@ -59,10 +61,8 @@ void write_link_use(std::ostream& out, const std::vector<CellResult>& cells) {
 
 // The registry row of a result row: its policy, or the policy an automatic-knobs row ("<policy>-auto") belongs to.
 const PolicyInfo* policy_of(const CellResult& c) {
-  if (const PolicyInfo* p = find_policy(c.policy)) return p;
-  constexpr std::string_view suffix = "-auto";
-  if (c.policy.ends_with(suffix)) return find_policy(std::string_view(c.policy).substr(0, c.policy.size() - suffix.size()));
-  return nullptr;
+  const RowLabel row = parse_row(c.policy);
+  return row.knobs == KnobSource::tuned ? nullptr : find_policy(row.policy);
 }
 
 bool is_baseline(const CellResult& c) {

@@ -18,6 +18,7 @@
 #include "plugins/launch/launcher.h"
 #include "scheduler/config.h"
 #include "scheduler/policy_factory.h"
+#include "simulator/row_label.h"
 #include "workload/synthetic_model.h"
 
 namespace commsched {
@@ -58,12 +59,9 @@ struct RunArgs {
 
 const std::string& engine_value(const RunArgs& a, const std::string& name) { return a.engine.at(name); }
 
-// A row of the comparison: a policy, optionally auto-tuned ("bytescheduler+tune").
-constexpr std::string_view kTunedSuffix = "+tune";
-bool is_tuned(const std::string& row) { return row.ends_with(kTunedSuffix); }
-std::string policy_of(const std::string& row) {
-  return is_tuned(row) ? row.substr(0, row.size() - kTunedSuffix.size()) : row;
-}
+// A row of the comparison: a policy, optionally auto-tuned ("bytescheduler+tune", simulator/row_label.h).
+bool is_tuned(const std::string& row) { return sim::parse_row(row).knobs == sim::KnobSource::tuned; }
+std::string policy_of(const std::string& row) { return sim::parse_row(row).policy; }
 
 EngineConfig engine_config(const RunArgs& a, const std::string& row) {  // the Timeline puts the rank in the file name
   EngineConfig c;
@@ -269,7 +267,7 @@ void run_main(const RunArgs& a) {
               engine_value(a, "partition_bytes").c_str(), engine_value(a, "credit_bytes").c_str(),
               engine_value(a, "small_tensor_bytes").c_str(), a.iterations, a.warmup);
   std::vector<std::string> rows = a.policies;
-  if (a.tune) rows.push_back("bytescheduler" + std::string(kTunedSuffix));
+  if (a.tune) rows.push_back(sim::row_name("bytescheduler", sim::KnobSource::tuned));
   std::map<std::string, nlohmann::json> results;
   for (const std::string& row : rows) {
     nlohmann::json r = a.backend == "ps" ? run_ps(a, row) : run_loopback(a, profile, row);

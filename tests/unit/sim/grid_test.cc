@@ -7,6 +7,7 @@
 
 #include "scheduler/policy_factory.h"
 #include "simulator/report.h"
+#include "simulator/row_label.h"
 #include "simulator/sim_policy.h"
 #include "workload/profile.h"
 #include "tests/unit/sim/sim_test_util.h"
@@ -22,6 +23,19 @@ GridSpec small_spec() {
   s.grid("credit_bytes") = {1, 4};
   s.grid("small_tensor_bytes") = {0};
   return s;
+}
+
+TEST(RowLabel, NamesAndReadsBackEveryKnobSource) {
+  for (KnobSource k : {KnobSource::given, KnobSource::automatic, KnobSource::tuned}) {
+    const RowLabel row = parse_row(row_name("bytescheduler", k));
+    EXPECT_EQ(row.policy, "bytescheduler");
+    EXPECT_EQ(row.knobs, k);
+  }
+  EXPECT_EQ(row_name("wfbp", KnobSource::automatic), "wfbp-auto");
+  EXPECT_EQ(row_name("bytescheduler", KnobSource::tuned), "bytescheduler+tune");
+  EXPECT_EQ(auto_row_label(PolicyKind::fusion), "fusion-auto");
+  EXPECT_EQ(parse_row("mg-wfbp").policy, "mg-wfbp");  // a hyphen inside a policy's name is not a suffix
+  EXPECT_EQ(parse_row("mg-wfbp").knobs, KnobSource::given);
 }
 
 TEST(Grid, ReportsEveryCellWithSpeedupsOverWfbp) {
