@@ -11,9 +11,11 @@
 #include <iostream>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+#include <tbb/global_control.h>
 
 #include "simulator/grid.h"
 #include "simulator/report.h"
@@ -49,6 +51,7 @@ struct BenchArgs {
   int warmup = 4;
   std::string out_dir = "bench-results";
   bool plot = false;
+  int threads = 0;  // simulations run at once; 0: every core
   // --mode cluster
   int trials = 3;
   int trial_iterations = 4;
@@ -275,6 +278,8 @@ void run_bench(const BenchArgs& a, const ClusterTrial& cluster) {
   if (a.mode == "cluster") return run_cluster_bench(a, cluster);
   if (a.mode != "sim") throw InvalidArgument("--mode '" + a.mode + "' (allowed: sim, cluster)");
   sim::GridSpec spec = to_spec(a);
+  std::optional<tbb::global_control> threads;
+  if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(a.threads));
   const auto t0 = std::chrono::steady_clock::now();
   spec.on_cell = [&](size_t done, size_t total) {
     if (total > 1) std::cerr << "commsched bench: " << progress(done, total, t0) << std::endl;
@@ -357,6 +362,11 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   b->add_option("--warmup", args->warmup, "leading iterations not measured")->capture_default_str();
   b->add_option("-o,--out", args->out_dir, "output folder")->capture_default_str();
   b->add_flag("--plot", args->plot, "also draw PNGs with bench/plot.py");
+  b->add_option("--threads", args->threads,
+                "simulations run at once (rows of the grid and a knob grid's candidates; results do not depend on it); "
+                "0: one per core")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   b->add_option("--trials", args->trials, "cluster: runs per cell")->capture_default_str();
   b->add_option("--trial-iterations", args->trial_iterations, "cluster: measured iterations per run")
       ->capture_default_str();

@@ -1,10 +1,15 @@
 #include "simulator/grid.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <stdexcept>
+
+#include <tbb/parallel_for.h>
 
 #include "simulator/row_label.h"
 #include "simulator/sim_policy.h"
@@ -173,6 +178,32 @@ std::vector<size_t> search_order(const GridSpec& spec, const ModelProfile& model
   return order;
 }
 
+// The fastest candidate, the first in grid order among equals, into `best`. Candidates run in parallel (each
+// simulation owns its policy and network model), in search order as far as the threads go.
+// Abandoning a candidate once it is sure to be slower than the best so far (a hair of slack for the rounding of that
+// bound) changes neither the result nor, since ties go to the lower index, which candidate is reported.
+void search_grid(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
+                 const std::vector<Candidate>& cands, CellResult& best) {
+  const std::vector<size_t> order = search_order(spec, model, bandwidth_bps, workers, cands);
+  std::mutex mu;
+  size_t best_index = cands.size();
+  auto limit = [&] {
+    std::lock_guard lock(mu);
+    return best_index < cands.size() ? best.iteration_s * (1 + 1e-9) : 0.0;
+  };
+  tbb::parallel_for(size_t(0), order.size(), size_t(1), [&](size_t k) {
+    const size_t i = order[k];
+    auto net = make_network(spec, bandwidth_bps, workers);
+    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cands[i].config, false, limit());
+    std::lock_guard lock(mu);
+    if (r.abandoned || r.iteration_s > best.iteration_s || (r.iteration_s == best.iteration_s && i > best_index))
+      return;
+    best = cell_result(model, bandwidth_bps, workers, r.policy, cands[i].knobs, cands[i].config, r,
+                       spec.sim.iterations);
+    best_index = i;
+  });
+}
+
 }  // namespace
 
 CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
@@ -199,19 +230,7 @@ CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double band
       bo.tell(u, consider(knobs_at(space, base, u)));
     }
   } else {
-    // The fastest candidate, the first in grid order among equals. Abandoning a candidate once it is sure to be
-    // slower than the best so far (a hair of slack for the rounding of that bound) changes neither.
-    const std::vector<Candidate> cands = candidates(spec, policy);
-    size_t best_index = cands.size();
-    for (size_t i : search_order(spec, model, bandwidth_bps, workers, cands)) {
-      const double limit = best_index < cands.size() ? best.iteration_s * (1 + 1e-9) : 0;
-      const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cands[i].config, false, limit);
-      if (r.abandoned || r.iteration_s > best.iteration_s || (r.iteration_s == best.iteration_s && i > best_index))
-        continue;
-      best = cell_result(model, bandwidth_bps, workers, r.policy, cands[i].knobs, cands[i].config, r,
-                         spec.sim.iterations);
-      best_index = i;
-    }
+    search_grid(spec, model, bandwidth_bps, workers, candidates(spec, policy), best);
   }
   best.policy = std::string(policy_name(policy));
   return best;
@@ -255,20 +274,45 @@ CellResult run_auto_cell(const GridSpec& spec, const ModelProfile& model, double
 }
 
 std::vector<CellResult> run_grid(const GridSpec& spec) {
-  std::vector<CellResult> out;
-  const size_t total = spec.models.size() * spec.bandwidths_bps.size() * spec.workers.size();
-  size_t done = 0;
+  struct Row {
+    const ModelProfile* model;
+    double bandwidth_bps;
+    int workers;
+    PolicyKind policy;
+    bool automatic;  // the row at the product's automatic knobs
+    size_t cell;
+  };
+  struct Cell {
+    size_t first, size;
+    std::atomic<size_t> left;
+  };
+  std::vector<Row> rows;
+  std::deque<Cell> cells;  // atomics do not move
   for (const ModelProfile& model : spec.models)
     for (double bw : spec.bandwidths_bps)
       for (int w : spec.workers) {
-        const size_t first = out.size();
+        const size_t first = rows.size();
         for (PolicyKind p : spec.policies) {
-          if (has_auto_knobs(p)) out.push_back(run_auto_cell(spec, model, bw, w, p));
-          out.push_back(run_cell(spec, model, bw, w, p));
+          if (has_auto_knobs(p)) rows.push_back({&model, bw, w, p, true, cells.size()});
+          rows.push_back({&model, bw, w, p, false, cells.size()});
         }
-        set_speedups_vs_wfbp(std::span(out).subspan(first));
-        if (spec.on_cell) spec.on_cell(++done, total);
+        cells.emplace_back(first, rows.size() - first, rows.size() - first);
       }
+  // Every row is its own simulation: they run in parallel, each into its place, so the result and its order are those
+  // of running them one after another.
+  std::vector<CellResult> out(rows.size());
+  std::mutex progress;
+  size_t done = 0;
+  tbb::parallel_for(size_t(0), rows.size(), size_t(1), [&](size_t i) {
+    const Row& r = rows[i];
+    out[i] = r.automatic ? run_auto_cell(spec, *r.model, r.bandwidth_bps, r.workers, r.policy)
+                         : run_cell(spec, *r.model, r.bandwidth_bps, r.workers, r.policy);
+    Cell& cell = cells[r.cell];
+    if (cell.left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;  // the cell's last row finishes it
+    set_speedups_vs_wfbp(std::span(out).subspan(cell.first, cell.size));
+    std::lock_guard lock(progress);
+    if (spec.on_cell) spec.on_cell(++done, cells.size());
+  });
   return out;
 }
 
@@ -282,9 +326,9 @@ void set_speedups_vs_wfbp(std::span<CellResult> cell) {
 
 std::vector<PolicyTimeline> run_timelines(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps,
                                           int workers, const std::vector<CellResult>& best) {
-  auto net = make_network(spec, bandwidth_bps, workers);
-  std::vector<PolicyTimeline> out;
-  for (PolicyKind p : spec.policies) {
+  std::vector<PolicyTimeline> out(spec.policies.size());
+  tbb::parallel_for(size_t(0), spec.policies.size(), size_t(1), [&](size_t i) {
+    const PolicyKind p = spec.policies[i];
     // Re-run the configuration the grid reported for this cell.
     std::vector<Candidate> cands = candidates(spec, p);
     Candidate chosen = cands.front();
@@ -292,13 +336,14 @@ std::vector<PolicyTimeline> run_timelines(const GridSpec& spec, const ModelProfi
       if (c.model == model.name && c.bandwidth_bps == bandwidth_bps && c.workers == workers &&
           c.policy == policy_name(p))
         chosen = {c.config, c.knobs};
+    auto net = make_network(spec, bandwidth_bps, workers);
     const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, chosen.config, true);
     const int shown = spec.sim.iterations - 1;
     PolicyTimeline t{std::string(policy_name(p)), chosen.knobs, r.iteration_start_s[shown], {}};
     for (const Span& s : r.spans)
       if (s.iteration == shown) t.spans.push_back(s);
-    out.push_back(std::move(t));
-  }
+    out[i] = std::move(t);
+  });
   return out;
 }
 
