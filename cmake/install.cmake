@@ -6,7 +6,7 @@ install(TARGETS ${_targets} EXPORT commschedTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/commsched)
-foreach(dir options compression scheduler comm_backends tuner workload simulator plugins/api)
+foreach(dir base options compression scheduler comm_backends tuner workload simulator plugins/api)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/commsched/${dir}
             FILES_MATCHING PATTERN "*.h")

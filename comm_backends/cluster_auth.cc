@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "scheduler/config.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "comm_backends/launcher_env.h"
 #include "scheduler/config.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "scheduler/task.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 
@@ -85,30 +85,5 @@ class CommBackend {
   // callback runs any more. Idempotent.
   virtual void shutdown() = 0;
 };
-
-struct ClusterEnv;
-struct EngineConfig;
-
-// The backend registry: every backend, whether this build carries it, what it moves and its factory. The composition
-// root (plugins/api), the option registry (COMMSCHED_BACKEND's allowed values) and Python's *_built() read it; a new
-// backend is its own folder plus one row in comm_backend.cc.
-struct BackendInfo {
-  std::string_view name;         // COMMSCHED_BACKEND's value
-  std::string_view description;
-  bool available = false;        // built into this build
-  std::string_view missing;      // when not available: what to install and rebuild
-  std::vector<Op> ops;           // operations it carries (CommBackend::supports answers from these two)
-  std::vector<Device> devices;   // buffers it carries
-  bool carries(Op op, Device device) const;
-  // Connects this process (blocks for the rendezvous); throws InvalidArgument when the cluster does not fit it or the
-  // build lacks it. `engine` is the engines' config: a collective backend's rank 0 runs the same policy over every
-  // rank's ready partitions.
-  std::shared_ptr<CommBackend> (*make)(const ClusterEnv& env, const EngineConfig& engine) = nullptr;
-};
-
-std::span<const BackendInfo> backend_registry();
-// nullptr when no backend has this name.
-const BackendInfo* find_backend(std::string_view name);
-std::vector<std::string> backend_names();
 
 }  // namespace commsched

@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "options/parse.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 namespace {

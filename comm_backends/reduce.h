@@ -1,14 +1,14 @@
 // The one set of summation kernels every backend calls: the parameter server's sums, Gloo's reduction callbacks, the
 // loopback backend. f16 and bf16 accumulate in f32 and round to nearest even on store (NaN stays NaN), with the
-// conversions of comm_backends/half.h; the loops are vectorised (AVX2/F16C when the CPU has them, chosen at run time).
+// conversions of base/half.h; the loops are vectorised (AVX2/F16C when the CPU has them, chosen at run time).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
-#include "comm_backends/half.h"
-#include "scheduler/types.h"
+#include "base/half.h"
+#include "base/types.h"
 
 namespace commsched {
 

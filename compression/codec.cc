@@ -9,7 +9,7 @@
 #include <sstream>
 #include <vector>
 
-#include "comm_backends/half.h"
+#include "base/half.h"
 
 namespace commsched::compression {
 namespace {

@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::compression {
 

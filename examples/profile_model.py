@@ -1,4 +1,4 @@
-"""A torch model built from a model profile (bench/profiles/*.json): the profiled model's real gradient tensors, one
+"""A torch model built from a model profile (workload/profiles/*.json): the profiled model's real gradient tensors, one
 module per profiled layer in forward order, and its compute emulated by sleeping (the GIL released) for each
 layer's profiled forward and backward time. It trains through the real plugin, launcher and parameter server, so a
 2-core machine can show what scheduling does for a ResNet-50- or VGG-16-sized model without computing one."""
@@ -9,7 +9,7 @@ import time
 import torch
 from torch import nn
 
-PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "profiles")
+PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workload", "profiles")
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64}
 
 

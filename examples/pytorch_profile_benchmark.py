@@ -34,7 +34,7 @@ def ci95(values):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="resnet50", help="a name in bench/profiles or a .json path")
+    ap.add_argument("--profile", default="resnet50", help="a name in workload/profiles or a .json path")
     ap.add_argument("--compute-scale", type=float, default=1.0, help="multiplies the profiled compute times")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)

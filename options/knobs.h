@@ -4,7 +4,7 @@
 // (simulator/grid.h, simulator/bench_cli.cc), the warm start's candidates (simulator/warm_start.h), the words logs
 // and result tables use (describe_knobs), the agreement message, the best-configuration store, the Python knob
 // dictionary and the README's knob table (knobs_markdown). Adding a knob is one row here, a field of Knobs
-// (scheduler/types.h; its initializer is the default) and the code that uses it; check_knob_registry names what a
+// (base/types.h; its initializer is the default) and the code that uses it; check_knob_registry names what a
 // row lacks.
 #pragma once
 
@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "options/option_table.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 

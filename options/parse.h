@@ -1,8 +1,7 @@
 // Value parsers shared by every layer's options (the option registry, options/option_table.h, and anyone parsing a
 // flag). Each parser names the variable, the value and what is allowed when it rejects input.
 //
-// The lowest layer of the project: no library below it. It throws commsched::InvalidArgument, a header-only type
-// (scheduler/types.h), as compression/ does.
+// On base/ only (cmake/layering.cmake). It throws commsched::InvalidArgument (base/types.h), as compression/ does.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "scheduler/spin_wait.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 

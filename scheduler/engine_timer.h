@@ -9,7 +9,7 @@
 #include <optional>
 #include <thread>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "compression/codec.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 

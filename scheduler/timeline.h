@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 

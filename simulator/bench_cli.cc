@@ -361,7 +361,7 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   b->add_option("--iterations", args->iterations, "simulated iterations")->capture_default_str();
   b->add_option("--warmup", args->warmup, "leading iterations not measured")->capture_default_str();
   b->add_option("-o,--out", args->out_dir, "output folder")->capture_default_str();
-  b->add_flag("--plot", args->plot, "also draw PNGs with bench/plot.py");
+  b->add_flag("--plot", args->plot, "also draw PNGs with simulator/plot.py");
   b->add_option("--threads", args->threads,
                 "simulations run at once (rows of the grid and a knob grid's candidates; results do not depend on it); "
                 "0: one per core")

@@ -1,4 +1,4 @@
-// `commsched bench`: runs the comparison grid and writes CSV, JSON, Markdown and timeline data (plots via bench/plot.py).
+// `commsched bench`: runs the comparison grid and writes CSV, JSON, Markdown and timeline data (plots via simulator/plot.py).
 // --mode sim simulates it; --mode cluster runs each cell as a real local parameter-server cluster (through a
 // ClusterTrial the executable provides) and sets the simulator's prediction beside it.
 #pragma once

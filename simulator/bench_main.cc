@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "simulator/bench_cli.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"commsched simulator benchmarks"};

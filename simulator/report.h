@@ -1,4 +1,4 @@
-// Writers for the bench grid: CSV and JSON for tools, Markdown for people, timelines JSON for bench/plot.py.
+// Writers for the bench grid: CSV and JSON for tools, Markdown for people, timelines JSON for simulator/plot.py.
 #pragma once
 
 #include <ostream>

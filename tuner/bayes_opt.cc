@@ -9,7 +9,7 @@
 
 #include <LBFGSB.h>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::tuner {
 namespace {

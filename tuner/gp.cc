@@ -10,7 +10,7 @@
 
 #include <LBFGSB.h>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::tuner {
 namespace {

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "scheduler/config.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::tuner {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::tuner {
 

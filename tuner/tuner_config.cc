@@ -3,7 +3,7 @@
 #include <limits>
 #include <string>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::tuner {
 namespace {

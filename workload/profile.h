@@ -1,11 +1,11 @@
-// A model profile (bench/profiles/README.md): gradient tensors in forward order with per-module compute times.
+// A model profile (workload/profiles/README.md): gradient tensors in forward order with per-module compute times.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::sim {
 
@@ -42,7 +42,7 @@ struct ModelProfile {
 
 // The one resolution of a profile argument (`commsched run --model`, `commsched bench --models`): an existing file
 // passes through; a name ("vgg16") is looked up as NAME.json in `first_dirs` (a caller's own folder), then in the
-// source tree's bench/profiles, then in the installed share directory. Throws InvalidArgument naming the argument,
+// source tree's workload/profiles, then in the installed share directory. Throws InvalidArgument naming the argument,
 // every folder searched and the names found there.
 std::string resolve_profile_path(const std::string& name_or_path, const std::vector<std::string>& first_dirs = {});
 // Reads a profile file; throws InvalidArgument naming the file and the offending entry.

@@ -1,6 +1,6 @@
 #include "workload/synthetic_model.h"
 
-#include "comm_backends/half.h"
+#include "base/half.h"
 #include "scheduler/completion_waiter.h"
 
 #include <algorithm>

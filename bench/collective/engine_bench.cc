@@ -7,7 +7,7 @@
 // credit knob to the backend, which keeps it on rank 0; per-rank credits deadlock a collective, see coordinator.h), so
 // the baselines run without one, as their papers describe them.
 //
-//   engine_bench --profile bench/profiles/resnet50.json [--ranks 2] [--iters 8] [--warmup 2] [--repeats 2]
+//   engine_bench --profile workload/profiles/resnet50.json [--ranks 2] [--iters 8] [--warmup 2] [--repeats 2]
 //                [--policies bytescheduler,wfbp] [--partition 4MiB] [--credit 16MiB] [--compute-scale 1]
 #include <chrono>
 #include <cstdio>

@@ -47,7 +47,7 @@ run_once() {
   local profile=$1 policy=$2
   PORT=$((PORT + 1))
   local out="$OUT/$profile.$policy.$PORT"
-  local args=(--rank-process --profile "$HERE/bench/profiles/$profile.json" --policy "$policy" --out "$out"
+  local args=(--rank-process --profile "$HERE/workload/profiles/$profile.json" --policy "$policy" --out "$out"
               --iters "$ITERS" --warmup "$WARMUP" --partition "$PARTITION" --credit "$CREDIT")
   local envs=(COMMSCHED_NUM_WORKERS=2 COMMSCHED_ROOT_ADDR="$A" COMMSCHED_ROOT_PORT="$PORT"
               COMMSCHED_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')")  # beyond loopback: authenticate

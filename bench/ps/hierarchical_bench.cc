@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/backend_registry.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/ps/server.h"
 #include "plugins/launch/process_group.h"

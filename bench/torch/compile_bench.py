@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One worker of the compiled-training benchmark (bench/torch/compile_bench.sh): a model profile's gradient tensors
-(bench/profiles) with its compute emulated by sleeping, as examples/profile_model.py does, but through opaque
+(workload/profiles) with its compute emulated by sleeping, as examples/profile_model.py does, but through opaque
 custom ops (torch.library) so that torch.compile compiles the whole model into one graph (the sleeps stay calls
 inside it). Trained through DistributedOptimizer at its defaults as a Horovod script would be; --compile compiles
 the model with torch.compile(model). Rank 0 prints and writes ms/step.

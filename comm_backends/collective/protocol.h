@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::collective {
 

@@ -37,7 +37,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/control/goodbye_barrier.h"
 #include "comm_backends/control/loss_relay.h"

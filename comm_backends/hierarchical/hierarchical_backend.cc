@@ -1,4 +1,5 @@
 #include "comm_backends/hierarchical/hierarchical_backend.h"
+#include "comm_backends/backend_registry.h"
 
 #include <chrono>
 #include <iostream>

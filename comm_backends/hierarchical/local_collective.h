@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm_backends/collective/fusion_buffer.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 

@@ -11,7 +11,7 @@
 
 #include "comm_backends/collective/fusion_buffer.h"
 #include "comm_backends/collective/kv_store.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::nccl {
 

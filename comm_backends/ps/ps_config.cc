@@ -3,7 +3,7 @@
 #include <string>
 
 #include "comm_backends/ps/transport.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 namespace {

@@ -9,7 +9,7 @@
 #include <span>
 
 #include "comm_backends/reduce.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::ps {
 

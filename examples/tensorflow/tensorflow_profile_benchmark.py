@@ -9,7 +9,7 @@ examples/pytorch_profile_benchmark.py.
     commsched launch -w 4 -s 2 --emulate-rate 2gbit -- python3 examples/tensorflow/tensorflow_profile_benchmark.py \\
         --profile resnet50 --policy bytescheduler
 
-The model has the profile's real gradient tensors (bench/profiles/*.json), one block per profiled layer in forward
+The model has the profile's real gradient tensors (workload/profiles/*.json), one block per profiled layer in forward
 order; each block sleeps for its layer's profiled forward time, and in backward for its backward time, then gives each
 of its variables a constant gradient. Prints ms/step (mean and 95% interval over --steps steps after --warmup) and
 writes it with the configuration to --result (rank 0).
@@ -26,7 +26,7 @@ import tensorflow as tf
 
 import commsched.tensorflow as hvd
 
-PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "profiles")
+PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "workload", "profiles")
 DTYPES = {"f32": tf.float32, "f16": tf.float16, "bf16": tf.bfloat16, "f64": tf.float64}
 
 
@@ -171,7 +171,7 @@ def keras_step(layers, x, a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="resnet50", help="a name in bench/profiles or a .json path")
+    ap.add_argument("--profile", default="resnet50", help="a name in workload/profiles or a .json path")
     ap.add_argument("--compute-scale", type=float, default=1.0, help="multiplies the profiled compute times")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "comm_backends/backend_registry.h"
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/loopback/loopback_backend.h"
@@ -36,7 +37,7 @@ BackendKind choose_backend(const ClusterEnv& env, const ContextOptions& options,
 #endif
 }
 
-// The backend registry (comm_backends/comm_backend.cc) owns the factories and their errors.
+// The backend registry (comm_backends/backend_registry.cc) owns the factories and their errors.
 std::shared_ptr<CommBackend> make_backend(BackendKind kind, const ClusterEnv& env, const EngineConfig& config) {
   const BackendInfo* info = find_backend(backend_kind_name(kind));
   if (!info) throw std::logic_error("backend '" + std::string(backend_kind_name(kind)) + "' is not registered");

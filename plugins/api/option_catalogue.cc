@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "comm_backends/backend_registry.h"
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"

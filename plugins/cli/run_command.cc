@@ -312,7 +312,7 @@ void set_compute_profile(Context& ctx, const RunArgs& a, sim::ModelProfile profi
 }
 
 void add_common(CLI::App* s, RunArgs& a) {
-  s->add_option("--model", a.model, "profile name (bench/profiles) or path to a profile JSON")->capture_default_str();
+  s->add_option("--model", a.model, "profile name (workload/profiles) or path to a profile JSON")->capture_default_str();
   s->add_option("--iterations", a.iterations, "measured iterations")->check(CLI::PositiveNumber)->capture_default_str();
   s->add_option("--warmup", a.warmup, "warm-up iterations (not measured)")->check(CLI::NonNegativeNumber)->capture_default_str();
   s->add_option("--compute-scale", a.compute_scale, "multiply profiled compute times")->check(CLI::PositiveNumber)->capture_default_str();

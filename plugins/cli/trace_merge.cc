@@ -6,7 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 namespace {

@@ -18,7 +18,7 @@
 #include "plugins/launch/node_link.h"
 #include "plugins/launch/process_group.h"
 #include "plugins/launch/run_keys.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 namespace {

@@ -19,7 +19,7 @@
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/control/net_util.h"
 #include "scheduler/config.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 namespace {

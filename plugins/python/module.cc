@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "plugins/api/context.h"
+#include "comm_backends/backend_registry.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/launcher_env.h"
 #include "plugins/api/live_tuner.h"

@@ -8,7 +8,7 @@
 
 #include "comm_backends/ps/ps_config.h"
 #include "scheduler/config.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace commsched;

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "workload/profile.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace commsched;

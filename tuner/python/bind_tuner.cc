@@ -6,7 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "options/knobs.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 #include "tuner/bayes_opt.h"
 #include "tuner/search_space.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "comm_backends/half.h"
+#include "base/half.h"
 #include "scheduler/task.h"
 
 namespace commsched::testing {

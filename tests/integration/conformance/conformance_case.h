@@ -11,7 +11,7 @@
 
 #include "comm_backends/comm_backend.h"
 #include "scheduler/engine.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::testing {
 

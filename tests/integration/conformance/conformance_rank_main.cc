@@ -10,6 +10,7 @@
 #include <string>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/backend_registry.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/server.h"
 #include "tests/integration/conformance/conformance_case.h"

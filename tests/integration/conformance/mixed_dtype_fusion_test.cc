@@ -12,9 +12,10 @@
 #include <thread>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/backend_registry.h"
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/comm_backend.h"
-#include "comm_backends/half.h"
+#include "base/half.h"
 #include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/server.h"
 #include "scheduler/config.h"

@@ -8,7 +8,7 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/launcher_env.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 namespace {

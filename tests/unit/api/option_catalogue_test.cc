@@ -5,6 +5,7 @@
 #include <set>
 
 #include "comm_backends/comm_backend.h"
+#include "comm_backends/backend_registry.h"
 #include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/ps_config.h"
 #include "plugins/api/option_catalogue.h"

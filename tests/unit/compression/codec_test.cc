@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "comm_backends/half.h"
+#include "base/half.h"
 #include "compression/codec.h"
 
 namespace commsched::compression {

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-#include "comm_backends/half.h"
+#include "base/half.h"
 #include "comm_backends/loopback/loopback_backend.h"
 #include "scheduler/engine.h"
 #include "scheduler/priority_credit_policy.h"

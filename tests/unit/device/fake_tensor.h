@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "comm_backends/half.h"
+#include "base/half.h"
 #include "scheduler/task.h"
 
 namespace commsched {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/backend_registry.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/hierarchical/hierarchical_backend.h"
 #include "comm_backends/gloo/gloo_local_collective.h"

@@ -17,7 +17,7 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/ps/transport.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 using namespace std::chrono_literals;
 using commsched::ClusterAuth;

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 #include "tuner/bayes_opt.h"
 
 namespace commsched::tuner {

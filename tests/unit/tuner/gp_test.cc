@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 #include "tuner/gp.h"
 
 namespace commsched::tuner {

@@ -4,7 +4,7 @@
 #include <span>
 
 #include "options/knobs.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 #include "tuner/search_space.h"
 #include "tuner/tuner_config.h"
 

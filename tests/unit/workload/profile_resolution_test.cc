@@ -5,14 +5,14 @@
 #include <fstream>
 #include <string>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 #include "workload/profile.h"
 
 namespace commsched::sim {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kProfiles = std::string(COMMSCHED_SOURCE_DIR) + "/bench/profiles";
+const std::string kProfiles = std::string(COMMSCHED_SOURCE_DIR) + "/workload/profiles";
 
 // A temporary folder holding one profile named `name`, removed at the end of the test.
 class ProfileDir {

@@ -1,4 +1,4 @@
-#include "scheduler/types.h"
+#include "base/types.h"
 
 #include <algorithm>
 #include <cctype>

@@ -4,7 +4,7 @@
   speedup-<model>.png   speedup over WFBP against bandwidth, one line per policy (one panel per worker count)
   timeline-<model>.png  one iteration per policy: forward / backward compute and each message on the wire
 
-Usage: /usr/bin/python3 bench/plot.py <bench output folder>
+Usage: /usr/bin/python3 simulator/plot.py <bench output folder>
 """
 import csv
 import glob
