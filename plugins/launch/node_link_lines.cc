@@ -55,6 +55,9 @@ std::string encode_env(const std::map<std::string, std::string>& env) {
       throw InvalidArgument("launch: environment entry '" + k + "' cannot be sent to the other nodes (tab/newline)");
     out += (out.empty() ? "" : "\t") + k + "=" + v;
   }
+  if (out.size() + 4 > kMaxLineBytes)  // "GO " and the newline: the nodes would refuse the line
+    throw InvalidArgument("launch: the environment for the other nodes is " + std::to_string(out.size()) +
+                          " bytes, more than the node link's " + std::to_string(kMaxLineBytes) + "-byte line");
   return out;
 }
 

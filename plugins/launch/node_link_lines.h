@@ -28,7 +28,8 @@ struct Hello {
 // nullopt unless the line is HELLO, a node rank in [0, kMaxNode] and then nothing or exactly two more words.
 std::optional<Hello> parse_hello(std::string_view line);
 
-// The GO line's environment: k=v pairs joined by tabs. Throws InvalidArgument naming an entry that cannot be sent.
+// The GO line's environment: k=v pairs joined by tabs. Throws InvalidArgument naming an entry that cannot be sent,
+// or when the line would be longer than kMaxLineBytes.
 std::string encode_env(const std::map<std::string, std::string>& env);
 // Adds the pairs of `text` to env (a pair without '=' is skipped).
 void decode_env(std::string_view text, std::map<std::string, std::string>& env);

@@ -16,6 +16,8 @@
 #include "comm_backends/cluster_auth.h"
 #include "plugins/launch/process_group.h"
 #include "plugins/launch/node_link.h"
+#include "plugins/launch/node_link_lines.h"
+#include "scheduler/types.h"
 
 namespace commsched {
 namespace {
@@ -153,6 +155,18 @@ TEST(NodeLinkAuth, AStrangersEndlessLineIsRefusedAtTheBound) {
   auto node = join_async(2, 1, port, kSecret);
   EXPECT_EQ(node.get().env.at("FROM_ROOT"), "yes");
   EXPECT_TRUE(root.get().link);
+}
+
+// The nodes refuse a line longer than the bound, so node 0 refuses to send a GO line that long, naming the reason.
+TEST(NodeLinkLines, AnEnvironmentLongerThanALineIsRefusedBeforeItIsSent) {
+  const std::map<std::string, std::string> env = {{"BIG", std::string(node_link::kMaxLineBytes, 'v')}};
+  try {
+    node_link::encode_env(env);
+    FAIL() << "a GO line longer than the nodes accept was encoded";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the node link's 1048576-byte line"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(node_link::encode_env({{"A", "1"}, {"B", "x=y"}}), "A=1\tB=x=y");
 }
 
 TEST(NodeLinkAuth, WithoutASecretOnEitherSideTheLinkIsOpenAsBefore) {
