@@ -4,13 +4,14 @@
 # build-fuzz/corpus/<target>/ (not committed); crashes go to build-fuzz/crashes/<target>/. Exits non-zero when any
 # target found a crash or a sanitizer report: copy the input to tests/fuzz/regressions/<target>/ and fix the code;
 # the normal test suite (tests/unit/fuzz) replays every file there.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]      targets: ps_header collective_wire config profile_json
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+#     targets: ps_header collective_wire config profile_json stragglers link_auth node_link
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-600}
 shift || true
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(ps_header collective_wire config profile_json)
+((${#TARGETS[@]})) || TARGETS=(ps_header collective_wire config profile_json stragglers link_auth node_link)
 CXX=${FUZZ_CXX:-clang++-14}
 cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER="$CXX" >/dev/null
 nice -n 10 cmake --build build-fuzz

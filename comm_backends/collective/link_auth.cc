@@ -15,6 +15,10 @@ constexpr const char* kNoProof = "did not prove the run's shared secret (no or a
 
 // A handshake is a few small frames: a connector that needs longer is not one of ours, or is stuck.
 constexpr double kMaxAnswerS = 10.0;
+// Its frames hold two 32-byte strings at most. Whoever announces more has not proved anything yet: refused before a
+// byte of it is read (recv_frame's general bound, 64 MiB, would have allocated that much for each stranger and waited
+// for it).
+constexpr uint32_t kMaxHandshakeFrame = 1024;
 
 double seconds_left(LinkAuth::Deadline deadline) {
   return std::max(0.001, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
@@ -54,7 +58,7 @@ bool LinkAuth::admit(int fd, Deadline deadline) {
   try {
     set_receive_timeout(fd, std::min(kMaxAnswerS, seconds_left(deadline)));
     send_all(fd, challenge(), "authentication challenge");
-    reply = reply_to(recv_frame(fd, "authentication answer"));
+    reply = reply_to(recv_frame(fd, "authentication answer", kMaxHandshakeFrame));
     if (reply) send_all(fd, *reply, "authentication reply");
     set_receive_timeout(fd, 0);
   } catch (const std::exception&) {
@@ -83,7 +87,7 @@ void LinkAuth::prove(int fd, Deadline deadline, const std::string& where) const 
   set_receive_timeout(fd, seconds_left(deadline));
   std::string server_nonce;
   try {
-    const std::string frame = recv_frame(fd, where);
+    const std::string frame = recv_frame(fd, where, kMaxHandshakeFrame);
     ByteReader r(frame, where);
     r.get<uint8_t>();
     server_nonce = r.get_string();
@@ -100,7 +104,7 @@ void LinkAuth::prove(int fd, Deadline deadline, const std::string& where) const 
   send_all(fd, w.take_frame(), where);
   std::string mac;
   try {
-    const std::string frame = recv_frame(fd, where);
+    const std::string frame = recv_frame(fd, where, kMaxHandshakeFrame);
     ByteReader r(frame, where);
     mac = r.get_string();
   } catch (const std::exception&) {

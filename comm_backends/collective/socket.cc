@@ -157,11 +157,13 @@ std::string recv_exact(int fd, size_t n, const std::string& what) {
   return out;
 }
 
-std::string recv_frame(int fd, const std::string& what) {
+std::string recv_frame(int fd, const std::string& what, uint32_t max_bytes) {
   const std::string len_bytes = recv_exact(fd, sizeof(uint32_t), what);
   uint32_t len;
   std::memcpy(&len, len_bytes.data(), sizeof len);
-  if (len > kMaxFrameBytes) throw std::runtime_error(what + ": oversized frame");
+  if (len > max_bytes)
+    throw std::runtime_error(what + ": oversized frame (" + std::to_string(len) + " bytes, at most " +
+                             std::to_string(max_bytes) + ")");
   return recv_exact(fd, len, what);
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "comm_backends/collective/wire.h"
+
 namespace commsched::collective {
 
 // Owns a file descriptor; closes it on destruction.
@@ -47,8 +49,8 @@ void send_all(int fd, std::string_view bytes, const std::string& what);
 // Reads exactly n bytes (blocking socket) or throws; `what` names the peer.
 std::string recv_exact(int fd, size_t n, const std::string& what);
 // Reads one length-prefixed frame (wire.h) from a blocking socket, its length prefix stripped; throws naming `what`
-// when the socket fails, times out or announces more than kMaxFrameBytes.
-std::string recv_frame(int fd, const std::string& what);
+// when the socket fails, times out or announces more than max_bytes (before reading or allocating any of it).
+std::string recv_frame(int fd, const std::string& what, uint32_t max_bytes = kMaxFrameBytes);
 // Bounds every blocking receive on fd (0: no bound), so a peer that says nothing cannot hold us.
 void set_receive_timeout(int fd, double seconds);
 

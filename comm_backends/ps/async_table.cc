@@ -4,6 +4,10 @@
 #include <cstring>
 
 namespace commsched::ps {
+namespace {
+// The largest running sum of one tensor for one worker (accumulator bytes).
+constexpr uint64_t kMaxPendingBytes = 1ull << 40;
+}  // namespace
 
 AsyncTable::AsyncTable(uint32_t num_workers, std::optional<uint64_t> staleness, Summer& summer,
                        std::shared_ptr<BufferPool> pool)
@@ -34,6 +38,13 @@ std::string AsyncTable::refusal(const Tensor* t, const Header& h) const {
     return where + " pushed " + std::to_string(h.length) + " bytes at offset " + std::to_string(h.offset) + " of a " +
            std::to_string(h.tensor_bytes) + "-byte " + std::string(dtype_name(h.dtype)) +
            " tensor: not whole elements within the tensor";
+  // open() gives every worker a running sum of the whole tensor in wide accumulators: a size beyond what that can
+  // hold is refused here, before the byte count wraps (a header of 2^63 f16 bytes made it 0: a heap overflow) or the
+  // allocation fails on the server's I/O thread.
+  if (h.tensor_bytes / es > kMaxPendingBytes / accumulator_size(h.dtype))
+    return where + " pushed a gradient of a " + std::to_string(h.tensor_bytes) + "-byte " +
+           std::string(dtype_name(h.dtype)) + " tensor: asynchronous training keeps a running sum of the whole " +
+           "tensor for each worker and holds at most " + std::to_string(kMaxPendingBytes >> 30) + " GiB per sum";
   if (!t) return {};
   const Header& f = t->first;
   if (f.dtype == h.dtype && f.tensor_bytes == h.tensor_bytes) return {};

@@ -18,6 +18,7 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/control/net_util.h"
+#include "plugins/launch/node_link_lines.h"
 #include "scheduler/config.h"
 #include "base/types.h"
 
@@ -37,14 +38,12 @@ int ms_left(Clock::time_point deadline) {
 
 std::string address(const std::string& host, int port) { return host + ":" + std::to_string(port); }
 
-// Reads one line from fd into `inbox` within the deadline; returns false at EOF or timeout.
+// Reads one line from fd into `inbox` within the deadline; returns false at EOF, at timeout and when the peer sends
+// more than a line may hold (before the handshake anyone may connect: what they send is not kept without bound).
 bool read_line(int fd, std::string& inbox, std::string& line, Clock::time_point deadline) {
   for (;;) {
-    if (auto nl = inbox.find('\n'); nl != std::string::npos) {
-      line = inbox.substr(0, nl);
-      inbox.erase(0, nl + 1);
-      return true;
-    }
+    if (node_link::take_line(inbox, line)) return true;
+    if (node_link::overlong(inbox)) return false;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, ms_left(deadline)) <= 0) return false;
     char buf[4096];
@@ -62,23 +61,6 @@ void write_all(int fd, const std::string& s) {
     if (n <= 0) return;  // the peer is gone: poll() reports it as lost
     done += static_cast<size_t>(n);
   }
-}
-
-std::string encode_env(const std::map<std::string, std::string>& env) {
-  std::string out;
-  for (const auto& [k, v] : env) {
-    if (k.find_first_of("=\t\n") != std::string::npos || v.find_first_of("\t\n") != std::string::npos)
-      throw InvalidArgument("launch: environment entry '" + k + "' cannot be sent to the other nodes (tab/newline)");
-    out += (out.empty() ? "" : "\t") + k + "=" + v;
-  }
-  return out;
-}
-
-void decode_env(const std::string& s, std::map<std::string, std::string>& env) {
-  std::istringstream in(s);
-  std::string kv;
-  while (std::getline(in, kv, '\t'))
-    if (auto eq = kv.find('='); eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
 }
 
 int connect_once(const std::string& host, int port) {
@@ -135,16 +117,17 @@ int NodeLink::admit(Peer& peer, const std::string& secret, Clock::time_point dea
   write_all(peer.fd, secret.empty() ? std::string("OPEN\n") : "CHALLENGE " + to_hex(server_nonce) + "\n");
   std::string line;
   const bool said = read_line(peer.fd, peer.inbox, line, until);
-  std::istringstream in(line);
-  std::string verb, node_text, client_nonce_hex, mac_hex;
-  in >> verb >> node_text >> client_nonce_hex >> mac_hex;
+  const auto hello = said ? node_link::parse_hello(line) : std::nullopt;
   const std::string who = "a launcher at " + control::peer_address(peer.fd);
   std::string refusal;
-  if (!said || verb != "HELLO" || node_text.empty()) {
-    refusal = "it sent no HELLO";
+  if (!said && node_link::overlong(peer.inbox)) {
+    refusal = "it sent more than a line may hold (" + std::to_string(node_link::kMaxLineBytes) +
+              " bytes) without a newline";
+  } else if (!hello) {
+    refusal = "it sent no HELLO naming its node rank";
   } else if (!secret.empty()) {
     const SecretHandshake handshake(secret, "node link");
-    const auto client_nonce = from_hex(client_nonce_hex), mac = from_hex(mac_hex);
+    const auto client_nonce = from_hex(hello->nonce_hex), mac = from_hex(hello->proof_hex);
     if (!client_nonce || !mac || !handshake.client_proved(*mac, server_nonce, *client_nonce))
       refusal = "it did not prove the run's shared secret (no or another COMMSCHED_SECRET / COMMSCHED_KEY_FILE)";
     else
@@ -155,7 +138,7 @@ int NodeLink::admit(Peer& peer, const std::string& secret, Clock::time_point dea
     write_all(peer.fd, "ABORT 0 node 0 refused this launcher: " + refusal + "\n");
     return -1;
   }
-  return static_cast<int>(parse_int("HELLO", node_text, 0, 1 << 20));
+  return hello->node;
 }
 
 // The root's answer to this node's connection: nothing to prove (OPEN), or the challenge it must answer.
@@ -220,7 +203,7 @@ std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::s
     throw std::runtime_error("launch: node 0 at " + address(host, port) + " did not start the run" +
                              (line.empty() ? std::string(" (no answer)") : ": " + line));
   }
-  decode_env(line.size() > 3 ? line.substr(3) : std::string(), env);
+  node_link::decode_env(line.size() > 3 ? std::string_view(line).substr(3) : std::string_view(), env);
   link->peers_.push_back(std::move(root));
   return link;
 }
@@ -259,7 +242,7 @@ void NodeLink::accept_nodes(const std::string& host, int port, const std::map<st
     peer.node = node;
     peers_.push_back(std::move(peer));
   }
-  broadcast("GO " + encode_env(env));
+  broadcast("GO " + node_link::encode_env(env));
 }
 
 NodeLink::~NodeLink() {
@@ -295,10 +278,7 @@ std::optional<LinkEvent> NodeLink::handle_line(Peer& from, const std::string& li
   in >> verb;
   if (verb == "ABORT") {
     if (node_rank_ == 0) broadcast(line, from.node);  // relay to every other node
-    std::string rest = line.size() > 6 ? line.substr(6) : "";
-    const auto sp = rest.find(' ');
-    return LinkEvent{LinkEvent::Kind::abort, "node " + rest.substr(0, sp) + ": " +
-                                                 (sp == std::string::npos ? "aborted" : rest.substr(sp + 1))};
+    return LinkEvent{LinkEvent::Kind::abort, node_link::abort_message(line)};
   }
   if (verb == "WDONE") from.workers_done = true;
   else if (verb == "DONE") from.done = from.workers_done = true;
@@ -326,11 +306,9 @@ std::optional<LinkEvent> NodeLink::root_progress() {
 }
 
 std::optional<LinkEvent> NodeLink::drain(Peer& p) {
-  for (auto nl = p.inbox.find('\n'); nl != std::string::npos; nl = p.inbox.find('\n')) {
-    const std::string line = p.inbox.substr(0, nl);
-    p.inbox.erase(0, nl + 1);
+  std::string line;
+  while (node_link::take_line(p.inbox, line))
     if (auto e = handle_line(p, line)) return e;
-  }
   return std::nullopt;
 }
 

@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "comm_backends/cluster_auth.h"
 #include "comm_backends/collective/protocol.h"
+#include "comm_backends/collective/wire.h"
 #include "comm_backends/ps/protocol.h"
+#include "comm_backends/straggler.h"
+#include "plugins/launch/node_link_lines.h"
 
 namespace fs = std::filesystem;
 using namespace commsched;
@@ -51,7 +55,8 @@ int main(int argc, char** argv) {
   int i = 0;
   for (MsgType t : {MsgType::hello, MsgType::peers, MsgType::assign_req, MsgType::assign_rep, MsgType::push_pull,
                     MsgType::sum, MsgType::bcast, MsgType::bcast_data, MsgType::ping, MsgType::error,
-                    MsgType::peer_lost, MsgType::bye, MsgType::received}) {
+                    MsgType::peer_lost, MsgType::bye, MsgType::received, MsgType::join, MsgType::joined,
+                    MsgType::lags}) {
     const bool data = ps::carries_data(t);
     write(out / "ps_header", "type" + std::to_string(i++),
           ps_seed(header(t), data ? std::optional<uint64_t>(4096) : std::nullopt));
@@ -61,6 +66,9 @@ int main(int argc, char** argv) {
   topk.codec = 3;
   topk.elements = 2048;
   write(out / "ps_header", "push_pull_topk", ps_seed(topk, 4096));
+  ps::Header async = header(MsgType::push_pull);  // a gradient of an async/ssp run, answered with running sums
+  async.flags = ps::kFlagAsync | ps::kFlagAckReceipt;
+  write(out / "ps_header", "push_pull_async", ps_seed(async, 4096));
 
   using namespace collective;
   PartitionDesc d{7, 0, 4000, 8000, DType::f32, Op::allreduce, 0};
@@ -75,6 +83,38 @@ int main(int argc, char** argv) {
   write(out / "collective_wire", "stream_chunk7", std::string(1, '\6') + stream);
   write(out / "collective_wire", "ready", std::string(1, '\x3f') + encode_ready({full}));
   write(out / "collective_wire", "order", std::string(1, '\x10') + encode_order(OrderMsg{{}, {{OrderEntry{1, 2}}}}));
+
+  // lag reports: selector byte (ranks, source), then the text a server or the coordinator sends.
+  const std::string lags = encode_stragglers({{1, 3, 0.25}, {3, 1, 1.5}});
+  write(out / "stragglers", "two", std::string(1, '\x03') + lags);
+  write(out / "stragglers", "two_source1", std::string(1, '\x43') + lags);
+  write(out / "stragglers", "empty", std::string(1, '\x07'));
+  write(out / "stragglers", "one", std::string(1, '\x00') + encode_stragglers({{0, 12, 0.02}}));
+
+  // link_auth: side byte (0 listener, 1 honest connector, 2 connector), then what the other side sent.
+  const SecretHandshake other("another-secret-0123456789", "store");
+  const std::string nonce = SecretHandshake::nonce();
+  ByteWriter answer;
+  answer.put_string(nonce);
+  answer.put_string(other.client_proof(nonce, nonce));
+  const std::string answer_frame = answer.take_frame();
+  write(out / "link_auth", "answer_other_secret", std::string(1, '\0') + answer_frame.substr(4));
+  write(out / "link_auth", "honest_nonce", std::string(1, '\1') + nonce);
+  ByteWriter challenge;
+  challenge.put<uint8_t>(0);
+  challenge.put_string(nonce);
+  ByteWriter reply;
+  reply.put_string(other.server_proof(nonce, nonce));
+  write(out / "link_auth", "challenge_and_reply", std::string(1, '\2') + challenge.take_frame() + reply.take_frame());
+  write(out / "link_auth", "challenge_only", std::string(1, '\2') + answer_frame);
+
+  // node_link: chunk byte, then a stream of lines both ways.
+  const std::string hex = to_hex(nonce);
+  write(out / "node_link", "open_hello", std::string(1, '\x05') + "OPEN\nHELLO 1\nGO A=1\tB=x=y\nWDONE 1\nDONE 1\n");
+  write(out / "node_link", "challenge_hello",
+        std::string(1, '\x10') + "CHALLENGE " + hex + "\nHELLO 2 " + hex + " " + hex + "\nWELCOME " + hex + "\n");
+  write(out / "node_link", "go_env", std::string(1, '\x3f') + "GO " + node_link::encode_env({{"K", "v"}, {"E", ""}}) + "\n");
+  write(out / "node_link", "abort", std::string(1, '\x00') + "ABORT 2 its launcher is gone\nWALLDONE\nABORT\n");
 
   // config: selector byte (parser in the low 3 bits, option index above), then the text.
   const std::vector<std::pair<int, std::string>> cfg = {

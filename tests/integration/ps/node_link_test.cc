@@ -16,6 +16,8 @@
 #include "comm_backends/cluster_auth.h"
 #include "plugins/launch/process_group.h"
 #include "plugins/launch/node_link.h"
+#include "plugins/launch/node_link_lines.h"
+#include "scheduler/types.h"
 
 namespace commsched {
 namespace {
@@ -50,7 +52,11 @@ std::string stranger(int port, const std::string& hello) {
   char buf[512];
   ssize_t n = ::read(fd, buf, sizeof buf);  // OPEN or CHALLENGE <nonce>
   if (n > 0) got.assign(buf, static_cast<size_t>(n));
-  (void)!::write(fd, hello.data(), hello.size());
+  for (size_t sent = 0; sent < hello.size();) {  // no SIGPIPE when the root hangs up first
+    const ssize_t w = ::send(fd, hello.data() + sent, hello.size() - sent, MSG_NOSIGNAL);
+    if (w <= 0) break;
+    sent += static_cast<size_t>(w);
+  }
   while ((n = ::read(fd, buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
   ::close(fd);
   return got;
@@ -120,6 +126,47 @@ TEST(NodeLinkAuth, SecretOnOneSideOnlyFailsNamingTheSwitches) {
     }
     EXPECT_THROW(root.get(), std::runtime_error);
   }
+}
+
+// Without a secret anyone may join, but a stranger's malformed HELLO is still only refused: it used to reach the
+// node rank's parser, whose error ended node 0's launcher (found reading the link's parsers for fuzz_node_link).
+TEST(NodeLinkAuth, WithoutASecretAMalformedHelloIsRefusedAndTheRealNodeStillJoins) {
+  const int port = free_loopback_port();
+  auto root = join_async(2, 0, port, "");
+  for (const std::string hello : {"HELLO x\n", "HELLO 99999999999\n", "HELLO -1\n", "HELLO 1 2 3 4\n"}) {
+    const std::string told = stranger(port, hello);
+    EXPECT_NE(told.find("refused this launcher: it sent no HELLO naming its node rank"), std::string::npos)
+        << hello << ": " << told;
+  }
+  auto node = join_async(2, 1, port, "");
+  EXPECT_EQ(node.get().env.at("FROM_ROOT"), "yes");
+  EXPECT_TRUE(root.get().link);
+}
+
+// Before the handshake anyone may connect: a line longer than any of ours is refused as soon as it passes the bound,
+// not kept in memory until the stranger stops (a fast sender could otherwise fill node 0's memory).
+TEST(NodeLinkAuth, AStrangersEndlessLineIsRefusedAtTheBound) {
+  const int port = free_loopback_port();
+  auto root = join_async(2, 0, port, kSecret);
+  // Exactly one byte past the bound, so that node 0 has read all of it when it refuses (a clean close, no reset).
+  const std::string told = stranger(port, std::string((1u << 20) + 1, 'x'));
+  EXPECT_NE(told.find("refused this launcher: it sent more than a line may hold"), std::string::npos)
+      << told.substr(0, 200);
+  auto node = join_async(2, 1, port, kSecret);
+  EXPECT_EQ(node.get().env.at("FROM_ROOT"), "yes");
+  EXPECT_TRUE(root.get().link);
+}
+
+// The nodes refuse a line longer than the bound, so node 0 refuses to send a GO line that long, naming the reason.
+TEST(NodeLinkLines, AnEnvironmentLongerThanALineIsRefusedBeforeItIsSent) {
+  const std::map<std::string, std::string> env = {{"BIG", std::string(node_link::kMaxLineBytes, 'v')}};
+  try {
+    node_link::encode_env(env);
+    FAIL() << "a GO line longer than the nodes accept was encoded";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the node link's 1048576-byte line"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(node_link::encode_env({{"A", "1"}, {"B", "x=y"}}), "A=1\tB=x=y");
 }
 
 TEST(NodeLinkAuth, WithoutASecretOnEitherSideTheLinkIsOpenAsBefore) {

@@ -17,6 +17,9 @@ int fuzz_ps_header(const uint8_t* data, size_t size);
 int fuzz_collective_wire(const uint8_t* data, size_t size);
 int fuzz_config(const uint8_t* data, size_t size);
 int fuzz_profile_json(const uint8_t* data, size_t size);
+int fuzz_stragglers(const uint8_t* data, size_t size);
+int fuzz_link_auth(const uint8_t* data, size_t size);
+int fuzz_node_link(const uint8_t* data, size_t size);
 
 namespace fs = std::filesystem;
 
@@ -47,6 +50,9 @@ TEST(FuzzReplay, PsHeader) { EXPECT_GE(replay("ps_header", fuzz_ps_header), 13u)
 TEST(FuzzReplay, CollectiveWire) { EXPECT_GE(replay("collective_wire", fuzz_collective_wire), 6u); }
 TEST(FuzzReplay, Config) { EXPECT_GE(replay("config", fuzz_config), 18u); }
 TEST(FuzzReplay, ProfileJson) { EXPECT_GE(replay("profile_json", fuzz_profile_json), 2u); }
+TEST(FuzzReplay, Stragglers) { EXPECT_GE(replay("stragglers", fuzz_stragglers), 4u); }
+TEST(FuzzReplay, LinkAuth) { EXPECT_GE(replay("link_auth", fuzz_link_auth), 4u); }
+TEST(FuzzReplay, NodeLink) { EXPECT_GE(replay("node_link", fuzz_node_link), 4u); }
 
 // Found by fuzz_collective_wire: a 9-byte ready frame claiming 8 million reports made decode_ready allocate them all
 // (about 1 GB) before the reads failed. The count is now bounded by the bytes left in the frame.

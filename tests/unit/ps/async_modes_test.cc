@@ -225,6 +225,25 @@ TEST(PsAsyncTable, RefusesCompressionLanesAndMismatches) {
   EXPECT_NE(out.at(0).error.find("not whole elements within the tensor"), std::string::npos) << out[0].error;
 }
 
+// Found reading the async path for the fuzzing work (issue 30 item 5): a push whose tensor is 2^63 f16 bytes passed
+// every range check, and the whole-tensor f32 running sums it opened were sized 2 * 2^63 = 0 bytes (the pool's 4 KiB
+// class): a push at offset 1 MiB summed into memory far past it. Such a tensor is refused, naming the worker.
+TEST(PsAsyncTable, RefusesATensorTooLargeForItsRunningSums) {
+  Summer summer(1, 1ull << 20);
+  AsyncTable table(2, std::nullopt, summer, BufferPool::create());
+  std::vector<Outcome> out;
+  for (DType t : {DType::f16, DType::f32}) {
+    Header huge = grad(1, 0, t, 4);
+    huge.tensor_bytes = 1ull << 63;
+    huge.offset = 1u << 20;
+    table.push(huge, 1, std::make_unique<VecPayload>(std::vector<std::byte>(4)), out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_NE(out[0].error.find("worker 1 pushed a gradient of a 9223372036854775808-byte"), std::string::npos)
+        << out[0].error;
+    out.clear();
+  }
+}
+
 // Pending sums cover the whole tensor: one worker pushes it whole, the other in two halves (live tuning changes
 // partition boundaries), and each answer is exactly its range of what arrived since.
 TEST(PsAsyncTable, PartitionBoundariesMayChange) {

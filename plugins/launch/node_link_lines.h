@@ -1,0 +1,40 @@
+// The text lines of the launchers' node link (node_link.h), read and written without sockets, so that what a
+// connecting stranger may send is parsed in one place that the fuzzer (tests/fuzz/fuzz_node_link) can reach.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace commsched::node_link {
+
+// The longest line either side accepts (the GO line carries the root's environment). Longer: not a launcher of ours.
+inline constexpr size_t kMaxLineBytes = 1u << 20;
+// The largest node rank a HELLO may name (the root then checks it against the run's node count).
+inline constexpr int kMaxNode = 1 << 20;
+
+// Moves the first complete line (without its newline) out of `inbox` into `line`. False when there is none yet.
+bool take_line(std::string& inbox, std::string& line);
+// Whether `inbox` holds no complete line and more bytes than a line may have: the sender is not one of ours.
+bool overlong(const std::string& inbox);
+
+// HELLO <node> [<nonce hex> <proof hex>]: a node's answer to the root's OPEN or CHALLENGE.
+struct Hello {
+  int node = -1;
+  std::string nonce_hex, proof_hex;  // empty when the root sent OPEN
+};
+// nullopt unless the line is HELLO, a node rank in [0, kMaxNode] and then nothing or exactly two more words.
+std::optional<Hello> parse_hello(std::string_view line);
+
+// The GO line's environment: k=v pairs joined by tabs. Throws InvalidArgument naming an entry that cannot be sent,
+// or when the line would be longer than kMaxLineBytes.
+std::string encode_env(const std::map<std::string, std::string>& env);
+// Adds the pairs of `text` to env (a pair without '=' is skipped).
+void decode_env(std::string_view text, std::map<std::string, std::string>& env);
+
+// "node <node>: <why>" (or "node <node>: aborted") for the line ABORT <node> [<why>].
+std::string abort_message(std::string_view line);
+
+}  // namespace commsched::node_link
