@@ -3,7 +3,7 @@
 #include <charconv>
 #include <vector>
 
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched::node_link {
 namespace {

@@ -17,7 +17,7 @@
 #include "plugins/launch/process_group.h"
 #include "plugins/launch/node_link.h"
 #include "plugins/launch/node_link_lines.h"
-#include "scheduler/types.h"
+#include "base/types.h"
 
 namespace commsched {
 namespace {
