@@ -5,7 +5,7 @@
 //
 // launches N rank processes on loopback (default 2); --case (repeatable) runs only the named cases (4KiB, 64KiB, 1MiB,
 // 16MiB, 64x4KiB, 16x64KiB); --breakdown also prints where each rank's backend step goes (negotiation, collectives,
-// hand-back to the caller).
+// hand-back to the caller) and what each side costs the rank process in context switches and CPU time per step.
 //
 // Each case alternates blocks of plain and backend runs (A B A B ...) and reports the median block, so drift on a busy
 // machine hits both sides alike. Each block also times a plain Gloo allreduce of 4 bytes: a small-message round trip
@@ -114,6 +114,27 @@ long context_switches() {
   return u.ru_nvcsw;
 }
 
+// CPU time (user + system) of this process so far, in microseconds: what the negotiation, its hand-offs and its spins
+// add to a step, which unlike wall time does not grow with the load from other processes.
+double cpu_us() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto us = [](const timeval& t) { return t.tv_sec * 1e6 + t.tv_usec; };
+  return us(u.ru_utime) + us(u.ru_stime);
+}
+
+// Context switches and CPU time of this process over one side of a block.
+struct Usage {
+  long csw = 0;
+  double cpu = 0;
+  static Usage now() { return {context_switches(), cpu_us()}; }
+  void add_since(const Usage& start) {
+    const Usage end = now();
+    csw += end.csw - start.csw;
+    cpu += end.cpu - start.cpu;
+  }
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -142,24 +163,24 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
     std::vector<double> plain_us, backend_us, rtt_us;
     float probe = 1.0f;
     std::vector<Breakdown> phases(blocks);
-    long plain_csw = 0, backend_csw = 0;
+    Usage plain_use, backend_use;
     for (int b = 0; b < blocks; ++b) {
       barrier(backend, plain_tag++);
-      long csw = context_switches();
+      Usage start = Usage::now();
       auto t0 = Clock::now();
       for (int i = 0; i < n; ++i)
         for (auto& v : plain) gloo_allreduce_sum(backend.context(), v.data(), DType::f32, v.size(), plain_tag++);
       plain_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
-      plain_csw += context_switches() - csw;
+      plain_use.add_since(start);
       t0 = Clock::now();
       for (int i = 0; i < n; ++i) gloo_allreduce_sum(backend.context(), &probe, DType::f32, 1, plain_tag++);
       rtt_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
       barrier(backend, plain_tag++);
-      csw = context_switches();
+      start = Usage::now();
       t0 = Clock::now();
       for (int i = 0; i < n; ++i) step.run(backend, phases[b]);
       backend_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
-      backend_csw += context_switches() - csw;
+      backend_use.add_since(start);
     }
     const double p = median(plain_us), q = median(backend_us), rtt = median(rtt_us);
     if (env.rank == 0)
@@ -169,9 +190,10 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
     // Phases of the median backend block.
     const size_t m = std::distance(backend_us.begin(), std::find(backend_us.begin(), backend_us.end(), q));
     char line[256];
-    std::snprintf(line, sizeof line, "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", env.rank, c.label.c_str(),
-                  phases[m].negotiate / n, phases[m].collective / n, phases[m].hand_back / n, q,
-                  static_cast<double>(plain_csw) / (n * blocks), static_cast<double>(backend_csw) / (n * blocks));
+    const double steps = static_cast<double>(n) * blocks;
+    std::snprintf(line, sizeof line, "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", env.rank,
+                  c.label.c_str(), phases[m].negotiate / n, phases[m].collective / n, phases[m].hand_back / n, q,
+                  plain_use.csw / steps, backend_use.csw / steps, plain_use.cpu / steps, backend_use.cpu / steps);
     phase_lines.push_back(line);
   }
   if (breakdown) {
@@ -179,9 +201,11 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
     if (env.rank == 0)
       std::printf("\nGlooBackend step phases (median block; us/step): negotiation = start() until the first collective "
                   "begins, collectives, hand-back = last collective done until the caller wakes; csw = voluntary "
-                  "context switches of the rank process per step (mean), plain Gloo and GlooBackend\n\n"
-                  "| rank | case | negotiation | collectives | hand-back | step | csw plain | csw backend |\n"
-                  "|---:|---|---:|---:|---:|---:|---:|---:|\n");
+                  "context switches and cpu = CPU time (us, user + system, all threads) of the rank process per "
+                  "step (mean), plain Gloo and GlooBackend\n\n"
+                  "| rank | case | negotiation | collectives | hand-back | step | csw plain | csw backend | cpu plain | "
+                  "cpu backend |\n"
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int r = 0; r < env.num_workers; ++r) {
       std::fflush(stdout);
       barrier(backend, plain_tag++);
