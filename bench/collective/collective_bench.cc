@@ -5,7 +5,8 @@
 //
 // launches N rank processes on loopback (default 2); --case (repeatable) runs only the named cases (4KiB, 64KiB, 1MiB,
 // 16MiB, 64x4KiB, 16x64KiB); --breakdown also prints where each rank's backend step goes (negotiation, collectives,
-// hand-back to the caller) and what each side costs the rank process in context switches and CPU time per step.
+// hand-back to the caller), what each side costs the rank process in context switches and CPU time per step, and the
+// median and 90th percentile of single steps (a wait for a core shows as a tail, a cost on every step as a shift).
 //
 // Each case alternates blocks of plain and backend runs (A B A B ...) and reports the median block, so drift on a busy
 // machine hits both sides alike. Each block also times a plain Gloo allreduce of 4 bytes: a small-message round trip
@@ -60,6 +61,12 @@ struct Breakdown {
   double negotiate = 0, collective = 0, hand_back = 0;
 };
 
+// The value below which a fraction q of the samples lie.
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1))];
+}
+
 // Starts every tensor of one step through the backend and waits for all.
 class BackendStep {
  public:
@@ -77,7 +84,8 @@ class BackendStep {
       t.num_partitions = 1;
     }
   }
-  void run(TimedGlooBackend& backend, Breakdown& phases) {
+  // Returns the step's microseconds.
+  double run(TimedGlooBackend& backend, Breakdown& phases) {
     waiter_.reset();
     backend.first_execute = {};
     const auto t0 = Clock::now();
@@ -91,6 +99,7 @@ class BackendStep {
     phases.collective += us(backend.last_done - backend.first_execute).count();
     phases.hand_back += us(t1 - backend.last_done).count();
     for (auto& t : tasks_) ++t.round;
+    return us(t1 - t0).count();
   }
 
  private:
@@ -161,6 +170,7 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
     BackendStep step(c);
     const int n = c.elements >= (1u << 22) ? std::max(2, iters / 10) : iters;
     std::vector<double> plain_us, backend_us, rtt_us;
+    std::vector<double> plain_steps, backend_steps;  // single steps, us
     float probe = 1.0f;
     std::vector<Breakdown> phases(blocks);
     Usage plain_use, backend_use;
@@ -168,8 +178,11 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
       barrier(backend, plain_tag++);
       Usage start = Usage::now();
       auto t0 = Clock::now();
-      for (int i = 0; i < n; ++i)
+      for (int i = 0; i < n; ++i) {
+        const auto s0 = Clock::now();
         for (auto& v : plain) gloo_allreduce_sum(backend.context(), v.data(), DType::f32, v.size(), plain_tag++);
+        plain_steps.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s0).count());
+      }
       plain_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
       plain_use.add_since(start);
       t0 = Clock::now();
@@ -178,7 +191,7 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
       barrier(backend, plain_tag++);
       start = Usage::now();
       t0 = Clock::now();
-      for (int i = 0; i < n; ++i) step.run(backend, phases[b]);
+      for (int i = 0; i < n; ++i) backend_steps.push_back(step.run(backend, phases[b]));
       backend_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
       backend_use.add_since(start);
     }
@@ -189,11 +202,14 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
     std::fflush(stdout);
     // Phases of the median backend block.
     const size_t m = std::distance(backend_us.begin(), std::find(backend_us.begin(), backend_us.end(), q));
-    char line[256];
+    char line[320];
     const double steps = static_cast<double>(n) * blocks;
-    std::snprintf(line, sizeof line, "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", env.rank,
-                  c.label.c_str(), phases[m].negotiate / n, phases[m].collective / n, phases[m].hand_back / n, q,
-                  plain_use.csw / steps, backend_use.csw / steps, plain_use.cpu / steps, backend_use.cpu / steps);
+    std::snprintf(line, sizeof line,
+                  "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f | %.1f / %.1f |\n",
+                  env.rank, c.label.c_str(), phases[m].negotiate / n, phases[m].collective / n,
+                  phases[m].hand_back / n, q, plain_use.csw / steps, backend_use.csw / steps, plain_use.cpu / steps,
+                  backend_use.cpu / steps, percentile(plain_steps, 0.5), percentile(plain_steps, 0.9),
+                  percentile(backend_steps, 0.5), percentile(backend_steps, 0.9));
     phase_lines.push_back(line);
   }
   if (breakdown) {
@@ -202,10 +218,10 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
       std::printf("\nGlooBackend step phases (median block; us/step): negotiation = start() until the first collective "
                   "begins, collectives, hand-back = last collective done until the caller wakes; csw = voluntary "
                   "context switches and cpu = CPU time (us, user + system, all threads) of the rank process per "
-                  "step (mean), plain Gloo and GlooBackend\n\n"
+                  "step (mean), plain Gloo and GlooBackend; single steps = median / 90th percentile of every step (us)\n\n"
                   "| rank | case | negotiation | collectives | hand-back | step | csw plain | csw backend | cpu plain | "
-                  "cpu backend |\n"
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                  "cpu backend | plain steps p50 / p90 | backend steps p50 / p90 |\n"
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int r = 0; r < env.num_workers; ++r) {
       std::fflush(stdout);
       barrier(backend, plain_tag++);

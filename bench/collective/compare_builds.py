@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Two (or more) builds of collective_bench side by side: runs them alternately, RUNS times each, so load drift hits
 every build alike, and prints per case the median and range of the ratio to plain Gloo, the median us/step of both
-sides, and rank 0's voluntary context switches and CPU time per step (each switch is a thread wake-up on the critical
-path; both vary less with load than wall time does).
+sides, rank 0's voluntary context switches and CPU time per step (each switch is a thread wake-up on the critical
+path; both vary less with load than wall time does) and the 90th percentile of rank 0's single steps (waits for a
+core show there first).
 
     bench/collective/compare_builds.py OLD/collective_bench NEW/collective_bench [--runs 5] [--fifo] [-- BENCH ARGS...]
 
@@ -25,14 +26,16 @@ import subprocess
 import sys
 
 RATIO = re.compile(r"\| (\S+) \| \d+ \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|")
-# Rank 0's phase row: csw plain and backend, then (builds from issue 26 on) CPU us plain and backend.
+# Rank 0's phase row: csw plain and backend, then (builds from issue 26 on) CPU us plain and backend and the single
+# steps' p50 / p90, plain and backend.
 PHASES = re.compile(r"\| 0 \| (\S+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| ([\d.]+) \|"
-                    r"(?: ([\d.]+) \| ([\d.]+) \|)?")
+                    r"(?: ([\d.]+) \| ([\d.]+) \| [\d.]+ / ([\d.]+) \| [\d.]+ / ([\d.]+) \|)?")
 NAN = float("nan")
 
 
 def run_once(binary, bench_args, fifo):
-    """{case: (ratio, plain us, backend us, csw plain, csw backend, cpu plain, cpu backend)} from one run."""
+    """{case: (ratio, plain us, backend us, csw plain, csw backend, cpu plain, cpu backend, p90 plain, p90 backend)}
+    from one run."""
     command = (["chrt", "-f", "1"] if fifo else []) + [binary] + bench_args
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, check=True).stdout
     rows, use = {}, {}
@@ -41,7 +44,7 @@ def run_once(binary, bench_args, fifo):
             rows[m.group(1)] = (float(m.group(4)), float(m.group(2)), float(m.group(3)))
         elif m := PHASES.match(line):
             use[m.group(1)] = tuple(float(g) if g else NAN for g in m.groups()[1:])
-    return {case: row + use.get(case, (NAN,) * 4) for case, row in rows.items()}
+    return {case: row + use.get(case, (NAN,) * 6) for case, row in rows.items()}
 
 
 def main():
@@ -66,8 +69,8 @@ def main():
         fifo = " (under chrt -f 1)" if a.fifo else ""
         print(f"\n{b}: {a.runs} runs of collective_bench {' '.join(bench_args)}{fifo}\n")
         print("| case | ratio median [min-max] | plain Gloo us/step | GlooBackend us/step | rank 0 csw/step plain | backend "
-              "| rank 0 CPU us/step plain | backend |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+              "| rank 0 CPU us/step plain | backend | rank 0 step p90 us plain | backend |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for case, rows in results[b].items():
             col = list(zip(*rows))
             print(f"| {case} | {med(col[0]):.2f} [{min(col[0]):.2f}-{max(col[0]):.2f}] | "
