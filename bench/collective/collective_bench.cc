@@ -1,12 +1,15 @@
 // Gloo all-reduce through commsched's GlooBackend (negotiation + executor + fusion) against plain Gloo on the same
 // connected context, for the same bytes, measured side by side in one run.
 //
-//   collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown]
+//   collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown] [--wait-spin US]
 //
 // launches N rank processes on loopback (default 2); --case (repeatable) runs only the named cases (4KiB, 64KiB, 1MiB,
 // 16MiB, 64x4KiB, 16x64KiB); --breakdown also prints where each rank's backend step goes (negotiation, collectives,
 // hand-back to the caller), what each side costs the rank process in context switches and CPU time per step, and the
 // median and 90th percentile of single steps (a wait for a core shows as a tail, a cost on every step as a shift).
+// --wait-spin US makes the caller poll for its step's completion up to US microseconds before it waits as usual
+// (CompletionWaiter, which polls 50 us): whether the excess over plain Gloo is the caller's wake-up at the end of a
+// collective longer than that, which on an idle machine may have to wake a halted core.
 //
 // Each case alternates blocks of plain and backend runs (A B A B ...) and reports the median block, so drift on a busy
 // machine hits both sides alike. Each block also times a plain Gloo allreduce of 4 bytes: a small-message round trip
@@ -26,6 +29,7 @@
 #include "comm_backends/gloo/gloo_backend.h"
 #include "plugins/launch/process_group.h"
 #include "scheduler/completion_waiter.h"
+#include "scheduler/spin_wait.h"
 
 using namespace commsched;
 using Clock = std::chrono::steady_clock;
@@ -84,12 +88,13 @@ class BackendStep {
       t.num_partitions = 1;
     }
   }
-  // Returns the step's microseconds.
-  double run(TimedGlooBackend& backend, Breakdown& phases) {
+  // Returns the step's microseconds. The caller polls for completion up to `spin` before it waits.
+  double run(TimedGlooBackend& backend, Breakdown& phases, std::chrono::microseconds spin) {
     waiter_.reset();
     backend.first_execute = {};
     const auto t0 = Clock::now();
     for (auto& t : tasks_) backend.start({PartitionView{&t, 0, 0, t.bytes()}}, waiter_.callback());
+    spin_until([&] { return waiter_.outstanding() == 0; }, spin);
     // A peer lost mid-step fails the batch well within this; the limit only turns a bug into an error.
     const Status st = waiter_.wait(std::chrono::seconds(120));
     const auto t1 = Clock::now();
@@ -149,7 +154,16 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool breakdown) {
+struct Options {
+  int ranks = 2, iters = 200, blocks = 5;
+  std::vector<std::string> only;  // --case: these cases only
+  bool breakdown = false;
+  std::chrono::microseconds wait_spin{0};
+};
+
+int run_rank(const Options& o) {
+  const int iters = o.iters, blocks = o.blocks;
+  const std::vector<std::string>& only = o.only;
   const ClusterEnv env = ClusterEnv::from_env();
   TimedGlooBackend backend(env);
   const std::vector<Case> cases = {
@@ -191,7 +205,7 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
       barrier(backend, plain_tag++);
       start = Usage::now();
       t0 = Clock::now();
-      for (int i = 0; i < n; ++i) backend_steps.push_back(step.run(backend, phases[b]));
+      for (int i = 0; i < n; ++i) backend_steps.push_back(step.run(backend, phases[b], o.wait_spin));
       backend_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
       backend_use.add_since(start);
     }
@@ -212,7 +226,7 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
                   percentile(backend_steps, 0.5), percentile(backend_steps, 0.9));
     phase_lines.push_back(line);
   }
-  if (breakdown) {
+  if (o.breakdown) {
     // Rank by rank, separated by barriers, so the lines do not interleave on the shared stdout.
     if (env.rank == 0)
       std::printf("\nGlooBackend step phases (median block; us/step): negotiation = start() until the first collective "
@@ -244,32 +258,49 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ranks = 2, iters = 200, blocks = 5;
-  bool is_rank = false, breakdown = false;
-  std::vector<std::string> only;
-  for (int i = 1; i < argc; ++i) {
+  Options o;
+  bool is_rank = false;
+  for (int i = 1; i < argc; ++i) try {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : throw std::invalid_argument(a + " needs a value"); };
-    if (a == "--ranks") ranks = std::stoi(next());
-    else if (a == "--iters") iters = std::stoi(next());
-    else if (a == "--blocks") blocks = std::stoi(next());
-    else if (a == "--case") only.push_back(next());
-    else if (a == "--breakdown") breakdown = true;
+    auto number = [&]() -> int64_t {
+      const std::string v = next();
+      size_t used = 0;
+      int64_t n = -1;
+      try {
+        n = std::stoll(v, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != v.size() || n < 0) throw std::invalid_argument(a + " takes a whole number >= 0, not '" + v + "'");
+      return n;
+    };
+    if (a == "--ranks") o.ranks = static_cast<int>(number());
+    else if (a == "--iters") o.iters = static_cast<int>(number());
+    else if (a == "--blocks") o.blocks = static_cast<int>(number());
+    else if (a == "--case") o.only.push_back(next());
+    else if (a == "--breakdown") o.breakdown = true;
+    else if (a == "--wait-spin") o.wait_spin = std::chrono::microseconds(number());
     else if (a == "--rank-process") is_rank = true;
     else {
-      std::cerr << "usage: collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown]\n";
+      std::cerr << "usage: collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown] "
+                   "[--wait-spin US]\n";
       return 64;
     }
+  } catch (const std::exception& e) {
+    std::cerr << "collective_bench: " << e.what() << "\n";
+    return 64;
   }
   try {
-    if (is_rank) return run_rank(iters, blocks, only, breakdown);
-    std::printf("Gloo allreduce (f32 sum), %d ranks on loopback, %d steps per block, median of %d blocks\n\n", ranks,
-                iters, blocks);
+    if (is_rank) return run_rank(o);
+    std::printf("Gloo allreduce (f32 sum), %d ranks on loopback, %d steps per block, median of %d blocks%s\n\n", o.ranks,
+                o.iters, o.blocks,
+                o.wait_spin.count() ? (", caller polls " + std::to_string(o.wait_spin.count()) + " us").c_str() : "");
     std::fflush(stdout);
-    std::vector<std::string> args = {"--rank-process", "--iters", std::to_string(iters), "--blocks", std::to_string(blocks)};
-    for (const auto& c : only) args.insert(args.end(), {"--case", c});
-    if (breakdown) args.push_back("--breakdown");
-    RankProcesses procs("/proc/self/exe", args, ranks);
+    std::vector<std::string> args = {"--rank-process", "--iters", std::to_string(o.iters), "--blocks",
+                                     std::to_string(o.blocks), "--wait-spin", std::to_string(o.wait_spin.count())};
+    for (const auto& c : o.only) args.insert(args.end(), {"--case", c});
+    if (o.breakdown) args.push_back("--breakdown");
+    RankProcesses procs("/proc/self/exe", args, o.ranks);
     int rc = 0;
     for (const auto& e : procs.wait(std::chrono::seconds(600)))
       if (!e.exited || e.code != 0) {
