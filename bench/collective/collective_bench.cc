@@ -1,11 +1,15 @@
 // Gloo all-reduce through commsched's GlooBackend (negotiation + executor + fusion) against plain Gloo on the same
 // connected context, for the same bytes, measured side by side in one run.
 //
-//   collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown]
+//   collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown] [--wait-spin US]
 //
 // launches N rank processes on loopback (default 2); --case (repeatable) runs only the named cases (4KiB, 64KiB, 1MiB,
 // 16MiB, 64x4KiB, 16x64KiB); --breakdown also prints where each rank's backend step goes (negotiation, collectives,
-// hand-back to the caller).
+// hand-back to the caller), what each side costs the rank process in context switches and CPU time per step, and the
+// median and 90th percentile of single steps (a wait for a core shows as a tail, a cost on every step as a shift).
+// --wait-spin US makes the caller poll for its step's completion up to US microseconds before it waits as usual
+// (CompletionWaiter, which polls 50 us): whether the excess over plain Gloo is the caller's wake-up at the end of a
+// collective longer than that, which on an idle machine may have to wake a halted core.
 //
 // Each case alternates blocks of plain and backend runs (A B A B ...) and reports the median block, so drift on a busy
 // machine hits both sides alike. Each block also times a plain Gloo allreduce of 4 bytes: a small-message round trip
@@ -25,6 +29,7 @@
 #include "comm_backends/gloo/gloo_backend.h"
 #include "plugins/launch/process_group.h"
 #include "scheduler/completion_waiter.h"
+#include "scheduler/spin_wait.h"
 
 using namespace commsched;
 using Clock = std::chrono::steady_clock;
@@ -60,6 +65,12 @@ struct Breakdown {
   double negotiate = 0, collective = 0, hand_back = 0;
 };
 
+// The value below which a fraction q of the samples lie.
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1))];
+}
+
 // Starts every tensor of one step through the backend and waits for all.
 class BackendStep {
  public:
@@ -77,11 +88,13 @@ class BackendStep {
       t.num_partitions = 1;
     }
   }
-  void run(TimedGlooBackend& backend, Breakdown& phases) {
+  // Returns the step's microseconds. The caller polls for completion up to `spin` before it waits.
+  double run(TimedGlooBackend& backend, Breakdown& phases, std::chrono::microseconds spin) {
     waiter_.reset();
     backend.first_execute = {};
     const auto t0 = Clock::now();
     for (auto& t : tasks_) backend.start({PartitionView{&t, 0, 0, t.bytes()}}, waiter_.callback());
+    spin_until([&] { return waiter_.outstanding() == 0; }, spin);
     // A peer lost mid-step fails the batch well within this; the limit only turns a bug into an error.
     const Status st = waiter_.wait(std::chrono::seconds(120));
     const auto t1 = Clock::now();
@@ -91,6 +104,7 @@ class BackendStep {
     phases.collective += us(backend.last_done - backend.first_execute).count();
     phases.hand_back += us(t1 - backend.last_done).count();
     for (auto& t : tasks_) ++t.round;
+    return us(t1 - t0).count();
   }
 
  private:
@@ -114,12 +128,42 @@ long context_switches() {
   return u.ru_nvcsw;
 }
 
+// CPU time (user + system) of this process so far, in microseconds: what the negotiation, its hand-offs and its spins
+// add to a step, which unlike wall time does not grow with the load from other processes.
+double cpu_us() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto us = [](const timeval& t) { return t.tv_sec * 1e6 + t.tv_usec; };
+  return us(u.ru_utime) + us(u.ru_stime);
+}
+
+// Context switches and CPU time of this process over one side of a block.
+struct Usage {
+  long csw = 0;
+  double cpu = 0;
+  static Usage now() { return {context_switches(), cpu_us()}; }
+  void add_since(const Usage& start) {
+    const Usage end = now();
+    csw += end.csw - start.csw;
+    cpu += end.cpu - start.cpu;
+  }
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool breakdown) {
+struct Options {
+  int ranks = 2, iters = 200, blocks = 5;
+  std::vector<std::string> only;  // --case: these cases only
+  bool breakdown = false;
+  std::chrono::microseconds wait_spin{0};
+};
+
+int run_rank(const Options& o) {
+  const int iters = o.iters, blocks = o.blocks;
+  const std::vector<std::string>& only = o.only;
   const ClusterEnv env = ClusterEnv::from_env();
   TimedGlooBackend backend(env);
   const std::vector<Case> cases = {
@@ -140,26 +184,30 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
     BackendStep step(c);
     const int n = c.elements >= (1u << 22) ? std::max(2, iters / 10) : iters;
     std::vector<double> plain_us, backend_us, rtt_us;
+    std::vector<double> plain_steps, backend_steps;  // single steps, us
     float probe = 1.0f;
     std::vector<Breakdown> phases(blocks);
-    long plain_csw = 0, backend_csw = 0;
+    Usage plain_use, backend_use;
     for (int b = 0; b < blocks; ++b) {
       barrier(backend, plain_tag++);
-      long csw = context_switches();
+      Usage start = Usage::now();
       auto t0 = Clock::now();
-      for (int i = 0; i < n; ++i)
+      for (int i = 0; i < n; ++i) {
+        const auto s0 = Clock::now();
         for (auto& v : plain) gloo_allreduce_sum(backend.context(), v.data(), DType::f32, v.size(), plain_tag++);
+        plain_steps.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s0).count());
+      }
       plain_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
-      plain_csw += context_switches() - csw;
+      plain_use.add_since(start);
       t0 = Clock::now();
       for (int i = 0; i < n; ++i) gloo_allreduce_sum(backend.context(), &probe, DType::f32, 1, plain_tag++);
       rtt_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
       barrier(backend, plain_tag++);
-      csw = context_switches();
+      start = Usage::now();
       t0 = Clock::now();
-      for (int i = 0; i < n; ++i) step.run(backend, phases[b]);
+      for (int i = 0; i < n; ++i) backend_steps.push_back(step.run(backend, phases[b], o.wait_spin));
       backend_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
-      backend_csw += context_switches() - csw;
+      backend_use.add_since(start);
     }
     const double p = median(plain_us), q = median(backend_us), rtt = median(rtt_us);
     if (env.rank == 0)
@@ -168,20 +216,26 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
     std::fflush(stdout);
     // Phases of the median backend block.
     const size_t m = std::distance(backend_us.begin(), std::find(backend_us.begin(), backend_us.end(), q));
-    char line[256];
-    std::snprintf(line, sizeof line, "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", env.rank, c.label.c_str(),
-                  phases[m].negotiate / n, phases[m].collective / n, phases[m].hand_back / n, q,
-                  static_cast<double>(plain_csw) / (n * blocks), static_cast<double>(backend_csw) / (n * blocks));
+    char line[320];
+    const double steps = static_cast<double>(n) * blocks;
+    std::snprintf(line, sizeof line,
+                  "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f | %.1f / %.1f |\n",
+                  env.rank, c.label.c_str(), phases[m].negotiate / n, phases[m].collective / n,
+                  phases[m].hand_back / n, q, plain_use.csw / steps, backend_use.csw / steps, plain_use.cpu / steps,
+                  backend_use.cpu / steps, percentile(plain_steps, 0.5), percentile(plain_steps, 0.9),
+                  percentile(backend_steps, 0.5), percentile(backend_steps, 0.9));
     phase_lines.push_back(line);
   }
-  if (breakdown) {
+  if (o.breakdown) {
     // Rank by rank, separated by barriers, so the lines do not interleave on the shared stdout.
     if (env.rank == 0)
       std::printf("\nGlooBackend step phases (median block; us/step): negotiation = start() until the first collective "
                   "begins, collectives, hand-back = last collective done until the caller wakes; csw = voluntary "
-                  "context switches of the rank process per step (mean), plain Gloo and GlooBackend\n\n"
-                  "| rank | case | negotiation | collectives | hand-back | step | csw plain | csw backend |\n"
-                  "|---:|---|---:|---:|---:|---:|---:|---:|\n");
+                  "context switches and cpu = CPU time (us, user + system, all threads) of the rank process per "
+                  "step (mean), plain Gloo and GlooBackend; single steps = median / 90th percentile of every step (us)\n\n"
+                  "| rank | case | negotiation | collectives | hand-back | step | csw plain | csw backend | cpu plain | "
+                  "cpu backend | plain steps p50 / p90 | backend steps p50 / p90 |\n"
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int r = 0; r < env.num_workers; ++r) {
       std::fflush(stdout);
       barrier(backend, plain_tag++);
@@ -204,32 +258,49 @@ int run_rank(int iters, int blocks, const std::vector<std::string>& only, bool b
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ranks = 2, iters = 200, blocks = 5;
-  bool is_rank = false, breakdown = false;
-  std::vector<std::string> only;
-  for (int i = 1; i < argc; ++i) {
+  Options o;
+  bool is_rank = false;
+  for (int i = 1; i < argc; ++i) try {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : throw std::invalid_argument(a + " needs a value"); };
-    if (a == "--ranks") ranks = std::stoi(next());
-    else if (a == "--iters") iters = std::stoi(next());
-    else if (a == "--blocks") blocks = std::stoi(next());
-    else if (a == "--case") only.push_back(next());
-    else if (a == "--breakdown") breakdown = true;
+    auto number = [&]() -> int64_t {
+      const std::string v = next();
+      size_t used = 0;
+      int64_t n = -1;
+      try {
+        n = std::stoll(v, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != v.size() || n < 0) throw std::invalid_argument(a + " takes a whole number >= 0, not '" + v + "'");
+      return n;
+    };
+    if (a == "--ranks") o.ranks = static_cast<int>(number());
+    else if (a == "--iters") o.iters = static_cast<int>(number());
+    else if (a == "--blocks") o.blocks = static_cast<int>(number());
+    else if (a == "--case") o.only.push_back(next());
+    else if (a == "--breakdown") o.breakdown = true;
+    else if (a == "--wait-spin") o.wait_spin = std::chrono::microseconds(number());
     else if (a == "--rank-process") is_rank = true;
     else {
-      std::cerr << "usage: collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown]\n";
+      std::cerr << "usage: collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown] "
+                   "[--wait-spin US]\n";
       return 64;
     }
+  } catch (const std::exception& e) {
+    std::cerr << "collective_bench: " << e.what() << "\n";
+    return 64;
   }
   try {
-    if (is_rank) return run_rank(iters, blocks, only, breakdown);
-    std::printf("Gloo allreduce (f32 sum), %d ranks on loopback, %d steps per block, median of %d blocks\n\n", ranks,
-                iters, blocks);
+    if (is_rank) return run_rank(o);
+    std::printf("Gloo allreduce (f32 sum), %d ranks on loopback, %d steps per block, median of %d blocks%s\n\n", o.ranks,
+                o.iters, o.blocks,
+                o.wait_spin.count() ? (", caller polls " + std::to_string(o.wait_spin.count()) + " us").c_str() : "");
     std::fflush(stdout);
-    std::vector<std::string> args = {"--rank-process", "--iters", std::to_string(iters), "--blocks", std::to_string(blocks)};
-    for (const auto& c : only) args.insert(args.end(), {"--case", c});
-    if (breakdown) args.push_back("--breakdown");
-    RankProcesses procs("/proc/self/exe", args, ranks);
+    std::vector<std::string> args = {"--rank-process", "--iters", std::to_string(o.iters), "--blocks",
+                                     std::to_string(o.blocks), "--wait-spin", std::to_string(o.wait_spin.count())};
+    for (const auto& c : o.only) args.insert(args.end(), {"--case", c});
+    if (o.breakdown) args.push_back("--breakdown");
+    RankProcesses procs("/proc/self/exe", args, o.ranks);
     int rc = 0;
     for (const auto& e : procs.wait(std::chrono::seconds(600)))
       if (!e.exited || e.code != 0) {
