@@ -77,6 +77,8 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
     // The transport may be writing this request's answer into the tensor (the sink chose it). Until that answer is
     // delivered the request is never completed on its own: only after the transport has closed (finish_*).
     bool landing = false;
+    // A push_pull_batch: these partitions (two or more; `part` is the first) travel in one message each way.
+    std::vector<PartitionView> fused;
   };
   struct Queued {
     std::vector<PartitionView> batch;
@@ -94,6 +96,13 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   void io_main();
   void on_assignment(const ps::Header& h);
   void on_answer(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
+  void on_batch_answer(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
+  // Whether a partition may share a push_pull_batch: a small plain synchronous push_pull.
+  bool batchable(const PartitionView& p) const;
+  // The pieces of a batch as requests: runs of batchable pieces for one known server become push_pull_batches.
+  std::vector<std::vector<PartitionView>> group_requests(std::vector<PartitionView> pieces) const;
+  int known_owner(const PartitionView& p) const;
+  void send_batch(uint64_t id, int server);
   // The PayloadSink (I/O thread): the tensor range of the in-flight request a well-formed answer of the right size
   // from the right server belongs to; nullopt otherwise (the answer goes through the transport's buffer and
   // on_answer's checks, as without a sink).
