@@ -267,16 +267,16 @@ void PsBackend::send_batch(uint64_t id, int server) {
   for (const PartitionView& p : r.fused)
     es.push_back(BatchEntry{p.task->key, p.offset, p.bytes, p.task->bytes(), p.task->round, p.task->dtype, 0});
   const uint64_t bytes = batch_layout(es);
-  auto buf = std::make_shared<std::vector<std::byte>>(bytes);
-  encode_batch_table(es, *buf);
-  for (size_t i = 0; i < es.size(); ++i) std::memcpy(buf->data() + es[i].at, r.fused[i].data(), es[i].length);
+  std::shared_ptr<std::byte> buf = batch_buffers_->acquire(bytes);
+  encode_batch_table(es, std::span(buf.get(), bytes));
+  for (size_t i = 0; i < es.size(); ++i) std::memcpy(buf.get() + es[i].at, r.fused[i].data(), es[i].length);
   Header h = header(MsgType::push_pull_batch);
   h.iteration = r.part.task->iteration;
   h.request_id = id;
   h.aux = static_cast<uint32_t>(es.size());
   h.length = bytes;
   if (r.batch->sent) h.flags |= kFlagAckReceipt;
-  van_->send(van_->peer(PeerRole::server, static_cast<uint32_t>(server)), h, OutPayload{buf->data(), bytes, [buf] {}});
+  van_->send(van_->peer(PeerRole::server, static_cast<uint32_t>(server)), h, OutPayload{buf.get(), bytes, [buf] {}});
 }
 
 void PsBackend::on_batch_answer(int server, const Header& h, std::unique_ptr<Payload> payload) {

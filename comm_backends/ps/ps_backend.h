@@ -22,6 +22,7 @@
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/control/van.h"
+#include "comm_backends/ps/buffer_pool.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/transport.h"
@@ -149,6 +150,8 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   std::map<std::pair<uint64_t, uint64_t>, int> owner_;                   // (key, offset) -> server
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint64_t>> parked_;  // awaiting an owner
   uint64_t next_request_ = 1;
+  // push_pull_batch messages are built here: after the first rounds no batch allocates (released by the transport).
+  std::shared_ptr<ps::BufferPool> batch_buffers_ = ps::BufferPool::create();
   int joined_answers_ = 0;                       // servers that answered this join so far
   std::thread io_;
 };
