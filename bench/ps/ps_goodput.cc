@@ -5,6 +5,10 @@
 //                                                   the same for zmq, UCX shared memory (UCX_TLS=sm,self) and UCX TCP
 //                                                   (UCX_TLS=tcp) side by side, beside raw TCP echo and a memcpy loop;
 //                                                   --ucx-tls LIST adds a column for UCX over LIST (e.g. rc,ud:aux)
+//   ps_goodput fused [--parts N] [--mib-per-size M] [--reps R]
+//                                                   N small partitions (4..256 KiB, each its own tensor) per round as
+//                                                   one fused batch (one message each way) against N batches of one
+//                                                   (a message each way apiece), every transport, rounds back to back
 //   ps_goodput ps-server --bind ADDR --port P        one PS server (1 worker) on ADDR:P      (for netns_bench.sh)
 //   ps_goodput ps-worker --root ADDR --port P        PS goodput against that server
 //   ps_goodput raw-server --bind ADDR --port P       raw TCP echo/discard server
@@ -51,17 +55,25 @@ uint64_t window_of(uint64_t part) { return std::max<uint64_t>(4, (32ull << 20) /
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // ---------------- parameter server ----------------
-double ps_goodput(PsBackend& b, uint64_t part, uint64_t mib) {
-  const uint64_t window = window_of(part), total = total_bytes(part, mib);
-  std::vector<TaskDesc> tasks(window);
-  std::vector<std::vector<std::byte>> bufs(window, std::vector<std::byte>(part, std::byte{0}));
-  for (uint64_t s = 0; s < window; ++s) {
-    tasks[s].name = "bench." + std::to_string(part) + "." + std::to_string(s);
+// `n` f32 tensors of `part` bytes each, over zeroed buffers kept in `bufs`.
+std::vector<TaskDesc> make_tasks(const std::string& prefix, uint64_t part, uint64_t n,
+                                 std::vector<std::vector<std::byte>>& bufs) {
+  std::vector<TaskDesc> tasks(n);
+  bufs.assign(n, std::vector<std::byte>(part, std::byte{0}));
+  for (uint64_t s = 0; s < n; ++s) {
+    tasks[s].name = prefix + std::to_string(part) + "." + std::to_string(s);
     tasks[s].key = task_key(tasks[s].name);
     tasks[s].dtype = DType::f32;
     tasks[s].count = part / 4;
     tasks[s].buffer.data = bufs[s].data();
   }
+  return tasks;
+}
+
+double ps_goodput(PsBackend& b, uint64_t part, uint64_t mib) {
+  const uint64_t window = window_of(part), total = total_bytes(part, mib);
+  std::vector<std::vector<std::byte>> bufs;
+  std::vector<TaskDesc> tasks = make_tasks("bench.", part, window, bufs);
   // A completion frees its slot for the next partition: the waiter counts partitions in flight, the deque says
   // which slots are free (filled before the completion settles, so a wake-up always finds one).
   CompletionWaiter waiter;
@@ -102,6 +114,34 @@ double ps_goodput(PsBackend& b, uint64_t part, uint64_t mib) {
     }
   }
   return static_cast<double>(total) / seconds_since(t0);
+}
+
+// Rounds of `parts` partitions of `part` bytes, each round submitted at once and waited for (a training step's small
+// tensors): as one batch (`fused`) or as one batch per partition. Partitions push_pulled per second, in bytes.
+double ps_round_goodput(PsBackend& b, uint64_t part, uint64_t parts, bool fused, uint64_t mib) {
+  std::vector<std::vector<std::byte>> bufs;
+  std::vector<TaskDesc> tasks = make_tasks("fused.", part, parts, bufs);
+  const uint64_t rounds = std::max<uint64_t>(4, (mib << 20) / (part * parts));
+  const auto t0 = Clock::now();
+  for (uint64_t r = 0; r < rounds; ++r) {
+    CompletionWaiter waiter;
+    std::vector<PartitionView> all;
+    for (auto& t : tasks) {
+      t.round = r;
+      all.push_back(PartitionView{&t, 0, 0, part});
+    }
+    if (fused) {
+      b.start(std::move(all), waiter.callback());
+    } else {
+      for (const PartitionView& v : all) b.start({v}, waiter.callback());
+    }
+    if (const Status st = waiter.wait(std::chrono::seconds(60)); !st.ok()) {
+      std::fprintf(stderr, "a round of %llu-byte partitions failed: %s\n", static_cast<unsigned long long>(part),
+                   st.message.c_str());
+      return 0;
+    }
+  }
+  return static_cast<double>(rounds * parts * part) / seconds_since(t0);
 }
 
 ClusterEnv env_for(Role role, const std::string& addr, int port) {
@@ -313,6 +353,40 @@ int compare_transports(uint64_t mib, int reps, const std::string& extra_tls) {
   return 0;
 }
 
+int compare_fused(uint64_t parts, uint64_t mib, int reps) {
+  const int base = 20000 + static_cast<int>(getpid() % 20000);
+  std::vector<std::unique_ptr<LocalPs>> clusters;
+  clusters.push_back(start_local_ps("zmq", "zmq", nullptr, base));
+  if (ps::ucx_built_in()) {
+    clusters.push_back(start_local_ps("ucx shm", "ucx", "sm,self", base + 1));
+    clusters.push_back(start_local_ps("ucx tcp", "ucx", "tcp", base + 2));
+  }
+  std::printf("%llu partitions per round, one batch (fused) or a batch each (separate), MB/s\n| partition |",
+              static_cast<unsigned long long>(parts));
+  for (auto& c : clusters) std::printf(" %s fused | %s separate | fused/separate |", c->name.c_str(), c->name.c_str());
+  std::printf("\n|---|");
+  for (size_t i = 0; i < clusters.size(); ++i) std::printf("---|---|---|");
+  std::printf("\n");
+  for (uint64_t s : {4ull << 10, 16ull << 10, 64ull << 10, 256ull << 10}) {
+    std::printf("| %s |", size_name(s).c_str());
+    for (auto& c : clusters) {
+      std::vector<double> f, sep;  // interleaved repetitions, median of each
+      for (int r = 0; r < reps; ++r) {
+        f.push_back(ps_round_goodput(*c->worker, s, parts, true, mib));
+        sep.push_back(ps_round_goodput(*c->worker, s, parts, false, mib));
+      }
+      std::printf(" %.1f | %.1f | %.2f |", median(f) / 1e6, median(sep) / 1e6, median(f) / median(sep));
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+  for (auto& c : clusters) {
+    c->worker->shutdown();
+    c->server.join();
+  }
+  return 0;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -364,6 +438,9 @@ int main(int argc, char** argv) {
                     raw_oneway(opt["--root"], port, s, mib) / 1e6);
       return 0;
     }
+    if (mode == "fused")
+      return compare_fused(opt.count("--parts") ? std::stoull(opt["--parts"]) : 64, opt.count("--mib-per-size") ? mib : 32,
+                           reps);
     if (mode == "transports") return compare_transports(mib, reps, opt.count("--ucx-tls") ? opt["--ucx-tls"] : "");
     if (mode == "local") {
       const int ps_port = 20000 + static_cast<int>(getpid() % 20000), raw_port = ps_port + 1;

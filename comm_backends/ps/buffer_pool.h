@@ -44,6 +44,18 @@ class PooledPayload final : public Payload {
   size_t size_;
 };
 
+// A range of another payload (one entry of a push_pull_batch), which it keeps alive.
+class SlicePayload final : public Payload {
+ public:
+  SlicePayload(std::shared_ptr<const Payload> whole, std::span<const std::byte> part)
+      : whole_(std::move(whole)), part_(part) {}
+  std::span<const std::byte> bytes() const override { return part_; }
+
+ private:
+  std::shared_ptr<const Payload> whole_;
+  std::span<const std::byte> part_;
+};
+
 // The kernels read elements through typed pointers, so a push must start at a multiple of its element size. ZeroMQ
 // hands small messages out of its shared receive buffer at any offset: those (and only those) are copied first.
 std::shared_ptr<Payload> element_aligned(std::shared_ptr<Payload> p, size_t element_size, BufferPool& pool);

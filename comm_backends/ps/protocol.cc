@@ -27,6 +27,7 @@ Decoded fail(std::string why) { return Decoded{std::nullopt, std::move(why)}; }
 bool is_data_type(MsgType t) {
   return t == MsgType::push_pull || t == MsgType::sum || t == MsgType::bcast || t == MsgType::bcast_data;
 }
+bool is_batch_type(MsgType t) { return t == MsgType::push_pull_batch || t == MsgType::sum_batch; }
 bool is_text_type(MsgType t) {
   return t == MsgType::hello || t == MsgType::peers || t == MsgType::error || t == MsgType::peer_lost ||
          t == MsgType::lags;
@@ -58,6 +59,10 @@ std::string check_payload(const Header& h, std::optional<uint64_t> payload) {
   } else if (h.type == MsgType::bcast || h.type == MsgType::bcast_data) {
     if (n != 0 && n != h.length)
       os << msg_type_name(h.type) << " for key " << h.key << " declares " << h.length << " bytes but carries " << n;
+  } else if (is_batch_type(h.type)) {
+    if (!payload || n != h.length)
+      os << msg_type_name(h.type) << " declares " << h.length << " bytes but carries "
+         << (payload ? std::to_string(n) : std::string("no payload frame"));
   } else if (is_text_type(h.type)) {
     if (n > kMaxTextPayload) os << msg_type_name(h.type) << " text payload of " << n << " bytes is too long";
   } else if (n != 0) {
@@ -86,6 +91,8 @@ std::string_view msg_type_name(MsgType t) {
     case MsgType::join: return "join";
     case MsgType::joined: return "joined";
     case MsgType::lags: return "lags";
+    case MsgType::push_pull_batch: return "push_pull_batch";
+    case MsgType::sum_batch: return "sum_batch";
   }
   return "unknown";
 }
@@ -96,7 +103,7 @@ std::string peer_name(PeerRole role, uint32_t rank) {
 }
 
 bool carries_data(MsgType t) { return t == MsgType::push_pull || t == MsgType::sum; }
-bool allows_payload(MsgType t) { return is_data_type(t) || is_text_type(t); }
+bool allows_payload(MsgType t) { return is_data_type(t) || is_text_type(t) || is_batch_type(t); }
 
 void encode_header(const Header& h, std::span<std::byte, kHeaderBytes> out) {
   std::memset(out.data(), 0, kHeaderBytes);
@@ -139,6 +146,22 @@ std::string check_codec(const Header& h) {
     return "codec " + std::to_string(h.codec) + " is not one a server decodes (" + server_decoded_names() + ")";
   return {};
 }
+// A batch's own header names no range: its entries do (decode_batch).
+std::string check_batch_header(const Header& h, const DecodeLimits& limits) {
+  std::ostringstream os;
+  if (h.aux == 0 || h.aux > kMaxBatchEntries)
+    os << msg_type_name(h.type) << " of " << h.aux << " entries (1 to " << kMaxBatchEntries << " allowed)";
+  else if (h.length > limits.max_payload_bytes)
+    os << msg_type_name(h.type) << " of " << h.length << " bytes exceeds the limit " << limits.max_payload_bytes;
+  else if (h.length < uint64_t{h.aux} * kBatchEntryBytes)
+    os << msg_type_name(h.type) << " of " << h.length << " bytes cannot hold its table of " << h.aux << " entries";
+  else if (h.flags & ~kFlagAckReceipt)
+    os << msg_type_name(h.type) << " with flags " << unsigned{h.flags} << " (only the receipt flag may be batched)";
+  else if (h.key != 0 || h.offset != 0 || h.tensor_bytes != 0)
+    os << msg_type_name(h.type) << " names a key or range in its header (its entries do)";
+  return os.str();
+}
+
 }  // namespace
 
 Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> payload_bytes,
@@ -175,13 +198,89 @@ Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> 
   h.elements = get<uint32_t>(frame, 76);
   if (auto why = check_codec(h); !why.empty()) return fail(why);
   const auto dtype = get<uint8_t>(frame, 7);
-  if (is_data_type(h.type)) {
+  if (is_batch_type(h.type)) {
+    if (auto why = check_batch_header(h, limits); !why.empty()) return fail(why);
+  } else if (is_data_type(h.type)) {
     if (!is_valid_dtype(dtype)) return fail("unknown dtype " + std::to_string(dtype) + " for key " + std::to_string(h.key));
     h.dtype = static_cast<DType>(dtype);
     if (auto why = check_range(h, limits); !why.empty()) return fail(why);
   }
   if (auto why = check_payload(h, payload_bytes); !why.empty()) return fail(why);
   return Decoded{h, {}};
+}
+
+uint64_t batch_layout(std::span<BatchEntry> entries) {
+  const auto align = [](uint64_t v) { return (v + kBatchAlign - 1) / kBatchAlign * kBatchAlign; };
+  uint64_t at = align(entries.size() * kBatchEntryBytes);
+  for (BatchEntry& e : entries) {
+    e.at = at;
+    at = align(at + e.length);
+  }
+  return at;
+}
+
+void encode_batch_table(std::span<const BatchEntry> entries, std::span<std::byte> out) {
+  std::memset(out.data(), 0, std::min<uint64_t>(out.size(), entries.empty() ? 0 : entries.front().at));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const BatchEntry& e = entries[i];
+    std::byte* p = out.data() + i * kBatchEntryBytes;
+    std::memcpy(p, &e.key, 8);
+    std::memcpy(p + 8, &e.offset, 8);
+    std::memcpy(p + 16, &e.length, 8);
+    std::memcpy(p + 24, &e.tensor_bytes, 8);
+    std::memcpy(p + 32, &e.round, 8);
+    p[40] = static_cast<std::byte>(e.dtype);
+    const uint64_t end = e.at + e.length, next = i + 1 < entries.size() ? entries[i + 1].at : out.size();
+    std::memset(out.data() + end, 0, next - end);
+  }
+}
+
+Header entry_header(const Header& h, const BatchEntry& e) {
+  Header r = h;
+  r.type = h.type == MsgType::sum_batch ? MsgType::sum : MsgType::push_pull;
+  r.dtype = e.dtype;
+  r.key = e.key;
+  r.offset = e.offset;
+  r.length = e.length;
+  r.tensor_bytes = e.tensor_bytes;
+  r.round = e.round;
+  r.aux = 0;
+  return r;
+}
+
+DecodedBatch decode_batch(const Header& h, std::span<const std::byte> payload, const DecodeLimits& limits) {
+  const auto bad = [&](size_t i, const std::string& why) {
+    return DecodedBatch{{}, std::string(msg_type_name(h.type)) + " entry " + std::to_string(i) + ": " + why};
+  };
+  if (h.aux == 0 || h.aux > kMaxBatchEntries || payload.size() < uint64_t{h.aux} * kBatchEntryBytes)
+    return DecodedBatch{{}, std::string(msg_type_name(h.type)) + " of " + std::to_string(h.aux) + " entries in " +
+                                std::to_string(payload.size()) + " bytes"};
+  std::vector<BatchEntry> es(h.aux);
+  for (size_t i = 0; i < es.size(); ++i) {
+    const std::span<const std::byte> p = payload.subspan(i * kBatchEntryBytes, kBatchEntryBytes);
+    BatchEntry& e = es[i];
+    e.key = get<uint64_t>(p, 0);
+    e.offset = get<uint64_t>(p, 8);
+    e.length = get<uint64_t>(p, 16);
+    e.tensor_bytes = get<uint64_t>(p, 24);
+    e.round = get<uint64_t>(p, 32);
+    const auto dtype = get<uint8_t>(p, 40);
+    if (!is_valid_dtype(dtype)) return bad(i, "unknown dtype " + std::to_string(dtype) + " for key " + std::to_string(e.key));
+    for (size_t b = 41; b < kBatchEntryBytes; ++b)
+      if (p[b] != std::byte{0}) return bad(i, "reserved bytes not zero");
+    e.dtype = static_cast<DType>(dtype);
+    if (auto why = check_range(entry_header(h, e), limits); !why.empty()) return bad(i, why);
+  }
+  // Compared before adding, so neither the sum nor the layout below can wrap.
+  uint64_t total = 0;
+  for (size_t i = 0; i < es.size(); ++i) {
+    if (es[i].length > payload.size() - total) return bad(i, "the entries' bytes exceed the payload");
+    total += es[i].length;
+  }
+  if (const uint64_t want = batch_layout(es); want != payload.size())
+    return DecodedBatch{{}, std::string(msg_type_name(h.type)) + " carries " + std::to_string(payload.size()) +
+                                " bytes, its table lays out " + std::to_string(want)};
+  return DecodedBatch{std::move(es), {}};
 }
 
 }  // namespace commsched::ps

@@ -13,13 +13,15 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/types.h"
 
 namespace commsched::ps {
 
 inline constexpr uint32_t kMagic = 0x53505343;  // "CSPS" read as little-endian bytes
-inline constexpr uint16_t kVersion = 4;  // 2: `received` and kFlagAckReceipt; 3: codec and elements; 4: kFlagAsync, lags
+// 2: `received` and kFlagAckReceipt; 3: codec and elements; 4: kFlagAsync, lags; 5: push_pull_batch, sum_batch
+inline constexpr uint16_t kVersion = 5;
 inline constexpr size_t kHeaderBytes = 80;
 
 enum class MsgType : uint8_t {
@@ -44,8 +46,12 @@ enum class MsgType : uint8_t {
                      // again from 0 on every worker afterwards
   lags = 16,         // server -> every worker, each heartbeat while some worker lags (and once when none does any
                      // more): payload = the server's laggards as text (comm_backends/straggler.h)
+  push_pull_batch = 17,  // worker -> server: several plain push_pulls in one message (a fused batch's small
+                         // partitions); aux = entries, length = payload bytes; payload = batch table + data (below).
+                         // Answered once, by one sum_batch of the same layout (or one error naming the key)
+  sum_batch = 18,        // server -> worker: the sums of a push_pull_batch, in its layout
 };
-inline constexpr uint8_t kMaxMsgType = 16;
+inline constexpr uint8_t kMaxMsgType = 18;
 
 // Header flags.
 inline constexpr uint8_t kFlagAckReceipt = 1;  // push_pull/bcast: answer `received` on arrival, before the sum
@@ -111,6 +117,40 @@ struct Decoded {
 // Never reads outside `frame`; never throws on bad input.
 Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> payload_bytes,
                       const DecodeLimits& limits = {});
+
+// ---- batches (push_pull_batch, sum_batch) ----
+// Payload: `aux` table entries of kBatchEntryBytes, then each entry's bytes in table order, every one starting at a
+// multiple of kBatchAlign from the payload's start (zero padding between), so a server sums them in place.
+//   entry: 0 key u64 | 8 offset u64 | 16 length u64 | 24 tensor_bytes u64 | 32 round u64 | 40 dtype u8 | 41..47 zero
+inline constexpr size_t kBatchEntryBytes = 48;
+inline constexpr size_t kBatchAlign = 64;
+inline constexpr uint32_t kMaxBatchEntries = 4096;
+
+struct BatchEntry {
+  uint64_t key = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t tensor_bytes = 0;
+  uint64_t round = 0;
+  DType dtype = DType::f32;
+  uint64_t at = 0;  // where the entry's bytes start in the payload (batch_layout assigns it)
+};
+
+// Assigns every entry's `at`; returns the payload size.
+uint64_t batch_layout(std::span<BatchEntry> entries);
+// Writes the table (not the data) into the first entries.size() * kBatchEntryBytes bytes of `out`, and zeroes the
+// padding after it and after each entry's bytes. `out` is batch_layout's size.
+void encode_batch_table(std::span<const BatchEntry> entries, std::span<std::byte> out);
+
+struct DecodedBatch {
+  std::vector<BatchEntry> entries;  // empty when `error` is set
+  std::string error;
+};
+// Validates the table of a decoded push_pull_batch/sum_batch header `h` against its payload: every range whole
+// elements inside its tensor, the layout exactly batch_layout's. Never reads outside `payload`; never throws.
+DecodedBatch decode_batch(const Header& h, std::span<const std::byte> payload, const DecodeLimits& limits = {});
+// The header of one entry of batch `h`: a push_pull (sum) of that range, with the batch's sender, iteration, request.
+Header entry_header(const Header& h, const BatchEntry& e);
 
 // Text payloads (errors, endpoints) are bounded so a bad peer cannot make us allocate much.
 inline constexpr size_t kMaxTextPayload = 64 * 1024;

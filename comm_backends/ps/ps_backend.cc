@@ -128,6 +128,7 @@ void PsBackend::on_message(PeerId from, const control::Roster::Member& sender, c
       [[fallthrough]];
     case MsgType::sum:
     case MsgType::bcast_data: return on_answer(server, h, std::move(payload));
+    case MsgType::sum_batch: return on_batch_answer(server, h, std::move(payload));
     case MsgType::received: return on_received(server, h);
     case MsgType::joined: return on_joined(server, h);
     case MsgType::lags: return on_lags(server, payload.get());
@@ -185,11 +186,18 @@ void PsBackend::dispatch(Queued& q) {
       pieces.push_back(PartitionView{p.task, p.index, p.offset + at, std::min(chunk, p.bytes - at),
                                      p.payload ? p.payload + at : nullptr, p.dense_bytes});  // a stage's buffer, chunked alike
   }
-  const size_t acks = q.sent ? pieces.size() : 0;
-  auto state = std::make_shared<BatchState>(BatchState{std::move(done), std::move(q.sent), pieces.size(), acks, Status::Ok()});
-  for (const PartitionView& p : pieces) {
+  std::vector<std::vector<PartitionView>> requests = group_requests(std::move(pieces));
+  const size_t acks = q.sent ? requests.size() : 0;
+  auto state = std::make_shared<BatchState>(BatchState{std::move(done), std::move(q.sent), requests.size(), acks, Status::Ok()});
+  for (std::vector<PartitionView>& parts : requests) {
     const uint64_t id = next_request_++;
-    inflight_.emplace(id, Request{state, p});
+    const PartitionView p = parts.front();
+    Request& r = inflight_.emplace(id, Request{state, p}).first->second;
+    if (parts.size() > 1) {
+      r.fused = std::move(parts);
+      send_batch(id, known_owner(p));
+      continue;
+    }
     const std::pair<uint64_t, uint64_t> where{p.task->key, p.offset};
     if (env_.num_servers == 1) {
       send_request(id, 0);
@@ -207,6 +215,91 @@ void PsBackend::dispatch(Queued& q) {
       waiting.push_back(id);
     }
   }
+}
+
+// Small partitions pay a message each way apiece (framing, a wake-up on both ends): batched, a run of them pays one.
+// Bigger ones go alone, zero-copy from the tensor. `ps_goodput fused` (64 partitions a round, 1 worker, loopback, a
+// loaded 2-core machine): batched 4 KiB partitions moved 2.2-6.2x the bytes of separate ones, 16 KiB 1.1-3.3x, but
+// 64 KiB ones 0.57x (ZeroMQ) to 1.51x (UCX shared memory): the copies into and out of the batch and the lost overlap
+// of several messages cost more than the messages saved.
+constexpr uint64_t kBatchPartBytes = 32 << 10;   // partitions up to this size are batched
+constexpr uint64_t kBatchBytes = 256 << 10;      // data per push_pull_batch, at most
+
+bool PsBackend::batchable(const PartitionView& p) const {
+  const TaskDesc& t = *p.task;
+  return t.op == Op::push_pull && p.dense_bytes == 0 && lane_contributors_ == 0 && p.bytes <= kBatchPartBytes &&
+         !(cfg_.mode != "sync" && is_gradient(t.name)) && known_owner(p) >= 0;
+}
+
+int PsBackend::known_owner(const PartitionView& p) const {
+  if (env_.num_servers == 1) return 0;
+  auto it = owner_.find({p.task->key, p.offset});
+  return it == owner_.end() ? -1 : it->second;
+}
+
+std::vector<std::vector<PartitionView>> PsBackend::group_requests(std::vector<PartitionView> pieces) const {
+  std::vector<std::vector<PartitionView>> out;
+  std::map<int, size_t> open;  // server -> its batch being filled (an index into `out`)
+  std::map<int, uint64_t> filled;
+  for (const PartitionView& p : pieces) {
+    if (!batchable(p)) {
+      out.push_back({p});
+      continue;
+    }
+    const int s = known_owner(p);
+    auto it = open.find(s);
+    if (it == open.end() || filled[s] + p.bytes > kBatchBytes || out[it->second].size() >= kMaxBatchEntries) {
+      open[s] = out.size();
+      filled[s] = 0;
+      out.emplace_back();
+    }
+    out[open[s]].push_back(p);
+    filled[s] += p.bytes;
+  }
+  return out;
+}
+
+// The partitions are copied into one message (they are small; the copy costs less than a message each).
+void PsBackend::send_batch(uint64_t id, int server) {
+  Request& r = inflight_.at(id);
+  r.server = server;
+  std::vector<BatchEntry> es;
+  for (const PartitionView& p : r.fused)
+    es.push_back(BatchEntry{p.task->key, p.offset, p.bytes, p.task->bytes(), p.task->round, p.task->dtype, 0});
+  const uint64_t bytes = batch_layout(es);
+  std::shared_ptr<std::byte> buf = batch_buffers_->acquire(bytes);
+  encode_batch_table(es, std::span(buf.get(), bytes));
+  for (size_t i = 0; i < es.size(); ++i) std::memcpy(buf.get() + es[i].at, r.fused[i].data(), es[i].length);
+  Header h = header(MsgType::push_pull_batch);
+  h.iteration = r.part.task->iteration;
+  h.request_id = id;
+  h.aux = static_cast<uint32_t>(es.size());
+  h.length = bytes;
+  if (r.batch->sent) h.flags |= kFlagAckReceipt;
+  van_->send(van_->peer(PeerRole::server, static_cast<uint32_t>(server)), h, OutPayload{buf.get(), bytes, [buf] {}});
+}
+
+void PsBackend::on_batch_answer(int server, const Header& h, std::unique_ptr<Payload> payload) {
+  auto it = inflight_.find(h.request_id);
+  if (it == inflight_.end())
+    return fail_all(Status::Error(server_name(server) + " answered unknown request " + std::to_string(h.request_id)));
+  if (!from_server_asked(server, h.request_id, it->second, "answered")) return;
+  const std::vector<PartitionView>& parts = it->second.fused;
+  const DecodedBatch b = decode_batch(h, payload ? payload->bytes() : std::span<const std::byte>{},
+                                      DecodeLimits{cfg_.max_message_bytes});
+  std::string bad = b.error;
+  if (bad.empty() && b.entries.size() != parts.size()) bad = std::to_string(b.entries.size()) + " entries";
+  for (size_t i = 0; bad.empty() && i < parts.size(); ++i)
+    if (b.entries[i].key != parts[i].task->key || b.entries[i].offset != parts[i].offset ||
+        b.entries[i].length != parts[i].bytes)
+      bad = "entry " + std::to_string(i) + " is key " + std::to_string(b.entries[i].key) + " offset " +
+            std::to_string(b.entries[i].offset);
+  if (!bad.empty())
+    return fail_all(Status::Error(server_name(server) + " answered request " + std::to_string(h.request_id) + " (" +
+                                  std::to_string(parts.size()) + " batched partitions) wrongly: " + bad));
+  for (size_t i = 0; i < parts.size(); ++i)
+    std::memcpy(parts[i].data(), payload->bytes().data() + b.entries[i].at, parts[i].bytes);
+  complete(h.request_id, Status::Ok());
 }
 
 void PsBackend::on_assignment(const Header& h) {
@@ -262,7 +355,7 @@ std::optional<std::span<std::byte>> PsBackend::landing_for(PeerId peer, std::spa
   Request& r = it->second;
   const PartitionView& p = r.part;
   // Exactly the range asked for, from the server asked, once: anything else takes the checked path in on_answer.
-  if (r.landing || r.server < 0 || van_->peer(PeerRole::server, static_cast<uint32_t>(r.server)) != peer ||
+  if (r.landing || r.server < 0 || !r.fused.empty() || van_->peer(PeerRole::server, static_cast<uint32_t>(r.server)) != peer ||
       h.key != p.task->key || h.offset != p.offset || h.length != p.bytes || bytes != p.bytes)
     return std::nullopt;
   r.landing = true;
@@ -283,6 +376,9 @@ void PsBackend::on_answer(int server, const Header& h, std::unique_ptr<Payload> 
     return fail_all(Status::Error(server_name(server) + " answered request " + std::to_string(h.request_id) +
                                   " twice (a second answer while the first was arriving)"));
   it->second.landing = false;
+  if (!it->second.fused.empty() && h.type != MsgType::error)
+    return fail_all(Status::Error(server_name(server) + " answered batched request " + std::to_string(h.request_id) +
+                                  " with a " + std::string(msg_type_name(h.type)) + ", not a sum_batch"));
   if (h.type == MsgType::error)
     return complete(h.request_id, Status::Error(payload_text(payload.get()) + " (from " + server_name(server) + ")",
                                                 Status::Code::invalid));

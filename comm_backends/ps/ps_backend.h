@@ -22,6 +22,7 @@
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/control/van.h"
+#include "comm_backends/ps/buffer_pool.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/transport.h"
@@ -77,6 +78,8 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
     // The transport may be writing this request's answer into the tensor (the sink chose it). Until that answer is
     // delivered the request is never completed on its own: only after the transport has closed (finish_*).
     bool landing = false;
+    // A push_pull_batch: these partitions (two or more; `part` is the first) travel in one message each way.
+    std::vector<PartitionView> fused;
   };
   struct Queued {
     std::vector<PartitionView> batch;
@@ -94,6 +97,13 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   void io_main();
   void on_assignment(const ps::Header& h);
   void on_answer(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
+  void on_batch_answer(int server, const ps::Header& h, std::unique_ptr<ps::Payload> payload);
+  // Whether a partition may share a push_pull_batch: a small plain synchronous push_pull.
+  bool batchable(const PartitionView& p) const;
+  // The pieces of a batch as requests: runs of batchable pieces for one known server become push_pull_batches.
+  std::vector<std::vector<PartitionView>> group_requests(std::vector<PartitionView> pieces) const;
+  int known_owner(const PartitionView& p) const;
+  void send_batch(uint64_t id, int server);
   // The PayloadSink (I/O thread): the tensor range of the in-flight request a well-formed answer of the right size
   // from the right server belongs to; nullopt otherwise (the answer goes through the transport's buffer and
   // on_answer's checks, as without a sink).
@@ -140,6 +150,8 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   std::map<std::pair<uint64_t, uint64_t>, int> owner_;                   // (key, offset) -> server
   std::map<std::pair<uint64_t, uint64_t>, std::vector<uint64_t>> parked_;  // awaiting an owner
   uint64_t next_request_ = 1;
+  // push_pull_batch messages are built here: after the first rounds no batch allocates (released by the transport).
+  std::shared_ptr<ps::BufferPool> batch_buffers_ = ps::BufferPool::create();
   int joined_answers_ = 0;                       // servers that answered this join so far
   std::thread io_;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -87,6 +88,9 @@ void Server::on_message(PeerId id, const control::Roster::Member& sender, const 
       case MsgType::bcast:
         lag_.pushed(sender.rank, h.iteration, Clock::now());
         return on_data(id, h, std::move(payload));
+      case MsgType::push_pull_batch:
+        lag_.pushed(sender.rank, h.iteration, Clock::now());
+        return on_batch(id, h, std::move(payload));
       default: break;
     }
   }
@@ -102,20 +106,80 @@ void Server::on_assign(PeerId id, const Header& h) {
   van_.send(id, r);
 }
 
+// The worker's credit waits for this, not for the other workers' pushes.
+void Server::ack_receipt(PeerId id, const Header& h) {
+  if (!(h.flags & kFlagAckReceipt)) return;
+  Header r = van_.header(MsgType::received);
+  r.key = h.key;
+  r.offset = h.offset;
+  r.request_id = h.request_id;
+  van_.send(id, r);
+}
+
 void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payload) {
-  if (h.flags & kFlagAckReceipt) {  // the worker's credit waits for this, not for the other workers' pushes
-    Header r = van_.header(MsgType::received);
-    r.key = h.key;
-    r.offset = h.offset;
-    r.request_id = h.request_id;
-    van_.send(id, r);
-  }
+  ack_receipt(id, h);
   outcomes_.clear();
   if (!(h.flags & kFlagAsync)) slots_.push(h, id, std::move(payload), outcomes_);
   else if (cfg_.mode != "sync" && h.type == MsgType::push_pull) async_.push(h, id, std::move(payload), outcomes_);
   else return van_.malformed(id, "an asynchronous push, but this run is COMMSCHED_PS_MODE=" + cfg_.mode);
   for (Outcome& o : outcomes_) send_outcome(o);
   outcomes_.clear();
+}
+
+// Each entry is one push_pull of the SlotTable, reading its bytes in place; the batch is answered once, when its
+// last entry is (send_outcome routes the entries' answers here).
+void Server::on_batch(PeerId id, const Header& h, std::unique_ptr<Payload> payload) {
+  DecodedBatch b = decode_batch(h, payload->bytes(), DecodeLimits{cfg_.max_message_bytes});
+  if (!b.error.empty()) return van_.malformed(id, b.error);
+  auto [it, fresh] = batches_.try_emplace({id, h.request_id});
+  if (!fresh)
+    return van_.malformed(id, "push_pull_batch request " + std::to_string(h.request_id) + " again while it is open");
+  OpenBatch& open = it->second;
+  open.request = h;
+  open.entries = std::move(b.entries);
+  open.sums.resize(open.entries.size());
+  open.remaining = open.entries.size();
+  ack_receipt(id, h);
+  const std::shared_ptr<const Payload> whole(std::move(payload));
+  outcomes_.clear();
+  for (size_t i = 0; i < open.entries.size(); ++i) {  // answers go out after the loop (they may erase `open`)
+    const BatchEntry& e = open.entries[i];
+    auto part = std::make_unique<SlicePayload>(whole, whole->bytes().subspan(e.at, e.length));
+    slots_.push(entry_header(h, e), id, std::move(part), outcomes_, static_cast<uint32_t>(i));
+  }
+  for (Outcome& o : outcomes_) send_outcome(o);
+  outcomes_.clear();
+}
+
+void Server::batch_entry_done(const Waiter& w, const Outcome& o) {
+  auto it = batches_.find({w.peer, w.request_id});
+  if (it == batches_.end() || w.entry >= it->second.sums.size()) return;  // its worker was lost meanwhile
+  OpenBatch& b = it->second;
+  if (!o.error.empty()) {
+    if (b.error.empty()) b.error = o.error;
+  } else {
+    b.sums[w.entry] = o.data;
+  }
+  if (--b.remaining > 0) return;
+  answer_batch(w.peer, b);
+  batches_.erase(it);
+}
+
+// One sum_batch in the request's layout (the sums copied in: they are small, that is why they were batched), or one
+// error naming the entry that failed.
+void Server::answer_batch(PeerId peer, const OpenBatch& b) {
+  Header h = van_.header(b.error.empty() ? MsgType::sum_batch : MsgType::error);
+  h.request_id = b.request.request_id;
+  h.iteration = b.request.iteration;
+  if (!b.error.empty()) return van_.send_text(peer, h, b.error);
+  const uint64_t bytes = b.request.length;
+  auto buf = pool_->acquire(bytes);
+  encode_batch_table(b.entries, std::span(buf.get(), bytes));
+  for (size_t i = 0; i < b.entries.size(); ++i)
+    std::memcpy(buf.get() + b.entries[i].at, b.sums[i].get(), b.entries[i].length);
+  h.aux = static_cast<uint32_t>(b.entries.size());
+  h.length = bytes;
+  van_.send(peer, h, OutPayload{buf.get(), bytes, [buf] {}});
 }
 
 // The worker stands in with zeros from now on; once every worker has joined, each hears `joined` (naming the last)
@@ -139,6 +203,10 @@ void Server::on_join(uint32_t worker) {
 void Server::send_outcome(Outcome& o) {
   if (!o.error.empty()) log("answering " + std::to_string(o.waiters.size()) + " worker(s) with an error: " + o.error);
   for (const Waiter& w : o.waiters) {
+    if (w.entry != kNoEntry) {
+      batch_entry_done(w, o);
+      continue;
+    }
     Header h = o.reply;
     h.sender_role = PeerRole::server;
     h.sender_rank = static_cast<uint32_t>(env_.rank);

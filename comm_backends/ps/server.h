@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,12 @@ class Server final : public control::VanProtocol {
 
   void on_assign(PeerId id, const Header& h);
   void on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payload);
+  void on_batch(PeerId id, const Header& h, std::unique_ptr<Payload> payload);
+  void ack_receipt(PeerId id, const Header& h);
+  // One entry of an open batch is answered; the batch's one answer goes once every entry is.
+  void batch_entry_done(const Waiter& w, const Outcome& o);
+  struct OpenBatch;
+  void answer_batch(PeerId peer, const OpenBatch& b);
   void on_join(uint32_t worker);
   void send_outcome(Outcome& o);
   void log(const std::string& line) const;
@@ -67,6 +74,15 @@ class Server final : public control::VanProtocol {
   std::string authentication_;
   std::function<void()> failure_hook_;
   std::vector<Outcome> outcomes_;
+  // push_pull_batch requests not answered yet, by (worker, request id): their entries' sums as they become due.
+  struct OpenBatch {
+    Header request;
+    std::vector<BatchEntry> entries;
+    std::vector<std::shared_ptr<const std::byte>> sums;  // by entry
+    size_t remaining = 0;
+    std::string error;  // the first entry's error: the whole batch is answered with it
+  };
+  std::map<std::pair<PeerId, uint64_t>, OpenBatch> batches_;
   // Slow-but-live workers: named in a warning once they hold the others back kLagWarningS or more (every kLagRepeat).
   static constexpr double kLagWarningS = 1.0;
   static constexpr std::chrono::seconds kLagRepeat{5};

@@ -88,12 +88,13 @@ std::string SlotTable::open(Slot& s, const Header& h) {
   return {};
 }
 
-void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payload, std::vector<Outcome>& out) {
+void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payload, std::vector<Outcome>& out,
+                     uint32_t entry) {
   const Key k{h.key, h.offset, h.round};
   auto [it, fresh] = slots_.try_emplace(k);
   Slot& s = it->second;
   if (fresh) s.error = open(s, h);
-  const Waiter w{peer, h.sender_rank, h.request_id, !(h.type == MsgType::bcast && h.aux == h.sender_rank)};
+  const Waiter w{peer, h.sender_rank, h.request_id, !(h.type == MsgType::bcast && h.aux == h.sender_rank), entry};
   if (h.sender_rank >= num_workers_ || s.seen[h.sender_rank]) {
     Outcome o = error_for(s, {w});
     o.error = "worker " + std::to_string(h.sender_rank) + " sent key " + std::to_string(h.key) + " offset " +

@@ -30,11 +30,14 @@
 
 namespace commsched::ps {
 
+inline constexpr uint32_t kNoEntry = UINT32_MAX;
+
 struct Waiter {
   PeerId peer = 0;
   uint32_t rank = 0;
   uint64_t request_id = 0;
   bool gets_data = true;  // false: an empty acknowledgement (the broadcast root)
+  uint32_t entry = kNoEntry;  // the entry of push_pull_batch `request_id` this push was (kNoEntry: a push_pull)
 };
 
 // What to answer: `waiters` each get `reply` (type sum or bcast_data) carrying `data`, or an error carrying `error`.
@@ -48,8 +51,10 @@ struct Outcome {
 class SlotTable {
  public:
   SlotTable(uint32_t num_workers, bool deterministic, Summer& summer, std::shared_ptr<BufferPool> pool);
-  // One push_pull or bcast message from worker `h.sender_rank`. Appends answers that became due to `out`.
-  void push(const Header& h, PeerId peer, std::unique_ptr<Payload> payload, std::vector<Outcome>& out);
+  // One push_pull or bcast message from worker `h.sender_rank` (or entry `entry` of a push_pull_batch, as
+  // entry_header makes it). Appends answers that became due to `out`.
+  void push(const Header& h, PeerId peer, std::unique_ptr<Payload> payload, std::vector<Outcome>& out,
+            uint32_t entry = kNoEntry);
   size_t open_slots() const { return slots_.size(); }
   // Worker `rank` has joined (Horovod's join): it stands in with zeros for every slot it has not pushed to, open now
   // or opened later, until end_joins(). Appends answers that became due to `out`.

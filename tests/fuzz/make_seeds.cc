@@ -69,6 +69,25 @@ int main(int argc, char** argv) {
   ps::Header async = header(MsgType::push_pull);  // a gradient of an async/ssp run, answered with running sums
   async.flags = ps::kFlagAsync | ps::kFlagAckReceipt;
   write(out / "ps_header", "push_pull_async", ps_seed(async, 4096));
+  // A push_pull_batch of an f32 and an f16 range, with its payload bytes (the fuzz target's mode bit 2).
+  std::vector<ps::BatchEntry> es = {{42, 0, 400, 800, 7, DType::f32, 0}, {43, 64, 6, 128, 7, DType::f16, 0}};
+  std::vector<std::byte> body(ps::batch_layout(es));
+  ps::encode_batch_table(es, body);
+  ps::Header batch = ps::make_header(MsgType::push_pull_batch, ps::PeerRole::worker, 3);
+  batch.request_id = 99;
+  batch.aux = static_cast<uint32_t>(es.size());
+  batch.length = body.size();
+  batch.flags = ps::kFlagAckReceipt;
+  std::string seed = ps_seed(batch, body.size());
+  seed[0] = 3;
+  seed.append(reinterpret_cast<const char*>(body.data()), body.size());
+  write(out / "ps_header", "push_pull_batch", seed);
+  batch.type = MsgType::sum_batch;
+  batch.flags = 0;
+  seed = ps_seed(batch, body.size());
+  seed[0] = 3;
+  seed.append(reinterpret_cast<const char*>(body.data()), body.size());
+  write(out / "ps_header", "sum_batch", seed);
 
   using namespace collective;
   PartitionDesc d{7, 0, 4000, 8000, DType::f32, Op::allreduce, 0};

@@ -180,3 +180,108 @@ TEST(PsProtocol, GarbageNeverDecodesAndNeverCrashes) {
     EXPECT_TRUE(d.header.has_value() != !d.error.empty());
   }
 }
+
+namespace {
+
+// A push_pull_batch of three ranges (f32, f16, i64) with its table and zeroed data, and its header.
+struct Batch {
+  Header h;
+  std::vector<BatchEntry> entries;
+  std::vector<std::byte> payload;
+};
+
+Batch three_entries() {
+  Batch b;
+  b.entries = {BatchEntry{11, 0, 400, 400, 2, DType::f32, 0}, BatchEntry{12, 64, 6, 128, 2, DType::f16, 0},
+               BatchEntry{13, 8, 24, 64, 3, DType::i64, 0}};
+  b.payload.resize(batch_layout(b.entries));
+  encode_batch_table(b.entries, b.payload);
+  b.h.type = MsgType::push_pull_batch;
+  b.h.sender_rank = 2;
+  b.h.request_id = 77;
+  b.h.aux = static_cast<uint32_t>(b.entries.size());
+  b.h.length = b.payload.size();
+  return b;
+}
+
+std::string batch_error(const Batch& b) {
+  const DecodedBatch d = decode_batch(b.h, b.payload);
+  EXPECT_TRUE(d.entries.empty());
+  return d.error;
+}
+
+void put64(std::vector<std::byte>& p, size_t at, uint64_t v) { std::memcpy(p.data() + at, &v, 8); }
+
+}  // namespace
+
+TEST(PsProtocol, BatchRoundTripsAlignedEntries) {
+  Batch b = three_entries();
+  // Table 3 x 48 = 144 -> 192; 400 bytes -> 192..592, next at 640; 6 bytes -> 640..646, next at 704; 24 -> 728 -> 768.
+  EXPECT_EQ(b.entries[0].at, 192u);
+  EXPECT_EQ(b.entries[1].at, 640u);
+  EXPECT_EQ(b.entries[2].at, 704u);
+  EXPECT_EQ(b.payload.size(), 768u);
+  const Decoded hd = decode_header(encode(b.h), b.payload.size());
+  ASSERT_TRUE(hd.header) << hd.error;
+  const DecodedBatch d = decode_batch(*hd.header, b.payload);
+  ASSERT_TRUE(d.error.empty()) << d.error;
+  ASSERT_EQ(d.entries.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(d.entries[i].key, b.entries[i].key);
+    EXPECT_EQ(d.entries[i].offset, b.entries[i].offset);
+    EXPECT_EQ(d.entries[i].length, b.entries[i].length);
+    EXPECT_EQ(d.entries[i].tensor_bytes, b.entries[i].tensor_bytes);
+    EXPECT_EQ(d.entries[i].round, b.entries[i].round);
+    EXPECT_EQ(d.entries[i].dtype, b.entries[i].dtype);
+    EXPECT_EQ(d.entries[i].at, b.entries[i].at);
+  }
+  const Header e = entry_header(*hd.header, d.entries[1]);
+  EXPECT_EQ(e.type, MsgType::push_pull);
+  EXPECT_EQ(e.key, 12u);
+  EXPECT_EQ(e.request_id, 77u);
+  EXPECT_EQ(e.sender_rank, 2u);
+}
+
+TEST(PsProtocol, BatchHeaderRejectsCountsFlagsAndRanges) {
+  Batch b = three_entries();
+  EXPECT_NE(error_of(encode(b.h), std::nullopt).find("no payload"), std::string::npos);
+  EXPECT_NE(error_of(encode(b.h), 700).find("carries 700"), std::string::npos);
+  Header h = b.h;
+  h.aux = 0;
+  EXPECT_NE(error_of(encode(h), h.length).find("0 entries"), std::string::npos);
+  h.aux = kMaxBatchEntries + 1;
+  EXPECT_NE(error_of(encode(h), h.length).find("entries (1 to"), std::string::npos);
+  h = b.h;
+  h.length = 100;
+  EXPECT_NE(error_of(encode(h), 100).find("cannot hold its table"), std::string::npos);
+  h = b.h;
+  h.flags = kFlagAsync;
+  EXPECT_NE(error_of(encode(h), h.length).find("only the receipt flag"), std::string::npos);
+  h = b.h;
+  h.key = 5;
+  EXPECT_NE(error_of(encode(h), h.length).find("names a key"), std::string::npos);
+}
+
+TEST(PsProtocol, BatchTableRejectsBadEntriesNamingThem) {
+  Batch b = three_entries();
+  b.payload[48 + 40] = std::byte{99};  // entry 1's dtype
+  EXPECT_NE(batch_error(b).find("entry 1: unknown dtype 99 for key 12"), std::string::npos) << batch_error(b);
+  b = three_entries();
+  b.payload[2 * 48 + 45] = std::byte{1};
+  EXPECT_NE(batch_error(b).find("entry 2: reserved"), std::string::npos) << batch_error(b);
+  b = three_entries();
+  put64(b.payload, 2 * 48 + 8, 48);  // i64 range [48, +24) of a 64-byte tensor
+  EXPECT_NE(batch_error(b).find("entry 2: range [48, +24) outside the tensor of 64 bytes for key 13"),
+            std::string::npos) << batch_error(b);
+  b = three_entries();
+  put64(b.payload, 16, 460);  // entry 0 grows past its padding: the layout no longer matches the payload
+  put64(b.payload, 24, 460);
+  EXPECT_NE(batch_error(b).find("its table lays out"), std::string::npos) << batch_error(b);
+  b = three_entries();
+  put64(b.payload, 16, ~0ull - 3);  // a length near 2^64 neither wraps nor reads outside
+  put64(b.payload, 24, ~0ull - 3);
+  EXPECT_FALSE(batch_error(b).empty());
+  b = three_entries();
+  b.payload.resize(300);  // the payload the header promised is not all there
+  EXPECT_NE(batch_error(b).find("exceed the payload"), std::string::npos) << batch_error(b);
+}

@@ -1,0 +1,246 @@
+// Batches (push_pull_batch) from both ends, over ZeroMQ (neither end's batch handling depends on the transport):
+// a real server (run_server on a thread) against a worker played by hand answers a batch once with a sum_batch of
+// its layout and fails, naming the sender and the entry, on a malformed table; a real worker (PsBackend) against a
+// server played by hand sends a batch's small partitions as one push_pull_batch.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm_backends/ps/ps_backend.h"
+#include "comm_backends/ps/server.h"
+#include "tests/integration/harness/local_cluster.h"
+
+using namespace std::chrono_literals;
+using namespace commsched;
+using namespace commsched::ps;
+
+namespace {
+
+void send(Transport& t, PeerId to, const Header& h, OutPayload p = {}) {
+  std::array<std::byte, kHeaderBytes> buf;
+  encode_header(h, buf);
+  t.send(to, buf, std::move(p));
+}
+
+// One server with one worker (this test): the server runs on its own thread until the worker says bye or it fails.
+class OneServer {
+ public:
+  OneServer() {
+    env_.role = Role::server;
+    env_.num_workers = 1;
+    env_.num_servers = 1;
+    env_.root_addr = env_.bind = "127.0.0.1";
+    env_.root_port = commsched::testing::free_tcp_port();
+    env_.timeout_s = 20;
+    done_ = std::async(std::launch::async, [this] { return run_server(env_, PsConfig{}); });
+    t_ = make_transport("zmq", {});
+    server_ = t_->connect("tcp://127.0.0.1:" + std::to_string(env_.root_port));
+    Header hello = make_header(MsgType::hello, PeerRole::worker, 0);
+    hello.aux = PsConfig{}.mode_word();
+    send(*t_, server_, hello);
+    EXPECT_TRUE(next(MsgType::peers)) << "no rendezvous";
+  }
+  ~OneServer() {
+    send(*t_, server_, make_header(MsgType::bye, PeerRole::worker, 0));
+    if (done_.valid() && done_.wait_for(20s) == std::future_status::ready) done_.get();
+    t_->close(false);
+  }
+  // The next message of type `t` from the server (others skipped), within 10 s.
+  std::optional<Incoming> next(MsgType t) {
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < end) {
+      auto in = t_->receive(50ms);
+      if (!in || in->kind != Incoming::Kind::message) continue;
+      const Decoded d = decode_header(in->header, in->payload ? std::optional<uint64_t>(in->payload->bytes().size())
+                                                              : std::nullopt);
+      if (d.header && d.header->type == t) return in;
+    }
+    return std::nullopt;
+  }
+  void send_batch(const Header& h, std::vector<std::byte>& payload) {
+    send(*t_, server_, h, OutPayload{payload.data(), payload.size(), {}});
+  }
+  // The server's exit status, once it has stopped (within 20 s).
+  int exit_status() { return done_.wait_for(20s) == std::future_status::ready ? done_.get() : -1; }
+
+ private:
+  ClusterEnv env_;
+  std::future<int> done_;
+  std::unique_ptr<Transport> t_;
+  PeerId server_ = 0;
+};
+
+// Two f32 ranges and an i64 range, their bytes counting up (one worker: no arithmetic on them).
+struct Batch {
+  Header h = make_header(MsgType::push_pull_batch, PeerRole::worker, 0);
+  std::vector<BatchEntry> entries = {{101, 0, 40, 40, 0, DType::f32, 0}, {102, 8, 12, 64, 0, DType::f32, 0},
+                                     {103, 16, 16, 32, 0, DType::i64, 0}};
+  std::vector<std::byte> payload;
+  Batch() {
+    payload.resize(batch_layout(entries));
+    encode_batch_table(entries, payload);
+    for (const BatchEntry& e : entries)
+      for (uint64_t i = 0; i < e.length; ++i) payload[e.at + i] = static_cast<std::byte>(i + 1);
+    h.request_id = 5;
+    h.aux = static_cast<uint32_t>(entries.size());
+    h.length = payload.size();
+  }
+};
+
+}  // namespace
+
+TEST(PsBatchServer, AnswersABatchOnceInItsLayout) {
+  OneServer s;
+  Batch b;
+  s.send_batch(b.h, b.payload);
+  auto in = s.next(MsgType::sum_batch);
+  ASSERT_TRUE(in) << "no sum_batch";
+  const Decoded d = decode_header(in->header, in->payload->bytes().size());
+  ASSERT_TRUE(d.header) << d.error;
+  EXPECT_EQ(d.header->request_id, 5u);
+  const DecodedBatch got = decode_batch(*d.header, in->payload->bytes());
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  ASSERT_EQ(got.entries.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got.entries[i].key, b.entries[i].key);
+    // One worker: the sum is its push, byte for byte, at the same place.
+    EXPECT_EQ(0, std::memcmp(in->payload->bytes().data() + got.entries[i].at, b.payload.data() + b.entries[i].at,
+                             b.entries[i].length));
+  }
+}
+
+TEST(PsBatchServer, AMalformedBatchFailsTheServerNamingTheSenderAndEntry) {
+  ::testing::internal::CaptureStderr();
+  int status;
+  {
+    OneServer s;
+    Batch b;
+    b.payload[kBatchEntryBytes + 45] = std::byte{1};  // entry 1's reserved bytes
+    s.send_batch(b.h, b.payload);
+    status = s.exit_status();
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(status, 1) << log;
+  EXPECT_NE(log.find("error: worker 0 ("), std::string::npos) << log;
+  EXPECT_NE(log.find(") sent a malformed message: push_pull_batch entry 1: reserved bytes not zero"),
+            std::string::npos) << log;
+}
+
+namespace {
+
+// One server played by hand for a real worker (PsBackend): the rendezvous, then every data message is counted by
+// type and answered with its own floats plus one (a sum_batch for a batch, a sum otherwise), and a bye with a bye.
+class ScriptedServer {
+ public:
+  ScriptedServer() : t_(make_transport("zmq", {})), endpoint_(t_->bind("127.0.0.1", 0)) {
+    thread_ = std::thread([this] {
+      while (!stop_)
+        if (auto in = t_->receive(2ms); in && in->kind == Incoming::Kind::message) serve(*in);
+    });
+  }
+  ~ScriptedServer() {
+    stop_ = true;
+    thread_.join();
+    t_->close(false);
+  }
+  int port() const { return std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1)); }
+  std::vector<std::pair<MsgType, uint32_t>> seen() {  // data messages: type and entries
+    std::lock_guard lock(mu_);
+    return seen_;
+  }
+
+ private:
+  void serve(Incoming& in) {
+    const uint64_t size = in.payload ? in.payload->bytes().size() : 0;
+    const Decoded d = decode_header(in.header, in.payload ? std::optional<uint64_t>(size) : std::nullopt);
+    if (!d.header) return;
+    Header r = *d.header;
+    r.sender_role = PeerRole::server;
+    r.sender_rank = 0;
+    r.flags = 0;
+    switch (d.header->type) {
+      case MsgType::hello:
+        r = make_header(MsgType::peers, PeerRole::server, 0);
+        r.aux = 1;  // no other server: an empty list
+        return send(*t_, in.peer, r);
+      case MsgType::bye: return send(*t_, in.peer, make_header(MsgType::bye, PeerRole::server, 0));
+      case MsgType::push_pull_batch: r.type = MsgType::sum_batch; break;
+      case MsgType::push_pull: r.type = MsgType::sum; break;
+      default: return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      seen_.emplace_back(d.header->type, d.header->type == MsgType::push_pull ? 1 : d.header->aux);
+    }
+    auto out = std::make_shared<std::vector<std::byte>>(in.payload->bytes().begin(), in.payload->bytes().end());
+    plus_one(*d.header, *out);
+    send(*t_, in.peer, r, OutPayload{out->data(), out->size(), [out] {}});
+  }
+  // Every float of the data (a batch's table stays as it is).
+  static void plus_one(const Header& h, std::vector<std::byte>& bytes) {
+    std::vector<BatchEntry> es{BatchEntry{0, 0, bytes.size(), 0, 0, DType::f32, 0}};
+    if (h.type == MsgType::push_pull_batch) es = decode_batch(h, bytes).entries;
+    for (const BatchEntry& e : es)
+      for (uint64_t at = e.at; at < e.at + e.length; at += 4) {
+        float f;
+        std::memcpy(&f, bytes.data() + at, 4);
+        f += 1;
+        std::memcpy(bytes.data() + at, &f, 4);
+      }
+  }
+
+  std::unique_ptr<Transport> t_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<std::pair<MsgType, uint32_t>> seen_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+// Three 4 KiB partitions and one of 64 KiB in one batch: the small ones travel as one push_pull_batch (answered by one
+// sum_batch, whose sums land in each tensor), the big one alone.
+TEST(PsBatchWorker, SmallPartitionsOfABatchTravelAsOnePushPullBatch) {
+  ScriptedServer server;
+  ClusterEnv env;
+  env.role = Role::worker;
+  env.num_workers = 1;
+  env.num_servers = 1;
+  env.root_port = server.port();
+  PsBackend backend(env, PsConfig{});
+  std::vector<TaskDesc> tasks(4);
+  std::vector<std::vector<float>> data;
+  std::vector<PartitionView> batch;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    tasks[i].name = "batched." + std::to_string(i);
+    tasks[i].key = task_key(tasks[i].name);
+    tasks[i].count = i == 3 ? 16384 : 1024;
+    data.emplace_back(tasks[i].count, static_cast<float>(i));
+  }
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    tasks[i].buffer.data = data[i].data();
+    batch.push_back(PartitionView{&tasks[i], 0, 0, tasks[i].bytes()});
+  }
+  std::promise<Status> done;
+  backend.start(std::move(batch), [&](const Status& st) { done.set_value(st); });
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(20s), std::future_status::ready) << "the batch never completed";
+  ASSERT_TRUE(f.get().ok());
+  backend.shutdown();
+  const auto seen = server.seen();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], std::make_pair(MsgType::push_pull_batch, 3u));
+  EXPECT_EQ(seen[1], std::make_pair(MsgType::push_pull, 1u));
+  for (size_t i = 0; i < tasks.size(); ++i)
+    for (float v : data[i]) ASSERT_EQ(v, static_cast<float>(i) + 1) << tasks[i].name;
+}
