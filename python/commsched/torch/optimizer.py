@@ -8,9 +8,9 @@ so BSP and knob changes work; every optimizer step ends with Context.iteration_e
 
 Cross-iteration mode (the default; cross_iteration=False or COMMSCHED_CROSS_ITERATION=0 turns it off): step()
 returns at once. Before a module's forward, its parameters' gradients are awaited and the wrapped optimizer's own
-step() runs on just those parameters (their param groups narrowed to them, with the hyperparameters they had when
-step() was called, so a learning-rate scheduler stepping in between changes nothing), so the next forward starts while
-later layers still communicate. This is exact for optimizers whose update is per parameter (SGD, momentum, Adam,
+step() runs on just those parameters, together with every later one whose gradient has already arrived (their param
+groups narrowed to them, with the hyperparameters they had when step() was called, so a learning-rate scheduler
+stepping in between changes nothing), so the next forward starts while later layers still communicate. This is exact for optimizers whose update is per parameter (SGD, momentum, Adam,
 AdamW, RMSprop, Adagrad, ...).
 
 Which modules own which parameters: with model= given, forward pre-hooks on its modules; without it (a Horovod script
@@ -62,6 +62,10 @@ class _GradTask:
         self.handle, self.name, self.work, self.cctx, self.grad = handle, name, work, cctx, grad
         self.sparse = sparse
 
+    def arrived(self):
+        """Whether the reduced gradient is here (finishing it will not wait); a sparse one is never taken early."""
+        return self.sparse is None and (self.handle is None or self.handle.poll())
+
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
@@ -82,13 +86,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._sparse = set()            # parameters seen with a sparse gradient (Horovod's sparse path)
         self._group_of = optimizer_args.resolve_groups(horovod["groups"], horovod["num_groups"], self._params)
         self._group_ready = {}          # group -> its members whose gradient of this step is ready
-        self._priority = {p: i for i, p in enumerate(self._params)}
+        self._set_priorities(self._params)
+        # Each parameter's param group, for narrowing the groups to a set of parameters (_step_subset).
+        self._group_index = {p: i for i, g in enumerate(self.param_groups) for p in g["params"]}
         self._forward_order = []        # params in first-seen forward order (first iteration)
         self._order_final = False
         self._backward_order = []       # params in first backward's hook order (when there is no model)
-        self._passes_left = {p: backward_passes_per_step for p in self._params}
+        self._passes_left = [backward_passes_per_step] * len(self._params)  # by position in self._params
         self._inflight = {}             # p -> _GradTask submitted this step
         self._pending_update = {}       # cross-iteration: p -> _GradTask whose update is not applied yet
+        self._pending_order = []        # cross-iteration: the parameters in forward order, when step() deferred
+        self._pending_next = 0          # the first of them whose update may still be pending (_apply_pending)
         self._deferred_zero = {}        # p -> set_to_none, for zero_grad() calls made while an update was pending
         self._callback_queued = False
         self._completed_pass = False
@@ -101,7 +109,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # The model's signature (gradient sizes in declaration order) keys the auto-tuner's store of best knobs; with
         # the gradients' ready times of the first backwards it is what the tuner's warm start simulates.
         self._context().set_model([p.numel() * p.element_size() for p in self._params])
-        self._index = {p: i for i, p in enumerate(self._params)}
         self._ready_times = None        # per parameter, while the tuner wants backward times (rank 0, first steps)
         self._watch_backward_times(self._context())
         self._model = model
@@ -151,15 +158,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return by_param
 
     def _register_grad_hooks(self):
-        for p in self._params:
+        for i, p in enumerate(self._params):
             # The AccumulateGrad node of p: its hook runs once p.grad holds this backward's gradient.
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             # Compiled autograd traces backward hooks into its graph: ours talk to the engine, so they stay out of it
             # (a graph break each) and run eagerly, in backward order.
-            acc.register_hook(compiled.outside_graph(self._make_grad_hook(p)))
+            acc.register_hook(compiled.eager_unless_traced(self._make_grad_hook(i, p)))
             self._keep.append(acc)
             # Runs before accumulation: an update still pending from the previous step must land first.
-            self._keep.append(p.register_hook(compiled.outside_graph(self._make_pre_accumulate_hook())))
+            self._keep.append(p.register_hook(compiled.eager_unless_traced(self._make_pre_accumulate_hook())))
 
     def _register_module_hooks(self, model):
         mine = set(self._params)
@@ -185,7 +192,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if compiled.is_compiling():
             self._flush_outside_graph()
         elif self._pending_update and self._orphans:
-            self._apply_pending([p for p in self._orphans if p in self._pending_update])
+            self._apply_pending(self._orphans)
 
     def _root_post_forward(self, module, inputs, output):
         if compiled.is_compiling():
@@ -216,7 +223,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if not self._order_final:
                 self._note_forward(params)
             if self._pending_update:
-                self._apply_pending([p for p in params if p in self._pending_update])
+                self._apply_pending(params)
         return hook
 
     def _make_pre_accumulate_hook(self):
@@ -226,20 +233,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return grad
         return hook
 
-    def _make_grad_hook(self, p):
+    def _make_grad_hook(self, i, p):
+        # Runs once per tensor per backward: per-parameter counters are kept by position i (a list), since hashing a
+        # tensor is a Python call in torch 2.x.
         def hook(*unused):
             runtime.context()  # a clear error when init() was not called
             if not self._order_final:
                 self._learn_order(p)
-            if p in self._inflight or self._passes_left[p] <= 0:
+            if self._passes_left[i] <= 0 or p in self._inflight:
                 raise RuntimeError(f"gradient of '{self._names[p]}' was computed more than "
                                    f"backward_passes_per_step={self._passes_per_step} times before step(); "
                                    "call step() (or raise backward_passes_per_step)")
             if self._ready_times is not None:
-                self._ready_times[self._index[p]] = time.perf_counter()
+                self._ready_times[i] = time.perf_counter()
             self._queue_backward_end()
-            self._passes_left[p] -= 1
-            if self._passes_left[p] == 0:
+            self._passes_left[i] -= 1
+            if self._passes_left[i] == 0:
                 self._ready(p)
                 self._completed_pass = True
         return hook
@@ -255,7 +264,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         ordered = list(ordered)
         seen = set(ordered)
         rest = [p for p in self._params if p not in seen]
-        self._priority = {p: i for i, p in enumerate(ordered + rest)}
+        self._by_priority = ordered + rest
+        self._priority = {p: i for i, p in enumerate(self._by_priority)}
 
     def _queue_backward_end(self):
         if not self._callback_queued:
@@ -335,10 +345,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _submit_missing(self):
         """Parameters that got no gradient this step still take part (zero gradient), so every worker sends the
         same tensors; Horovod does the same."""
-        for p in self._params:
-            if p not in self._inflight:
-                self._submit(p)
-            self._passes_left[p] = self._passes_per_step
+        if len(self._inflight) < len(self._params):
+            for p in self._params:
+                if p not in self._inflight:
+                    self._submit(p)
+        self._passes_left = [self._passes_per_step] * len(self._params)
         self._group_ready.clear()
 
     def _finish(self, task):
@@ -388,6 +399,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._end_of_step_submissions()
             self._pending_update.update(self._inflight)
             self._inflight = {}
+            self._pending_order, self._pending_next = self._by_priority, 0
             self._hyperparameters = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
             self._next_step(ctx)
             return None
@@ -429,8 +441,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._backward_done_sent = False
         self._completed_pass = False
         self._group_ready.clear()
-        for p in self._params:
-            self._passes_left[p] = self._passes_per_step
+        self._passes_left = [self._passes_per_step] * len(self._params)
         ctx.iteration_end()
         self._watch_backward_times(ctx)
 
@@ -500,8 +511,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._backward_done_sent = False
         self._completed_pass = False
+        self._passes_left = [self._passes_per_step] * len(self._params)
         for p in self._params:
-            self._passes_left[p] = self._passes_per_step
             p.grad = None
 
     def rejoin(self):
@@ -512,12 +523,37 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     # ---- cross-iteration updates ----
     def _apply_pending(self, params):
-        if not params:
+        """Applies the pending updates of `params` (waiting for their gradients), and with them every other pending
+        update whose gradient has already arrived, taken in forward order up to the first still on the wire: one
+        call of the wrapped optimizer for all of them (its per-call cost and, where torch picks it, its multi-tensor
+        kernels, are shared), not one per module. Each parameter's update is its own, so when it lands changes no
+        bit of it, only that it lands before the parameter is read."""
+        pending = self._pending_update
+        batch = []
+        for p in params:
+            task = pending.pop(p, None)
+            if task is not None:
+                self._finish(task)
+                batch.append(p)
+        order, i = self._pending_order, self._pending_next
+        while i < len(order):
+            p = order[i]
+            task = pending.get(p)
+            if task is not None:
+                if not task.arrived():
+                    break
+                del pending[p]
+                self._finish(task)
+                batch.append(p)
+            i += 1
+        self._pending_next = i
+        if not batch:
             return
-        tasks = [self._pending_update.pop(p) for p in params]
-        for task in tasks:
-            self._finish(task)
-        self._step_subset(set(params))
+        self._step_subset(batch)
+        if self._deferred_zero:
+            self._zero_deferred(batch)
+
+    def _zero_deferred(self, params):
         for p in params:
             if p in self._deferred_zero:
                 set_to_none = self._deferred_zero.pop(p)
@@ -531,13 +567,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         (same hyperparameters, same per-parameter state), so its math is untouched."""
         groups = self.param_groups
         settings = self._hyperparameters or [{} for _ in groups]
+        members = [[] for _ in groups]
+        for p in params:
+            members[self._group_index[p]].append(p)
         narrowed = []
-        for g, at_step in zip(groups, settings):
-            members = [p for p in g["params"] if p in params]
-            if members:
+        for g, at_step, mine in zip(groups, settings, members):
+            if mine:
                 ng = dict(g)
                 ng.update(at_step)  # as they were when step() deferred these updates (a scheduler may have moved lr)
-                ng["params"] = members
+                ng["params"] = mine
                 narrowed.append(ng)
         self.param_groups = narrowed
         try:
@@ -625,7 +663,7 @@ class _ForwardCoverage:
         elif opt._pending_update:
             if outermost and self._holds_ours(opt, module):
                 opt._root_pre_forward(module, inputs)
-            opt._apply_pending([p for p in params if p in opt._pending_update])
+            opt._apply_pending(params)
 
     def _post(self, module, inputs, output):
         if compiled.is_compiling():
