@@ -3,6 +3,8 @@
 many small tensors (the shape that costs a plugin most: hooks, task submission, waits per tensor), the same steps with
 a plain torch optimizer and with commsched.torch's DistributedOptimizer, interleaved step by step so that drift on a
 shared machine hits both alike. The overhead is the median per-step difference; per tensor, that over the tensors.
+Beside wall time it reports the process's CPU time (every thread's, the engine's included) per step the same way:
+on a loaded machine wall time also counts waiting for a core, CPU time does not.
 
     python3 bench/torch/overhead_bench.py --layers 80 --width 64 --steps 200 [--no-cross-iteration] [--result F]
 
@@ -33,18 +35,24 @@ def stepper(net, opt, x):
 
 
 def measure(steps, warmup, plain, plugin):
-    """Per-step wall seconds of each, alternating which goes first (so neither always follows the other)."""
+    """Per-step wall and CPU seconds of each, alternating which goes first (so neither always follows the other)."""
     for _ in range(warmup):
         plain()
         plugin()
     times = {"plain": [], "plugin": []}
+    cpu = {"plain": [], "plugin": []}
     for i in range(steps):
         order = [("plain", plain), ("plugin", plugin)]
         for label, fn in order if i % 2 == 0 else order[::-1]:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
             times[label].append(time.perf_counter() - t0)
-    return times
+            cpu[label].append(time.process_time() - c0)
+    return times, cpu
+
+
+def median_difference_us(times):
+    return statistics.median(1e6 * (b - p) for p, b in zip(times["plain"], times["plugin"]))
 
 
 def main():
@@ -66,19 +74,20 @@ def main():
                                    named_parameters=plugin_net.named_parameters(),
                                    cross_iteration=a.cross_iteration)
     plugin = stepper(plugin_net, opt, x)
-    times = measure(a.steps, a.warmup, plain, plugin)
+    times, cpu = measure(a.steps, a.warmup, plain, plugin)
     if hasattr(opt, "flush"):
         opt.flush()
     tensors = sum(1 for _ in plugin_net.parameters())
     plain_us = 1e6 * statistics.median(times["plain"])
     plugin_us = 1e6 * statistics.median(times["plugin"])
-    diffs = sorted(1e6 * (b - p) for p, b in zip(times["plain"], times["plugin"]))
+    overhead, overhead_cpu = median_difference_us(times), median_difference_us(cpu)
     result = {"torch": torch.__version__, "tensors": tensors, "cross_iteration": bool(opt.cross_iteration),
-              "plain_us": plain_us, "plugin_us": plugin_us, "overhead_us": statistics.median(diffs),
-              "overhead_us_per_tensor": statistics.median(diffs) / tensors, "steps": a.steps}
+              "plain_us": plain_us, "plugin_us": plugin_us, "overhead_us": overhead,
+              "overhead_us_per_tensor": overhead / tensors, "overhead_cpu_us": overhead_cpu, "steps": a.steps}
     print(f"torch {result['torch']}: {tensors} tensors, plain {plain_us:.0f} us/step, with commsched "
           f"{plugin_us:.0f} us/step{' (cross-iteration)' if result['cross_iteration'] else ''}: overhead "
-          f"{result['overhead_us']:.0f} us/step, {result['overhead_us_per_tensor']:.2f} us/tensor", flush=True)
+          f"{overhead:.0f} us/step, {overhead / tensors:.2f} us/tensor; CPU time {overhead_cpu:.0f} us/step, "
+          f"{overhead_cpu / tensors:.2f} us/tensor", flush=True)
     if a.result:
         pathlib.Path(a.result).write_text(json.dumps(result))
     hvd.shutdown()

@@ -26,12 +26,14 @@ done
 /usr/bin/python3 - "$OUT" "$ROUNDS" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-med = {}
+med, cpu = {}, {}
 for side in ("old", "new"):
     runs = [json.load(open(f"{out}/{side}.{r}.json")) for r in range(1, rounds + 1)]
     med[side] = statistics.median(r["overhead_us"] for r in runs)
+    cpu[side] = statistics.median(r["overhead_cpu_us"] for r in runs)
     print(f"torch {runs[0]['torch']}: overhead median {med[side]:.0f} us/step over {rounds} rounds "
           f"({med[side] / runs[0]['tensors']:.2f} us/tensor; each round: "
-          f"{', '.join('%.0f' % r['overhead_us'] for r in runs)})")
-print(f"overhead on torch 2.x / on 1.13: {med['new'] / med['old']:.2f}")
+          f"{', '.join('%.0f' % r['overhead_us'] for r in runs)}); CPU time {cpu[side]:.0f} us/step "
+          f"({cpu[side] / runs[0]['tensors']:.2f} us/tensor)")
+print(f"overhead on torch 2.x / on 1.13: {med['new'] / med['old']:.2f} (CPU time: {cpu['new'] / cpu['old']:.2f})")
 PY

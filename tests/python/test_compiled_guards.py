@@ -46,3 +46,44 @@ def test_compiled_wrapper_is_recognised_and_unwrapped():
     wrapper = torch.compile(m, backend="eager")
     assert compiled.is_compiled_wrapper(wrapper)
     assert compiled.unwrapped(wrapper) is m
+
+
+def test_landing_in_graph_matches_this_torch():
+    assert compiled.LANDS_IN_GRAPH == (HAS_COMPILE and hasattr(torch.library, "custom_op")), torch.__version__
+
+
+class _Lander:
+    """Stands in for the optimizer: adds 1 to its parameter where the op sits, as an update would."""
+
+    def __init__(self, param):
+        self.param, self.calls = param, []
+
+    def land(self, params, positions):
+        self.calls.append(list(positions))
+        with torch.no_grad():
+            self.param.add_(1.0)
+            for given in params:
+                if given.data_ptr() != self.param.data_ptr():
+                    given.copy_(self.param)
+
+
+@pytest.mark.skipif(not compiled.LANDS_IN_GRAPH,
+                    reason=f"torch {torch.__version__} has no torch.library.custom_op (it came in 2.4)")
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_the_landing_op_stays_in_the_graph_and_the_graph_reads_what_it_wrote(backend):
+    param = torch.nn.Parameter(torch.zeros(3))
+    lander = _Lander(param)
+    owner = compiled.register_lander(lander.land)
+    landed = {}
+
+    def f(x):
+        compiled.land(landed, [param], owner, [7])
+        compiled.land(landed, [param], owner, [7])  # a module called twice: lands once
+        return x * param
+
+    torch._dynamo.utils.counters.clear()
+    out = torch.compile(f, backend=backend)(torch.full((3,), 2.0))
+    assert lander.calls == [[7]], "the op's body did not run once, with the positions given"
+    assert torch.equal(param.detach(), torch.ones(3)), "the parameter does not hold what the op wrote"
+    assert torch.equal(out.detach(), torch.full((3,), 2.0)), "the graph read the parameter from before the op"
+    assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])

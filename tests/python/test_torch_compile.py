@@ -1,13 +1,15 @@
 """torch.compile with DistributedOptimizer at its defaults: 2 workers and 1 server train a compiled model (LR scheduler,
 backward_passes_per_step=2, zero_grad(set_to_none) alternating, a module called twice, with and without a graph
 break); every rank ends bitwise equal to the same compiled model under WFBP waiting in step(), and the overlap
-survives compilation (step() defers updates) wherever it can be exact. model.compile() without model= falls back to
-waiting in step() with one warning that says why. Compiled autograd too."""
+survives compilation (step() defers updates) wherever it can be exact: where torch has torch.library.custom_op
+(>= 2.4), each module's updates land inside the compiled graph, before its forward, with no graph break. model.compile()
+without model= falls back to waiting in step() with one warning that says why. Compiled autograd too."""
 import json
 
 import pytest
 import torch
 
+from commsched.torch import compiled
 from torch_cluster import HERE, launch
 
 if not hasattr(torch, "compile"):
@@ -62,8 +64,19 @@ def test_torch_compile_keeps_the_overlap_and_is_bitwise_equal_to_wfbp(tmp_path, 
     assert [i["deferred"] for i in waiting_info] == [0] * WORKERS
     if "--graph-break" in variant:
         assert all(i["graph_breaks"] > 0 for i in info), f"the model made no graph break: {info}"
+    elif compiled.LANDS_IN_GRAPH:
+        assert [i["graph_breaks"] for i in info] == [0] * WORKERS, f"landing updates broke the graph: {info}"
+    check_landed_in_graph(info)
     assert "fire an extra time" not in log, log
     assert "waiting in step()" not in log, log
+
+
+def check_landed_in_graph(info):
+    """Where torch has the op, modules inside the compiled graph landed their updates (every step, every module)."""
+    if compiled.LANDS_IN_GRAPH:
+        assert all(i["landed_in_graph"] > 0 for i in info), f"no module landed its updates in the graph: {info}"
+    else:
+        assert [i["landed_in_graph"] for i in info] == [0] * WORKERS, info
 
 
 def test_compile_in_place_with_model_keeps_the_overlap(tmp_path):
@@ -71,8 +84,22 @@ def test_compile_in_place_with_model_keeps_the_overlap(tmp_path):
     waiting, _, _ = run_waiting(tmp_path, "--compile", "inplace", "--pass-model")
     check_same(default, waiting)
     assert all(i["deferred"] > 0 for i in info), f"step() deferred no update on some worker: {info}"
-    # The root's pre-hook applies the pending updates outside the graph: one break per compiled forward.
-    assert all(i["graph_breaks"] > 0 for i in info), info
+    check_landed_in_graph(info)
+    if compiled.LANDS_IN_GRAPH:  # every module lands its own updates inside the graph: no break
+        assert [i["graph_breaks"] for i in info] == [0] * WORKERS, info
+    else:  # the root's pre-hook applies the pending updates outside the graph: one break per compiled forward
+        assert all(i["graph_breaks"] > 0 for i in info), info
+
+
+def test_torch_compile_with_a_weight_read_outside_its_module_lands_it_before_the_graph(tmp_path):
+    """The head reads b.weight with F.linear without calling b: no hook inside the graph lands b's parameters, so
+    the wrapper lands them before its graph runs (never read stale); the other modules still land theirs inside."""
+    default, info, log = run(tmp_path, {}, "--compile", "wrap", "--reads-weight")
+    waiting, _, _ = run_waiting(tmp_path, "--compile", "wrap", "--reads-weight")
+    check_same(default, waiting)
+    assert all(i["deferred"] > 0 for i in info), f"step() deferred no update on some worker: {info}"
+    check_landed_in_graph(info)
+    assert "waiting in step()" not in log, log
 
 
 def test_compile_in_place_without_model_waits_in_step_with_one_warning(tmp_path):

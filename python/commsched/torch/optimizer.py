@@ -8,10 +8,10 @@ so BSP and knob changes work; every optimizer step ends with Context.iteration_e
 
 Cross-iteration mode (the default; cross_iteration=False or COMMSCHED_CROSS_ITERATION=0 turns it off): step()
 returns at once. Before a module's forward, its parameters' gradients are awaited and the wrapped optimizer's own
-step() runs on just those parameters (their param groups narrowed to them, with the hyperparameters they had when
-step() was called, so a learning-rate scheduler stepping in between changes nothing), so the next forward starts while
-later layers still communicate. This is exact for optimizers whose update is per parameter (SGD, momentum, Adam,
-AdamW, RMSprop, Adagrad, ...).
+step() runs on just those parameters, together with every later one whose gradient has already arrived (their param
+groups narrowed to them, with the hyperparameters they had when step() was called, so a learning-rate scheduler
+stepping in between changes nothing), so the next forward starts while later layers still communicate. This is
+exact for optimizers whose update is per parameter (SGD, momentum, Adam, AdamW, RMSprop, Adagrad, ...).
 
 Which modules own which parameters: with model= given, forward pre-hooks on its modules; without it (a Horovod script
 that passes only named_parameters), process-wide module hooks (torch.nn.modules.module.register_module_forward_pre_hook)
@@ -24,12 +24,15 @@ an explicit synchronize() before step() (global-norm clipping) fall back to wait
 call optimizer.flush() (state_dict() does) before reading the parameters other than through a forward or
 model.state_dict().
 
-Compiled models (compiled.py): every hook does nothing while dynamo traces it. Without model=, the module that
-torch.compile(model) returns is called eagerly and owns all of its model's parameters, so every pending update lands
-before its compiled graph runs; model.compile() leaves no eager hook, so step() waits (one warning says why). With
-model=, the model's root pre-hook applies the pending updates from outside the graph (one graph break), and
-parameters whose module hook did not run eagerly in the first forward (a submodule compiled on its own) are applied
-when the root's forward begins.
+Compiled models (compiled.py): no hook keeps Python bookkeeping while dynamo traces it. Where torch has
+torch.library.custom_op (>= 2.4), a module's pre-hook, traced, puts an op in the compiled graph that lands that
+module's pending updates just before its forward (no graph break), so a compiled model keeps the per-layer overlap of
+eager mode: with model=, every module's hook does; without it, the torch.compile(model) wrapper (called eagerly)
+tags its model's modules with which parameters are theirs, and lands before its graph runs only those that no
+module landed in the first forward (e.g. a weight read by F.linear outside its module). On older torch the wrapper,
+or with model= the root's pre-hook from outside the graph (one graph break), applies every pending update before the
+graph runs.
+model.compile() without model= leaves no eager hook to learn from, so step() waits (one warning says why).
 """
 import contextlib
 import time
@@ -62,6 +65,10 @@ class _GradTask:
         self.handle, self.name, self.work, self.cctx, self.grad = handle, name, work, cctx, grad
         self.sparse = sparse
 
+    def arrived(self):
+        """Whether the reduced gradient is here (finishing it will not wait); a sparse one is never taken early."""
+        return self.sparse is None and (self.handle is None or self.handle.poll())
+
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
@@ -82,13 +89,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._sparse = set()            # parameters seen with a sparse gradient (Horovod's sparse path)
         self._group_of = optimizer_args.resolve_groups(horovod["groups"], horovod["num_groups"], self._params)
         self._group_ready = {}          # group -> its members whose gradient of this step is ready
-        self._priority = {p: i for i, p in enumerate(self._params)}
+        self._set_priorities(self._params)
+        # Each parameter's param group, for narrowing the groups to a set of parameters (_step_subset).
+        self._group_index = {p: i for i, g in enumerate(self.param_groups) for p in g["params"]}
         self._forward_order = []        # params in first-seen forward order (first iteration)
         self._order_final = False
         self._backward_order = []       # params in first backward's hook order (when there is no model)
-        self._passes_left = {p: backward_passes_per_step for p in self._params}
+        self._passes_left = [backward_passes_per_step] * len(self._params)  # by position in self._params
         self._inflight = {}             # p -> _GradTask submitted this step
         self._pending_update = {}       # cross-iteration: p -> _GradTask whose update is not applied yet
+        self._pending_order = []        # cross-iteration: the parameters in forward order, when step() deferred
+        self._pending_next = 0          # the first of them whose update may still be pending (_apply_pending)
         self._deferred_zero = {}        # p -> set_to_none, for zero_grad() calls made while an update was pending
         self._callback_queued = False
         self._completed_pass = False
@@ -101,7 +112,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # The model's signature (gradient sizes in declaration order) keys the auto-tuner's store of best knobs; with
         # the gradients' ready times of the first backwards it is what the tuner's warm start simulates.
         self._context().set_model([p.numel() * p.element_size() for p in self._params])
-        self._index = {p: i for i, p in enumerate(self._params)}
         self._ready_times = None        # per parameter, while the tuner wants backward times (rank 0, first steps)
         self._watch_backward_times(self._context())
         self._model = model
@@ -113,13 +123,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._cross_iteration = bool(cross_iteration)
         self._hyperparameters = None    # cross-iteration: each group's settings when step() deferred the updates
         self._orphans = []              # our parameters no module owns (applied when the outermost forward begins)
-        self._ran_eagerly = None        # with model=: parameters whose module hook ran eagerly in the first forward
+        self._ran_eagerly = None        # with model=: parameters whose module's updates landed in the first forward
         self._coverage = None           # without model=: what the forwards showed (_ForwardCoverage)
+        # Inside compiled graphs, modules' pre-hooks land updates through an op (compiled.land), where torch has it.
+        self._owner = compiled.register_lander(self._land_from_graph) if self._cross_iteration else None
+        self._landed = {}               # with model=: what a compiled forward has landed so far (compiled.land)
         if model is not None:
             self._ran_eagerly = set()
             # For the root's pre-hook inside a compiled forward: runs eagerly there (made here, not at import:
             # importing dynamo takes a second).
             self._flush_outside_graph = compiled.outside_graph(self.flush)
+            self._apply_orphans_outside_graph = compiled.outside_graph(self._apply_orphans)
             self._register_module_hooks(model)
             self._register_state_dict_flush(model)
         elif self._cross_iteration:
@@ -151,25 +165,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return by_param
 
     def _register_grad_hooks(self):
-        for p in self._params:
+        for i, p in enumerate(self._params):
             # The AccumulateGrad node of p: its hook runs once p.grad holds this backward's gradient.
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             # Compiled autograd traces backward hooks into its graph: ours talk to the engine, so they stay out of it
             # (a graph break each) and run eagerly, in backward order.
-            acc.register_hook(compiled.outside_graph(self._make_grad_hook(p)))
+            acc.register_hook(compiled.eager_unless_traced(self._make_grad_hook(i, p)))
             self._keep.append(acc)
             # Runs before accumulation: an update still pending from the previous step must land first.
-            self._keep.append(p.register_hook(compiled.outside_graph(self._make_pre_accumulate_hook())))
+            self._keep.append(p.register_hook(compiled.eager_unless_traced(self._make_pre_accumulate_hook())))
 
     def _register_module_hooks(self, model):
-        mine = set(self._params)
+        position = {p: i for i, p in enumerate(self._params)}
         owned = set()
         model.register_forward_pre_hook(self._root_pre_forward)
         for module in model.modules():
-            params = [p for p in _direct_parameters(module) if p in mine]
-            if params:
+            held = _direct_parameters(module)
+            local = [j for j, p in enumerate(held) if p in position]
+            if local:
+                params = [held[j] for j in local]
                 owned.update(params)
-                self._keep.append(module.register_forward_pre_hook(self._make_module_pre_hook(params)))
+                hook = self._make_module_pre_hook(params, local, [position[p] for p in params])
+                self._keep.append(module.register_forward_pre_hook(hook))
         model.register_forward_hook(self._root_post_forward)
         self._orphans = [p for p in self._params if p not in owned]
 
@@ -179,13 +196,23 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._keep.append(module._register_state_dict_hook(lambda *unused: self.flush()))
 
     # ---- hooks ----
-    # Every hook does nothing while dynamo traces it (compiled.is_compiling()): the root's pre-hook then applies every
-    # pending update before the compiled graph runs, through a function dynamo keeps out of the graph.
+    # While dynamo traces a hook (compiled.is_compiling()) it keeps no Python bookkeeping: a module's pre-hook puts the
+    # op that lands its parameters' updates in the graph (compiled.land); where torch has no such op, the root's
+    # pre-hook applies every pending update before the compiled graph runs, through a function dynamo keeps out of
+    # the graph (a graph break).
     def _root_pre_forward(self, module, inputs):
+        self._landed.clear()
         if compiled.is_compiling():
-            self._flush_outside_graph()
+            if self._owner is None:
+                self._flush_outside_graph()
+            elif self._orphans:  # parameters no module's hook lands
+                self._apply_orphans_outside_graph()
         elif self._pending_update and self._orphans:
-            self._apply_pending([p for p in self._orphans if p in self._pending_update])
+            self._apply_pending(self._orphans)
+
+    def _apply_orphans(self):
+        if self._pending_update:
+            self._apply_pending(self._orphans)
 
     def _root_post_forward(self, module, inputs, output):
         if compiled.is_compiling():
@@ -196,9 +223,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._apply_pending(list(self._pending_update))
 
     def _adopt_hidden_parameters(self):
-        """After the first eager forward with model=: parameters whose module hook did not run eagerly (a submodule
-        compiled on its own, whose hooks dynamo traces, or a module that did not run) are applied when the root's
-        forward begins, like parameters no module owns."""
+        """After the first eager forward with model=: parameters whose module's updates did not land (a module that
+        did not run, or a submodule compiled on its own where torch has no op to land them in its graph) are applied
+        when the root's forward begins, like parameters no module owns."""
         seen, self._ran_eagerly = self._ran_eagerly, None
         orphans = set(self._orphans)
         self._orphans.extend(p for p in self._params if p not in seen and p not in orphans)
@@ -207,16 +234,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         seen = set(self._forward_order)
         self._forward_order.extend(p for p in params if p not in seen)
 
-    def _make_module_pre_hook(self, params):
+    def _make_module_pre_hook(self, params, local, positions):
+        """local: the positions of `params` among the module's direct parameters; positions: in self._params."""
+        owner = self._owner
+
         def hook(module, inputs):
             if compiled.is_compiling():
+                if owner is not None:
+                    held = _direct_parameters(module)
+                    compiled.land(self._landed, [held[j] for j in local], owner, positions)
                 return
             if self._ran_eagerly is not None:
                 self._ran_eagerly.update(params)
             if not self._order_final:
                 self._note_forward(params)
             if self._pending_update:
-                self._apply_pending([p for p in params if p in self._pending_update])
+                self._apply_pending(params)
         return hook
 
     def _make_pre_accumulate_hook(self):
@@ -226,20 +259,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return grad
         return hook
 
-    def _make_grad_hook(self, p):
+    def _make_grad_hook(self, i, p):
+        # Runs once per tensor per backward: per-parameter counters are kept by position i (a list), since hashing a
+        # tensor is a Python call in torch 2.x.
         def hook(*unused):
             runtime.context()  # a clear error when init() was not called
             if not self._order_final:
                 self._learn_order(p)
-            if p in self._inflight or self._passes_left[p] <= 0:
+            if self._passes_left[i] <= 0 or p in self._inflight:
                 raise RuntimeError(f"gradient of '{self._names[p]}' was computed more than "
                                    f"backward_passes_per_step={self._passes_per_step} times before step(); "
                                    "call step() (or raise backward_passes_per_step)")
             if self._ready_times is not None:
-                self._ready_times[self._index[p]] = time.perf_counter()
+                self._ready_times[i] = time.perf_counter()
             self._queue_backward_end()
-            self._passes_left[p] -= 1
-            if self._passes_left[p] == 0:
+            self._passes_left[i] -= 1
+            if self._passes_left[i] == 0:
                 self._ready(p)
                 self._completed_pass = True
         return hook
@@ -255,7 +290,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         ordered = list(ordered)
         seen = set(ordered)
         rest = [p for p in self._params if p not in seen]
-        self._priority = {p: i for i, p in enumerate(ordered + rest)}
+        self._by_priority = ordered + rest
+        self._priority = {p: i for i, p in enumerate(self._by_priority)}
 
     def _queue_backward_end(self):
         if not self._callback_queued:
@@ -335,10 +371,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _submit_missing(self):
         """Parameters that got no gradient this step still take part (zero gradient), so every worker sends the
         same tensors; Horovod does the same."""
-        for p in self._params:
-            if p not in self._inflight:
-                self._submit(p)
-            self._passes_left[p] = self._passes_per_step
+        if len(self._inflight) < len(self._params):
+            for p in self._params:
+                if p not in self._inflight:
+                    self._submit(p)
+        self._passes_left = [self._passes_per_step] * len(self._params)
         self._group_ready.clear()
 
     def _finish(self, task):
@@ -388,6 +425,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._end_of_step_submissions()
             self._pending_update.update(self._inflight)
             self._inflight = {}
+            self._pending_order, self._pending_next = self._by_priority, 0
             self._hyperparameters = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
             self._next_step(ctx)
             return None
@@ -429,8 +467,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._backward_done_sent = False
         self._completed_pass = False
         self._group_ready.clear()
-        for p in self._params:
-            self._passes_left[p] = self._passes_per_step
+        self._passes_left = [self._passes_per_step] * len(self._params)
         ctx.iteration_end()
         self._watch_backward_times(ctx)
 
@@ -500,8 +537,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._backward_done_sent = False
         self._completed_pass = False
+        self._passes_left = [self._passes_per_step] * len(self._params)
         for p in self._params:
-            self._passes_left[p] = self._passes_per_step
             p.grad = None
 
     def rejoin(self):
@@ -511,13 +548,58 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._watch_backward_times(self._context())
 
     # ---- cross-iteration updates ----
+    def _land_from_graph(self, params, positions):
+        """The body of compiled.land's op: a module inside a compiled graph is about to read these parameters.
+        `params` are the graph's tensors for them: the parameters themselves, or copies (then the results are copied
+        in, so the graph reads the updated values)."""
+        mine = [self._params[i] for i in positions]
+        self._saw_in_forward(mine)
+        if self._pending_update:
+            self._apply_pending(mine)
+        for real, given in zip(mine, params):
+            if given.data_ptr() != real.data_ptr():
+                given.copy_(real)
+
+    def _saw_in_forward(self, params):
+        if self._ran_eagerly is not None:
+            self._ran_eagerly.update(params)
+        if self._coverage is not None:
+            self._coverage.note_covered(params)
+        if not self._order_final:
+            self._note_forward(params)
+
     def _apply_pending(self, params):
-        if not params:
+        """Applies the pending updates of `params` (waiting for their gradients), and with them every other pending
+        update whose gradient has already arrived, taken in forward order up to the first still on the wire: one
+        call of the wrapped optimizer for all of them (its per-call cost and, where torch picks it, its multi-tensor
+        kernels, are shared), not one per module. Each parameter's update is its own, so when it lands changes no
+        bit of it, only that it lands before the parameter is read."""
+        pending = self._pending_update
+        batch = []
+        for p in params:
+            task = pending.pop(p, None)
+            if task is not None:
+                self._finish(task)
+                batch.append(p)
+        order, i = self._pending_order, self._pending_next
+        while i < len(order):
+            p = order[i]
+            task = pending.get(p)
+            if task is not None:
+                if not task.arrived():
+                    break
+                del pending[p]
+                self._finish(task)
+                batch.append(p)
+            i += 1
+        self._pending_next = i
+        if not batch:
             return
-        tasks = [self._pending_update.pop(p) for p in params]
-        for task in tasks:
-            self._finish(task)
-        self._step_subset(set(params))
+        self._step_subset(batch)
+        if self._deferred_zero:
+            self._zero_deferred(batch)
+
+    def _zero_deferred(self, params):
         for p in params:
             if p in self._deferred_zero:
                 set_to_none = self._deferred_zero.pop(p)
@@ -531,13 +613,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         (same hyperparameters, same per-parameter state), so its math is untouched."""
         groups = self.param_groups
         settings = self._hyperparameters or [{} for _ in groups]
+        members = [[] for _ in groups]
+        for p in params:
+            members[self._group_index[p]].append(p)
         narrowed = []
-        for g, at_step in zip(groups, settings):
-            members = [p for p in g["params"] if p in params]
-            if members:
+        for g, at_step, mine in zip(groups, settings, members):
+            if mine:
                 ng = dict(g)
                 ng.update(at_step)  # as they were when step() deferred these updates (a scheduler may have moved lr)
-                ng["params"] = members
+                ng["params"] = mine
                 narrowed.append(ng)
         self.param_groups = narrowed
         try:
@@ -566,6 +650,11 @@ class _ForwardCoverage:
         self._whole_forward_seen = False
         self.decided = False
         self.traced = False  # a hook ran inside dynamo's trace (set by the compiled code, after its graph ran)
+        # Where torch has the op that lands updates inside a graph: the attribute that tells a traced pre-hook which of
+        # a module's direct parameters are ours (set on a torch.compile(model) wrapper's modules, _wrapper_params).
+        self._owner = opt._owner
+        self._tag = f"_commsched_updates_{opt._owner}"
+        self._landed = {}  # what a compiled forward has landed so far (compiled.land); emptied by the outermost call
         compiled.quiet_global_hook_warning()
         self.handles = [torch_module.register_module_forward_pre_hook(self._pre),
                         torch_module.register_module_forward_hook(self._post)]
@@ -574,11 +663,22 @@ class _ForwardCoverage:
         """(exact, first parameter not covered or None); from then on the hooks only apply updates."""
         opt = self._opt_ref()
         self.decided = True
-        self._mine.clear()  # no longer needed: _owned already maps the modules seen; new ones hold nothing pending
         if not self._whole_forward_seen:
             return False, None
-        uncovered = [p for p in opt._params if p.grad is not None and p not in self._covered]
+        uncovered = self._adopt_into_wrappers([p for p in opt._params if p.grad is not None and p not in self._covered])
         return not uncovered, (uncovered[0] if uncovered else None)
+
+    def _adopt_into_wrappers(self, uncovered):
+        """Parameters of a torch.compile(model) wrapper's model that no hook inside its graph landed (read by another
+        module's forward, e.g. F.linear(x, self.fc.weight)) are landed by the wrapper, before its graph runs, so
+        they are never read stale; returns the rest."""
+        left = set(uncovered)
+        for module, params in list(self._owned.items()):
+            if left and compiled.is_compiled_wrapper(module):
+                took = [p for p in module.parameters() if p in left and p not in params]
+                params.extend(took)
+                left.difference_update(took)
+        return [p for p in uncovered if p in left]
 
     def _alive(self):
         opt = self._opt_ref()
@@ -587,15 +687,40 @@ class _ForwardCoverage:
                 h.remove()
         return opt
 
+    def note_covered(self, params):
+        """params were landed by a module's pre-hook inside a compiled graph (the op's body, eagerly)."""
+        if not self.decided:
+            self._covered.update(params)
+
     def _params_of(self, module):
-        """The parameters whose pending updates land before `module`'s forward: its direct ones, or all of them
-        for a torch.compile(model) wrapper (called eagerly; the hooks inside its compiled graph do nothing)."""
+        """The parameters whose pending updates land before `module`'s forward: its direct ones, or for a
+        torch.compile(model) wrapper those that no hook inside its compiled graph lands (_wrapper_params)."""
         params = self._owned.get(module)
         if params is None:
-            held = module.parameters() if compiled.is_compiled_wrapper(module) else _direct_parameters(module)
-            params = [p for p in held if p in self._mine]
+            if compiled.is_compiled_wrapper(module):
+                params = self._wrapper_params(compiled.unwrapped(module))
+            else:
+                params = [p for p in _direct_parameters(module) if p in self._mine]
             self._owned[module] = params
         return params
+
+    def _wrapper_params(self, model):
+        """A torch.compile(model) wrapper is called eagerly, its model inside the compiled graph. Where torch has the
+        op that lands updates in a graph, every module of the model holding ours is tagged with which of its direct
+        parameters are ours, and its pre-hook, traced, lands them (_pre); the wrapper lands the rest. Elsewhere the
+        wrapper lands all of them, before the graph runs."""
+        mine = [p for p in model.parameters() if p in self._mine]
+        if self._owner is None:
+            return mine
+        position = {p: i for i, p in enumerate(self._opt_ref()._params)}
+        tagged = set()
+        for sub in model.modules():
+            held = _direct_parameters(sub)
+            local = [j for j, p in enumerate(held) if p in self._mine]
+            if local:
+                setattr(sub, self._tag, (local, [position[held[j]] for j in local]))
+                tagged.update(held[j] for j in local)
+        return [p for p in mine if p not in tagged]
 
     def _holds_ours(self, opt, module):
         held = self._is_root.get(module)
@@ -609,11 +734,17 @@ class _ForwardCoverage:
     def _pre(self, module, inputs):
         if compiled.is_compiling():
             self.traced = True
+            ours = getattr(module, self._tag, None) if self._owner is not None else None
+            if ours is not None:
+                held = _direct_parameters(module)
+                compiled.land(self._landed, [held[j] for j in ours[0]], self._owner, ours[1])
             return
         opt = self._alive()
         if opt is None:
             return
         outermost = self._depth == 0
+        if outermost:
+            self._landed.clear()
         self._depth += 1
         params = self._params_of(module)
         if not self.decided:
@@ -625,7 +756,7 @@ class _ForwardCoverage:
         elif opt._pending_update:
             if outermost and self._holds_ours(opt, module):
                 opt._root_pre_forward(module, inputs)
-            opt._apply_pending([p for p in params if p in opt._pending_update])
+            opt._apply_pending(params)
 
     def _post(self, module, inputs, output):
         if compiled.is_compiling():
