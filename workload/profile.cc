@@ -1,6 +1,7 @@
 #include "workload/profile.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -55,13 +56,25 @@ Nanos ms_to_ns(double ms, const std::string& where) {
   return static_cast<Nanos>(std::llround(ms * 1e6));
 }
 
+// A whole number of the profile. nlohmann converts a number such as 1e82 to an integer type with a plain cast,
+// undefined when out of range (UBSan, found by fuzz_profile_json): anything but an integer in range is refused.
+int64_t whole_number(const nlohmann::json& j, const std::string& key, int64_t min, int64_t max, const std::string& who) {
+  const nlohmann::json& v = j.at(key);
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(max)
+                                           : v.is_number_integer() && v.get<int64_t>() >= min && v.get<int64_t>() <= max;
+  if (!fits)
+    throw InvalidArgument(who + ": '" + key + "' must be a whole number in [" + std::to_string(min) + ", " +
+                          std::to_string(max) + "], not " + v.dump());
+  return v.get<int64_t>();
+}
+
 TensorProfile parse_tensor(const nlohmann::json& j, const std::string& where) {
   TensorProfile t;
   t.name = j.at("name").get<std::string>();
   const std::string who = where + " tensor '" + t.name + "'";
-  t.layer = j.at("layer").get<int32_t>();
+  t.layer = static_cast<int32_t>(whole_number(j, "layer", INT32_MIN, INT32_MAX, who));
   t.dtype = parse_dtype(j.value("dtype", std::string("f32")));
-  const int64_t elements = j.at("elements").get<int64_t>();
+  const int64_t elements = whole_number(j, "elements", INT64_MIN, INT64_MAX, who);
   if (elements < 0) throw InvalidArgument(who + ": negative element count");
   t.elements = static_cast<uint64_t>(elements);
   t.forward = ms_to_ns(j.value("forward_ms", 0.0), who + " forward_ms");
@@ -77,7 +90,8 @@ ModelProfile parse_profile(const std::string& json_text, const std::string& orig
     const nlohmann::json j = nlohmann::json::parse(json_text);
     p.name = j.value("name", origin);
     p.source = j.value("source", std::string());
-    p.batch_size = j.value("batch_size", 0);
+    if (j.contains("batch_size"))
+      p.batch_size = static_cast<int>(whole_number(j, "batch_size", 0, INT32_MAX, "profile " + origin));
     const auto& tensors = j.at("tensors");
     for (size_t i = 0; i < tensors.size(); ++i)
       p.tensors.push_back(parse_tensor(tensors[i], origin + " entry " + std::to_string(i)));

@@ -41,6 +41,22 @@ TEST(Profile, RejectsMalformedInputNamingTheEntry) {
   EXPECT_THROW(load_profile("/nonexistent/profile.json"), InvalidArgument);
 }
 
+// Found by fuzz_profile_json (UBSan): a count written as a float out of an integer's range (1e82) was cast to it,
+// undefined behaviour. Whole-number fields take integers in range only, naming the field.
+TEST(Profile, RejectsCountsThatAreNotWholeNumbersInRange) {
+  for (const char* bad : {R"("elements": 1e82, "layer": 0)", R"("elements": 1.5, "layer": 0)",
+                          R"("elements": 4, "layer": 1e12)", R"("elements": 18446744073709551615, "layer": 0)"}) {
+    try {
+      parse_profile(std::string(R"({"tensors": [{"name": "t", )") + bad + "}]}", "x");
+      FAIL() << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("must be a whole number"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(parse_profile(R"({"batch_size": 1e40, "tensors": [{"name": "t", "layer": 0, "elements": 1}]})", "x"),
+               InvalidArgument);
+}
+
 // The committed profiles load and have the published parameter counts.
 TEST(Profile, CommittedProfilesHaveThePublishedSizes) {
   const std::pair<const char*, double> expected[] = {
