@@ -204,34 +204,38 @@ void search_grid(const GridSpec& spec, const ModelProfile& model, double bandwid
   });
 }
 
+// The fastest of spec.tune_trials points the Bayesian optimiser asks for, into `best`. One after another: each
+// point depends on the times of the ones before.
+void search_tuned(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
+                  PolicyKind policy, const std::vector<KnobSpec>& knobs, CellResult& best) {
+  auto net = make_network(spec, bandwidth_bps, workers);
+  const tuner::SearchSpace space(spec.tune_bounds, knobs);
+  EngineConfig base = spec.base;
+  base.policy = policy;
+  tuner::BayesOptOptions o;
+  o.dim = space.dim();
+  tuner::BayesOpt bo(o);
+  for (int i = 0; i < spec.tune_trials; ++i) {
+    const std::vector<double> u = bo.ask();
+    const Candidate cand = knobs_at(space, base, u);
+    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cand.config, false);
+    if (r.iteration_s < best.iteration_s)
+      best = cell_result(model, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r, spec.sim.iterations);
+    bo.tell(u, r.iteration_s);
+  }
+}
+
 }  // namespace
 
 CellResult run_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
                     PolicyKind policy) {
-  auto net = make_network(spec, bandwidth_bps, workers);
   CellResult best;
   best.iteration_s = std::numeric_limits<double>::infinity();
-  auto consider = [&](const Candidate& cand) {
-    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cand.config, false);
-    if (r.iteration_s < best.iteration_s)
-      best = cell_result(model, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r, spec.sim.iterations);
-    return r.iteration_s;
-  };
   const std::vector<KnobSpec> knobs = knobs_read(policy_info(policy));
-  if (spec.tune_trials > 0 && !knobs.empty()) {
-    const tuner::SearchSpace space(spec.tune_bounds, knobs);
-    EngineConfig base = spec.base;
-    base.policy = policy;
-    tuner::BayesOptOptions o;
-    o.dim = space.dim();
-    tuner::BayesOpt bo(o);
-    for (int i = 0; i < spec.tune_trials; ++i) {
-      const std::vector<double> u = bo.ask();
-      bo.tell(u, consider(knobs_at(space, base, u)));
-    }
-  } else {
+  if (spec.tune_trials > 0 && !knobs.empty())
+    search_tuned(spec, model, bandwidth_bps, workers, policy, knobs, best);
+  else
     search_grid(spec, model, bandwidth_bps, workers, candidates(spec, policy), best);
-  }
   best.policy = std::string(policy_name(policy));
   return best;
 }
