@@ -17,6 +17,7 @@ import time
 import torch
 
 import commsched.torch as hvd
+from commsched._elastic import ElasticError
 
 EPOCHS, BATCHES, GLOBAL_BATCH = 2, 12, 24
 
@@ -120,8 +121,14 @@ def main(out):
                 torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": state.step},
                            os.path.join(out, "commit.pt"))
 
-    train(state)
     ident = os.environ.get("COMMSCHED_ELASTIC_ID", str(hvd.rank()))
+    try:
+        train(state)
+    except ElasticError as e:
+        # Written to a file of its own: two survivors' tracebacks interleave on the shared stderr.
+        with open(os.path.join(out, f"stopped.{ident}.txt"), "w") as f:
+            f.write(str(e))
+        raise
     torch.save({"model": model.state_dict(), "size": hvd.size(), "rank": hvd.rank(), "steps": state.step},
                os.path.join(out, f"model.{ident}.pt"))
     print(f"worker {ident}: finished as rank {hvd.rank()} of {hvd.size()} after {state.step} steps, "
