@@ -137,7 +137,10 @@ def test_a_failure_that_loses_nobody_is_raised_after_three_tries(tmp_path):
     rc, log = elastic_launch(tmp_path, workers=2, min_workers=1,
                              env={"ELASTIC_FAULT": "mismatch", "ELASTIC_FAULT_STEP": "2"})
     assert rc != 0, log
-    assert log.count("failed 3 times in a row without losing a worker") == 2, log
+    stopped = sorted(pathlib.Path(tmp_path).glob("stopped.*.txt"))
+    assert [p.name for p in stopped] == ["stopped.0.txt", "stopped.1.txt"], log
+    for p in stopped:
+        assert "failed 3 times in a row without losing a worker" in p.read_text(), log
     assert "elastic.mismatch" in log, log
 
 
