@@ -1,6 +1,7 @@
 #include "comm_backends/straggler.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <sstream>
 
@@ -16,6 +17,15 @@ std::string encode_stragglers(const std::vector<Straggler>& lags) {
   return out;
 }
 
+namespace {
+
+bool parse_count(const std::string& text, uint64_t& out) {
+  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return err == std::errc{} && end == text.data() + text.size();
+}
+
+}  // namespace
+
 std::optional<std::vector<Straggler>> decode_stragglers(std::string_view text, int ranks) {
   std::vector<Straggler> out;
   std::istringstream in{std::string(text)};
@@ -23,9 +33,10 @@ std::optional<std::vector<Straggler>> decode_stragglers(std::string_view text, i
   while (std::getline(in, line)) {
     std::istringstream fields(line);
     Straggler s;
-    std::string rest;
-    if (!(fields >> s.rank >> s.iterations >> s.seconds) || (fields >> rest) || s.rank < 0 || s.rank >= ranks ||
-        !(s.seconds >= 0))
+    std::string iterations, rest;
+    // The count is read as text: a stream extracts "-1" into an unsigned as 2^64-1 instead of refusing it.
+    if (!(fields >> s.rank >> iterations >> s.seconds) || (fields >> rest) || s.rank < 0 || s.rank >= ranks ||
+        !(s.seconds >= 0) || !parse_count(iterations, s.iterations))
       return std::nullopt;
     out.push_back(s);
   }

@@ -16,7 +16,8 @@ TEST(Stragglers, TextRoundTripsAndRefusesGarbage) {
   EXPECT_EQ((*back)[0].iterations, 2u);
   EXPECT_DOUBLE_EQ((*back)[0].seconds, 0.5);
   EXPECT_TRUE(decode_stragglers("", 4) && decode_stragglers("", 4)->empty());
-  for (const char* bad : {"4 1 0.5\n", "-1 1 0.5\n", "1 1\n", "1 1 0.5 7\n", "x y z\n", "1 1 -2\n"})
+  for (const char* bad : {"4 1 0.5\n", "-1 1 0.5\n", "1 1\n", "1 1 0.5 7\n", "x y z\n", "1 1 -2\n", "1 -1 0.5\n",
+                          "1 +1 0.5\n", "1 1x 0.5\n"})
     EXPECT_FALSE(decode_stragglers(bad, 4)) << bad;
 }
 
