@@ -312,6 +312,14 @@ std::optional<LinkEvent> NodeLink::drain(Peer& p) {
   return std::nullopt;
 }
 
+LinkEvent NodeLink::lose(Peer& p, const std::string& why) {
+  ::close(p.fd);
+  p.fd = -1;
+  p.inbox.clear();
+  if (node_rank_ == 0) broadcast("ABORT " + std::to_string(p.node) + " " + why, p.node);
+  return LinkEvent{LinkEvent::Kind::abort, "node " + std::to_string(p.node) + ": " + why};
+}
+
 std::optional<LinkEvent> NodeLink::poll(int timeout_ms) {
   for (auto& p : peers_)  // lines left over from an earlier read that returned an event
     if (auto e = drain(p)) return e;
@@ -328,15 +336,19 @@ std::optional<LinkEvent> NodeLink::poll(int timeout_ms) {
     char buf[4096];
     const ssize_t n = ::read(p.fd, buf, sizeof buf);
     if (n <= 0) {
-      ::close(p.fd);
-      p.fd = -1;
-      if (p.done || (node_rank_ != 0 && my_done_)) continue;
-      if (node_rank_ == 0) broadcast("ABORT " + std::to_string(p.node) + " its launcher is gone", p.node);
-      return LinkEvent{LinkEvent::Kind::abort, "node " + std::to_string(p.node) +
-                                                   "'s launcher is gone (connection closed before it finished)"};
+      if (p.done || (node_rank_ != 0 && my_done_)) {
+        ::close(p.fd);
+        p.fd = -1;
+        continue;
+      }
+      return lose(p, "its launcher is gone (connection closed before it finished)");
     }
     p.inbox.append(buf, static_cast<size_t>(n));
     if (auto e = drain(p)) return e;
+    // What is left is part of one line: a peer that keeps sending without a newline would grow it without bound.
+    if (node_link::overlong(p.inbox))
+      return lose(p, "its launcher sent more than a line may hold (" + std::to_string(node_link::kMaxLineBytes) +
+                         " bytes) without a newline");
   }
   return root_progress();
 }

@@ -70,6 +70,8 @@ class NodeLink {
   void broadcast(const std::string& line, int except_node = -1);
   std::optional<LinkEvent> handle_line(Peer& from, const std::string& line);
   std::optional<LinkEvent> drain(Peer& p);  // handles the complete lines in p's inbox
+  // Closes p's connection and aborts the run (node 0 tells the others first), naming p's node and `why`.
+  LinkEvent lose(Peer& p, const std::string& why);
   std::optional<LinkEvent> root_progress();
 
   int nnodes_;

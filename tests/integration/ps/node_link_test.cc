@@ -6,9 +6,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -39,8 +41,8 @@ std::future<Joined> join_async(int nnodes, int node, int port, std::string secre
   });
 }
 
-// Connects as a stranger, reads the root's first line, says `hello`, and returns everything the root answered.
-std::string stranger(int port, const std::string& hello) {
+// A raw connection to node 0's listener (retried while it starts).
+int connect_to_root(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -48,6 +50,12 @@ std::string stranger(int port, const std::string& hello) {
   a.sin_port = htons(static_cast<uint16_t>(port));
   for (int i = 0; i < 100 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return fd;
+}
+
+// Connects as a stranger, reads the root's first line, says `hello`, and returns everything the root answered.
+std::string stranger(int port, const std::string& hello) {
+  const int fd = connect_to_root(port);
   std::string got;
   char buf[512];
   ssize_t n = ::read(fd, buf, sizeof buf);  // OPEN or CHALLENGE <nonce>
@@ -155,6 +163,40 @@ TEST(NodeLinkAuth, AStrangersEndlessLineIsRefusedAtTheBound) {
   auto node = join_async(2, 1, port, kSecret);
   EXPECT_EQ(node.get().env.at("FROM_ROOT"), "yes");
   EXPECT_TRUE(root.get().link);
+}
+
+// After the join too: a joined launcher that sends without a newline is cut off at the bound and named, instead of
+// node 0 buffering whatever it sends.
+TEST(NodeLinkAuth, AJoinedNodesEndlessLineAbortsTheRunNamingIt) {
+  const int port = free_loopback_port();
+  auto root = join_async(2, 0, port, "");
+  const int fd = connect_to_root(port);
+  const std::string hello = "HELLO 1\n";
+  ASSERT_EQ(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+  std::string got;
+  char buf[512];
+  for (ssize_t n; got.find("GO") == std::string::npos && (n = ::read(fd, buf, sizeof buf)) > 0;)
+    got.append(buf, static_cast<size_t>(n));
+  ASSERT_NE(got.find("GO"), std::string::npos) << got;
+  std::unique_ptr<NodeLink> link = root.get().link;
+  std::thread flood([fd] {  // one byte past the bound, as a stream of chunks
+    const std::string chunk(64 * 1024, 'x');
+    for (size_t sent = 0; sent <= node_link::kMaxLineBytes;) {
+      const ssize_t w = ::send(fd, chunk.data(), std::min(chunk.size(), node_link::kMaxLineBytes + 1 - sent),
+                               MSG_NOSIGNAL);
+      if (w <= 0) break;
+      sent += static_cast<size_t>(w);
+    }
+  });
+  std::optional<LinkEvent> event;  // poll reads at most 4 KiB per peer per call
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!event && std::chrono::steady_clock::now() < deadline) event = link->poll(50);
+  flood.join();
+  ::close(fd);
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->kind, LinkEvent::Kind::abort);
+  EXPECT_NE(event->message.find("node 1: its launcher sent more than a line may hold"), std::string::npos)
+      << event->message;
 }
 
 // The nodes refuse a line longer than the bound, so node 0 refuses to send a GO line that long, naming the reason.
