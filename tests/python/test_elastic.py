@@ -63,7 +63,7 @@ def test_a_killed_worker_is_left_behind_and_the_others_finish(tmp_path, referenc
     rc, log = elastic_launch(tmp_path, env={"ELASTIC_VICTIM": "2", "ELASTIC_FAULT": "kill", "ELASTIC_FAULT_STEP": "7"})
     assert rc == 0, log
     assert "worker 2 exited with status 137; elastic: 3 worker(s) remain" in log, log
-    assert "generation 1 formed with 3 worker(s)" in log, log
+    assert "generation 1 formed with 3 worker(s) (was 4; " in log and "; gone: 2)" in log, log
     assert_survivors(results(tmp_path), ["0", "1", "3"], 3, reference, log)
 
 

@@ -184,7 +184,7 @@ _CONNECT_TRIES = 3
 def _re_form(membership, why, started):
     """Leaves the broken group, forms the next generation and connects it (a new Context). A member lost while the
     new group connects fails the connection everywhere: the group is formed again without it."""
-    before = len(membership.members)
+    before = [m["uid"] for m in membership.members]
     runtime.shutdown()
     for attempt in range(_CONNECT_TRIES):
         membership.reform()
@@ -197,9 +197,12 @@ def _re_form(membership, why, started):
                                    f"{_CONNECT_TRIES} times; last error: {e}") from e
             print(f"[commsched] elastic: generation {membership.generation} did not connect ({e}); forming the "
                   "next one", file=sys.stderr, flush=True)
+    gone = [uid for uid in before if uid not in {m["uid"] for m in membership.members}]
+    if gone:
+        why += "; gone: " + ", ".join(gone)
     if runtime.rank() == 0:
         print(f"[commsched] elastic: generation {membership.generation} formed with {runtime.size()} worker(s) "
-              f"(was {before}; {why}) in {time.monotonic() - started:.2f} s", file=sys.stderr, flush=True)
+              f"(was {len(before)}; {why}) in {time.monotonic() - started:.2f} s", file=sys.stderr, flush=True)
 
 
 # A failure that loses nobody (a tensor the workers disagree on, ...) would fail again after every re-forming: after
@@ -212,12 +215,14 @@ def _recover(membership, state, error, streak):
     back and re-forms. Returns the number of failures in a row that lost nobody."""
     started = time.monotonic()
     before = [m["uid"] for m in membership.members]
-    membership.mark_lost(_elastic.lost_rank(str(error)))
+    lost = _elastic.lost_rank(str(error))
+    membership.mark_lost(lost)
     # The Context goes first: until its shutdown returns, work already ordered may still write into the gradients
     # that the rollback lets go of.
     runtime.shutdown()
     state.restore()
-    _re_form(membership, "a worker was lost", started)
+    # The error names a lost rank, or none (a reset connection, a server lost, a mismatch): _re_form adds who left.
+    _re_form(membership, f"rank {lost} was lost" if lost is not None else "a communication failed", started)
     unchanged = [m["uid"] for m in membership.members] == before
     streak = streak + 1 if unchanged else 0
     if streak >= _FAILURES_WITHOUT_LOSS:
