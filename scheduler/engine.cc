@@ -13,6 +13,7 @@
 #include "scheduler/engine_tasks.h"
 #include "scheduler/engine_timer.h"
 #include "scheduler/engine_trace.h"
+#include "scheduler/policy_driver.h"
 #include "scheduler/stages/compression_stage.h"
 #include "scheduler/timeline.h"
 
@@ -52,11 +53,6 @@ struct InflightBatch {
   bool released = false;  // the policy has been told (on `sent`, for backends that report it)
 };
 
-// A policy that threw: its state is unknown, so the engine stops scheduling (see Impl::break_engine).
-struct PolicyFault : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 // Memory stages (device copies) first, so the compression stage finds the bytes on the host; then the others.
 std::vector<std::shared_ptr<Stage>> engine_stages(std::vector<std::shared_ptr<Stage>> extra) {
   std::vector<std::shared_ptr<Stage>> all;
@@ -70,9 +66,10 @@ std::vector<std::shared_ptr<Stage>> engine_stages(std::vector<std::shared_ptr<St
 
 }  // namespace
 
-struct Engine::Impl {
+struct Engine::Impl final : DispatchSink {
   Impl(std::unique_ptr<Policy> p, std::shared_ptr<CommBackend> b, EngineConfig c, std::vector<std::shared_ptr<Stage>> extra)
       : policy(std::move(p)),
+        driver(*policy),
         backend(std::move(b)),
         config(std::move(c)),
         splits(policy->splits_tasks()),
@@ -177,18 +174,6 @@ struct Engine::Impl {
     }
   }
 
-  // Calls the policy; its exceptions become PolicyFault naming the policy and the call.
-  template <class F>
-  auto policy_call(const char* call, F&& f) {
-    try {
-      return f();
-    } catch (const std::exception& ex) {
-      throw PolicyFault("policy '" + std::string(policy->name()) + "' threw in " + call + ": " + ex.what());
-    } catch (...) {
-      throw PolicyFault("policy '" + std::string(policy->name()) + "' threw a non-standard exception in " + call);
-    }
-  }
-
   // The knobs go to the policy; to the backend too when it keeps the credit itself, whose global policy they reach
   // whole (then the engine's policy has no credit). The partition size is the engine's own (active_partition_bytes).
   void apply_knobs(Knobs k) {
@@ -198,7 +183,7 @@ struct Engine::Impl {
       backend->set_knobs(global);
       k.credit_bytes = 0;
     }
-    policy_call("set_knobs", [&] { policy->set_knobs(k); });
+    driver.set_knobs(k);
   }
 
   void on_arrived(TaskState* t) {
@@ -219,7 +204,7 @@ struct Engine::Impl {
       const uint64_t id = t->desc.id;
       live.emplace(id, std::move(owned));  // first: a policy that throws here still finds the task to fail
       TaskArrival arrival{t->desc.id, t->desc.priority, t->desc.id, t->desc.bytes(), t->parts};
-      policy_call("on_task_arrived", [&] { policy->on_task_arrived(arrival, now()); });
+      driver.arrived(arrival, now());
     }
     deliver_backward_marks();
   }
@@ -231,21 +216,17 @@ struct Engine::Impl {
       const bool flush = backward_marks.front().flush;
       backward_marks.pop_front();
       if (stopped || !fault.empty()) continue;
-      if (flush) policy_call("on_flush", [&] { policy->on_flush(now()); });
-      else policy_call("on_backward_done", [&] { policy->on_backward_done(now()); });
+      if (flush) driver.flushed(now());
+      else driver.backward_done(now());
     }
   }
 
   void pump() {
-    const Nanos at = now();
-    ready.clear();
-    policy_call("poll", [&] { policy->poll(at, ready); });
-    for (Batch& b : ready) dispatch(std::move(b), at);
-    ready.clear();
-    if (auto w = policy_call("next_wakeup", [&] { return policy->next_wakeup(); })) timer.wake_at(*w);
+    if (auto w = driver.pump(now(), *this)) timer.wake_at(*w);
   }
 
-  void dispatch(Batch&& batch, Nanos at) {
+  // DispatchSink: the policy's batch becomes a flight on its way through the stages to the backend's gateway.
+  bool dispatch(Batch& batch, Nanos at) override {
     auto flight = std::make_unique<Flight>();
     flight->views.reserve(batch.size());
     uint64_t bytes = 0;
@@ -279,6 +260,7 @@ struct Engine::Impl {
     Flight* f = flight.get();
     batches.emplace(id, InflightBatch{std::move(batch), std::move(flight), at});
     graph.emit(f);
+    return true;
   }
 
   // Gateway body (any graph thread): hands the flight to the backend. A closing engine or a throwing backend
@@ -315,7 +297,7 @@ struct Engine::Impl {
     auto it = batches.find(id);
     if (it == batches.end() || it->second.released || !fault.empty()) return;
     it->second.released = true;
-    policy_call("on_batch_done", [&] { policy->on_batch_done(it->second.parts, now()); });
+    driver.batch_done(it->second.parts, now());
   }
 
   void on_batch_done(uint64_t id, const Status& s) {
@@ -339,7 +321,7 @@ struct Engine::Impl {
       if (st.remaining == 0 || (!fault.empty() && st.in_flight == 0)) finish_live(t);
     }
     // Last: the policy may throw, and the tasks above must be accounted for first.
-    if (!done.released && fault.empty()) policy_call("on_batch_done", [&] { policy->on_batch_done(done.parts, at); });
+    if (!done.released && fault.empty()) driver.batch_done(done.parts, at);
   }
 
   void finish_live(std::unordered_map<uint64_t, std::unique_ptr<TaskState>>::iterator it) {
@@ -403,6 +385,7 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- state
   std::unique_ptr<Policy> policy;
+  PolicyDriver driver;  // the one loop that drives the policy (scheduler/policy_driver.h)
   std::shared_ptr<CommBackend> backend;
   EngineConfig config;
   const bool splits;
@@ -419,7 +402,6 @@ struct Engine::Impl {
     bool flush;      // Engine::flush rather than backward_done
   };
   std::deque<Mark> backward_marks;
-  std::vector<Batch> ready;
   uint64_t arrived_tasks = 0;
   uint64_t next_batch_id = 1;
   uint64_t next_span_id = 1;

@@ -6,6 +6,7 @@
 
 #include "simulator/fabric.h"
 #include "simulator/ps_cluster.h"
+#include "scheduler/policy_driver.h"
 #include "scheduler/task.h"
 
 namespace commsched::sim {
@@ -48,10 +49,11 @@ class ModelFabric final : public Fabric {
 
 class Run;
 
-// One worker: its compute stream, its policy and the batches it dispatched.
-class Worker {
+// One worker: its compute stream, its policy (driven by the engine's loop, scheduler/policy_driver.h) and the batches
+// it dispatched.
+class Worker final : public DispatchSink {
  public:
-  Worker(Run& run, int rank, Policy& policy) : run_(run), rank_(rank), policy_(policy) {}
+  Worker(Run& run, int rank, Policy& policy) : run_(run), rank_(rank), driver_(policy) {}
 
   void try_start_compute(Nanos now);
   void on_batch_sent(size_t index, Nanos now);
@@ -60,19 +62,20 @@ class Worker {
 
   bool finished() const { return finished_; }
   int iteration() const { return iteration_; }
-  const Policy& policy() const { return policy_; }
+  const Policy& policy() const { return driver_.policy(); }
   size_t batches() const { return batches_.size(); }
   const std::vector<double>& iteration_starts() const { return starts_; }
 
  private:
   void on_compute_done(Nanos now);
   void submit_layer(size_t layer, Nanos now);
+  bool dispatch(Batch& batch, Nanos now) override;
   void record(Span::Lane lane, int iteration, Nanos start, Nanos end, int32_t first, int32_t last, uint64_t bytes,
               uint32_t parts);
 
   Run& run_;
   const int rank_;
-  Policy& policy_;
+  PolicyDriver driver_;
   std::optional<Nanos> wake_scheduled_;
 
   // Compute stream: iteration, phase and layer of the next (or running) step.
@@ -89,7 +92,6 @@ class Worker {
   std::vector<Batch> batches_;
   std::vector<Nanos> batch_start_;
   std::vector<PartRef> parts_scratch_;
-  std::vector<Batch> out_scratch_;  // what the policy dispatches in one poll
 };
 
 class Run final : public BatchSink {
@@ -170,7 +172,7 @@ void Worker::on_compute_done(Nanos now) {
     if (layer_ > 0) {
       --layer_;
     } else {
-      policy_.on_backward_done(now);
+      driver_.backward_done(now);
       backward_ = false;
       ++iteration_;
     }
@@ -181,7 +183,7 @@ void Worker::on_compute_done(Nanos now) {
 
 void Worker::submit_layer(size_t layer, Nanos now) {
   const ModelProfile& model = run_.model_;
-  const bool split = policy_.splits_tasks();
+  const bool split = driver_.policy().splits_tasks();
   for (size_t t : model.layers[layer].tensors) {
     const TensorProfile& tp = model.tensors[t];
     const uint64_t id = tasks_.size();
@@ -192,14 +194,14 @@ void Worker::submit_layer(size_t layer, Nanos now) {
       parts_scratch_.push_back({id, i, int32_t(t), id, ranges[i].offset, ranges[i].bytes});
     tasks_.push_back({layer, iteration_, uint32_t(ranges.size())});
     ++layer_pending_[layer];
-    policy_.on_task_arrived({id, int32_t(t), id, tp.bytes(), parts_scratch_}, now);
+    driver_.arrived({id, int32_t(t), id, tp.bytes(), parts_scratch_}, now);
   }
 }
 
 // The push has arrived (PS receipt) or the whole exchange is over: the engine releases the batch's credit here
 // (scheduler/engine.cc, on_batch_sent), so the policy hears on_batch_done now, not when the result is back.
 void Worker::on_batch_sent(size_t index, Nanos now) {
-  policy_.on_batch_done(batches_[index], now);
+  driver_.batch_done(batches_[index], now);
   pump(now);
   try_start_compute(now);
 }
@@ -218,9 +220,15 @@ void Worker::on_batch_done(size_t index, Nanos now) {
   try_start_compute(now);
 }
 
-// Asks the policy what to send now, sends it, and arranges the next wake-up it asks for.
+bool Worker::dispatch(Batch& batch, Nanos now) {
+  batches_.push_back(std::move(batch));
+  // The timeline shows time on the wire, not time queued behind others.
+  batch_start_.push_back(run_.fabric_.dispatch(rank_, batches_.size() - 1, batches_.back(), now));
+  return true;
+}
+
+// Sends what the policy dispatches now and arranges the next wake-up it asks for.
 void Worker::pump(Nanos now) {
-  std::vector<Batch>& out = out_scratch_;
   auto wake_up = [this](Nanos at) {
     run_.loop_.post(at, [](void* w, uint64_t, uint64_t) {
       auto& self = *static_cast<Worker*>(w);
@@ -230,27 +238,14 @@ void Worker::pump(Nanos now) {
       self.try_start_compute(at);
     }, this);
   };
-  for (int guard = 0; guard < 2; ++guard) {
-    out.clear();
-    policy_.poll(now, out);
-    for (Batch& b : out) {
-      if (b.empty()) continue;
-      batches_.push_back(std::move(b));
-      // The timeline shows time on the wire, not time queued behind others.
-      batch_start_.push_back(run_.fabric_.dispatch(rank_, batches_.size() - 1, batches_.back(), now));
-    }
-    const auto wake = policy_.next_wakeup();
-    if (!wake) return;
-    if (*wake > now) {
-      if (!wake_scheduled_ || *wake < *wake_scheduled_) {
-        wake_scheduled_ = *wake;
-        wake_up(*wake);
-      }
-      return;
-    }
+  const std::optional<Nanos> wake = driver_.pump(now, *this);
+  if (!wake) return;
+  if (*wake <= now) {  // a policy that keeps asking for "now" without dispatching: look again a nanosecond later
+    wake_up(now + 1);
+  } else if (!wake_scheduled_ || *wake < *wake_scheduled_) {
+    wake_scheduled_ = *wake;
+    wake_up(*wake);
   }
-  // A policy that keeps asking for "now" without dispatching: look again a nanosecond later rather than spin.
-  wake_up(now + 1);
 }
 
 double Run::period_lower_bound(Nanos now) const {

@@ -16,16 +16,14 @@ std::string task_label(const std::string& name, uint64_t key) {
 }  // namespace
 
 Coordinator::Coordinator(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries)
-    : size_(size), policy_(std::move(policy)), max_cache_entries_(max_cache_entries), gone_(size, false),
-      joined_(size, false) {
-  if (!policy_) throw InvalidArgument("Coordinator: policy must not be null");
-}
+    : size_(size), policy_(policy ? std::move(policy) : throw InvalidArgument("Coordinator: policy must not be null")),
+      driver_(*policy_), max_cache_entries_(max_cache_entries), gone_(size, false), joined_(size, false) {}
 
 void Coordinator::on_group_done(Nanos now) {
   if (running_.empty()) return;  // nothing ordered is running (a late completion after an error): nothing to release
   std::shared_ptr<Running> r = std::move(running_.front());
   running_.pop_front();
-  if (--r->groups_left == 0) policy_->on_batch_done(r->batch, now);
+  if (--r->groups_left == 0) driver_.batch_done(r->batch, now);
 }
 
 void Coordinator::on_ready(int rank, std::span<const ReadyReport> reports, CoordinatorOutput& out) {
@@ -175,10 +173,10 @@ void Coordinator::tell_arrivals(Nanos now) {
     const TaskArrival arrival{seq, e.priority, seq, e.desc.task_bytes, std::span<const PartRef>(&part, 1)};
     held_.emplace(seq, std::move(e));
     pending_.erase(it);
-    policy_->on_task_arrived(arrival, now);
+    driver_.arrived(arrival, now);
   }
   complete_.clear();
-  policy_->on_flush(now);  // see "Iteration marks" in coordinator.h
+  driver_.flushed(now);  // see "Iteration marks" in coordinator.h
 }
 
 size_t Coordinator::order_batch(const Batch& batch, CoordinatorOutput& out) {
@@ -212,29 +210,24 @@ size_t Coordinator::order_batch(const Batch& batch, CoordinatorOutput& out) {
   return made;
 }
 
+bool Coordinator::dispatch(Batch& batch, Nanos /*now*/) {
+  const size_t groups = order_batch(batch, *out_);
+  if (groups == 0) return false;  // it ordered nothing: done at once, which may free credit for more
+  auto running = std::make_shared<Running>();
+  running->groups_left = groups;
+  running->batch = std::move(batch);
+  for (size_t g = 0; g < groups; ++g) running_.push_back(running);
+  ordered_ = true;
+  return true;
+}
+
 void Coordinator::flush(Nanos now, CoordinatorOutput& out) {
   tell_arrivals(now);
-  bool ordered = false;
-  while (!held_back()) {
-    scratch_.clear();
-    policy_->poll(now, scratch_);
-    if (scratch_.empty()) break;
-    bool released = false;  // a batch that ordered nothing is done at once, and may free credit for more
-    for (Batch& b : scratch_) {
-      auto running = std::make_shared<Running>();
-      running->groups_left = order_batch(b, out);
-      running->batch = std::move(b);
-      if (running->groups_left == 0) {
-        policy_->on_batch_done(running->batch, now);
-        released = true;
-        continue;
-      }
-      ordered = true;
-      for (size_t g = 0; g < running->groups_left; ++g) running_.push_back(running);
-    }
-    if (!released) break;
-  }
-  if (ordered) ++stats_.flushes;
+  out_ = &out;
+  ordered_ = false;
+  driver_.pump(now, *this);  // its wake-up is next_wakeup()'s, which knows when the order is held back
+  out_ = nullptr;
+  if (ordered_) ++stats_.flushes;
 }
 
 }  // namespace commsched::collective

@@ -3,8 +3,8 @@
 //
 // The Coordinator keeps only readiness: which rank has which partition ready, and whether the ranks agree on it
 // (mismatches, duplicates and ranks that left become errors). A partition ready on every rank is told to the Policy
-// (the same class the engine and the simulator run, built by scheduler/policy_factory) as an arriving task; the
-// batches the Policy dispatches become the order every rank runs. So FIFO, fusion, MG-WFBP, BSP and bytescheduler
+// (the same class the engine and the simulator run, built by scheduler/policy_factory, driven by the same loop,
+// scheduler/policy_driver.h) as an arriving task; the batches the Policy dispatches become the order every rank runs. So FIFO, fusion, MG-WFBP, BSP and bytescheduler
 // decide all-reduce exactly as they decide in the simulator, over the partitions ready everywhere.
 //
 // A batch is one collective unless its partitions differ in op, dtype (or broadcast root): a collective carries one
@@ -41,6 +41,7 @@
 
 #include "comm_backends/collective/protocol.h"
 #include "scheduler/policy.h"
+#include "scheduler/policy_driver.h"
 
 namespace commsched::collective {
 
@@ -59,7 +60,7 @@ struct CoordinatorStats {
   uint64_t flushes = 0;         // order messages produced
 };
 
-class Coordinator {
+class Coordinator final : DispatchSink {
  public:
   // `policy` must be fresh (never told an event).
   Coordinator(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries = 1u << 20);
@@ -83,7 +84,7 @@ class Coordinator {
   // At most `groups` ordered and not yet done on rank 0 before the policy is asked for more (0: no limit).
   void limit_groups_ahead(size_t groups) { max_ahead_ = groups; }
   // The knobs rank 0's policy uses (credit, small-tensor fusion bound, ...); the partition size is each rank's engine's.
-  void set_knobs(const Knobs& k) { policy_->set_knobs(k); }
+  void set_knobs(const Knobs& k) { driver_.set_knobs(k); }
   uint64_t bytes_in_flight() const { return policy_->bytes_in_flight(); }
   const Policy& policy() const { return *policy_; }
 
@@ -124,9 +125,15 @@ class Coordinator {
   // Turns one policy batch into groups of the order; returns how many.
   size_t order_batch(const Batch& batch, CoordinatorOutput& out);
   bool held_back() const { return max_ahead_ > 0 && running_.size() >= max_ahead_; }
+  // DispatchSink: a policy batch becomes groups of the order being built (out_).
+  bool dispatch(Batch& batch, Nanos now) override;
+  bool may_poll() const override { return !held_back(); }
 
   int size_;
   std::unique_ptr<Policy> policy_;
+  PolicyDriver driver_;  // the engine's loop (scheduler/policy_driver.h)
+  CoordinatorOutput* out_ = nullptr;  // the order flush() is building
+  bool ordered_ = false;              // flush() ordered a group
   size_t max_cache_entries_;
   size_t max_ahead_ = 0;
   uint64_t next_seq_ = 0;
@@ -134,7 +141,6 @@ class Coordinator {
   std::vector<Slot> complete_;                 // ready on every rank, not yet told to the policy
   std::unordered_map<uint64_t, Entry> held_;   // seq -> told to the policy, not yet dispatched
   std::deque<std::shared_ptr<Running>> running_;  // one per group ordered and not yet done on rank 0, in order
-  std::vector<Batch> scratch_;
   std::vector<CachedDesc> cache_;              // cache id -> description
   std::unordered_map<Slot, uint32_t, SlotHash> cache_index_;
   std::vector<bool> gone_;                     // ranks that said bye
