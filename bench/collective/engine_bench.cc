@@ -4,7 +4,7 @@
 // iteration time per policy; policies alternate runs (A B A B ...) so drift on a shared machine hits them alike.
 //
 // Credit: --credit is the global credit of the order negotiation, given to bytescheduler only (the engine hands its
-// credit knob to the backend, which keeps it on rank 0; per-rank credits deadlock a collective, see coordinator.h), so
+// credit knob to the backend, which keeps it on rank 0; per-rank credits deadlock a collective, see scheduler/global_order.h), so
 // the baselines run without one, as their papers describe them.
 //
 //   engine_bench --profile workload/profiles/resnet50.json [--ranks 2] [--iters 8] [--warmup 2] [--repeats 2]

@@ -38,7 +38,7 @@ struct ClusterEnv;
 namespace commsched::collective {
 
 // Settings every collective backend shares. Rank 0 runs the policy of `policy` (COMMSCHED_POLICY and its options, as
-// the engine reads them) over the partitions ready on every rank (see coordinator.h). Environment:
+// the engine reads them) over the partitions ready on every rank (see scheduler/global_order.h). Environment:
 // COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB; "none" = no fusion): bytescheduler's small-tensor fusion bound on a
 // collective when COMMSCHED_SMALL_TENSOR_BYTES sets none; COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the
 // global credit until an engine hands over its credit knob (manages_credit below; a per-rank credit in each engine can
@@ -65,7 +65,7 @@ class CollectiveBackend : public CommBackend {
   int size() const override { return size_; }
   void start(std::vector<PartitionView> batch, BatchDone done) override;
   void shutdown() override;
-  // The credit lives in the order negotiation (one global credit on rank 0, see coordinator.h), not in each rank's
+  // The credit lives in the order negotiation (one global credit on rank 0, see scheduler/global_order.h), not in each rank's
   // engine: an engine hands its knobs here (COMMSCHED_CREDIT_BYTES, the fusion bound, the auto-tuner's choices), which
   // reach rank 0's Policy::set_knobs whole, and runs its own policy unlimited. COMMSCHED_COLLECTIVE_CREDIT_BYTES is
   // the credit until an engine sets one.

@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 std::chrono::milliseconds seconds_to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
-// Groups rank 0 orders ahead of its own progress (Coordinator::limit_groups_ahead): the running one and the next.
+// Groups rank 0 orders ahead of its own progress (GlobalOrder::limit_groups_ahead): the running one and the next.
 constexpr size_t kGroupsAhead = 2;
 
 // Submissions closer together than this are a burst (an engine dispatching several batches at once).
@@ -96,7 +96,7 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
     EngineConfig policy = opts_.policy;
     // The stall guard breaks the deadlock of per-worker credits; one global credit cannot deadlock that way.
     policy.credit_stall_guard = false;
-    coordinator_ = std::make_unique<Coordinator>(opts_.size, make_policy(policy));
+    coordinator_ = std::make_unique<GlobalOrder>(opts_.size, make_policy(policy));
     lag_.emplace(opts_.size);
     coordinator_->limit_groups_ahead(kGroupsAhead);
     knobs_ = opts_.policy.knobs;
@@ -221,7 +221,7 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
   }
   try {
     if (!reports.empty()) {
-      CoordinatorOutput out;
+      GlobalOrderOutput out;
       note_ready(0, reports);
       coordinator_->on_ready(0, reports, out);
       publish(out);
@@ -248,7 +248,7 @@ void Negotiator::coordinator_round() {
   }
   for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
   if (relay_.stopped()) return;
-  CoordinatorOutput out;
+  GlobalOrderOutput out;
   coordinator_->flush(now_ns(), out);
   publish(out);
 }
@@ -490,7 +490,7 @@ void Negotiator::take_inbox() {
     return;
   }
   if (!reports.empty() && coordinator_) {
-    CoordinatorOutput out;
+    GlobalOrderOutput out;
     note_ready(0, reports);
     coordinator_->on_ready(0, reports, out);
     publish(out);
@@ -498,7 +498,7 @@ void Negotiator::take_inbox() {
     send_to(0, encode_ready(reports));
   }
   if (join_now && coordinator_) {  // after this rank's reports: they are not stood in for
-    CoordinatorOutput out;
+    GlobalOrderOutput out;
     lag_->forget(0);
     coordinator_->on_join(0, out);
     publish(out);
@@ -509,7 +509,7 @@ void Negotiator::take_inbox() {
     bye_sent_ = true;
     bye_.wait_until(Clock::now() + seconds_to_ms(opts_.timeout_s));
     if (coordinator_) {  // rank 0 says its own goodbye (all_bye) once the others have said theirs
-      CoordinatorOutput out;
+      GlobalOrderOutput out;
       coordinator_->on_bye(0, out);
       publish(out);
     } else {
@@ -575,7 +575,7 @@ void Negotiator::handle_frame(int from, const std::string& frame) {
 }
 
 void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
-  CoordinatorOutput out;
+  GlobalOrderOutput out;
   switch (type) {
     case MsgType::ready: {
       const auto reports = decode_ready(r);
@@ -625,7 +625,7 @@ void Negotiator::worker_message(MsgType type, ByteReader& r) {
   }
 }
 
-void Negotiator::publish(CoordinatorOutput& out) {
+void Negotiator::publish(GlobalOrderOutput& out) {
   if (out.empty()) return;
   std::string frames;
   if (!out.order.empty()) frames += encode_order(out.order);

@@ -1,5 +1,5 @@
 // Order negotiation for collective backends: every rank submits the partitions its engine dispatched, in its own
-// order; the negotiator hands them back to the backend in one order agreed by all ranks (decided by a Coordinator on
+// order; the negotiator hands them back to the backend in one order agreed by all ranks (decided by a GlobalOrder on
 // rank 0).
 //
 // One thread per rank drives plain TCP connections (a star around rank 0): a report and the order answering it cost
@@ -43,7 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "comm_backends/collective/coordinator.h"
+#include "scheduler/global_order.h"
 #include "comm_backends/collective/kv_store.h"
 #include "comm_backends/collective/protocol.h"
 #include "comm_backends/collective/socket.h"
@@ -63,7 +63,7 @@ struct NegotiatorOptions {
   double timeout_s = 10.0;           // ClusterEnv::timeout_s: silence after which a peer is dead
   double join_timeout_s = 60.0;      // how long ranks wait for each other at start-up
   // The Policy rank 0 runs over the partitions ready on every rank (built by scheduler/policy_factory; see
-  // coordinator.h), and its credit: bytes ordered but not completed (0: no limit).
+  // scheduler/global_order.h), and its credit: bytes ordered but not completed (0: no limit).
   EngineConfig policy;
   uint64_t credit_bytes = 0;
   // What a fusion bound of 0 set at run time means: the collective's automatic fusion (as policy.knobs'
@@ -190,7 +190,7 @@ class Negotiator {
   void heartbeat_loop();
   // Runs the ordered groups with state_mu_ released (held on entry and return).
   void run_ready_groups(StateLock& state);
-  void publish(CoordinatorOutput& out);
+  void publish(GlobalOrderOutput& out);
   void apply_order(const OrderMsg& m);
   void apply_error(const ErrorMsg& e);
   void send_to(int rank, const std::string& frame);
@@ -251,7 +251,7 @@ class Negotiator {
   // Rank 0 awaits every other rank's bye; the others await rank 0's all_bye.
   control::GoodbyeBarrier bye_;
   control::LossRelay relay_;  // stopped: the group has failed (fatal)
-  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<GlobalOrder> coordinator_;
   std::vector<std::vector<uint64_t>> ready_groups_;  // ordered, handed to cb_.execute once no lock is held
   bool bye_sent_ = false;  // this rank is shutting down (rank 0: its own bye told to the coordinator)
   bool finished_ = false;

@@ -48,14 +48,6 @@ constexpr size_t kDescBytes = 4 * 8 + 1 + 1 + 4;
 
 }  // namespace
 
-std::string PartitionDesc::describe() const {
-  std::ostringstream os;
-  os << dtype_name(dtype) << ' ' << op_name(op) << " bytes [" << offset << ", " << offset + bytes << ") of a "
-     << task_bytes << "-byte tensor";
-  if (op == Op::broadcast) os << " from root " << root;
-  return os.str();
-}
-
 std::string encode_hello(int rank, int size) {
   ByteWriter w;
   w.put(static_cast<uint8_t>(MsgType::hello));

@@ -1,8 +1,5 @@
-// The order negotiation's vocabulary and wire messages (rank <-> coordinator on rank 0).
-//
-// A partition is identified across ranks by (task key, offset) plus the task's round; everything else about it
-// (bytes, dtype, op, root, task size) must agree on every rank. After a partition has been ordered once, the
-// coordinator gives it a small cache id, and ranks report it by id (16 bytes instead of ~60 plus the name).
+// The order negotiation's wire messages (rank <-> rank 0). Their vocabulary (reports, orders, errors) is the global
+// order's, scheduler/global_order.h; this file only puts it on the wire.
 #pragma once
 
 #include <cstddef>
@@ -11,69 +8,9 @@
 #include <vector>
 
 #include "base/types.h"
+#include "scheduler/global_order.h"
 
 namespace commsched::collective {
-
-inline constexpr uint32_t kNoCacheId = 0xffffffffu;
-
-// What every rank must agree on for one partition.
-struct PartitionDesc {
-  uint64_t key = 0;
-  uint64_t offset = 0;
-  uint64_t bytes = 0;
-  uint64_t task_bytes = 0;
-  DType dtype = DType::f32;
-  Op op = Op::allreduce;
-  int32_t root = 0;
-
-  bool operator==(const PartitionDesc&) const = default;
-  // "f32 bytes [0, 400) of a 400-byte allreduce" — for error messages.
-  std::string describe() const;
-};
-
-// Where a partition sits, independent of round: the key of maps that match reports across ranks and rounds.
-struct PartitionSlot {
-  uint64_t key;
-  uint64_t offset;
-  bool operator==(const PartitionSlot&) const = default;
-};
-struct PartitionSlotHash {
-  size_t operator()(const PartitionSlot& s) const { return s.key * 0x9e3779b97f4a7c15ull ^ s.offset; }
-};
-
-// One partition a rank reports ready. Either cache_id is set, or desc and name are.
-struct ReadyReport {
-  uint32_t cache_id = kNoCacheId;
-  PartitionDesc desc;
-  std::string name;
-  uint64_t round = 0;
-  int32_t priority = 0;
-};
-
-struct OrderEntry {
-  uint32_t cache_id = 0;
-  uint64_t round = 0;
-};
-
-// Newly assigned cache ids, then groups to execute in this order; each group is one (possibly fused) collective.
-struct CacheDefine {
-  uint32_t cache_id = 0;
-  PartitionDesc desc;
-};
-struct OrderMsg {
-  std::vector<CacheDefine> defines;
-  std::vector<std::vector<OrderEntry>> groups;
-  bool empty() const { return defines.empty() && groups.empty(); }
-};
-
-// A partition that can never run (mismatch, a rank left); every rank holding it fails it.
-struct ErrorMsg {
-  uint64_t key = 0;
-  uint64_t offset = 0;
-  uint64_t round = 0;
-  Status::Code code = Status::Code::error;
-  std::string message;
-};
 
 enum class MsgType : uint8_t {
   hello = 1,      // rank -> coordinator: rank, size

@@ -1,4 +1,4 @@
-// The coordinator decides all-reduce as the simulator does: the simulator (simulator/) drives rank 0's Coordinator, in
+// The global order decides all-reduce as the simulator does: the simulator (simulator/) drives rank 0's GlobalOrder, in
 // place of the policy it wraps, through whole training iterations on a ring all-reduce, and every iteration starts
 // at the very nanosecond it starts when the simulator drives the policy directly.
 #include <gtest/gtest.h>
@@ -7,17 +7,17 @@
 
 #include "simulator/sim_policy.h"
 #include "simulator/simulator.h"
-#include "comm_backends/collective/coordinator.h"
+#include "scheduler/global_order.h"
 #include "scheduler/config.h"
 
-namespace commsched::collective {
+namespace commsched {
 namespace {
 
-// A Policy whose decisions are a one-rank Coordinator's: each partition is reported ready, the order the coordinator
+// A Policy whose decisions are a one-rank GlobalOrder's: each partition is reported ready, the order the global order
 // produces is what gets dispatched, and completions go back as group completions.
-class CoordinatorAsPolicy final : public Policy {
+class GlobalOrderAsPolicy final : public Policy {
  public:
-  explicit CoordinatorAsPolicy(std::unique_ptr<Policy> policy)
+  explicit GlobalOrderAsPolicy(std::unique_ptr<Policy> policy)
       : splits_(policy->splits_tasks()), name_(policy->name()), c_(1, std::move(policy)) {}
 
   std::string_view name() const override { return name_; }
@@ -44,7 +44,7 @@ class CoordinatorAsPolicy final : public Policy {
       for (const auto& e : g) b.push_back(parts_.at(slot_of_.at(e.cache_id)));
       out.push_back(std::move(b));
     }
-    out_ = CoordinatorOutput{};
+    out_ = GlobalOrderOutput{};
   }
   std::optional<Nanos> next_wakeup() const override { return c_.next_wakeup(); }
   size_t queued_partitions() const override { return c_.pending(); }
@@ -53,8 +53,8 @@ class CoordinatorAsPolicy final : public Policy {
  private:
   bool splits_;
   std::string name_;
-  Coordinator c_;
-  CoordinatorOutput out_;
+  GlobalOrder c_;
+  GlobalOrderOutput out_;
   std::map<std::pair<uint64_t, uint64_t>, PartRef> parts_;
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> slot_of_;
 };
@@ -71,7 +71,7 @@ sim::ModelProfile model() {
   return sim::make_profile("mixed", std::move(t));
 }
 
-// BSP and MG-WFBP are not here: they wait for the end of backward, which the coordinator does not see (coordinator.h,
+// BSP and MG-WFBP are not here: they wait for the end of backward, which the global order does not see (global_order.h,
 // "Iteration marks"); on a collective each rank's engine holds those tasks until then.
 class CoordinatorMatchesSimulator : public ::testing::TestWithParam<PolicyKind> {};
 
@@ -87,7 +87,7 @@ TEST_P(CoordinatorMatchesSimulator, EveryIterationStartsWhenThePolicysDoes) {
   const auto m = model();
   auto direct = sim::make_sim_policy(cfg, net);
   const sim::SimResult want = sim::simulate(m, net, *direct, opts);
-  CoordinatorAsPolicy through(sim::make_sim_policy(cfg, net));
+  GlobalOrderAsPolicy through(sim::make_sim_policy(cfg, net));
   const sim::SimResult got = sim::simulate(m, net, through, opts);
   EXPECT_EQ(got.iteration_start_s, want.iteration_start_s);
   EXPECT_EQ(got.batches, want.batches);
@@ -99,4 +99,4 @@ INSTANTIATE_TEST_SUITE_P(Policies, CoordinatorMatchesSimulator,
                          [](const auto& info) { return std::string(policy_name(info.param)); });
 
 }  // namespace
-}  // namespace commsched::collective
+}  // namespace commsched

@@ -1,10 +1,10 @@
-#include "comm_backends/collective/coordinator.h"
+#include "scheduler/global_order.h"
 
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
-namespace commsched::collective {
+namespace commsched {
 namespace {
 
 std::string task_label(const std::string& name, uint64_t key) {
@@ -15,18 +15,26 @@ std::string task_label(const std::string& name, uint64_t key) {
 
 }  // namespace
 
-Coordinator::Coordinator(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries)
-    : size_(size), policy_(policy ? std::move(policy) : throw InvalidArgument("Coordinator: policy must not be null")),
+std::string PartitionDesc::describe() const {
+  std::ostringstream os;
+  os << dtype_name(dtype) << ' ' << op_name(op) << " bytes [" << offset << ", " << offset + bytes << ") of a "
+     << task_bytes << "-byte tensor";
+  if (op == Op::broadcast) os << " from root " << root;
+  return os.str();
+}
+
+GlobalOrder::GlobalOrder(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries)
+    : size_(size), policy_(policy ? std::move(policy) : throw InvalidArgument("GlobalOrder: policy must not be null")),
       driver_(*policy_), max_cache_entries_(max_cache_entries), gone_(size, false), joined_(size, false) {}
 
-void Coordinator::on_group_done(Nanos now) {
+void GlobalOrder::on_group_done(Nanos now) {
   if (running_.empty()) return;  // nothing ordered is running (a late completion after an error): nothing to release
   std::shared_ptr<Running> r = std::move(running_.front());
   running_.pop_front();
   if (--r->groups_left == 0) driver_.batch_done(r->batch, now);
 }
 
-void Coordinator::on_ready(int rank, std::span<const ReadyReport> reports, CoordinatorOutput& out) {
+void GlobalOrder::on_ready(int rank, std::span<const ReadyReport> reports, GlobalOrderOutput& out) {
   for (const auto& rep : reports) {
     ++stats_.reports;
     if (rep.cache_id == kNoCacheId) {
@@ -47,8 +55,8 @@ void Coordinator::on_ready(int rank, std::span<const ReadyReport> reports, Coord
   }
 }
 
-void Coordinator::record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name,
-                         CoordinatorOutput& out) {
+void GlobalOrder::record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name,
+                         GlobalOrderOutput& out) {
   if (joined_[rank]) {  // it stands in with zeros everywhere: a real submission now cannot be matched
     out.errors.push_back({desc.key, desc.offset, rep.round, Status::Code::invalid,
                           task_label(name, desc.key) + ": rank " + std::to_string(rank) + " submitted " +
@@ -93,7 +101,7 @@ void Coordinator::record(int rank, const ReadyReport& rep, const PartitionDesc& 
   else pending_.erase(it);  // every rank has been told
 }
 
-std::string Coordinator::mismatch_message(const Entry& e, int rank, const PartitionDesc& desc, uint64_t round) const {
+std::string GlobalOrder::mismatch_message(const Entry& e, int rank, const PartitionDesc& desc, uint64_t round) const {
   std::ostringstream os;
   os << task_label(e.name, e.desc.key) << " differs across ranks: rank " << e.first_rank << " submitted "
      << e.desc.describe() << " (round " << e.round << "), rank " << rank << " submitted " << desc.describe()
@@ -101,7 +109,7 @@ std::string Coordinator::mismatch_message(const Entry& e, int rank, const Partit
   return os.str();
 }
 
-void Coordinator::poison(Entry& e, uint64_t round, std::string message, Status::Code code, CoordinatorOutput& out) {
+void GlobalOrder::poison(Entry& e, uint64_t round, std::string message, Status::Code code, GlobalOrderOutput& out) {
   if (e.poisoned.empty()) {
     e.poisoned = message;
     out.errors.push_back({e.desc.key, e.desc.offset, e.round, code, message});
@@ -109,7 +117,7 @@ void Coordinator::poison(Entry& e, uint64_t round, std::string message, Status::
   if (round != e.round) out.errors.push_back({e.desc.key, e.desc.offset, round, code, message});
 }
 
-void Coordinator::on_bye(int rank, CoordinatorOutput& out) {
+void GlobalOrder::on_bye(int rank, GlobalOrderOutput& out) {
   if (gone_[rank]) return;
   gone_[rank] = true;
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -125,7 +133,7 @@ void Coordinator::on_bye(int rank, CoordinatorOutput& out) {
   }
 }
 
-void Coordinator::on_join(int rank, CoordinatorOutput& out) {
+void GlobalOrder::on_join(int rank, GlobalOrderOutput& out) {
   if (rank < 0 || rank >= size_ || joined_[rank]) return;
   joined_[rank] = true;
   for (auto& [slot, e] : pending_) {
@@ -139,7 +147,7 @@ void Coordinator::on_join(int rank, CoordinatorOutput& out) {
   out.all_joined = rank;
 }
 
-uint32_t Coordinator::cache_id_for(const Entry& e, OrderMsg& order) {
+uint32_t GlobalOrder::cache_id_for(const Entry& e, OrderMsg& order) {
   const Slot slot{e.desc.key, e.desc.offset};
   auto it = cache_index_.find(slot);
   if (it != cache_index_.end() && cache_[it->second].desc == e.desc) return it->second;
@@ -157,11 +165,11 @@ uint32_t Coordinator::cache_id_for(const Entry& e, OrderMsg& order) {
   return id;
 }
 
-bool Coordinator::fusable(const PartitionDesc& a, const PartitionDesc& b) const {
+bool GlobalOrder::fusable(const PartitionDesc& a, const PartitionDesc& b) const {
   return a.op == b.op && a.dtype == b.dtype && (a.op != Op::broadcast || a.root == b.root);
 }
 
-void Coordinator::tell_arrivals(Nanos now) {
+void GlobalOrder::tell_arrivals(Nanos now) {
   if (complete_.empty()) return;
   for (const Slot& s : complete_) {
     auto it = pending_.find(s);
@@ -176,17 +184,17 @@ void Coordinator::tell_arrivals(Nanos now) {
     driver_.arrived(arrival, now);
   }
   complete_.clear();
-  driver_.flushed(now);  // see "Iteration marks" in coordinator.h
+  driver_.flushed(now);  // see "Iteration marks" in global_order.h
 }
 
-size_t Coordinator::order_batch(const Batch& batch, CoordinatorOutput& out) {
+size_t GlobalOrder::order_batch(const Batch& batch, GlobalOrderOutput& out) {
   auto& groups = out.order.groups;
   size_t made = 0;
   std::optional<PartitionDesc> group_desc;  // the open group's first partition
   for (const PartRef& p : batch) {
     auto it = held_.find(p.task_id);
     if (it == held_.end())
-      throw std::logic_error("coordinator: policy '" + std::string(policy_->name()) + "' dispatched unknown partition " +
+      throw std::logic_error("global order: policy '" + std::string(policy_->name()) + "' dispatched unknown partition " +
                              std::to_string(p.task_id));
     Entry e = std::move(it->second);
     held_.erase(it);
@@ -210,7 +218,7 @@ size_t Coordinator::order_batch(const Batch& batch, CoordinatorOutput& out) {
   return made;
 }
 
-bool Coordinator::dispatch(Batch& batch, Nanos /*now*/) {
+bool GlobalOrder::dispatch(Batch& batch, Nanos /*now*/) {
   const size_t groups = order_batch(batch, *out_);
   if (groups == 0) return false;  // it ordered nothing: done at once, which may free credit for more
   auto running = std::make_shared<Running>();
@@ -221,7 +229,7 @@ bool Coordinator::dispatch(Batch& batch, Nanos /*now*/) {
   return true;
 }
 
-void Coordinator::flush(Nanos now, CoordinatorOutput& out) {
+void GlobalOrder::flush(Nanos now, GlobalOrderOutput& out) {
   tell_arrivals(now);
   out_ = &out;
   ordered_ = false;
@@ -230,4 +238,4 @@ void Coordinator::flush(Nanos now, CoordinatorOutput& out) {
   if (ordered_) ++stats_.flushes;
 }
 
-}  // namespace commsched::collective
+}  // namespace commsched

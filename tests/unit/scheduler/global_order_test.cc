@@ -1,6 +1,6 @@
 // The negotiation's decision logic, driven directly (no sockets): ordering, fusion, caching and errors, and that the
 // order is the real policy's decision over the partitions ready on every rank.
-#include "comm_backends/collective/coordinator.h"
+#include "scheduler/global_order.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "scheduler/policy_factory.h"
 #include "scheduler/priority_credit_policy.h"
 
-namespace commsched::collective {
+namespace commsched {
 namespace {
 
 PartitionDesc desc(uint64_t key, uint64_t offset, uint64_t bytes, DType dtype = DType::f32, uint64_t task_bytes = 0) {
@@ -28,12 +28,12 @@ ReadyReport report(const PartitionDesc& d, int32_t priority, uint64_t round = 0)
   return r;
 }
 
-// The coordinator over bytescheduler: small tensors fused up to `fusion` bytes, `credit` bytes in flight (0: no limit).
-Coordinator make(int size, uint64_t fusion, uint64_t credit = 0) {
-  return Coordinator(size, std::make_unique<PriorityCreditPolicy>(credit, fusion, /*stall_guard=*/false));
+// The global order over bytescheduler: small tensors fused up to `fusion` bytes, `credit` bytes in flight (0: no limit).
+GlobalOrder make(int size, uint64_t fusion, uint64_t credit = 0) {
+  return GlobalOrder(size, std::make_unique<PriorityCreditPolicy>(credit, fusion, /*stall_guard=*/false));
 }
 
-std::vector<uint64_t> ordered_keys(const CoordinatorOutput& out) {
+std::vector<uint64_t> ordered_keys(const GlobalOrderOutput& out) {
   std::vector<uint64_t> keys;
   for (const auto& g : out.order.groups)
     for (const auto& e : g) {
@@ -44,11 +44,16 @@ std::vector<uint64_t> ordered_keys(const CoordinatorOutput& out) {
   return keys;
 }
 
-TEST(Coordinator, OrdersOnlyWhatEveryRankHasReady) {
-  Coordinator c = make(3, 0);
-  CoordinatorOutput out;
-  c.on_ready(0, std::vector{report(desc(1, 0, 64), 5)}, out);
-  c.on_ready(1, std::vector{report(desc(1, 0, 64), 5)}, out);
+// `ranks` report the partition ready (priority 5).
+void ready_on(GlobalOrder& c, std::initializer_list<int> ranks, const PartitionDesc& d, GlobalOrderOutput& out,
+              uint64_t round = 0) {
+  for (int r : ranks) c.on_ready(r, std::vector{report(d, 5, round)}, out);
+}
+
+TEST(GlobalOrder, OrdersOnlyWhatEveryRankHasReady) {
+  GlobalOrder c = make(3, 0);
+  GlobalOrderOutput out;
+  ready_on(c, {0, 1}, desc(1, 0, 64), out);
   c.flush(0, out);
   EXPECT_TRUE(out.order.groups.empty());
   EXPECT_EQ(c.pending(), 1u);
@@ -62,11 +67,10 @@ TEST(Coordinator, OrdersOnlyWhatEveryRankHasReady) {
 
 // Horovod's join: a joined rank counts as ready (it runs the collective with zeros) for partitions already pending and
 // for new ones, until every rank has joined; the last one is named, and partitions wait for every rank again.
-TEST(Coordinator, JoinedRanksCountAsReadyUntilEveryRankHasJoined) {
-  Coordinator c = make(3, 0);
-  CoordinatorOutput out;
-  c.on_ready(0, std::vector{report(desc(1, 0, 64), 5)}, out);
-  c.on_ready(1, std::vector{report(desc(1, 0, 64), 5)}, out);
+TEST(GlobalOrder, JoinedRanksCountAsReadyUntilEveryRankHasJoined) {
+  GlobalOrder c = make(3, 0);
+  GlobalOrderOutput out;
+  ready_on(c, {0, 1}, desc(1, 0, 64), out);
   c.on_join(2, out);
   EXPECT_FALSE(out.all_joined);
   c.flush(0, out);
@@ -92,15 +96,14 @@ TEST(Coordinator, JoinedRanksCountAsReadyUntilEveryRankHasJoined) {
   ASSERT_TRUE(out.all_joined);
   EXPECT_EQ(*out.all_joined, 0);
   out = {};
-  c.on_ready(0, std::vector{report(desc(5, 0, 64), 5, 1)}, out);
-  c.on_ready(1, std::vector{report(desc(5, 0, 64), 5, 1)}, out);
+  ready_on(c, {0, 1}, desc(5, 0, 64), out, /*round=*/1);
   c.flush(0, out);
   EXPECT_TRUE(out.order.groups.empty());  // every rank counts again
 }
 
-TEST(Coordinator, ReadyTogetherMeansPriorityOrderWhateverTheReportOrder) {
-  Coordinator c = make(2, 0);
-  CoordinatorOutput out;
+TEST(GlobalOrder, ReadyTogetherMeansPriorityOrderWhateverTheReportOrder) {
+  GlobalOrder c = make(2, 0);
+  GlobalOrderOutput out;
   // Rank 0 reports keys 1..6 with priority = key; rank 1 reports them reversed. Ordered once all are in: by priority.
   std::vector<ReadyReport> r0, r1;
   for (uint64_t k = 1; k <= 6; ++k) r0.push_back(report(desc(k, 0, 1 << 20), static_cast<int32_t>(k)));
@@ -112,9 +115,9 @@ TEST(Coordinator, ReadyTogetherMeansPriorityOrderWhateverTheReportOrder) {
   EXPECT_EQ(out.order.groups.size(), 6u) << "fusion is off";
 }
 
-TEST(Coordinator, FusesSmallCompatiblePartitionsUpToTheThreshold) {
-  Coordinator c = make(2, 1000);
-  CoordinatorOutput out;
+TEST(GlobalOrder, FusesSmallCompatiblePartitionsUpToTheThreshold) {
+  GlobalOrder c = make(2, 1000);
+  GlobalOrderOutput out;
   std::vector<ReadyReport> reps{report(desc(1, 0, 400), 1), report(desc(2, 0, 400), 2), report(desc(3, 0, 400), 3),
                                 report(desc(4, 0, 400, DType::f64), 4), report(desc(5, 0, 5000), 5)};
   c.on_ready(0, reps, out);
@@ -127,9 +130,9 @@ TEST(Coordinator, FusesSmallCompatiblePartitionsUpToTheThreshold) {
   EXPECT_EQ(out.order.groups[3].size(), 1u);  // big: never fused
 }
 
-TEST(Coordinator, SecondRoundIsReportedAndOrderedByCacheId) {
-  Coordinator c = make(2, 0);
-  CoordinatorOutput first;
+TEST(GlobalOrder, SecondRoundIsReportedAndOrderedByCacheId) {
+  GlobalOrder c = make(2, 0);
+  GlobalOrderOutput first;
   const auto d = desc(9, 128, 256);
   c.on_ready(0, std::vector{report(d, 0, 0)}, first);
   c.on_ready(1, std::vector{report(d, 0, 0)}, first);
@@ -140,7 +143,7 @@ TEST(Coordinator, SecondRoundIsReportedAndOrderedByCacheId) {
   ReadyReport cached;
   cached.cache_id = id;
   cached.round = 1;
-  CoordinatorOutput second;
+  GlobalOrderOutput second;
   c.on_ready(0, std::vector{cached}, second);
   c.on_ready(1, std::vector{cached}, second);
   c.flush(0, second);
@@ -151,9 +154,9 @@ TEST(Coordinator, SecondRoundIsReportedAndOrderedByCacheId) {
   EXPECT_EQ(c.stats().cached_reports, 2u);
 }
 
-TEST(Coordinator, MismatchedSizeFailsOnEveryRankNamingKeyRanksAndSizes) {
-  Coordinator c = make(3, 0);
-  CoordinatorOutput out;
+TEST(GlobalOrder, MismatchedSizeFailsOnEveryRankNamingKeyRanksAndSizes) {
+  GlobalOrder c = make(3, 0);
+  GlobalOrderOutput out;
   c.on_ready(0, std::vector{report(desc(42, 0, 400), 0)}, out);
   c.on_ready(2, std::vector{report(desc(42, 0, 800), 0)}, out);
   ASSERT_EQ(out.errors.size(), 1u);
@@ -172,18 +175,18 @@ TEST(Coordinator, MismatchedSizeFailsOnEveryRankNamingKeyRanksAndSizes) {
   EXPECT_EQ(c.pending(), 0u);
 }
 
-TEST(Coordinator, MismatchedDtypeIsAnErrorToo) {
-  Coordinator c = make(2, 0);
-  CoordinatorOutput out;
+TEST(GlobalOrder, MismatchedDtypeIsAnErrorToo) {
+  GlobalOrder c = make(2, 0);
+  GlobalOrderOutput out;
   c.on_ready(0, std::vector{report(desc(7, 0, 400, DType::f32), 0)}, out);
   c.on_ready(1, std::vector{report(desc(7, 0, 400, DType::i32), 0)}, out);
   ASSERT_EQ(out.errors.size(), 1u);
   EXPECT_NE(out.errors[0].message.find("i32"), std::string::npos) << out.errors[0].message;
 }
 
-TEST(Coordinator, ByeFailsWhatCanNeverCompleteButKeepsWhatIsComplete) {
-  Coordinator c = make(2, 0);
-  CoordinatorOutput out;
+TEST(GlobalOrder, ByeFailsWhatCanNeverCompleteButKeepsWhatIsComplete) {
+  GlobalOrder c = make(2, 0);
+  GlobalOrderOutput out;
   c.on_ready(0, std::vector{report(desc(1, 0, 8), 0), report(desc(2, 0, 8), 0)}, out);
   c.on_ready(1, std::vector{report(desc(1, 0, 8), 0)}, out);
   c.on_bye(1, out);
@@ -194,9 +197,9 @@ TEST(Coordinator, ByeFailsWhatCanNeverCompleteButKeepsWhatIsComplete) {
   EXPECT_EQ(out.errors[0].code, Status::Code::cancelled);
 }
 
-TEST(Coordinator, GlobalCreditHoldsBackAndLetsLaterUrgentWorkOvertake) {
-  Coordinator c = make(2, 0, /*credit=*/1000);
-  CoordinatorOutput out;
+TEST(GlobalOrder, GlobalCreditHoldsBackAndLetsLaterUrgentWorkOvertake) {
+  GlobalOrder c = make(2, 0, /*credit=*/1000);
+  GlobalOrderOutput out;
   std::vector<ReadyReport> reps;
   for (uint64_t k = 10; k < 14; ++k) reps.push_back(report(desc(k, 0, 400), static_cast<int32_t>(k)));
   c.on_ready(0, reps, out);
@@ -205,13 +208,13 @@ TEST(Coordinator, GlobalCreditHoldsBackAndLetsLaterUrgentWorkOvertake) {
   EXPECT_EQ(ordered_keys(out), (std::vector<uint64_t>{10, 11})) << "800 of 1000 bytes; a third would exceed";
   EXPECT_EQ(c.bytes_in_flight(), 800u);
   // A more urgent partition becomes ready everywhere while 12 and 13 wait for credit: it goes first.
-  CoordinatorOutput more;
+  GlobalOrderOutput more;
   c.on_ready(0, std::vector{report(desc(1, 0, 400), 1)}, more);
   c.on_ready(1, std::vector{report(desc(1, 0, 400), 1)}, more);
   c.on_group_done(0);  // 10 is done
   c.flush(0, more);
   EXPECT_EQ(ordered_keys(more), std::vector<uint64_t>{1});
-  CoordinatorOutput rest;
+  GlobalOrderOutput rest;
   c.on_group_done(0);  // 11
   c.on_group_done(0);  // 1
   c.flush(0, rest);
@@ -222,7 +225,7 @@ TEST(Coordinator, GlobalCreditHoldsBackAndLetsLaterUrgentWorkOvertake) {
 // Partitions that become ready one at a time while two groups are ordered and running wait in the policy, which fuses
 // them once rank 0 finishes one; without the limit each would be ordered alone, at once.
 // Partitions 1..n become ready on both ranks one at a time, a flush after each.
-void ready_one_by_one(Coordinator& c, uint64_t n, CoordinatorOutput& out) {
+void ready_one_by_one(GlobalOrder& c, uint64_t n, GlobalOrderOutput& out) {
   for (uint64_t k = 1; k <= n; ++k) {
     const auto rep = std::vector{report(desc(k, 0, 64), static_cast<int32_t>(k))};
     c.on_ready(0, rep, out);
@@ -231,39 +234,39 @@ void ready_one_by_one(Coordinator& c, uint64_t n, CoordinatorOutput& out) {
   }
 }
 
-TEST(Coordinator, ALimitOfGroupsAheadHoldsLaterArrivalsForFusion) {
-  Coordinator c = make(2, /*fusion=*/4096);
+TEST(GlobalOrder, ALimitOfGroupsAheadHoldsLaterArrivalsForFusion) {
+  GlobalOrder c = make(2, /*fusion=*/4096);
   c.limit_groups_ahead(2);
-  CoordinatorOutput out;
+  GlobalOrderOutput out;
   ready_one_by_one(c, 6, out);
   EXPECT_EQ(out.order.groups.size(), 2u) << "ordered past the limit";
   EXPECT_EQ(ordered_keys(out), (std::vector<uint64_t>{1, 2}));
   EXPECT_FALSE(c.next_wakeup()) << "held back: only a completion can let the policy dispatch";
-  CoordinatorOutput rest;
+  GlobalOrderOutput rest;
   c.on_group_done(0);
   c.flush(0, rest);
   ASSERT_EQ(rest.order.groups.size(), 1u) << "the four held partitions did not go as one fused group";
   EXPECT_EQ(ordered_keys(rest), (std::vector<uint64_t>{3, 4, 5, 6}));
 
-  Coordinator unlimited = make(2, 4096);
-  CoordinatorOutput each;
+  GlobalOrder unlimited = make(2, 4096);
+  GlobalOrderOutput each;
   ready_one_by_one(unlimited, 6, each);
   EXPECT_EQ(each.order.groups.size(), 6u);
 }
 
-TEST(Coordinator, CreditNeverStarvesAPartitionBiggerThanTheCredit) {
-  Coordinator c = make(2, 0, /*credit=*/100);
-  CoordinatorOutput out;
+TEST(GlobalOrder, CreditNeverStarvesAPartitionBiggerThanTheCredit) {
+  GlobalOrder c = make(2, 0, /*credit=*/100);
+  GlobalOrderOutput out;
   c.on_ready(0, std::vector{report(desc(1, 0, 4096), 0)}, out);
   c.on_ready(1, std::vector{report(desc(1, 0, 4096), 0)}, out);
   c.flush(0, out);
   EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});
 }
 
-TEST(Coordinator, RandomInterleavingsOrderEachPartitionExactlyOnce) {
+TEST(GlobalOrder, RandomInterleavingsOrderEachPartitionExactlyOnce) {
   std::mt19937 rng(17);
   const int ranks = 4;
-  Coordinator c = make(ranks, 4096);
+  GlobalOrder c = make(ranks, 4096);
   std::vector<ReadyReport> all;
   for (uint64_t k = 1; k <= 50; ++k) all.push_back(report(desc(k, 0, 64 * k), static_cast<int32_t>(rng() % 10)));
   std::vector<std::pair<int, size_t>> events;
@@ -272,13 +275,13 @@ TEST(Coordinator, RandomInterleavingsOrderEachPartitionExactlyOnce) {
   std::shuffle(events.begin(), events.end(), rng);
   std::vector<uint64_t> keys;
   for (const auto& [r, i] : events) {
-    CoordinatorOutput out;
+    GlobalOrderOutput out;
     c.on_ready(r, std::vector{all[i]}, out);
     if (rng() % 3 == 0) c.flush(0, out);
     EXPECT_TRUE(out.errors.empty());
     for (auto k : ordered_keys(out)) keys.push_back(k);
   }
-  CoordinatorOutput last;
+  GlobalOrderOutput last;
   c.flush(0, last);
   for (auto k : ordered_keys(last)) keys.push_back(k);
   std::sort(keys.begin(), keys.end());
@@ -286,7 +289,7 @@ TEST(Coordinator, RandomInterleavingsOrderEachPartitionExactlyOnce) {
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(keys[i], i + 1);
 }
 
-// The order is the real policy's decision: a Coordinator over policy P, told a sequence of partitions that become
+// The order is the real policy's decision: a GlobalOrder over policy P, told a sequence of partitions that become
 // ready on every rank (each rank reporting in its own order) and of rank 0's completions, orders exactly the batches a
 // fresh P decides when told the same arrivals (in the order they became ready everywhere), flushes and completions.
 class CoordinatorRunsThePolicy : public ::testing::TestWithParam<PolicyKind> {};
@@ -313,15 +316,15 @@ TEST_P(CoordinatorRunsThePolicy, OrderEqualsThePolicysBatchesForTheSameReadySets
     const int ranks = 3;
     Knobs knobs = cfg.knobs;
     knobs.credit_bytes = 8192;
-    Coordinator c(ranks, make_policy(cfg));
+    GlobalOrder c(ranks, make_policy(cfg));
     c.set_knobs(knobs);
     auto reference = make_policy(cfg);
     reference->set_knobs(knobs);
 
-    std::map<uint64_t, uint64_t> key_of_seq;  // the reference's task ids are the coordinator's first-report order
+    std::map<uint64_t, uint64_t> key_of_seq;  // the reference's task ids are the global order's first-report order
     uint64_t next_seq = 0, next_key = 1;
     std::vector<std::vector<uint64_t>> got, want;
-    std::deque<std::vector<uint64_t>> running;  // the coordinator's groups, as keys, oldest first
+    std::deque<std::vector<uint64_t>> running;  // the global order's groups, as keys, oldest first
     std::deque<Batch> ref_running;
     auto poll_reference = [&](Nanos now) {
       std::vector<Batch> out;
@@ -334,7 +337,7 @@ TEST_P(CoordinatorRunsThePolicy, OrderEqualsThePolicysBatchesForTheSameReadySets
       }
     };
     std::map<uint32_t, uint64_t> key_of_id;
-    auto take = [&](const CoordinatorOutput& out) {
+    auto take = [&](const GlobalOrderOutput& out) {
       ASSERT_TRUE(out.errors.empty()) << out.errors.front().message;
       for (const auto& d : out.order.defines) key_of_id[d.cache_id] = d.desc.key;
       for (const auto& g : out.order.groups) {
@@ -347,7 +350,7 @@ TEST_P(CoordinatorRunsThePolicy, OrderEqualsThePolicysBatchesForTheSameReadySets
     Nanos now = 0;
     for (int step = 0; step < 40; ++step) {
       now += static_cast<Nanos>(rng() % 700'000);
-      CoordinatorOutput out;
+      GlobalOrderOutput out;
       if (rng() % 3 != 0) {
         // A few new partitions (sizes spanning small and big), reported by rank 0 first, then the others shuffled.
         std::vector<ReadyReport> reps;
@@ -393,4 +396,4 @@ INSTANTIATE_TEST_SUITE_P(EveryPolicy, CoordinatorRunsThePolicy,
                          [](const auto& info) { return std::string(policy_name(info.param)); });
 
 }  // namespace
-}  // namespace commsched::collective
+}  // namespace commsched

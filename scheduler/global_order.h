@@ -1,10 +1,12 @@
-// The order negotiation's bookkeeping on rank 0, around the real scheduling Policy. Pure and single-threaded (no I/O,
-// no clocks: the caller passes the time) so it can be tested directly.
+// GlobalOrder: the order of collectives over what every rank has ready, a scheduling stage that runs on rank 0 around
+// the real scheduling Policy. Pure and single-threaded (no I/O, no clocks: the caller passes the time) so it can be
+// tested directly; a collective backend carries its inputs (ready reports, completions) and its output (the order)
+// over the wire (comm_backends/collective/negotiator.h) and watches liveness.
 //
-// The Coordinator keeps only readiness: which rank has which partition ready, and whether the ranks agree on it
-// (mismatches, duplicates and ranks that left become errors). A partition ready on every rank is told to the Policy
-// (the same class the engine and the simulator run, built by scheduler/policy_factory, driven by the same loop,
-// scheduler/policy_driver.h) as an arriving task; the batches the Policy dispatches become the order every rank runs. So FIFO, fusion, MG-WFBP, BSP and bytescheduler
+// It keeps only readiness: which rank has which partition ready, and whether the ranks agree on it (mismatches,
+// duplicates and ranks that left become errors). A partition ready on every rank is told to the Policy (the same
+// class the engine and the simulator run, driven by the same loop, scheduler/policy_driver.h) as an arriving task;
+// the batches the Policy dispatches become the order every rank runs. So FIFO, fusion, MG-WFBP, BSP and bytescheduler
 // decide all-reduce exactly as they decide in the simulator, over the partitions ready everywhere.
 //
 // A batch is one collective unless its partitions differ in op, dtype (or broadcast root): a collective carries one
@@ -24,7 +26,7 @@
 // waits in the policy, which fuses it (bytescheduler's small tensors) when the running collective ends. Two (one
 // running, the next already known to every rank) keeps the ranks busy without a round trip between collectives.
 //
-// Iteration marks: the coordinator does not see the end of each rank's backward (the engine tells only its own
+// Iteration marks: the global order does not see the end of each rank's backward (the engine tells only its own
 // policy). What reaches it has already been released by every rank's engine, so after the arrivals of each flush it
 // tells the policy on_flush: a policy that holds tasks for the end of backward (BSP) releases them then.
 #pragma once
@@ -39,20 +41,84 @@
 #include <unordered_map>
 #include <vector>
 
-#include "comm_backends/collective/protocol.h"
 #include "scheduler/policy.h"
 #include "scheduler/policy_driver.h"
 
-namespace commsched::collective {
+namespace commsched {
 
-struct CoordinatorOutput {
+// The vocabulary. A partition is identified across ranks by (task key, offset) plus the task's round; everything else
+// about it (bytes, dtype, op, root, task size) must agree on every rank. After a partition has been ordered once, the
+// global order gives it a small cache id, and ranks report it by id (16 bytes instead of ~60 plus the name).
+inline constexpr uint32_t kNoCacheId = 0xffffffffu;
+
+// What every rank must agree on for one partition.
+struct PartitionDesc {
+  uint64_t key = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint64_t task_bytes = 0;
+  DType dtype = DType::f32;
+  Op op = Op::allreduce;
+  int32_t root = 0;
+
+  bool operator==(const PartitionDesc&) const = default;
+  // "f32 bytes [0, 400) of a 400-byte allreduce" — for error messages.
+  std::string describe() const;
+};
+
+// Where a partition sits, independent of round: the key of maps that match reports across ranks and rounds.
+struct PartitionSlot {
+  uint64_t key;
+  uint64_t offset;
+  bool operator==(const PartitionSlot&) const = default;
+};
+struct PartitionSlotHash {
+  size_t operator()(const PartitionSlot& s) const { return s.key * 0x9e3779b97f4a7c15ull ^ s.offset; }
+};
+
+// One partition a rank reports ready. Either cache_id is set, or desc and name are.
+struct ReadyReport {
+  uint32_t cache_id = kNoCacheId;
+  PartitionDesc desc;
+  std::string name;
+  uint64_t round = 0;
+  int32_t priority = 0;
+};
+
+struct OrderEntry {
+  uint32_t cache_id = 0;
+  uint64_t round = 0;
+};
+
+// Newly assigned cache ids, then groups to execute in this order; each group is one (possibly fused) collective.
+struct CacheDefine {
+  uint32_t cache_id = 0;
+  PartitionDesc desc;
+};
+struct OrderMsg {
+  std::vector<CacheDefine> defines;
+  std::vector<std::vector<OrderEntry>> groups;
+  bool empty() const { return defines.empty() && groups.empty(); }
+};
+
+// A partition that can never run (mismatch, a rank left); every rank holding it fails it.
+struct ErrorMsg {
+  uint64_t key = 0;
+  uint64_t offset = 0;
+  uint64_t round = 0;
+  Status::Code code = Status::Code::error;
+  std::string message;
+};
+
+
+struct GlobalOrderOutput {
   OrderMsg order;
   std::vector<ErrorMsg> errors;
   std::optional<int> all_joined;  // every rank has joined: the rank that joined last (tell every rank, after `order`)
   bool empty() const { return order.empty() && errors.empty() && !all_joined; }
 };
 
-struct CoordinatorStats {
+struct GlobalOrderStats {
   uint64_t reports = 0;         // partitions reported, all ranks
   uint64_t cached_reports = 0;  // of which by cache id
   uint64_t ordered = 0;         // partitions ordered
@@ -60,20 +126,20 @@ struct CoordinatorStats {
   uint64_t flushes = 0;         // order messages produced
 };
 
-class Coordinator final : DispatchSink {
+class GlobalOrder final : DispatchSink {
  public:
   // `policy` must be fresh (never told an event).
-  Coordinator(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries = 1u << 20);
+  GlobalOrder(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries = 1u << 20);
 
   // Records what `rank` has ready. Mismatches and protocol violations go to out.errors.
-  void on_ready(int rank, std::span<const ReadyReport> reports, CoordinatorOutput& out);
+  void on_ready(int rank, std::span<const ReadyReport> reports, GlobalOrderOutput& out);
   // `rank` is shutting down: whatever is pending can never be ordered.
-  void on_bye(int rank, CoordinatorOutput& out);
+  void on_bye(int rank, GlobalOrderOutput& out);
   // `rank` has joined (Horovod's join: it has no more data): it counts as ready, with zeros, for every partition the
   // others report until every rank has joined; then out.all_joined names it and partitions wait for all again.
-  void on_join(int rank, CoordinatorOutput& out);
+  void on_join(int rank, GlobalOrderOutput& out);
   // Tells the policy what became ready on every rank since the last flush and orders what it dispatches now.
-  void flush(Nanos now, CoordinatorOutput& out);
+  void flush(Nanos now, GlobalOrderOutput& out);
   // Rank 0 finished the oldest group still running. Call flush() afterwards: the policy may dispatch more.
   void on_group_done(Nanos now);
   // When flush() must run again even if nothing arrives (a fusion cycle); nullopt: none (or only a completion can
@@ -90,7 +156,7 @@ class Coordinator final : DispatchSink {
 
   // Partitions not yet ordered: reported by some ranks, or ready everywhere and held by the policy.
   size_t pending() const { return pending_.size() + policy_->queued_partitions(); }
-  const CoordinatorStats& stats() const { return stats_; }
+  const GlobalOrderStats& stats() const { return stats_; }
 
  private:
   using Slot = PartitionSlot;
@@ -116,14 +182,14 @@ class Coordinator final : DispatchSink {
     size_t groups_left = 0;
   };
 
-  void record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name, CoordinatorOutput& out);
-  void poison(Entry& e, uint64_t round, std::string message, Status::Code code, CoordinatorOutput& out);
+  void record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name, GlobalOrderOutput& out);
+  void poison(Entry& e, uint64_t round, std::string message, Status::Code code, GlobalOrderOutput& out);
   std::string mismatch_message(const Entry& e, int rank, const PartitionDesc& desc, uint64_t round) const;
   uint32_t cache_id_for(const Entry& e, OrderMsg& order);
   bool fusable(const PartitionDesc& a, const PartitionDesc& b) const;
   void tell_arrivals(Nanos now);
   // Turns one policy batch into groups of the order; returns how many.
-  size_t order_batch(const Batch& batch, CoordinatorOutput& out);
+  size_t order_batch(const Batch& batch, GlobalOrderOutput& out);
   bool held_back() const { return max_ahead_ > 0 && running_.size() >= max_ahead_; }
   // DispatchSink: a policy batch becomes groups of the order being built (out_).
   bool dispatch(Batch& batch, Nanos now) override;
@@ -132,7 +198,7 @@ class Coordinator final : DispatchSink {
   int size_;
   std::unique_ptr<Policy> policy_;
   PolicyDriver driver_;  // the engine's loop (scheduler/policy_driver.h)
-  CoordinatorOutput* out_ = nullptr;  // the order flush() is building
+  GlobalOrderOutput* out_ = nullptr;  // the order flush() is building
   bool ordered_ = false;              // flush() ordered a group
   size_t max_cache_entries_;
   size_t max_ahead_ = 0;
@@ -145,7 +211,7 @@ class Coordinator final : DispatchSink {
   std::unordered_map<Slot, uint32_t, SlotHash> cache_index_;
   std::vector<bool> gone_;                     // ranks that said bye
   std::vector<bool> joined_;                   // ranks that joined since every rank last had
-  CoordinatorStats stats_;
+  GlobalOrderStats stats_;
 };
 
-}  // namespace commsched::collective
+}  // namespace commsched
