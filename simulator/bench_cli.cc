@@ -1,4 +1,5 @@
 #include "simulator/bench_cli.h"
+#include "simulator/bench_args.h"
 
 #include <array>
 #include <chrono>
@@ -22,42 +23,8 @@
 #include "scheduler/policy_factory.h"
 
 namespace commsched {
+namespace bench {
 namespace {
-
-// Raw option values; parsed with the project's value parsers so errors name the option and the value.
-struct BenchArgs {
-  std::string mode = "sim";
-  std::vector<std::string> models = {"vgg16", "resnet50", "bert-base", "bert-large", "transformer-base"};
-  std::string profiles_dir = COMMSCHED_PROFILES_DIR;
-  std::vector<std::string> bandwidths = {"1Gbit", "10Gbit", "25Gbit", "100Gbit"};
-  std::vector<int> workers = {8};
-  int servers = 0;
-  std::string network = "ps";
-  std::string latency = "25us";
-  std::string ps_chunk = "4MiB";
-  std::string ring_alpha = "5us";
-  std::vector<std::string> policies = policy_names();  // every registered policy
-  // Per knob row (options/knobs.h), its grid flag's values; empty: the network's default grid.
-  std::array<std::vector<std::string>, kKnobCount> grid;
-  int tune = 0;
-  bool emulated_links = false;
-  std::string link_model = "fifo";
-  std::string ps_workers = "auto";
-  std::string compression = "none";
-  std::vector<std::string> stage_costs;  // encode, decode per MiB; empty: measured_compression's
-  std::string fusion_bytes = "64MiB";
-  std::string fusion_cycle = "5ms";
-  int iterations = 12;
-  int warmup = 4;
-  std::string out_dir = "bench-results";
-  bool plot = false;
-  int threads = 0;  // simulations run at once; 0: every core
-  // --mode cluster
-  int trials = 3;
-  int trial_iterations = 4;
-  int trial_warmup = 2;
-  int attempts = 3;
-};
 
 // A value of a knob's grid flag in the row's unit: a size (0/off where 0 means off), or a multiple >= 0.
 double grid_value(const KnobSpec& row, const std::string& v) {
@@ -82,6 +49,8 @@ std::vector<T> parse_all(const std::vector<std::string>& values, F parse) {
   for (const std::string& v : values) out.push_back(parse(v));
   return out;
 }
+
+}  // namespace
 
 sim::GridSpec to_spec(const BenchArgs& a) {
   sim::GridSpec s;
@@ -141,17 +110,6 @@ void draw_plots(const BenchArgs& a, const std::filesystem::path& dir) {
   if (std::system(cmd.c_str()) != 0) throw InvalidArgument("plotting failed: " + cmd);
 }
 
-// Two-sided 95% interval of the mean of `v` (Student t), 0 for fewer than two values.
-double ci95(const std::vector<double>& v) {
-  static constexpr double t95[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228};
-  if (v.size() < 2) return 0;
-  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
-  double var = 0;
-  for (double x : v) var += (x - mean) * (x - mean);
-  var /= double(v.size() - 1);
-  return t95[std::min<size_t>(v.size() - 1, std::size(t95)) - 1] * std::sqrt(var / double(v.size()));
-}
-
 // "12 of 40 cells, 35 s so far, about 80 s left": the estimate assumes the remaining cells cost what the done ones did.
 std::string progress(size_t done, size_t total, std::chrono::steady_clock::time_point t0) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -162,117 +120,7 @@ std::string progress(size_t done, size_t total, std::chrono::steady_clock::time_
   return s.str();
 }
 
-// --mode cluster: every cell as a real local PS cluster (links emulated), --trials times, with the simulator's
-// prediction for the same cell and knobs (every worker simulated, emulated links) beside it. One knob setting: the
-// first --partitions, --credit-multipliers and --small-tensor value (1 MiB, 4x, 64 KiB if not given).
-void run_cluster_bench(const BenchArgs& a, const ClusterTrial& trial) {
-  if (!trial)
-    throw InvalidArgument("--mode cluster: this executable cannot launch clusters; use `commsched bench --mode cluster`");
-  if (a.network != "ps") throw InvalidArgument("--mode cluster: only --network ps runs as a local cluster");
-  if (a.trials < 1 || a.trial_iterations < 1 || a.trial_warmup < 0 || a.attempts < 1)
-    throw InvalidArgument("--mode cluster: need --trials >= 1, --trial-iterations >= 1, --trial-warmup >= 0, "
-                          "--attempts >= 1");
-  if (a.tune > 0) throw InvalidArgument("--tune: simulation only (cluster mode runs the knobs it is given)");
-  if (a.compression != "none")
-    throw InvalidArgument("--compression '" + a.compression + "': simulation only (cluster mode runs uncompressed)");
-  auto single = [](const char* opt, size_t n) {
-    if (n > 1) throw InvalidArgument(std::string(opt) + ": cluster mode runs one knob setting, got " + std::to_string(n));
-  };
-  for (size_t i = 0; i < kKnobCount; ++i) single(("--" + std::string(kKnobs[i].grid_flag)).c_str(), a.grid[i].size());
-  BenchArgs simulated = a;
-  auto first_or = [&](std::string_view knob, const char* fallback) {
-    const std::vector<std::string>& given = a.grid[size_t(knob_index(knob))];
-    simulated.grid[size_t(knob_index(knob))] = {given.empty() ? fallback : given.front()};
-  };
-  first_or("partition_bytes", "1MiB");
-  first_or("credit_bytes", "4");
-  first_or("small_tensor_bytes", "64KiB");
-  simulated.emulated_links = true;
-  simulated.ps_workers = "each";
-  const sim::GridSpec spec = to_spec(simulated);
-  const auto partition = uint64_t(spec.grid("partition_bytes").front());
-  const uint64_t credit = std::max<uint64_t>(1, uint64_t(double(partition) * spec.grid("credit_bytes").front()));
-  const auto small_tensor = uint64_t(spec.grid("small_tensor_bytes").front());
-
-  struct Row {
-    sim::CellResult real, predicted;
-    double ci95_s;
-    std::vector<double> trials_s;
-    std::string bandwidth;
-  };
-  std::vector<Row> rows;
-  const size_t total_rows = spec.models.size() * spec.bandwidths_bps.size() * spec.workers.size() * spec.policies.size();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (size_t mi = 0; mi < spec.models.size(); ++mi)
-    for (size_t bi = 0; bi < spec.bandwidths_bps.size(); ++bi)
-      for (int w : spec.workers)
-        for (PolicyKind p : spec.policies) {
-          ClusterTrialSpec t{a.models[mi], a.bandwidths[bi], w, a.servers > 0 ? a.servers : w,
-                             std::string(policy_name(p)), std::to_string(partition), std::to_string(credit),
-                             std::to_string(small_tensor), a.trial_iterations, a.trial_warmup};
-          Row r;
-          r.bandwidth = a.bandwidths[bi];
-          for (int i = 0; i < a.trials; ++i)
-            for (int attempt = 1;; ++attempt) {
-              try {
-                const std::vector<double> its = trial(t);
-                if (its.empty()) throw std::runtime_error("no iterations measured");
-                r.trials_s.push_back(std::accumulate(its.begin(), its.end(), 0.0) / double(its.size()));
-                break;
-              } catch (const std::exception& e) {
-                if (attempt >= a.attempts) throw;
-                std::cerr << "commsched bench: trial " << i + 1 << " of " << t.model << " / " << t.bandwidth << " / "
-                          << w << " workers / " << t.policy << " failed (" << e.what() << "); running it again\n";
-              }
-            }
-          r.predicted = sim::run_cell(spec, spec.models[mi], spec.bandwidths_bps[bi], w, p);
-          r.real = r.predicted;
-          r.real.iteration_s = std::accumulate(r.trials_s.begin(), r.trials_s.end(), 0.0) / double(a.trials);
-          r.ci95_s = ci95(r.trials_s);
-          std::cout << "commsched bench: " << t.model << " " << t.bandwidth << " " << w << " workers " << t.policy
-                    << ": " << r.real.iteration_s * 1e3 << " ms real, " << r.predicted.iteration_s * 1e3
-                    << " ms simulated (" << progress(rows.size() + 1, total_rows, t0) << ")" << std::endl;
-          rows.push_back(std::move(r));
-        }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-  namespace fs = std::filesystem;
-  const fs::path dir(a.out_dir);
-  fs::create_directories(dir);
-  std::vector<sim::CellResult> real;
-  for (const Row& r : rows) real.push_back(r.real);
-  for (size_t first = 0; first < real.size(); first += spec.policies.size())  // one cell: one row per policy
-    sim::set_speedups_vs_wfbp(std::span(real).subspan(first, spec.policies.size()));
-  write_file(dir / "results.csv", [&](std::ostream& o) { sim::write_csv(o, real); });
-  write_file(dir / "results.json", [&](std::ostream& o) { sim::write_json(o, real); });
-  write_file(dir / "results.md", [&](std::ostream& o) {
-    sim::write_markdown(o, real, "Measured on a local PS cluster (links emulated; bounds from the simulator)");
-  });
-  write_file(dir / "cluster.csv", [&](std::ostream& o) {
-    o << "model,bandwidth,workers,policy,knobs,cluster_ms,ci95_ms,sim_ms,sim_over_real,trials_ms\n";
-    for (const Row& r : rows) {
-      o << r.real.model << "," << r.bandwidth << "," << r.real.workers << "," << r.real.policy << ",\""
-        << r.real.knobs << "\"," << r.real.iteration_s * 1e3 << "," << r.ci95_s * 1e3 << ","
-        << r.predicted.iteration_s * 1e3 << "," << r.predicted.iteration_s / r.real.iteration_s << ",";
-      for (size_t i = 0; i < r.trials_s.size(); ++i) o << (i ? " " : "") << r.trials_s[i] * 1e3;
-      o << "\n";
-    }
-  });
-  write_file(dir / "cluster.md", [&](std::ostream& o) {
-    o << "| model | rate | workers | policy | real ms (95% CI, " << a.trials << " trials) | simulated ms | sim / real |\n"
-      << "|---|---|---:|---|---:|---:|---:|\n";
-    char line[512];
-    for (const Row& r : rows) {
-      std::snprintf(line, sizeof line, "| %s | %s | %d | %s | %.1f ± %.1f | %.1f | %.3f |\n", r.real.model.c_str(),
-                    r.bandwidth.c_str(), r.real.workers, r.real.policy.c_str(), r.real.iteration_s * 1e3,
-                    r.ci95_s * 1e3, r.predicted.iteration_s * 1e3, r.predicted.iteration_s / r.real.iteration_s);
-      o << line;
-    }
-  });
-  std::cout << "commsched bench: " << rows.size() << " cluster cells in " << secs << " s; wrote " << dir.string()
-            << "/results.{csv,json,md} and cluster.{csv,md}\n";
-  draw_plots(a, dir);
-}
+namespace {
 
 void run_bench(const BenchArgs& a, const ClusterTrial& cluster) {
   if (a.mode == "cluster") return run_cluster_bench(a, cluster);
@@ -311,13 +159,14 @@ void run_bench(const BenchArgs& a, const ClusterTrial& cluster) {
 }
 
 }  // namespace
+}  // namespace bench
 
 void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
-  auto args = std::make_shared<BenchArgs>();
+  auto args = std::make_shared<bench::BenchArgs>();
   CLI::App* b = app.add_subcommand("bench", "Compare scheduling policies over models x bandwidths x workers");
   b->add_option("--mode", args->mode,
-                "sim (discrete-event simulation) or cluster (each cell as a real local PS cluster, links emulated, "
-                "beside the simulator's prediction)")
+                "sim (discrete-event simulation) or cluster (each cell as a real local PS cluster beside the "
+                "simulator's prediction, every worker simulated and symmetric workers)")
       ->capture_default_str();
   b->add_option("--models", args->models, "profile names in --profiles or paths to .json profiles")
       ->delimiter(',')->capture_default_str();
@@ -333,7 +182,7 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   b->add_option("--policies", args->policies, "policies to compare (registered: " + join_names(policy_names()) + ")")
       ->delimiter(',')->capture_default_str();
   for (size_t i = 0; i < kKnobCount; ++i)
-    b->add_option("--" + std::string(kKnobs[i].grid_flag), args->grid[i], grid_help(kKnobs[i]))->delimiter(',');
+    b->add_option("--" + std::string(kKnobs[i].grid_flag), args->grid[i], bench::grid_help(kKnobs[i]))->delimiter(',');
   b->add_flag("--emulated-links", args->emulated_links,
               "PS: model COMMSCHED_EMULATE_RATE (each process's sends paced, receiving unlimited), for validation");
   b->add_option("--link-model", args->link_model,
@@ -376,7 +225,25 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
       ->capture_default_str();
   b->add_option("--attempts", args->attempts, "cluster: a failed run is started again up to this many times in all")
       ->capture_default_str();
-  b->callback([args, cluster = std::move(cluster)] { run_bench(*args, cluster); });
+  b->add_option("--links", args->links,
+                "cluster: 'emulated' (the transport's token bucket on each process's sends over loopback, "
+                "COMMSCHED_EMULATE_RATE) or 'netns' (root: every process in its own network namespace on a bridge, "
+                "its link shaped with tbf both ways; predicted with the simulator's real-NIC model, --link-model)")
+      ->check(CLI::IsMember({"emulated", "netns"}))->capture_default_str();
+  b->add_option("--auth", args->auth,
+                "cluster, netns: 'on' (a fresh secret per trial: ZeroMQ CURVE authenticates and encrypts every byte, "
+                "CPU the simulator does not charge) or 'off' (COMMSCHED_AUTH=off, as on a trusted network)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  b->add_option("--link-efficiency", args->link_efficiency,
+                "cluster: payload share of the link rate given to the simulator (0: by --links; netns 1448/1514, TCP "
+                "payload per 1514-byte frame with timestamps, as tbf counts frames; emulated 1, whose bucket counts "
+                "message bytes)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  b->add_option("--resimulate", args->resimulate,
+                "cluster: run no cluster; simulate the real cells of an earlier cluster.csv again (after a simulator "
+                "change). The knob flags, --latency and --links must match that run")
+      ->check(CLI::ExistingFile);
+  b->callback([args, cluster = std::move(cluster)] { bench::run_bench(*args, cluster); });
 }
 
 }  // namespace commsched

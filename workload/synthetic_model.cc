@@ -1,6 +1,7 @@
 #include "workload/synthetic_model.h"
 
 #include "base/half.h"
+#include "base/stats.h"
 #include "scheduler/completion_waiter.h"
 
 #include <algorithm>
@@ -160,11 +161,9 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
     result.iteration_s.push_back(std::chrono::duration<double>(starts[it + 1] - starts[it]).count());
   const auto& v = result.iteration_s;
   if (!v.empty()) {
-    result.mean_s = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-    double var = 0;
-    for (double x : v) var += (x - result.mean_s) * (x - result.mean_s);
-    var = v.size() > 1 ? var / static_cast<double>(v.size() - 1) : 0;
-    result.ci95_s = 1.96 * std::sqrt(var / static_cast<double>(v.size()));
+    const MeanCi m = mean_ci95(v);
+    result.mean_s = m.mean;
+    result.ci95_s = m.half_width;
     std::vector<double> sorted = v;
     std::sort(sorted.begin(), sorted.end());
     result.median_s = sorted[sorted.size() / 2];

@@ -32,7 +32,7 @@ struct SyntheticOptions {
 struct SyntheticResult {
   std::vector<double> iteration_s;  // measured iterations only
   double mean_s = 0;
-  double ci95_s = 0;                // half-width of the 95% interval of the mean
+  double ci95_s = 0;                // half-width of the 95% interval of the mean (Student t, base/stats.h)
   double median_s = 0;
   uint64_t bytes_per_iteration = 0;
   double compute_s = 0;             // emulated compute per iteration

@@ -62,4 +62,4 @@ run_once() {
 for ((r = 0; r < REPEATS; ++r)); do
   for c in $CONFIGS; do run_once "$c" "$r"; done
 done
-"$PYTHON" "$HERE/bench/torch/ddp_bench.py" --summarize "$RUNS" $CONFIGS
+PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$HERE/bench/torch/ddp_bench.py" --summarize "$RUNS" $CONFIGS

@@ -179,9 +179,9 @@ for ((r = 0; r < REPEATS; ++r)); do
 done
 echo "# load average $(cut -d' ' -f1-3 /proc/loadavg) at end"
 
-"$PYTHON" - "$RUNS" "$SCRIPT" $CONFIGS <<'PY'
-import math, sys
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" - "$RUNS" "$SCRIPT" $CONFIGS <<'PY'
+import sys
+from commsched._C import mean_ci95 as stats  # (mean, 95% half-width): the one Student t table, base/stats.h
 runs, script, configs = {}, sys.argv[2], sys.argv[3:]
 to_loss = {}  # config -> rep -> (steps, seconds), where measured
 for line in open(sys.argv[1]):
@@ -191,12 +191,6 @@ for line in open(sys.argv[1]):
         to_loss.setdefault(config, {})[int(rep)] = (int(loss[0]), float(loss[1]))
     elif loss:
         to_loss.setdefault(config, {})[int(rep)] = None
-def stats(xs):
-    m = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return m, float("nan")
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-    return m, T95.get(len(xs) - 1, 1.96) * sd / math.sqrt(len(xs))
 label = {"wfbp": "wfbp (baseline)", "bytescheduler": "bytescheduler",
          "bytescheduler+xi": "bytescheduler + cross-iteration"}
 base = runs.get("wfbp", {})

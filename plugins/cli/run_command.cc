@@ -167,11 +167,33 @@ std::string self_exe() {
   return p.string();
 }
 
-// PS: a local cluster of processes; worker 0 writes its result to a file this process reads.
-nlohmann::json run_ps(const RunArgs& a, const std::string& policy) {
+// Waits for the child `pid`; its exit code (128 + the signal where one ended it).
+int wait_exit_code(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Where worker 0 of a cluster writes its result for this process to read (removed first: a stale file is no result).
+std::string result_path(const std::string& policy) {
   const std::string result = (std::filesystem::temp_directory_path() /
                               ("commsched_run_" + std::to_string(::getpid()) + "_" + policy + ".json")).string();
   std::filesystem::remove(result);
+  return result;
+}
+
+nlohmann::json read_result(const std::string& result) {
+  std::ifstream in(result);
+  if (!in) throw std::runtime_error("worker 0 wrote no result to " + result);
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::filesystem::remove(result);
+  return j;
+}
+
+// PS: a local cluster of processes; worker 0 writes its result to a file this process reads.
+nlohmann::json run_ps(const RunArgs& a, const std::string& policy) {
+  const std::string result = result_path(policy);
   LaunchOptions lo;
   lo.workers = a.workers;
   lo.servers = a.servers;
@@ -198,16 +220,36 @@ nlohmann::json run_ps(const RunArgs& a, const std::string& policy) {
     std::fflush(nullptr);
     ::_exit(code);
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const int rc = wait_exit_code(pid);
   if (rc != 0) throw std::runtime_error("the local cluster for policy " + policy + " failed with exit code " + std::to_string(rc));
-  std::ifstream in(result);
-  if (!in) throw std::runtime_error("worker 0 wrote no result to " + result);
-  nlohmann::json j = nlohmann::json::parse(in);
-  std::filesystem::remove(result);
-  return j;
+  return read_result(result);
+}
+
+// A trial over real shaped links: netns_trial.sh (beside this file; root) starts every server and worker in its own
+// network namespace on a bridge, each host's link shaped with tbf both ways.
+nlohmann::json run_netns(const ClusterTrialSpec& t) {
+  const std::string script = COMMSCHED_NETNS_TRIAL_SCRIPT;
+  if (!std::filesystem::exists(script))
+    throw std::runtime_error("--links netns: no trial script at " + script + " (netns trials run from a source build)");
+  const std::string result = result_path(t.policy);
+  const std::vector<std::string> args = {script, self_exe(), t.model, t.bandwidth, std::to_string(t.workers),
+                                         std::to_string(t.servers), t.policy, t.partition, t.credit, t.small_tensor,
+                                         std::to_string(t.iterations), std::to_string(t.warmup), result};
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::setenv("NETNS_AUTH", t.auth ? "on" : "off", 1);
+    std::vector<char*> argv;
+    for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    ::execv(script.c_str(), argv.data());
+    std::perror(("commsched bench: cannot run " + script).c_str());
+    ::_exit(127);
+  }
+  const int rc = wait_exit_code(pid);
+  if (rc != 0) throw std::runtime_error(script + " (policy " + t.policy + ") failed with exit code " + std::to_string(rc));
+  return read_result(result);
 }
 
 }  // namespace
@@ -224,7 +266,7 @@ std::vector<double> run_cluster_trial(const ClusterTrialSpec& t) {
   a.engine["credit_bytes"] = t.credit;
   a.engine["small_tensor_bytes"] = t.small_tensor;
   a.timeline_dir = "";
-  const nlohmann::json r = run_ps(a, t.policy);
+  const nlohmann::json r = t.links == "netns" ? run_netns(t) : run_ps(a, t.policy);
   if (!r["data_ok"].get<bool>() || !r["error"].get<std::string>().empty())
     throw std::runtime_error("policy " + t.policy + ": reduced data wrong or error '" + r["error"].get<std::string>() +
                              "'");

@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "base/stats.h"
 #include "plugins/api/context.h"
 #include "comm_backends/backend_registry.h"
 #include "comm_backends/comm_backend.h"
@@ -304,6 +305,15 @@ PYBIND11_MODULE(_C, m) {
 
   // BytePS's DMLC_ROLE=scheduler: init() prints it and exits 0 (commsched runs no scheduler); empty otherwise.
   m.def("scheduler_role_notice", &scheduler_role_notice);
+  m.def(
+      "mean_ci95",
+      [](const std::vector<double>& values) {
+        const MeanCi r = mean_ci95(values);
+        return py::make_tuple(r.mean, r.half_width);
+      },
+      py::arg("values"),
+      "(mean, half-width of its two-sided 95% interval, Student t); half-width 0 for fewer than two values");
+  m.def("student_t95", &student_t95, py::arg("dof"), "two-sided 95% quantile of Student's t (dof >= 1)");
   m.def("explain_env", &ClusterEnv::explain_env, "the launcher detected and the cluster contract derived from it");
   bind_elastic(m);
 

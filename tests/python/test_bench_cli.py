@@ -1,9 +1,14 @@
 """`commsched bench`: the grid simulated, and run as real local parameter-server clusters (--mode cluster)."""
 import csv
 import json
+import os
 import pathlib
+import shutil
+import subprocess
 
-from torch_cluster import HERE, PYTHON, child_env, commsched_bin, run_process
+import pytest
+
+from torch_cluster import child_env, commsched_bin, run_process
 
 
 def tiny_profile(path):
@@ -74,28 +79,96 @@ def test_cluster_mode_refuses_what_it_cannot_run(tmp_path):
         assert rc != 0 and "use `commsched bench --mode cluster`" in text
 
 
-def test_run_cluster_simulates_the_knobs_the_real_cell_ran(tmp_path):
-    """bench/cluster/run_cluster.py sets each real cell beside the simulated row of the knobs that cell ran. The grid
-    also reports the scheduler at its automatic knobs ("bytescheduler-auto", the first row), which must not stand in
-    for it: a validation would then compare a run at some knobs with a simulation at others."""
-    profile = tiny_profile(tmp_path / "tiny.json")
-    real = tmp_path / "real.csv"
-    real.write_text("model,bandwidth,workers,servers,policy,cluster_ms,ci95_ms,trials_ms\n"
-                    f"{profile},0.5gbit,2,2,bytescheduler,100.0,1.0,100.0\n")
-    knobs = ["--partition", "4MiB", "--credit", "4MiB", "--small-tensor", "0"]
-    script = HERE.parent.parent / "bench" / "cluster" / "run_cluster.py"
-    rc, text = run_process([PYTHON, str(script), "--commsched", commsched_bin(), "--resimulate", str(real),
-                            "--out", str(tmp_path / "out"), *knobs], child_env({}), timeout=120)
-    assert rc == 0, text
-    got = next(csv.DictReader(open(tmp_path / "out" / "cluster.csv")))
-
-    direct = tmp_path / "direct"
+def simulate_directly(profile, out, ps_workers, extra=()):
+    """`commsched bench --mode sim` at the knobs resimulate_one_cell gives, emulated links: the rows by policy."""
     rc, text = run_process([commsched_bin(), "bench", "--mode", "sim", "--models", str(profile), "--bandwidths",
                             "500mbit", "--workers", "2", "--servers", "2", "--network", "ps", "--latency", "50us",
                             "--policies", "bytescheduler", "--partitions", "4MiB", "--credit-multipliers", "1",
-                            "--small-tensor", "0", "--iterations", "12", "--warmup", "4", "--ps-workers", "each",
-                            "--emulated-links", "--out", str(direct)], child_env({}), timeout=120)
+                            "--small-tensor", "0", "--ps-workers", ps_workers, "--emulated-links", *extra,
+                            "--out", str(out)], child_env({}), timeout=120)
     assert rc == 0, text
-    rows = {r["policy"]: float(r["iteration_ms"]) for r in csv.DictReader(open(direct / "results.csv"))}
-    assert abs(rows["bytescheduler"] - rows["bytescheduler-auto"]) > 1.0, rows  # the two rows can be told apart
-    assert abs(float(got["sim_ms"]) - rows["bytescheduler"]) < 0.01, (got, rows)
+    return {r["policy"]: float(r["iteration_ms"]) for r in csv.DictReader(open(out / "results.csv"))}
+
+
+def resimulate_one_cell(tmp_path, executable):
+    """A cluster.csv of one real cell (the columns of an older run, no knobs column), predicted again."""
+    profile = tiny_profile(tmp_path / "tiny.json")
+    real = tmp_path / "real.csv"
+    real.write_text("model,bandwidth,workers,servers,policy,cluster_ms,ci95_ms,trials_ms\n"
+                    f"{profile},0.5gbit,2,2,bytescheduler,100.0,1.0,99.0 101.0\n")
+    rc, text = run_process([executable, "bench", "--mode", "cluster", "--resimulate", str(real), "--latency", "50us",
+                            "--partitions", "4MiB", "--credit-multipliers", "1", "--small-tensor", "0",
+                            "--out", str(tmp_path / "out")], child_env({}), timeout=120)
+    assert rc == 0, text
+    rows = list(csv.DictReader(open(tmp_path / "out" / "cluster.csv")))
+    assert len(rows) == 1, rows
+    return profile, rows[0]
+
+
+def test_resimulate_predicts_the_knobs_the_real_cell_ran(tmp_path):
+    """--resimulate sets each real cell beside the simulated row of the knobs that cell ran. The grid also reports the
+    scheduler at its automatic knobs ("bytescheduler-auto", the first row), which must not stand in for it: a
+    validation would then compare a run at some knobs with a simulation at others."""
+    profile, got = resimulate_one_cell(tmp_path, commsched_bin())
+    assert (got["cluster_ms"], got["ci95_ms"], got["trials_ms"], got["servers"]) == ("100", "1", "99 101", "2"), got
+    each = simulate_directly(profile, tmp_path / "each", "each")
+    assert abs(each["bytescheduler"] - each["bytescheduler-auto"]) > 1.0, each  # the two rows can be told apart
+    assert abs(float(got["sim_ms"]) - each["bytescheduler"]) < 0.01, (got, each)
+    assert abs(float(got["sim_over_real"]) - each["bytescheduler"] / 100.0) < 1e-3, got
+    # The symmetric column: one representative worker simulated, at the same knobs.
+    one = simulate_directly(profile, tmp_path / "one", "one")
+    assert abs(float(got["sim_one_ms"]) - one["bytescheduler"]) < 0.01, (got, one)
+    assert "| sim ms, symmetric |" in (tmp_path / "out" / "cluster.md").read_text()
+
+
+def test_standalone_simulator_resimulates_too(tmp_path):
+    """commsched-sim cannot launch clusters, but predicting measured cells again needs none."""
+    sim_only = pathlib.Path(commsched_bin()).parent.parent / "simulator" / "commsched-sim"
+    if not sim_only.exists():
+        pytest.skip(f"no standalone simulator at {sim_only} (an installed package ships only `commsched`)")
+    _, got = resimulate_one_cell(tmp_path, str(sim_only))
+    assert float(got["sim_ms"]) > 0 and float(got["sim_one_ms"]) > 0, got
+
+
+def test_resimulate_names_a_missing_column(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model,bandwidth,workers,policy,cluster_ms\nvgg16,1gbit,2,wfbp,10\n")
+    rc, text = run_process([commsched_bin(), "bench", "--mode", "cluster", "--resimulate", str(bad),
+                            "--out", str(tmp_path / "o")], child_env({}), timeout=60)
+    assert rc != 0 and f"'{bad}' has no column servers" in text, text
+
+
+def netns_unavailable():
+    """Why real shaped links cannot be made here (None when they can): root, ip netns and tc tbf are needed."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    if not shutil.which("ip") or not shutil.which("tc"):
+        return "needs iproute2 (ip, tc)"
+    name = f"cbprobe{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        return "ip netns add is not permitted here"
+    try:
+        ok = subprocess.run(["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
+                             "1gbit", "burst", "256kb", "latency", "20ms"], capture_output=True).returncode == 0
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return None if ok else "tc tbf is not available (sch_tbf)"
+
+
+def test_cluster_mode_over_real_shaped_links(tmp_path):
+    """--links netns: every process in its own network namespace, links shaped with tbf; predicted with the real-NIC
+    model (the rate given to the simulator is the TCP payload share of the shaped rate)."""
+    why = netns_unavailable()
+    if why:
+        pytest.skip(f"--links netns {why}")
+    profile = tiny_profile(tmp_path / "tiny.json")
+    out = tmp_path / "out"
+    cmd = [commsched_bin(), "bench", "--mode", "cluster", "--links", "netns", "--auth", "off", "--models",
+           str(profile), "--bandwidths", "0.5gbit", "--workers", "2", "--policies", "bytescheduler", "--trials", "2",
+           "--trial-iterations", "3", "--trial-warmup", "2", "--partitions", "256KiB", "--out", str(out)]
+    rc, text = run_process(cmd, child_env({}), timeout=300)
+    assert rc == 0, text
+    row = next(csv.DictReader(open(out / "cluster.csv")))
+    link_ms = 4 * (65536 + 64 + 262144 + 720896) * 8 / 0.5e9 * 1e3
+    assert float(row["cluster_ms"]) > 0.9 * link_ms, row
+    assert 0.5 < float(row["sim_over_real"]) < 2.0 and 0.5 < float(row["sim_one_over_real"]) < 2.0, row

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One cluster trial over REAL shaped links: S servers and W workers (`commsched server`, `commsched synthetic-worker`),
 # every process in its own network namespace on a bridge, each host's link shaped with tbf at RATE both ways
-# (bench/netns_link.sh, netns_star_up). Worker 0 writes its result JSON to RESULT. Needs root. NETNS_AUTH=off: see below. Every namespace and
-# address made here is deleted on exit, whatever happens. Used by run_cluster.py --links netns.
+# (bench/netns_link.sh, netns_star_up). Worker 0 writes its result JSON to RESULT. Needs root. NETNS_AUTH=off: see
+# below. Every namespace and address made here is deleted on exit, whatever happens. Run by
+# `commsched bench --mode cluster --links netns` (plugins/cli/run_command.cc), one trial per call.
 #
-#   bench/cluster/netns_trial.sh COMMSCHED MODEL RATE WORKERS SERVERS POLICY PARTITION CREDIT SMALL ITERS WARMUP RESULT
+#   plugins/cli/netns_trial.sh COMMSCHED MODEL RATE WORKERS SERVERS POLICY PARTITION CREDIT SMALL ITERS WARMUP RESULT
 set -euo pipefail
-[[ $# == 12 ]] || { sed -n 2,8p "$0" >&2; exit 2; }
+[[ $# == 12 ]] || { sed -n 2,9p "$0" >&2; exit 2; }
 BIN=$1 MODEL=$2 RATE=$3 WORKERS=$4 SERVERS=$5 POLICY=$6 PARTITION=$7 CREDIT=$8 SMALL=$9 ITERS=${10} WARMUP=${11}
 RESULT=${12}
 [[ $(id -u) == 0 ]] || { echo "netns_trial: needs root (network namespaces)" >&2; exit 2; }
