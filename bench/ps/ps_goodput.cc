@@ -9,6 +9,10 @@
 //                                                   N small partitions (4..256 KiB, each its own tensor) per round as
 //                                                   one fused batch (one message each way) against N batches of one
 //                                                   (a message each way apiece), every transport, rounds back to back
+//   ps_goodput workers [--workers W] [--mib-per-size M] [--reps R]
+//                                                   W workers (each its own PsBackend, in this process) and one
+//                                                   server, zmq and UCX shared memory: each worker push_pulls rounds
+//                                                   of partitions, one message each; the workers' goodputs summed
 //   ps_goodput ps-server --bind ADDR --port P        one PS server (1 worker) on ADDR:P      (for netns_bench.sh)
 //   ps_goodput ps-worker --root ADDR --port P        PS goodput against that server
 //   ps_goodput raw-server --bind ADDR --port P       raw TCP echo/discard server
@@ -144,10 +148,11 @@ double ps_round_goodput(PsBackend& b, uint64_t part, uint64_t parts, bool fused,
   return static_cast<double>(rounds * parts * part) / seconds_since(t0);
 }
 
-ClusterEnv env_for(Role role, const std::string& addr, int port) {
+ClusterEnv env_for(Role role, const std::string& addr, int port, int workers = 1, int rank = 0) {
   ClusterEnv e;
   e.role = role;
-  e.num_workers = 1;
+  e.rank = rank;
+  e.num_workers = workers;
   e.num_servers = 1;
   e.root_addr = addr;
   e.root_port = port;
@@ -387,6 +392,71 @@ int compare_fused(uint64_t parts, uint64_t mib, int reps) {
   return 0;
 }
 
+// One server and `workers` workers over one transport; the workers are made in parallel (each waits for the
+// rendezvous of all).
+struct MultiPs {
+  std::string name;
+  std::thread server;
+  std::vector<std::unique_ptr<PsBackend>> workers;
+};
+
+std::unique_ptr<MultiPs> start_multi_ps(const std::string& name, const std::string& transport, const char* ucx_tls,
+                                        int port, int workers) {
+  if (ucx_tls) setenv("UCX_TLS", ucx_tls, 1);
+  PsConfig cfg = PsConfig::from_env();
+  cfg.set("transport", transport);
+  auto ps = std::make_unique<MultiPs>();
+  ps->name = name;
+  ps->server = std::thread([cfg, port, workers] { run_server(env_for(Role::server, "127.0.0.1", port, workers), cfg); });
+  ps->workers.resize(static_cast<size_t>(workers));
+  std::vector<std::thread> makers;
+  for (int r = 0; r < workers; ++r)
+    makers.emplace_back([&, r] {
+      ps->workers[r] = std::make_unique<PsBackend>(env_for(Role::worker, "127.0.0.1", port, workers, r), cfg);
+    });
+  for (auto& t : makers) t.join();
+  unsetenv("UCX_TLS");
+  return ps;
+}
+
+// Every worker at once: rounds of a window of `part`-byte partitions, a message each; the sum of their goodputs.
+double multi_goodput(MultiPs& ps, uint64_t part, uint64_t mib) {
+  std::vector<double> rate(ps.workers.size());
+  std::vector<std::thread> run;
+  for (size_t r = 0; r < ps.workers.size(); ++r)
+    run.emplace_back([&, r] { rate[r] = ps_round_goodput(*ps.workers[r], part, window_of(part), false, mib); });
+  for (auto& t : run) t.join();
+  double sum = 0;
+  for (double v : rate) sum += v;
+  return sum;
+}
+
+int compare_workers(int workers, uint64_t mib, int reps) {
+  const int base = 20000 + static_cast<int>(getpid() % 20000);
+  std::vector<std::unique_ptr<MultiPs>> clusters;
+  clusters.push_back(start_multi_ps("zmq", "zmq", nullptr, base, workers));
+  if (ps::ucx_built_in()) clusters.push_back(start_multi_ps("ucx shm", "ucx", "sm,self", base + 1, workers));
+  std::printf("%d worker(s), 1 server: the workers' push_pull goodputs summed\n| partition |", workers);
+  for (auto& c : clusters) std::printf(" %s MB/s |", c->name.c_str());
+  std::printf("\n|---|");
+  for (size_t i = 0; i < clusters.size(); ++i) std::printf("---|");
+  std::printf("\n");
+  for (uint64_t s : kSizes) {
+    std::vector<std::vector<double>> g(clusters.size());  // interleaved repetitions, median of each
+    for (int r = 0; r < reps; ++r)
+      for (size_t i = 0; i < clusters.size(); ++i) g[i].push_back(multi_goodput(*clusters[i], s, mib));
+    std::printf("| %s |", size_name(s).c_str());
+    for (auto& v : g) std::printf(" %.1f |", median(v) / 1e6);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  for (auto& c : clusters) {
+    for (auto& w : c->workers) w->shutdown();
+    c->server.join();
+  }
+  return 0;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -441,6 +511,9 @@ int main(int argc, char** argv) {
     if (mode == "fused")
       return compare_fused(opt.count("--parts") ? std::stoull(opt["--parts"]) : 64, opt.count("--mib-per-size") ? mib : 32,
                            reps);
+    if (mode == "workers")
+      return compare_workers(opt.count("--workers") ? std::stoi(opt["--workers"]) : 4, opt.count("--mib-per-size") ? mib : 64,
+                             reps);
     if (mode == "transports") return compare_transports(mib, reps, opt.count("--ucx-tls") ? opt["--ucx-tls"] : "");
     if (mode == "local") {
       const int ps_port = 20000 + static_cast<int>(getpid() % 20000), raw_port = ps_port + 1;

@@ -22,6 +22,15 @@ control::VanOptions van_options(const ClusterEnv& env, const PsConfig& cfg, std:
   o.log = std::move(log);
   return o;
 }
+
+SumEngine::Options engine_options(const ClusterEnv& env, const PsConfig& cfg) {
+  SumEngine::Options o;
+  o.shards = cfg.server_threads > 0 ? cfg.server_threads : static_cast<int>(std::thread::hardware_concurrency());
+  o.num_workers = static_cast<uint32_t>(env.num_workers);
+  o.deterministic = cfg.deterministic;
+  o.staleness = cfg.staleness_bound();
+  return o;
+}
 }  // namespace
 
 Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Transport> transport)
@@ -31,8 +40,7 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       van_(van_options(env, cfg, [this](const std::string& line) { log(line); }), *transport_, *this),
       pool_(BufferPool::create()),
       summer_(cfg.server_threads, cfg.parallel_sum_bytes),
-      slots_(static_cast<uint32_t>(env.num_workers), cfg.deterministic, summer_, pool_),
-      async_(static_cast<uint32_t>(env.num_workers), cfg.staleness_bound(), summer_, pool_),
+      engine_(engine_options(env, cfg), summer_, pool_, [this] { transport_->wake(); }),
       sharder_(std::max(1, env.num_servers)),
       lag_(env.num_workers),
       lag_warned_(static_cast<size_t>(env.num_workers)) {}
@@ -53,6 +61,7 @@ int Server::run() {
                                  : ""));
   const auto hb = duration_cast<milliseconds>(duration<double>(cfg_.heartbeat_s));
   while (van_.poll(hb)) {
+    send_outcomes();
     if (van_.all_left(PeerRole::worker)) {  // the goodbye barrier: the servers go too
       van_.leave();
       log("every worker has left; exiting");
@@ -71,6 +80,7 @@ void Server::on_ready() { log("rendezvous complete: " + std::to_string(env_.num_
 
 void Server::on_failed(const Status& status) {
   log("error: " + status.message + "; stopping");
+  engine_.stop();  // no thread may touch a payload once the transport closes
   if (failure_hook_) failure_hook_();
 }
 
@@ -118,12 +128,12 @@ void Server::ack_receipt(PeerId id, const Header& h) {
 
 void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payload) {
   ack_receipt(id, h);
+  const bool async = (h.flags & kFlagAsync) != 0;
+  if (async && (cfg_.mode == "sync" || h.type != MsgType::push_pull))
+    return van_.malformed(id, "an asynchronous push, but this run is COMMSCHED_PS_MODE=" + cfg_.mode);
   outcomes_.clear();
-  if (!(h.flags & kFlagAsync)) slots_.push(h, id, std::move(payload), outcomes_);
-  else if (cfg_.mode != "sync" && h.type == MsgType::push_pull) async_.push(h, id, std::move(payload), outcomes_);
-  else return van_.malformed(id, "an asynchronous push, but this run is COMMSCHED_PS_MODE=" + cfg_.mode);
-  for (Outcome& o : outcomes_) send_outcome(o);
-  outcomes_.clear();
+  engine_.push(async, h, id, std::move(payload), outcomes_);
+  send_outcomes();
 }
 
 // Each entry is one push_pull of the SlotTable, reading its bytes in place; the batch is answered once, when its
@@ -145,10 +155,9 @@ void Server::on_batch(PeerId id, const Header& h, std::unique_ptr<Payload> paylo
   for (size_t i = 0; i < open.entries.size(); ++i) {  // answers go out after the loop (they may erase `open`)
     const BatchEntry& e = open.entries[i];
     auto part = std::make_unique<SlicePayload>(whole, whole->bytes().subspan(e.at, e.length));
-    slots_.push(entry_header(h, e), id, std::move(part), outcomes_, static_cast<uint32_t>(i));
+    engine_.push(false, entry_header(h, e), id, std::move(part), outcomes_, static_cast<uint32_t>(i));
   }
-  for (Outcome& o : outcomes_) send_outcome(o);
-  outcomes_.clear();
+  send_outcomes();
 }
 
 void Server::batch_entry_done(const Waiter& w, const Outcome& o) {
@@ -185,19 +194,22 @@ void Server::answer_batch(PeerId peer, const OpenBatch& b) {
 // The worker stands in with zeros from now on; once every worker has joined, each hears `joined` (naming the last)
 // and every slot waits for every worker again.
 void Server::on_join(uint32_t worker) {
-  outcomes_.clear();
-  if (!slots_.join(worker, outcomes_)) return;  // said twice
-  async_.join(worker, outcomes_);
+  if (!engine_.join(worker)) return;  // said twice
   lag_.forget(worker);
-  for (Outcome& o : outcomes_) send_outcome(o);
   outcomes_.clear();
-  if (!slots_.all_joined()) return;
-  slots_.end_joins();
-  async_.end_joins();
+  send_outcomes();  // what the join released goes before `joined`
+  if (!engine_.all_joined()) return;
+  engine_.end_joins();
   Header h = van_.header(MsgType::joined);
   h.aux = worker;
   for (PeerId w : van_.peers(PeerRole::worker)) van_.send(w, h);
   log("every worker has joined (worker " + std::to_string(worker) + " last)");
+}
+
+void Server::send_outcomes() {
+  engine_.drain(outcomes_);
+  for (Outcome& o : outcomes_) send_outcome(o);
+  outcomes_.clear();
 }
 
 void Server::send_outcome(Outcome& o) {

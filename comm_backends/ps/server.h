@@ -17,6 +17,7 @@
 #include "comm_backends/ps/ps_config.h"
 #include "comm_backends/ps/sharder.h"
 #include "comm_backends/ps/slot_table.h"
+#include "comm_backends/ps/sum_engine.h"
 #include "comm_backends/ps/transport.h"
 
 namespace commsched {
@@ -60,6 +61,8 @@ class Server final : public control::VanProtocol {
   void answer_batch(PeerId peer, const OpenBatch& b);
   void on_join(uint32_t worker);
   void send_outcome(Outcome& o);
+  // Sends the answers in outcomes_, then those the engine's threads have made meanwhile.
+  void send_outcomes();
   void log(const std::string& line) const;
 
   ClusterEnv env_;
@@ -68,8 +71,9 @@ class Server final : public control::VanProtocol {
   control::Van van_;
   std::shared_ptr<BufferPool> pool_;
   Summer summer_;
-  SlotTable slots_;   // broadcasts, and every push_pull of a sync run
-  AsyncTable async_;  // gradients (kFlagAsync) of an async or ssp run
+  // Broadcasts and every push_pull of a sync run (its SlotTables); gradients (kFlagAsync) of an async or ssp run (its
+  // AsyncTables). After transport_: its threads end (stop) before the transport goes.
+  SumEngine engine_;
   Sharder sharder_;
   std::string authentication_;
   std::function<void()> failure_hook_;

@@ -1,0 +1,190 @@
+// The server's summation engine (SumEngine): with several shard threads, pushes summed inline or on a shard's thread,
+// every answer is bitwise the one a single SlotTable / AsyncTable gives for the same arrival order (f32 with values
+// whose sum depends on the order, f16 rounded once, integers exact; streaming and deterministic; async and ssp), joins
+// release what they complete before join() returns, and stop() drops queued work without hanging.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+#include <tuple>
+
+#include "comm_backends/ps/sum_engine.h"
+#include "tests/unit/ps/vec_payload.h"
+
+using namespace commsched;
+using namespace commsched::ps;
+using commsched::ps::testing::VecPayload;
+
+namespace {
+
+struct Push {
+  Header h;
+  std::vector<std::byte> data;
+};
+
+// Rounds of pushes from `workers` workers to `keys` tensors of 2 partitions each, each round in a random order.
+// Partitions of key k are (k % 3 == 0 ? 96 KiB : 4 KiB): some summed inline, some on a shard's thread.
+std::vector<Push> random_pushes(uint32_t workers, uint64_t keys, uint64_t rounds, DType t, bool async, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Push> all;
+  const size_t es = dtype_size(t);
+  for (uint64_t r = 0; r < rounds; ++r) {
+    std::vector<Push> round;
+    for (uint64_t k = 0; k < keys; ++k) {
+      const uint64_t part = k % 3 == 0 ? 96 << 10 : 4 << 10;
+      for (uint64_t p = 0; p < 2; ++p)
+        for (uint32_t w = 0; w < workers; ++w) {
+          Push x;
+          x.h.type = MsgType::push_pull;
+          x.h.dtype = t;
+          x.h.sender_rank = w;
+          x.h.key = 1000 + k;
+          x.h.offset = p * part;
+          x.h.length = part;
+          x.h.tensor_bytes = 2 * part;
+          x.h.round = r;
+          x.h.request_id = (r * keys + k) * 2 + p;
+          if (async) x.h.flags |= kFlagAsync;
+          x.data.resize(part);
+          for (size_t i = 0; i < part / es; ++i) {
+            const float f = std::ldexp(float(int(rng() % 2001) - 1000), int(rng() % 40) - 20);  // order-sensitive
+            switch (t) {
+              case DType::f32: std::memcpy(&x.data[i * es], &f, 4); break;
+              case DType::f16: { const uint16_t h = kernels::f32_to_f16(float(int(rng() % 2001) - 1000) / 64); std::memcpy(&x.data[i * es], &h, 2); break; }
+              case DType::i64: { const int64_t v = int64_t(rng()) - (1ll << 31); std::memcpy(&x.data[i * es], &v, 8); break; }
+              default: ADD_FAILURE() << "dtype not generated"; return all;
+            }
+          }
+          round.push_back(std::move(x));
+        }
+    }
+    std::shuffle(round.begin(), round.end(), rng);
+    for (auto& x : round) all.push_back(std::move(x));
+  }
+  return all;
+}
+
+using AnswerKey = std::tuple<uint64_t, uint64_t, uint64_t, uint32_t>;  // key, offset, request id, worker
+using Answers = std::map<AnswerKey, std::vector<std::byte>>;
+
+void collect(std::vector<Outcome>& out, Answers& into) {
+  for (Outcome& o : out) {
+    ASSERT_TRUE(o.error.empty()) << o.error;
+    for (const Waiter& w : o.waiters) {
+      const auto* d = o.data.get();
+      into[{o.reply.key, o.reply.offset, w.request_id, w.rank}].assign(d, d + o.reply.length);
+    }
+  }
+  out.clear();
+}
+
+// The single-threaded reference: one SlotTable and one AsyncTable fed in arrival order.
+Answers reference(const std::vector<Push>& pushes, uint32_t workers, bool det, std::optional<uint64_t> bound) {
+  Summer summer(1, 1ull << 40);
+  SlotTable slots(workers, det, summer, BufferPool::create());
+  AsyncTable async(workers, bound, summer, BufferPool::create());
+  Answers a;
+  std::vector<Outcome> out;
+  for (const Push& p : pushes) {
+    auto payload = std::make_unique<VecPayload>(p.data);
+    if (p.h.flags & kFlagAsync) async.push(p.h, p.h.sender_rank + 1, std::move(payload), out);
+    else slots.push(p.h, p.h.sender_rank + 1, std::move(payload), out);
+    collect(out, a);
+  }
+  return a;
+}
+
+Answers through_engine(const std::vector<Push>& pushes, SumEngine::Options o) {
+  Summer summer(2, 64 << 10);  // ranges of 64 KiB and more are split over two threads as well
+  SumEngine engine(o, summer, BufferPool::create(), [] {});
+  Answers a;
+  std::vector<Outcome> out;
+  for (const Push& p : pushes) {
+    engine.push((p.h.flags & kFlagAsync) != 0, p.h, p.h.sender_rank + 1, std::make_unique<VecPayload>(p.data), out);
+    collect(out, a);
+  }
+  engine.join(0);  // a barrier: every shard has taken everything pushed before it
+  engine.drain(out);
+  collect(out, a);
+  return a;
+}
+
+}  // namespace
+
+TEST(PsSumEngine, ShardedSumsEqualTheSingleThreadedTablesBitwise) {
+  const uint32_t workers = 4;
+  for (DType t : {DType::f32, DType::f16, DType::i64})
+    for (bool det : {false, true}) {
+      const auto pushes = random_pushes(workers, 12, 3, t, false, 7);
+      const Answers want = reference(pushes, workers, det, std::nullopt);
+      ASSERT_EQ(want.size(), pushes.size());  // every push answered
+      for (int shards : {1, 3, 4}) {
+        SumEngine::Options o{shards, workers, det, std::nullopt};
+        EXPECT_TRUE(through_engine(pushes, o) == want) << dtype_name(t) << " det " << det << " shards " << shards;
+        o.inline_bytes = 0;  // every push on a shard's thread
+        EXPECT_TRUE(through_engine(pushes, o) == want) << dtype_name(t) << " det " << det << " shards " << shards;
+      }
+    }
+}
+
+TEST(PsSumEngine, AsyncAndSspAnswersEqualTheSingleThreadedTable) {
+  const uint32_t workers = 3;
+  for (std::optional<uint64_t> bound : {std::optional<uint64_t>{}, std::optional<uint64_t>{1}}) {
+    // ssp: a round's pushes all arrive before the next round's, so no push waits beyond the bound.
+    const auto pushes = random_pushes(workers, 6, 3, DType::f32, true, 11);
+    const Answers want = reference(pushes, workers, false, bound);
+    ASSERT_FALSE(want.empty());
+    SumEngine::Options o{4, workers, false, bound};
+    EXPECT_TRUE(through_engine(pushes, o) == want) << (bound ? "ssp" : "async");
+  }
+}
+
+TEST(PsSumEngine, AJoinReleasesWhatItCompletesBeforeItReturns) {
+  Summer summer(1, 1ull << 40);
+  SumEngine engine(SumEngine::Options{4, 2, false, std::nullopt, 0}, summer, BufferPool::create(), [] {});
+  std::vector<Outcome> out;
+  const auto pushes = random_pushes(1, 8, 1, DType::f32, false, 3);  // worker 0's pushes only
+  for (const Push& p : pushes) engine.push(false, p.h, 1, std::make_unique<VecPayload>(p.data), out);
+  EXPECT_TRUE(out.empty());  // queued (inline_bytes 0), each waiting for worker 1
+  EXPECT_TRUE(engine.join(1));
+  EXPECT_FALSE(engine.join(1));  // said twice
+  engine.drain(out);
+  EXPECT_EQ(out.size(), pushes.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_TRUE(out[i].error.empty()) << out[i].error;
+    const auto& p = *std::find_if(pushes.begin(), pushes.end(), [&](const Push& x) {
+      return x.h.key == out[i].reply.key && x.h.offset == out[i].reply.offset;
+    });
+    EXPECT_EQ(std::memcmp(out[i].data.get(), p.data.data(), p.data.size()), 0);  // the only live push is the sum
+  }
+  EXPECT_FALSE(engine.all_joined());
+  EXPECT_TRUE(engine.join(0));
+  EXPECT_TRUE(engine.all_joined());
+  engine.end_joins();
+  EXPECT_FALSE(engine.all_joined());
+}
+
+TEST(PsSumEngine, StopDropsQueuedWorkAndTheReadyCallbackWakesTheOwner) {
+  Summer summer(1, 1ull << 40);
+  std::atomic<int> ready{0};
+  {
+    SumEngine engine(SumEngine::Options{2, 1, false, std::nullopt, 0}, summer, BufferPool::create(), [&] { ++ready; });
+    std::vector<Outcome> out;
+    const auto pushes = random_pushes(1, 30, 4, DType::f32, false, 5);
+    for (const Push& p : pushes) engine.push(false, p.h, 1, std::make_unique<VecPayload>(p.data), out);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (ready.load() == 0 && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+    EXPECT_GT(ready.load(), 0) << "answers summed on a shard's thread must wake the owner";
+    engine.stop();
+    engine.stop();  // idempotent
+    engine.drain(out);
+    EXPECT_GT(out.size(), 0u);
+    EXPECT_LE(out.size(), pushes.size());  // what ran before the stop; the rest was dropped
+  }
+}
