@@ -15,6 +15,7 @@
 #include "simulator/sim_policy.h"
 #include "scheduler/auto_knobs.h"
 #include "scheduler/policy_factory.h"
+#include "scheduler/tsan_handoff.h"
 #include "tuner/bayes_opt.h"
 
 namespace commsched::sim {
@@ -67,6 +68,22 @@ std::unique_ptr<NetworkModel> make_network(const GridSpec& spec, double bandwidt
 }
 
 namespace {
+
+// tbb::parallel_for over [0, n), one index a task. oneTBB's spawn and join are invisible to ThreadSanitizer (the
+// distribution's library is not instrumented), so the edges are stated: what the caller wrote before reaches every
+// iteration, and what the iterations wrote reaches the caller after the join (not one iteration to another: a race
+// between two iterations is still seen).
+template <typename Body>
+void parallel_indices(size_t n, Body&& body) {
+  const char start = 0, finish = 0;
+  handed_over(&start);
+  tbb::parallel_for(size_t(0), n, size_t(1), [&](size_t i) {
+    taken_over(&start);
+    body(i);
+    handed_over(&finish);
+  });
+  taken_over(&finish);
+}
 
 struct Candidate {
   EngineConfig config;
@@ -191,7 +208,7 @@ void search_grid(const GridSpec& spec, const ModelProfile& model, double bandwid
     std::lock_guard lock(mu);
     return best_index < cands.size() ? best.iteration_s * (1 + 1e-9) : 0.0;
   };
-  tbb::parallel_for(size_t(0), order.size(), size_t(1), [&](size_t k) {
+  parallel_indices(order.size(), [&](size_t k) {
     const size_t i = order[k];
     auto net = make_network(spec, bandwidth_bps, workers);
     const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cands[i].config, false, limit());
@@ -307,7 +324,7 @@ std::vector<CellResult> run_grid(const GridSpec& spec) {
   std::vector<CellResult> out(rows.size());
   std::mutex progress;
   size_t done = 0;
-  tbb::parallel_for(size_t(0), rows.size(), size_t(1), [&](size_t i) {
+  parallel_indices(rows.size(), [&](size_t i) {
     const Row& r = rows[i];
     out[i] = r.automatic ? run_auto_cell(spec, *r.model, r.bandwidth_bps, r.workers, r.policy)
                          : run_cell(spec, *r.model, r.bandwidth_bps, r.workers, r.policy);
@@ -331,7 +348,7 @@ void set_speedups_vs_wfbp(std::span<CellResult> cell) {
 std::vector<PolicyTimeline> run_timelines(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps,
                                           int workers, const std::vector<CellResult>& best) {
   std::vector<PolicyTimeline> out(spec.policies.size());
-  tbb::parallel_for(size_t(0), spec.policies.size(), size_t(1), [&](size_t i) {
+  parallel_indices(spec.policies.size(), [&](size_t i) {
     const PolicyKind p = spec.policies[i];
     // Re-run the configuration the grid reported for this cell.
     std::vector<Candidate> cands = candidates(spec, p);
