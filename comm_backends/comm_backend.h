@@ -27,6 +27,31 @@ struct Straggler {
 // Called exactly once per start(), from any thread, when every partition of the batch has been moved (or failed).
 using BatchDone = std::function<void(const Status&)>;
 
+// What a backend can do beyond start/done: one row, asked once.
+struct BackendCapabilities {
+  // start_with_sent() tells when a batch has left this worker (the receiver holds every byte, e.g. a parameter server
+  // acknowledged the push). The engine releases the batch's credit then: what a batch still waits for after that (the
+  // other workers' pushes, for a PS sum) must not hold this worker's credit, or workers whose credits are full of
+  // different partitions would wait on each other forever.
+  bool reports_sent = false;
+  // The order of collectives, and so the credit, is decided on rank 0 over what every rank has ready
+  // (scheduler/global_order.h): a collective needs every rank to issue the same partitions, so per-rank credits that
+  // fill with different partitions deadlock it. The engine then runs its policy without a credit limit and hands its
+  // knobs to set_knobs().
+  bool global_order = false;
+  // join() can stand in with zeros for a rank that has run out of data (Horovod's join).
+  bool joins = false;
+  // The encoded schemes whose reduction this backend understands (a parameter server that decodes, sums and encodes
+  // the pull), a bit per compression::Scheme. Casts (fp16/bf16) need no such support: their sum is defined on the wire.
+  uint32_t reduces_encoded = 0;
+  // The CUDA device whose memory this backend's collectives use (a device-only backend, NCCL): host tensors are
+  // staged there (the host-to-device copy stage). 0 for the others.
+  int cuda_device = 0;
+
+  bool reduces(compression::Scheme s) const { return (reduces_encoded >> static_cast<unsigned>(s)) & 1u; }
+  static uint32_t scheme_bit(compression::Scheme s) { return 1u << static_cast<unsigned>(s); }
+};
+
 class CommBackend {
  public:
   virtual ~CommBackend() = default;
@@ -38,24 +63,20 @@ class CommBackend {
   // The TaskDesc pointers in the views stay valid until `done` has been called. `done` may be called inline.
   virtual void start(std::vector<PartitionView> batch, BatchDone done) = 0;
 
-  // Optional "sent" notice. A backend that can tell when a batch has left this worker (the receiver holds every byte,
-  // e.g. a parameter server acknowledged the push) says so in reports_sent(); start_with_sent() then calls `sent`
-  // once, before `done`, or never when the batch fails. The engine releases the batch's credit on `sent`: what a
-  // batch still waits for after that (the other workers' pushes, for a PS sum) must not hold this worker's credit,
-  // or workers whose credits are full of different partitions would wait on each other forever.
-  virtual bool reports_sent() const { return false; }
+  // Starts a batch like start(), and calls `sent` once, before `done` (or never when the batch fails), when the
+  // backend's capabilities say reports_sent; the others never call it.
   virtual void start_with_sent(std::vector<PartitionView> batch, BatchDone /*sent*/, BatchDone done) {
     start(std::move(batch), std::move(done));
   }
 
-  // Optional credit ownership. A backend that must enforce the credit itself says so in manages_credit(): a
-  // collective needs every rank to issue the same partitions, so per-rank credits that fill with different partitions
-  // deadlock it; it keeps one global credit instead (decided on rank 0, whose policy also fuses what it orders). The
-  // engine then runs its policy without a credit limit and hands its whole knob set to set_knobs() (the credit 0 when
-  // the engine's policy uses none), at start and at every knob change (the same iteration on every rank, when the
-  // knobs come from the auto-tuner); it reaches rank 0's Policy::set_knobs as it is, so every knob does. Called from
-  // the engine's scheduler thread.
-  virtual bool manages_credit() const { return false; }
+  // What this backend can do beyond moving bytes (see BackendCapabilities). Read by the engine when it is built and
+  // by stages deciding whether a task can run; the answer does not change over the backend's life.
+  virtual BackendCapabilities capabilities() const { return {}; }
+
+  // The knobs of the policy that decides the global order, for a backend whose capabilities say global_order: the
+  // engine hands its whole knob set here (the credit 0 when the engine's policy uses none), at start and at every
+  // knob change (the same iteration on every rank, when the knobs come from the auto-tuner); it reaches rank 0's
+  // Policy::set_knobs as it is, so every knob does. Called from the engine's scheduler thread.
   virtual void set_knobs(const Knobs& /*knobs*/) {}
 
   // Whether the backend can carry this operation on buffers of this device. By default its row of the backend
@@ -63,18 +84,8 @@ class CommBackend {
   // a backend without a row (a test double) has a reason to override it.
   virtual bool supports(Op op, Device device) const;
 
-  // The CUDA device whose memory this backend's collectives use (a device-only backend, NCCL): host tensors are
-  // staged there (the host-to-device copy stage). 0 for the others.
-  virtual int cuda_device() const { return 0; }
-
-  // Whether the backend's reduction understands partitions encoded with `scheme` (a parameter server that decodes,
-  // sums and encodes the pull). Casts (fp16/bf16) need no such support: their sum is defined on the wire.
-  virtual bool reduces_encoded(compression::Scheme /*scheme*/) const { return false; }
-
-  // Optional join (Horovod's): a backend that can stand in with zeros for a rank that has run out of data says so
-  // in joins(); join() then blocks until every rank has joined and returns the rank that joined last. Called with
-  // nothing of this rank in flight (Engine::join sees to it).
-  virtual bool joins() const { return false; }
+  // Horovod's join, where capabilities say joins: blocks until every rank has joined and returns the rank that joined
+  // last. Called with nothing of this rank in flight (Engine::join sees to it).
   virtual int join() { throw std::logic_error(std::string(name()) + " backend cannot join"); }
 
   // The ranks that lag, most seconds first, as the backend last learned them (the parameter server's lag reports,

@@ -73,7 +73,7 @@ struct Engine::Impl final : DispatchSink {
         backend(std::move(b)),
         config(std::move(c)),
         splits(policy->splits_tasks()),
-        reports_sent(backend->reports_sent()),
+        caps(backend->capabilities()),
         t0(std::chrono::steady_clock::now()),
         graph(EngineGraph::Hooks{[this](TaskState* t) { partition_and_post(t); }, [this] { run_scheduler(); },
                                  [this](Flight* f, std::function<void(const Status&)> done) { start(f, std::move(done)); },
@@ -86,7 +86,7 @@ struct Engine::Impl final : DispatchSink {
         }) {
     active_partition_bytes.store(config.knobs.partition_bytes);
     pending_knobs = config.knobs;
-    if (backend->manages_credit()) apply_knobs(config.knobs);
+    if (caps.global_order) apply_knobs(config.knobs);
     if (!config.timeline_path.empty())
       timeline = std::make_unique<Timeline>(config.timeline_path, backend->rank(), config.timeline_max_events);
   }
@@ -177,7 +177,7 @@ struct Engine::Impl final : DispatchSink {
   // The knobs go to the policy; to the backend too when it keeps the credit itself, whose global policy they reach
   // whole (then the engine's policy has no credit). The partition size is the engine's own (active_partition_bytes).
   void apply_knobs(Knobs k) {
-    if (backend->manages_credit()) {
+    if (caps.global_order) {
       Knobs global = k;
       if (!policy->uses_credit()) global.credit_bytes = 0;
       backend->set_knobs(global);
@@ -275,7 +275,7 @@ struct Engine::Impl final : DispatchSink {
     try {
       // Unstaged views are not needed after start (nothing decodes them): the backend may have them.
       std::vector<PartitionView> views = f->staged.empty() ? std::move(f->views) : f->views;
-      if (reports_sent) {
+      if (caps.reports_sent) {
         backend->start_with_sent(std::move(views), [this, id](const Status&) {
           Event e;
           e.kind = Event::Kind::batch_sent;
@@ -389,7 +389,7 @@ struct Engine::Impl final : DispatchSink {
   std::shared_ptr<CommBackend> backend;
   EngineConfig config;
   const bool splits;
-  const bool reports_sent;  // the backend tells when a batch has left (credit is released then, not at completion)
+  const BackendCapabilities caps;  // asked once: reports_sent (credit is released on `sent`), global_order
   const std::chrono::steady_clock::time_point t0;
   std::unique_ptr<Timeline> timeline;
   tbb::concurrent_queue<Event> events;  // before the graph: its threads post events from the start
@@ -566,7 +566,7 @@ Status Engine::wait_all() { return impl_->waits.wait(); }
 
 int Engine::join() {
   Impl& m = *impl_;
-  if (!m.backend->joins())
+  if (!m.caps.joins)
     throw InvalidArgument("join: the " + std::string(m.backend->name()) +
                           " backend cannot stand in for a rank that has joined (use the parameter server)");
   flush();

@@ -67,7 +67,7 @@ class Engine final : public KnobControl {
   // As wait_all, but gives up after `timeout`; returns whether everything completed.
   bool wait_all_for(std::chrono::nanoseconds timeout);
 
-  // Horovod's join, on a backend whose joins() is true (InvalidArgument otherwise): flushes, waits for every task of
+  // Horovod's join, on a backend whose capabilities say joins (InvalidArgument otherwise): flushes, waits for every task of
   // this rank (throws std::runtime_error with the first failure), then blocks until every rank has joined while the
   // backend stands in with zeros for the reductions the others still run. Returns the rank that joined last. Every
   // name's round starts again from 0 afterwards, on every rank alike, so ranks that ran different numbers of

@@ -18,7 +18,7 @@
 // ranks see arrivals at different times, their policies dispatch different partitions, and once every rank's credit
 // is full of partitions the others have not dispatched, no collective can start (a distributed deadlock that
 // engine_bench reproduces). So with collective backends the engine runs its policy with unlimited credit and hands its
-// knobs here whole (CommBackend::manages_credit, set_knobs), which set_knobs passes to the policy.
+// knobs here whole (BackendCapabilities::global_order, CommBackend::set_knobs), which set_knobs passes to the policy.
 //
 // Ordering ahead: the policy dispatches whatever is ready the moment it may, and partitions that become ready one by
 // one would each become a collective of their own, queued behind the running one. With limit_groups_ahead(n) the

@@ -78,7 +78,7 @@ void CollectiveBackend::start_negotiation(NegotiatorOptions opts, KvStore& store
 void CollectiveBackend::execute_inline(std::vector<uint64_t>&& group) { run_group(group); }
 
 int CollectiveBackend::join() {
-  if (!joins()) return CommBackend::join();  // throws: names the backend
+  if (!capabilities().joins) return CommBackend::join();  // throws: names the backend
   return negotiator_ ? negotiator_->join() : 0;
 }
 
@@ -269,6 +269,13 @@ void CollectiveBackend::shutdown() {
 }
 
 void CollectiveBackend::stop_base() { shutdown(); }
+
+BackendCapabilities CollectiveBackend::capabilities() const {
+  BackendCapabilities c;
+  c.global_order = true;
+  c.joins = supports(Op::allreduce, Device::cpu);
+  return c;
+}
 
 void CollectiveBackend::set_knobs(const Knobs& knobs) {
   if (negotiator_) negotiator_->set_knobs(knobs);

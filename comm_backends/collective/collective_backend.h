@@ -41,7 +41,7 @@ namespace commsched::collective {
 // the engine reads them) over the partitions ready on every rank (see scheduler/global_order.h). Environment:
 // COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB; "none" = no fusion): bytescheduler's small-tensor fusion bound on a
 // collective when COMMSCHED_SMALL_TENSOR_BYTES sets none; COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the
-// global credit until an engine hands over its credit knob (manages_credit below; a per-rank credit in each engine can
+// global credit until an engine hands over its credit knob (BackendCapabilities::global_order; a per-rank credit in each engine can
 // deadlock a collective).
 struct CollectiveOptions {
   uint64_t fusion_bytes = 1u << 20;
@@ -69,11 +69,10 @@ class CollectiveBackend : public CommBackend {
   // engine: an engine hands its knobs here (COMMSCHED_CREDIT_BYTES, the fusion bound, the auto-tuner's choices), which
   // reach rank 0's Policy::set_knobs whole, and runs its own policy unlimited. COMMSCHED_COLLECTIVE_CREDIT_BYTES is
   // the credit until an engine sets one.
-  bool manages_credit() const override { return true; }
+  // global_order; joins (Horovod's) where this backend's buffers are host memory (Gloo): a joined rank runs the
+  // others' partitions with zeros of the ordered size until every rank has joined (see Negotiator::join).
+  BackendCapabilities capabilities() const override;
   void set_knobs(const Knobs& knobs) override;
-  // Horovod's join, where this backend's buffers are host memory (Gloo): a joined rank runs the others'
-  // partitions with zeros of the ordered size until every rank has joined (see Negotiator::join).
-  bool joins() const override { return supports(Op::allreduce, Device::cpu); }
   int join() override;
   NegotiatorStats negotiation_stats() const;
   // Who lags, as rank 0's negotiator sees the ranks report ready (Negotiator::stragglers).

@@ -61,7 +61,11 @@ class HierarchicalBackend final : public collective::CollectiveBackend {
   std::string_view name() const override { return "hierarchical"; }
   // The parameter server's operations (push_pull, broadcast), on the local collective's memory.
   bool supports(Op op, Device device) const override;
-  int cuda_device() const override { return local_->device_index(); }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c = CollectiveBackend::capabilities();
+    c.cuda_device = local_->device_index();
+    return c;
+  }
   void shutdown() override;
   int machines() const { return machines_; }
 

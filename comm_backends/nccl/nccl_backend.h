@@ -32,7 +32,11 @@ class NcclBackend : public collective::CollectiveBackend {
 
   std::string_view name() const override { return "nccl"; }
   int device() const { return device_; }
-  int cuda_device() const override { return device_; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c = CollectiveBackend::capabilities();
+    c.cuda_device = device_;
+    return c;
+  }
 
  protected:
   void execute(std::span<const PartitionView> group, GroupDone done) override;

@@ -43,9 +43,15 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
 
 PsBackend::~PsBackend() { shutdown(); }
 
-bool PsBackend::reduces_encoded(compression::Scheme s) const {
-  if (cfg_.mode != "sync") return false;        // AsyncTable refuses them (async_table.h says why)
-  return compression::server_decodes(s);        // SlotTable decodes them (the codec registry says which)
+BackendCapabilities PsBackend::capabilities() const {
+  BackendCapabilities c;
+  c.reports_sent = true;
+  c.joins = true;
+  if (cfg_.mode != "sync") return c;  // AsyncTable refuses encoded pushes (async_table.h says why)
+  for (const compression::Codec& codec : compression::codecs())  // SlotTable decodes what the codec registry says
+    if (codec.summing == compression::Summing::server_decodes)
+      c.reduces_encoded |= BackendCapabilities::scheme_bit(codec.scheme);
+  return c;
 }
 
 void PsBackend::start(std::vector<PartitionView> batch, BatchDone done) {

@@ -43,13 +43,12 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   void start(std::vector<PartitionView> batch, BatchDone done) override;
   // `sent` fires when a server has received every byte of the batch (a `received` message per request), which is
   // before the sum: the other workers' pushes are not waited for.
-  bool reports_sent() const override { return true; }
   void start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override;
-  bool reduces_encoded(compression::Scheme s) const override;
+  // reports_sent, joins, and the encoded schemes the servers decode and sum (sync mode).
+  BackendCapabilities capabilities() const override;
   // Tells every server this worker has joined (they stand in for it with zeros) and waits until each says every
   // worker has; returns the rank that joined last (as server 0 saw it). Throws std::runtime_error when the backend
   // fails or stops meanwhile. No time limit: the others may train for long; a lost peer still ends it.
-  bool joins() const override { return true; }
   int join() override;
   // Hierarchical mode (comm_backends/hierarchical): from now on every push_pull is a lane, one machine's slice that
   // one worker per machine pushes, summed over `machines` contributors instead of every worker (ps::kFlagLane).

@@ -58,7 +58,7 @@ bool carries_any(const CommBackend& backend, Device device) {
 std::vector<std::shared_ptr<Stage>> device_stages([[maybe_unused]] const CommBackend& backend) {
 #ifdef COMMSCHED_HAVE_CUDA
   if (!carries_any(backend, Device::cuda)) return {std::make_shared<DeviceCopyStage>(make_cuda_copier())};
-  if (!carries_any(backend, Device::cpu)) return {DeviceCopyStage::to_device(make_cuda_copier(), backend.cuda_device())};
+  if (!carries_any(backend, Device::cpu)) return {DeviceCopyStage::to_device(make_cuda_copier(), backend.capabilities().cuda_device)};
 #endif
   return {};
 }

@@ -267,7 +267,7 @@ PYBIND11_MODULE(_C, m) {
            },
            "the ranks that lag, most seconds behind first, as this rank last heard it (dicts: rank, "
            "iterations_behind, seconds_behind)")
-      .def_property_readonly("joins", [](Context& c) { return c.engine().backend().joins(); },
+      .def_property_readonly("joins", [](Context& c) { return c.engine().backend().capabilities().joins; },
                              "whether the backend stands in with zeros for ranks that have joined (the PS does)")
       .def("join", [](Context& c) { return c.engine().join(); }, py::call_guard<py::gil_scoped_release>(),
            "Horovod's join: waits for this rank's tasks, then until every rank has joined, standing in with zeros "

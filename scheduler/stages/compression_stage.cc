@@ -25,7 +25,7 @@ std::string CompressionStage::refusal(const TaskDesc& task, const CommBackend& b
   if (task.op == Op::allreduce)
     return what + "cannot be used with allreduce on backend '" + std::string(backend.name()) +
            "': an all-reduce sums the bytes it is given, and only fp16 and bf16 sum on the wire";
-  if (!backend.reduces_encoded(s))
+  if (!backend.capabilities().reduces(s))
     return what + "needs a reduction that decodes it, and backend '" + std::string(backend.name()) + "' (" +
            std::to_string(backend.size()) + " ranks) has none";
   return {};

@@ -82,7 +82,7 @@ int scenario_engine(const ClusterEnv& env, uint64_t seed, int iterations, const 
   EngineConfig cfg;
   cfg.policy = parse_policy("policy", policy);
   cfg.knobs.partition_bytes = 16 << 10;
-  // A small credit: the engine hands it to the backend (manages_credit), which keeps it as the global credit of the
+  // A small credit: the engine hands it to the backend (capabilities: global_order), which keeps it as the global credit of the
   // order negotiation; per-rank credits would deadlock (see scheduler/global_order.h).
   cfg.knobs.credit_bytes = 128 << 10;
   // Rank 0's coordinator runs the same policy over the partitions ready on every rank.

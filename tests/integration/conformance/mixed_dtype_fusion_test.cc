@@ -41,12 +41,11 @@ class Recording final : public CommBackend {
     note(batch);
     inner_->start(std::move(batch), std::move(done));
   }
-  bool reports_sent() const override { return inner_->reports_sent(); }
   void start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override {
     note(batch);
     inner_->start_with_sent(std::move(batch), std::move(sent), std::move(done));
   }
-  bool manages_credit() const override { return inner_->manages_credit(); }
+  BackendCapabilities capabilities() const override { return inner_->capabilities(); }
   void set_knobs(const Knobs& k) override { inner_->set_knobs(k); }
   bool supports(Op op, Device d) const override { return inner_->supports(op, d); }
   void shutdown() override { inner_->shutdown(); }

@@ -35,7 +35,11 @@ class DeviceOnlyBackend final : public CommBackend {
   bool supports(Op op, Device device) const override {
     return device == Device::cuda && (op == Op::allreduce || op == Op::broadcast);
   }
-  int cuda_device() const override { return kBackendDevice; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.cuda_device = kBackendDevice;
+    return c;
+  }
   void start(std::vector<PartitionView> batch, BatchDone done) override {
     for (const PartitionView& p : batch) {
       if (p.task->buffer.device != Device::cuda || p.task->buffer.device_index != kBackendDevice)
@@ -68,7 +72,7 @@ struct Ranks {
     for (int r = 0; r < n; ++r) {
       copiers.push_back(std::make_shared<HostCopier>());
       backends.push_back(std::make_shared<DeviceOnlyBackend>(group[r]));
-      stages.push_back(DeviceCopyStage::to_device(copiers.back(), backends.back()->cuda_device()));
+      stages.push_back(DeviceCopyStage::to_device(copiers.back(), backends.back()->capabilities().cuda_device));
       EngineConfig c;
       c.knobs.partition_bytes = partition;
       c.compression = compression;

@@ -216,7 +216,7 @@ TEST(Hierarchical, ADeviceLocalCollectiveStagesOnlyItsSliceThroughTheHost) {
     ASSERT_TRUE(b);
     EXPECT_TRUE(b->supports(Op::push_pull, Device::cuda));
     EXPECT_FALSE(b->supports(Op::push_pull, Device::cpu)) << "host tensors must take the host-to-device stage";
-    EXPECT_EQ(b->cuda_device(), 1);
+    EXPECT_EQ(b->capabilities().cuda_device, 1);
   }
   auto engines = engines_over(c, 4100);
   std::vector<std::vector<FakeDeviceTensor>> t(4);

@@ -232,7 +232,7 @@ TEST(Engine, CreditIsReleasedWhenTheBackendReportsABatchSent) {
 // A backend that keeps the credit itself (collectives) gets the credit knob, at start and when it changes; the
 // policy then runs without a limit, so all eight partitions go out at once.
 TEST(Engine, CreditKnobGoesToABackendThatManagesCredit) {
-  auto backend = std::make_shared<HeldBackend>(/*sent_notices=*/false, /*manages_credit=*/true);
+  auto backend = std::make_shared<HeldBackend>(/*sent_notices=*/false, /*global_order=*/true);
   Engine engine(std::make_unique<PriorityCreditPolicy>(1024, 0, /*stall_guard=*/false), backend, config_with(1024, 1024));
   std::vector<float> buf(8 * 256);
   engine.submit(make_task("t", 0, buf));

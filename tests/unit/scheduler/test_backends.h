@@ -158,14 +158,18 @@ inline Task make_task(std::string name, int prio, std::vector<float>& buf, TaskC
 // for a parameter server whose sums wait on the other workers.
 class HeldBackend final : public CommBackend {
  public:
-  explicit HeldBackend(bool sent_notices, bool manages_credit = false)
-      : sent_notices_(sent_notices), manages_credit_(manages_credit) {}
+  explicit HeldBackend(bool sent_notices, bool global_order = false)
+      : sent_notices_(sent_notices), global_order_(global_order) {}
   std::string_view name() const override { return "held"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   bool supports(Op, Device d) const override { return d == Device::cpu; }
-  bool reports_sent() const override { return sent_notices_; }
-  bool manages_credit() const override { return manages_credit_; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.reports_sent = sent_notices_;
+    c.global_order = global_order_;
+    return c;
+  }
   void set_knobs(const Knobs& k) override {
     std::lock_guard lk(mu_);
     credits_.push_back(k.credit_bytes);
@@ -204,7 +208,7 @@ class HeldBackend final : public CommBackend {
 
  private:
   bool sent_notices_;
-  bool manages_credit_;
+  bool global_order_;
   std::vector<uint64_t> credits_, fusion_bounds_;
   std::mutex mu_;
   std::vector<BatchDone> held_;
