@@ -313,6 +313,11 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("values"),
       "(mean, half-width of its two-sided 95% interval, Student t); half-width 0 for fewer than two values");
+  m.def(
+      "check_compression",
+      [](const std::string& what, const std::string& spec) { compression::parse_spec(what, spec); },
+      py::arg("what"), py::arg("spec"),
+      "raises ValueError (naming `what` and the allowed schemes) unless `spec` is one the engine takes");
   m.def("student_t95", &student_t95, py::arg("dof"), "two-sided 95% quantile of Student's t (dof >= 1)");
   m.def("explain_env", &ClusterEnv::explain_env, "the launcher detected and the cluster contract derived from it");
   bind_elastic(m);

@@ -1,8 +1,8 @@
 """The framework-neutral half of a framework plugin: the process's Context, init() keywords, waiting on handles and
 error messages that name tensors, and task submission over host (numpy) memory.
 
-commsched.tensorflow and commsched.keras build on it. commsched.torch.runtime holds its own copy of the same logic
-for torch (it imports torch at module level); the two are meant to be folded into this module.
+commsched.torch, commsched.tensorflow and commsched.keras build on it; commsched.torch.runtime adds only what needs
+torch (tensor submission, CUDA ready events) and torch's init() extras (an elastic job's membership, process sets).
 
 The C++ engine completes tasks on its own thread and only fills a C++ handle; everything here runs on Python threads
 and waits with the GIL released (``Handle.wait`` in small slices, so Ctrl-C still works).
@@ -61,21 +61,27 @@ def _split_options(options, caller):
     return engine
 
 
-def init(caller, policy=None, backend=None, tune=None, **options):
+def init(caller, policy=None, backend=None, tune=None, prepare=None, **options):
     """Connects this process to the cluster described by the environment; `caller` names the plugin in messages.
-    Keywords are the option registry's names (`commsched options`). Calling it twice is harmless."""
+    Keywords are the option registry's names (`commsched options`). prepare(): called just before the Context
+    connects, under the same lock (torch: an elastic worker waits for its membership). Calling init() twice is
+    harmless; returns whether this call connected."""
     global _ctx, _framework
     with _lock:
         if _ctx is not None:
-            return
+            return False
+        if prepare is not None:
+            prepare()
         engine = _split_options(options, caller)
         if policy is not None:
             engine["policy"] = str(policy)
         if "timeline" not in engine and not os.environ.get(_registry_option("timeline", caller)["env"]):
-            engine["timeline"] = _C.TIMELINE_DEFERRED  # no trace file until start_timeline()
+            # No trace file until start_timeline() (Horovod's API starts one at any time).
+            engine["timeline"] = _C.TIMELINE_DEFERRED
         _ctx = _C.Context(engine=engine, backend=backend or "", tune=tune)
         _framework = caller
     atexit.register(shutdown)
+    return True
 
 
 def shutdown():
@@ -122,13 +128,20 @@ def submit(ctx, array, name, op, priority=0, root=0, compression=None):
     if not (array.flags.c_contiguous and array.flags.writeable):
         raise ValueError(f"tensor '{name}': the engine needs a C-contiguous writable array")
     dtype = engine_dtype(array, name)
-    _names_by_key.setdefault(_C.task_key(name), name)
+    name_task(name)
     return ctx.submit(name, int(priority), op, dtype, array.ctypes.data, array.size, "cpu", 0, int(root),
                       compression, 0)
 
 
+def name_task(name):
+    """Remembers the tensor name of a task's wire key, for error messages (describe_error)."""
+    _names_by_key.setdefault(_C.task_key(name), name)
+
+
 # Policies that hold tasks until the end of backward (Engine::backward_done), from the policy registry. Tasks outside
-# a backward (broadcasts, metric averages) are released at once with Engine::flush.
+# a backward (broadcasts, metric averages) are released at once with Engine::flush, which neither ends an iteration nor
+# lets MG-WFBP learn its merge plan from them (it did, when backward_done was called: a plan learned from broadcasts
+# that all arrive at once merges everything, like BSP).
 _HOLDING_POLICIES = frozenset(p["name"] for p in _C.policies() if p["holds_tasks"])
 
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from commsched import _C
-from commsched.torch import runtime
+from commsched import _runtime_core as core
 from torch_cluster import commsched_bin
 
 
@@ -19,19 +19,19 @@ def test_options_come_from_the_registry():
 
 def test_init_keywords_map_to_options(monkeypatch):
     monkeypatch.setenv("COMMSCHED_TUNER_TRIALS", "12")  # restored after the test, whatever init() sets
-    engine = runtime._split_options({"partition": "1MiB", "credit-bytes": "unlimited", "trials": 3})
+    engine = core._split_options({"partition": "1MiB", "credit-bytes": "unlimited", "trials": 3}, "commsched.torch")
     assert engine == {"partition_bytes": "1MiB", "credit_bytes": "unlimited"}
     assert os.environ["COMMSCHED_TUNER_TRIALS"] == "3"  # read by the tuner's layer when the Context connects
 
 
 def test_unknown_keyword_names_the_allowed_ones():
     with pytest.raises(ValueError, match="unknown option 'partition_size'.*partition_bytes"):
-        runtime._split_options({"partition_size": "1MiB"})
+        core._split_options({"partition_size": "1MiB"}, "commsched.torch")
 
 
 def test_flush_rule_comes_from_the_policy_registry():
     holding = {p["name"] for p in _C.policies() if p["holds_tasks"]}
-    assert runtime._HOLDING_POLICIES == holding
+    assert core._HOLDING_POLICIES == holding
     assert holding and holding < {p["name"] for p in _C.policies()}
 
 
@@ -100,3 +100,4 @@ def test_tuner_state_reports_the_best_of_every_knob(monkeypatch):
             assert isinstance(state[f"best_{name}"], int), state
     finally:
         ctx.shutdown()
+

@@ -2,6 +2,7 @@
 wire only: the tensor handed to the engine is the gradient itself, each partition is encoded on a stage node and
 decoded back in place. Top-k and signSGD keep an error-feedback residual per tensor on this worker; on an
 all-reduce backend (Gloo, NCCL) only fp16 and bf16 are allowed (the engine refuses the others, naming the scheme)."""
+from commsched._compression import topk_spec
 
 
 class Compressor:
@@ -25,7 +26,4 @@ class Compression:
     @staticmethod
     def topk(ratio=0.01):
         """Sends the ceil(ratio * n) largest-magnitude elements of each partition (with error feedback)."""
-        ratio = float(ratio)
-        if not 0.0 < ratio <= 1.0:
-            raise ValueError(f"Compression.topk: ratio {ratio} is not in (0, 1]")
-        return Compressor(f"topk:{ratio!r}")
+        return Compressor(topk_spec(ratio))

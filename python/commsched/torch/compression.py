@@ -10,6 +10,8 @@ are allowed; the engine refuses the others, naming the scheme and the backend.
 """
 import torch
 
+from commsched._compression import topk_spec
+
 
 class Compressor:
     """Interface: compress(tensor) -> (tensor, ctx); decompress(tensor, ctx) -> tensor. `engine_spec` names the
@@ -78,7 +80,4 @@ class Compression:
     @staticmethod
     def topk(ratio=0.01):
         """Sends the ceil(ratio * n) largest-magnitude elements of each partition (with error feedback)."""
-        ratio = float(ratio)
-        if not 0.0 < ratio <= 1.0:
-            raise ValueError(f"Compression.topk: ratio {ratio} is not in (0, 1]")
-        return EngineCompressor(f"topk:{ratio!r}")
+        return EngineCompressor(topk_spec(ratio))

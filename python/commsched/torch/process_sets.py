@@ -195,7 +195,7 @@ def _shutdown_all():
         ps.process_set_id = None
 
 
-runtime._shutdown_hooks.append(_shutdown_all)
+runtime.on_shutdown(_shutdown_all)
 
 
 def setup(process_sets):
