@@ -29,6 +29,14 @@
 //     not kept: on the real PS (ResNet-50 profile, 4 workers, 2 servers, emulated 2 Gbit/s, three rounds side by
 //     side) 64 KiB was 4.5% slower than 256 KiB in every round (1002 against 959 ms/step), the per-message cost the
 //     simulator does not model. Revisit once small messages cost less (issue 26, item 2) or the simulator charges them.
+//   - no small-tensor fusion (small_tensor_bytes 0), decided by real runs: the PS does carry a fused batch's small
+//     partitions as one message each way (push_pull_batch), but fusing tensors of up to 32 KiB did not measurably
+//     help the torch plugin on a local PS (examples/pytorch_profile_benchmark.py --profile resnet50, 1 server,
+//     compute emulated, the two settings alternated pair by pair, 3 rounds, medians of 15 steps; a shared 2-core
+//     machine at load 5-16), fused against unfused: 4 workers unshaped (CPU-bound) 843 against 778 ms/step before
+//     the server's summation threads, 850 against 842 after them; 2 workers at an emulated 1 Gbit/s (link-bound)
+//     1691 against 1711. Every difference is inside the run-to-run spread (up to +-20% per run). Revisit where per-message costs
+//     dominate (many workers, fast links).
 //
 // All-reduce (no servers: Gloo, NCCL). A ring all-reduce of b bytes over n workers takes
 //   alpha + beta * b,   alpha = 2(n-1) * step latency,   beta = 2(n-1)/n / link rate,
