@@ -188,7 +188,8 @@ void Server::answer_batch(PeerId peer, const OpenBatch& b) {
   for (const auto& s : b.sums) data.push_back(s.get());
   h.aux = static_cast<uint32_t>(b.entries.size());
   h.length = bytes;
-  van_.send(peer, h, gathered(batch_pieces(b.entries, std::span(buf.get(), table), data, bytes), [buf, keep = b.sums] {}));
+  van_.send(peer, h,
+            gathered(batch_pieces(b.entries, std::span(buf.get(), table), data, bytes), [buf, keep = b.sums] {}));
 }
 
 // The worker stands in with zeros from now on; once every worker has joined, each hears `joined` (naming the last)
