@@ -35,8 +35,8 @@
 //     compute emulated, the two settings alternated pair by pair, 3 rounds, medians of 15 steps; a shared 2-core
 //     machine at load 5-16), fused against unfused: 4 workers unshaped (CPU-bound) 843 against 778 ms/step before
 //     the server's summation threads, 850 against 842 after them; 2 workers at an emulated 1 Gbit/s (link-bound)
-//     1691 against 1711. Every difference is inside the run-to-run spread (up to +-20% per run). Revisit where per-message costs
-//     dominate (many workers, fast links).
+//     1691 against 1711. Every difference is inside the run-to-run spread (up to +-20% per run). Revisit where
+//     per-message costs dominate (many workers, fast links).
 //
 // All-reduce (no servers: Gloo, NCCL). A ring all-reduce of b bytes over n workers takes
 //   alpha + beta * b,   alpha = 2(n-1) * step latency,   beta = 2(n-1)/n / link rate,

@@ -1,5 +1,6 @@
 #include "comm_backends/ps/protocol.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <sstream>
@@ -231,8 +232,22 @@ void encode_batch_table(std::span<const BatchEntry> entries, std::span<std::byte
     std::memcpy(p + 32, &e.round, 8);
     p[40] = static_cast<std::byte>(e.dtype);
     const uint64_t end = e.at + e.length, next = i + 1 < entries.size() ? entries[i + 1].at : out.size();
-    std::memset(out.data() + end, 0, next - end);
+    if (end < out.size()) std::memset(out.data() + end, 0, std::min<uint64_t>(next, out.size()) - end);
   }
+}
+
+std::vector<std::span<const std::byte>> batch_pieces(std::span<const BatchEntry> entries,
+                                                     std::span<const std::byte> table,
+                                                     std::span<const std::byte* const> data, uint64_t total) {
+  static constexpr std::byte kZeros[kBatchAlign] = {};
+  std::vector<std::span<const std::byte>> out{table};
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const BatchEntry& e = entries[i];
+    out.emplace_back(data[i], e.length);
+    const uint64_t next = i + 1 < entries.size() ? entries[i + 1].at : total;
+    if (next > e.at + e.length) out.emplace_back(kZeros, next - e.at - e.length);
+  }
+  return out;
 }
 
 Header entry_header(const Header& h, const BatchEntry& e) {

@@ -139,8 +139,15 @@ struct BatchEntry {
 // Assigns every entry's `at`; returns the payload size.
 uint64_t batch_layout(std::span<BatchEntry> entries);
 // Writes the table (not the data) into the first entries.size() * kBatchEntryBytes bytes of `out`, and zeroes the
-// padding after it and after each entry's bytes. `out` is batch_layout's size.
+// padding after it and after each entry's bytes. `out` is batch_layout's size, or only the table's (the first entry's
+// `at`): then the table and its padding.
 void encode_batch_table(std::span<const BatchEntry> entries, std::span<std::byte> out);
+// A batch as pieces to send in place (OutPayload's gather list): `table` (the first entry's `at` bytes, which
+// encode_batch_table fills when given just that much), then each entry's `data` with the zero padding after it, up to
+// `total` (batch_layout's size).
+std::vector<std::span<const std::byte>> batch_pieces(std::span<const BatchEntry> entries,
+                                                     std::span<const std::byte> table,
+                                                     std::span<const std::byte* const> data, uint64_t total);
 
 struct DecodedBatch {
   std::vector<BatchEntry> entries;  // empty when `error` is set

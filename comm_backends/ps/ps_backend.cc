@@ -265,24 +265,27 @@ std::vector<std::vector<PartitionView>> PsBackend::group_requests(std::vector<Pa
   return out;
 }
 
-// The partitions are copied into one message (they are small; the copy costs less than a message each).
+// One message of the table and the partitions in place (a gather list: UCX reads each from its tensor; ZeroMQ copies
+// them into its frame).
 void PsBackend::send_batch(uint64_t id, int server) {
   Request& r = inflight_.at(id);
   r.server = server;
   std::vector<BatchEntry> es;
   for (const PartitionView& p : r.fused)
     es.push_back(BatchEntry{p.task->key, p.offset, p.bytes, p.task->bytes(), p.task->round, p.task->dtype, 0});
-  const uint64_t bytes = batch_layout(es);
-  std::shared_ptr<std::byte> buf = batch_buffers_->acquire(bytes);
-  encode_batch_table(es, std::span(buf.get(), bytes));
-  for (size_t i = 0; i < es.size(); ++i) std::memcpy(buf.get() + es[i].at, r.fused[i].data(), es[i].length);
+  const uint64_t bytes = batch_layout(es), table = es.front().at;
+  std::shared_ptr<std::byte> buf = batch_buffers_->acquire(table);
+  encode_batch_table(es, std::span(buf.get(), table));
+  std::vector<const std::byte*> data;
+  for (const PartitionView& p : r.fused) data.push_back(static_cast<const std::byte*>(p.data()));
   Header h = header(MsgType::push_pull_batch);
   h.iteration = r.part.task->iteration;
   h.request_id = id;
   h.aux = static_cast<uint32_t>(es.size());
   h.length = bytes;
   if (r.batch->sent) h.flags |= kFlagAckReceipt;
-  van_->send(van_->peer(PeerRole::server, static_cast<uint32_t>(server)), h, OutPayload{buf.get(), bytes, [buf] {}});
+  van_->send(van_->peer(PeerRole::server, static_cast<uint32_t>(server)), h,
+             gathered(batch_pieces(es, std::span(buf.get(), table), data, bytes), [buf] {}));
 }
 
 void PsBackend::on_batch_answer(int server, const Header& h, std::unique_ptr<Payload> payload) {

@@ -174,21 +174,22 @@ void Server::batch_entry_done(const Waiter& w, const Outcome& o) {
   batches_.erase(it);
 }
 
-// One sum_batch in the request's layout (the sums copied in: they are small, that is why they were batched), or one
-// error naming the entry that failed.
+// One sum_batch in the request's layout, the sums sent in place (a gather list; ZeroMQ copies them into its frame),
+// or one error naming the entry that failed.
 void Server::answer_batch(PeerId peer, const OpenBatch& b) {
   Header h = van_.header(b.error.empty() ? MsgType::sum_batch : MsgType::error);
   h.request_id = b.request.request_id;
   h.iteration = b.request.iteration;
   if (!b.error.empty()) return van_.send_text(peer, h, b.error);
-  const uint64_t bytes = b.request.length;
-  auto buf = pool_->acquire(bytes);
-  encode_batch_table(b.entries, std::span(buf.get(), bytes));
-  for (size_t i = 0; i < b.entries.size(); ++i)
-    std::memcpy(buf.get() + b.entries[i].at, b.sums[i].get(), b.entries[i].length);
+  const uint64_t bytes = b.request.length, table = b.entries.front().at;
+  auto buf = pool_->acquire(table);
+  encode_batch_table(b.entries, std::span(buf.get(), table));
+  std::vector<const std::byte*> data;
+  for (const auto& s : b.sums) data.push_back(s.get());
   h.aux = static_cast<uint32_t>(b.entries.size());
   h.length = bytes;
-  van_.send(peer, h, OutPayload{buf.get(), bytes, [buf] {}});
+  van_.send(peer, h,
+            gathered(batch_pieces(b.entries, std::span(buf.get(), table), data, bytes), [buf, keep = b.sums] {}));
 }
 
 // The worker stands in with zeros from now on; once every worker has joined, each hears `joined` (naming the last)

@@ -11,6 +11,14 @@ std::unique_ptr<Transport> make_ucx_transport(const TransportOptions&) {
 }
 #endif
 
+OutPayload gathered(std::vector<std::span<const std::byte>> pieces, std::function<void()> release) {
+  OutPayload p;
+  for (const auto& s : pieces) p.size += s.size();
+  p.pieces = std::move(pieces);
+  p.release = std::move(release);
+  return p;
+}
+
 std::unique_ptr<Transport> make_transport(const std::string& kind, const TransportOptions& opts) {
   if (kind == "zmq") return make_zmq_transport(opts);
   if (kind == "ucx") return make_ucx_transport(opts);

@@ -54,11 +54,17 @@ using PayloadSink = std::function<std::optional<std::span<std::byte>>(PeerId pee
                                                                       size_t payload_bytes)>;
 
 // A payload to send without copying. `release` runs (on any thread) once the transport will never read `data` again.
+// With `pieces` (see gathered()), the payload is those ranges one after another and `data` is unused: a transport
+// that sends a gather list (UCX: an IOV datatype) reads them in place, the others copy them into one buffer.
 struct OutPayload {
   const std::byte* data = nullptr;
   size_t size = 0;
   std::function<void()> release;
+  std::vector<std::span<const std::byte>> pieces;
 };
+
+// A payload of several ranges (size: their total); `release` runs once none of them is read any more.
+OutPayload gathered(std::vector<std::span<const std::byte>> pieces, std::function<void()> release);
 
 struct Incoming {
   enum class Kind {

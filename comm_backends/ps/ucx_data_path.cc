@@ -48,8 +48,16 @@ void UcxTransport::post(PeerId id, Peer& p, std::unique_ptr<OutMsg> m) {
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.send = &UcxTransport::on_sent;
   rp.user_data = m.get();
-  ucs_status_ptr_t r = ucp_am_send_nbx(p.ep, kAmId, m->header.data(), m->header.size(), m->payload.data,
-                                       m->payload.size, &rp);
+  const void* data = m->payload.data;
+  size_t count = m->payload.size;
+  if (!m->payload.pieces.empty()) {  // sent in place from each piece (a batch from its tensors)
+    for (const auto& s : m->payload.pieces) m->iov.push_back(ucp_dt_iov_t{const_cast<std::byte*>(s.data()), s.size()});
+    rp.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    rp.datatype = ucp_dt_make_iov();
+    data = m->iov.data();
+    count = m->iov.size();
+  }
+  ucs_status_ptr_t r = ucp_am_send_nbx(p.ep, kAmId, m->header.data(), m->header.size(), data, count, &rp);
   if (UCS_PTR_IS_PTR(r)) {
     in_flight_.insert(m.release());
     return;

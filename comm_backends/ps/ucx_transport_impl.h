@@ -89,6 +89,7 @@ struct OutMsg {  // one message until UCX lets go of its payload
   PeerId peer = 0;
   std::vector<std::byte> header;  // the peer's id and token for us, then the header frame
   OutPayload payload;
+  std::vector<ucp_dt_iov_t> iov;  // the payload's pieces, while UCX reads them
   UcxTransport* owner = nullptr;
   void release() {
     if (payload.release) std::exchange(payload.release, nullptr)();

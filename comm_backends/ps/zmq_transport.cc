@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <deque>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/control/net_util.h"
@@ -94,6 +96,13 @@ void release_payload(void* /*data*/, void* hint) {
 
 // Wraps an OutPayload in a zmq message without copying; the release runs when ZeroMQ lets go of it.
 void init_out_msg(zmq_msg_t* msg, OutPayload& p) {
+  if (!p.pieces.empty()) {  // a frame is one range: gathered here, where the caller would have copied them anyway
+    if (zmq_msg_init_size(msg, p.size) != 0) throw std::runtime_error(zmq_err("zmq_msg_init_size"));
+    auto* at = static_cast<std::byte*>(zmq_msg_data(msg));
+    for (const auto& s : p.pieces) at = std::copy(s.begin(), s.end(), at);
+    if (p.release) std::exchange(p.release, nullptr)();
+    return;
+  }
   if (p.size == 0) {
     zmq_msg_init(msg);
     if (p.release) p.release();

@@ -56,8 +56,16 @@ std::vector<Push> random_pushes(uint32_t workers, uint64_t keys, uint64_t rounds
             const float f = std::ldexp(float(int(rng() % 2001) - 1000), int(rng() % 40) - 20);  // order-sensitive
             switch (t) {
               case DType::f32: std::memcpy(&x.data[i * es], &f, 4); break;
-              case DType::f16: { const uint16_t h = kernels::f32_to_f16(float(int(rng() % 2001) - 1000) / 64); std::memcpy(&x.data[i * es], &h, 2); break; }
-              case DType::i64: { const int64_t v = int64_t(rng()) - (1ll << 31); std::memcpy(&x.data[i * es], &v, 8); break; }
+              case DType::f16: {
+                const uint16_t h = kernels::f32_to_f16(float(int(rng() % 2001) - 1000) / 64);
+                std::memcpy(&x.data[i * es], &h, 2);
+                break;
+              }
+              case DType::i64: {
+                const int64_t v = int64_t(rng()) - (1ll << 31);
+                std::memcpy(&x.data[i * es], &v, 8);
+                break;
+              }
               default: ADD_FAILURE() << "dtype not generated"; return all;
             }
           }

@@ -126,6 +126,39 @@ TEST_P(TransportContract, ExactBytesInOrderAndEveryPayloadReleased) {
   EXPECT_EQ(released.load(), static_cast<int>(sizes.size()) + 1);
 }
 
+// A gathered payload (a batch sent in place) arrives as its pieces one after another, in one message, at sizes below
+// and above the rendezvous thresholds (pieces of 64 B to 1 MiB); the release runs once.
+TEST_P(TransportContract, AGatheredPayloadArrivesAsItsPiecesInOrder) {
+  auto server = make();
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make();
+  const PeerId to_server = client->connect(ep);
+  const std::vector<std::vector<size_t>> shapes = {{64, 4096, 0, 17}, {32768, 32768, 40}, {1 << 20, 3, 65536}};
+  std::vector<std::vector<std::vector<std::byte>>> pieces(shapes.size());
+  std::atomic<int> released{0};
+  for (size_t m = 0; m < shapes.size(); ++m) {
+    std::vector<std::span<const std::byte>> spans;
+    for (size_t i = 0; i < shapes[m].size(); ++i) {
+      pieces[m].push_back(pattern(shapes[m][i], static_cast<int>(10 * m + i)));
+      spans.emplace_back(pieces[m].back());
+    }
+    client->send(to_server, header_of(static_cast<int>(m)),
+                 commsched::ps::gathered(std::move(spans), [&released] { ++released; }));
+  }
+  auto got = pump(*client, *server, [&](auto& v) { return messages(v) == shapes.size(); });
+  ASSERT_EQ(messages(got), shapes.size());
+  for (size_t m = 0; m < shapes.size(); ++m) {
+    std::vector<std::byte> want;
+    for (const auto& p : pieces[m]) want.insert(want.end(), p.begin(), p.end());
+    ASSERT_TRUE(got[m].payload) << m;
+    const auto b = got[m].payload->bytes();
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), b.begin(), b.end())) << "message " << m;
+  }
+  client->close(true);
+  server->close(true);
+  EXPECT_EQ(released.load(), static_cast<int>(shapes.size()));
+}
+
 // A PayloadSink chooses where payloads land: messages it gives a destination of exactly their size arrive there
 // (eager sizes copied in, rendezvous sizes fetched in) and say landed(); a destination of another size, or none,
 // leaves the payload in the transport's buffer. The sink sees each message's header and payload size, and is not
