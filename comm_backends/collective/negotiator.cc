@@ -84,7 +84,9 @@ class Negotiator::StateLock {
 
 Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
     : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}),
-      order_knobs_([this](const Knobs&) { wake(wake_.get()); }) {
+      order_knobs_([this](const Knobs&) {
+        if (opts_.rank == 0) wake(wake_.get());  // only rank 0's thread applies them (coordinator_round)
+      }) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");

@@ -263,7 +263,7 @@ class Negotiator {
   StragglerBoard lags_{1};
 
   std::atomic<uint64_t> completed_groups_{0};
-  GlobalOrderKnobs order_knobs_;  // a post wakes the negotiator thread
+  GlobalOrderKnobs order_knobs_;  // on rank 0 a post wakes the negotiator thread
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
 
