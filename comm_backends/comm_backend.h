@@ -27,6 +27,8 @@ struct Straggler {
 // Called exactly once per start(), from any thread, when every partition of the batch has been moved (or failed).
 using BatchDone = std::function<void(const Status&)>;
 
+class GlobalOrderKnobs;  // scheduler/global_order.h
+
 // What a backend can do beyond start/done: one row, asked once.
 struct BackendCapabilities {
   // start_with_sent() tells when a batch has left this worker (the receiver holds every byte, e.g. a parameter server
@@ -34,11 +36,13 @@ struct BackendCapabilities {
   // other workers' pushes, for a PS sum) must not hold this worker's credit, or workers whose credits are full of
   // different partitions would wait on each other forever.
   bool reports_sent = false;
-  // The order of collectives, and so the credit, is decided on rank 0 over what every rank has ready
-  // (scheduler/global_order.h): a collective needs every rank to issue the same partitions, so per-rank credits that
-  // fill with different partitions deadlock it. The engine then runs its policy without a credit limit and hands its
-  // knobs to set_knobs().
-  bool global_order = false;
+  // Non-null: the order of collectives, and so the credit, is decided on rank 0 over what every rank has ready
+  // (scheduler/global_order.h), whose policy's knobs arrive here (valid while the backend lives). A collective needs
+  // every rank to issue the same partitions, so per-rank credits that fill with different partitions deadlock it. The
+  // engine then runs its own policy without a credit limit and posts its whole knob set here (the credit 0 when its
+  // policy uses none) at start and at every knob change (the same iteration on every rank, when the knobs come from
+  // the auto-tuner); it reaches rank 0's Policy::set_knobs as it is, so every knob does.
+  GlobalOrderKnobs* global_order = nullptr;
   // join() can stand in with zeros for a rank that has run out of data (Horovod's join).
   bool joins = false;
   // The encoded schemes whose reduction this backend understands (a parameter server that decodes, sums and encodes
@@ -72,12 +76,6 @@ class CommBackend {
   // What this backend can do beyond moving bytes (see BackendCapabilities). Read by the engine when it is built and
   // by stages deciding whether a task can run; the answer does not change over the backend's life.
   virtual BackendCapabilities capabilities() const { return {}; }
-
-  // The knobs of the policy that decides the global order, for a backend whose capabilities say global_order: the
-  // engine hands its whole knob set here (the credit 0 when the engine's policy uses none), at start and at every
-  // knob change (the same iteration on every rank, when the knobs come from the auto-tuner); it reaches rank 0's
-  // Policy::set_knobs as it is, so every knob does. Called from the engine's scheduler thread.
-  virtual void set_knobs(const Knobs& /*knobs*/) {}
 
   // Whether the backend can carry this operation on buffers of this device. By default its row of the backend
   // registry answers (BackendInfo::ops x devices, the row named name()): the one list of what a backend moves. Only

@@ -13,6 +13,7 @@
 #include "scheduler/engine_tasks.h"
 #include "scheduler/engine_timer.h"
 #include "scheduler/engine_trace.h"
+#include "scheduler/global_order.h"
 #include "scheduler/policy_driver.h"
 #include "scheduler/stages/compression_stage.h"
 #include "scheduler/timeline.h"
@@ -180,7 +181,7 @@ struct Engine::Impl final : DispatchSink {
     if (caps.global_order) {
       Knobs global = k;
       if (!policy->uses_credit()) global.credit_bytes = 0;
-      backend->set_knobs(global);
+      caps.global_order->post(global);
       k.credit_bytes = 0;
     }
     driver.set_knobs(k);

@@ -31,10 +31,13 @@
 // tells the policy on_flush: a policy that holds tasks for the end of backward (BSP) releases them then.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -110,6 +113,35 @@ struct ErrorMsg {
   std::string message;
 };
 
+
+// Where the engine's knobs reach a global order that runs on another thread (rank 0's negotiation): the engine posts
+// its whole knob set from its scheduler thread, and the order's owner takes the latest at its next step and hands it
+// to GlobalOrder::set_knobs, so every knob reaches the policy through Policy::set_knobs.
+class GlobalOrderKnobs {
+ public:
+  // `on_post` runs on the posting thread after each post (the owner wakes its thread there).
+  explicit GlobalOrderKnobs(std::function<void(const Knobs&)> on_post = {}) : on_post_(std::move(on_post)) {}
+  void post(const Knobs& knobs) {
+    {
+      std::lock_guard lock(mu_);
+      knobs_ = knobs;
+      fresh_.store(true, std::memory_order_release);
+    }
+    if (on_post_) on_post_(knobs);
+  }
+  // The knobs posted since the last take, if any.
+  std::optional<Knobs> take() {
+    if (!fresh_.exchange(false, std::memory_order_acquire)) return std::nullopt;
+    std::lock_guard lock(mu_);
+    return knobs_;
+  }
+
+ private:
+  std::function<void(const Knobs&)> on_post_;
+  std::mutex mu_;
+  Knobs knobs_;
+  std::atomic<bool> fresh_{false};
+};
 
 struct GlobalOrderOutput {
   OrderMsg order;

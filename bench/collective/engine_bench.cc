@@ -3,9 +3,9 @@
 // produces gradients last layer first; the next forward of layer L waits for L's gradients). Reports the mean
 // iteration time per policy; policies alternate runs (A B A B ...) so drift on a shared machine hits them alike.
 //
-// Credit: --credit is the global credit of the order negotiation, given to bytescheduler only (the engine hands its
-// credit knob to the backend, which keeps it on rank 0; per-rank credits deadlock a collective, see scheduler/global_order.h), so
-// the baselines run without one, as their papers describe them.
+// Credit: --credit is the global credit of the order negotiation, given to bytescheduler only (the engine posts its
+// credit knob to the global order on rank 0; per-rank credits deadlock a collective, see scheduler/global_order.h),
+// so the baselines run without one, as their papers describe them.
 //
 //   engine_bench --profile workload/profiles/resnet50.json [--ranks 2] [--iters 8] [--warmup 2] [--repeats 2]
 //                [--policies bytescheduler,wfbp] [--partition 4MiB] [--credit 16MiB] [--compute-scale 1]

@@ -272,13 +272,9 @@ void CollectiveBackend::stop_base() { shutdown(); }
 
 BackendCapabilities CollectiveBackend::capabilities() const {
   BackendCapabilities c;
-  c.global_order = true;
+  c.global_order = negotiator_ ? &negotiator_->order_knobs() : nullptr;
   c.joins = supports(Op::allreduce, Device::cpu);
   return c;
-}
-
-void CollectiveBackend::set_knobs(const Knobs& knobs) {
-  if (negotiator_) negotiator_->set_knobs(knobs);
 }
 
 NegotiatorStats CollectiveBackend::negotiation_stats() const {

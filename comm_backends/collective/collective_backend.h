@@ -41,8 +41,8 @@ namespace commsched::collective {
 // the engine reads them) over the partitions ready on every rank (see scheduler/global_order.h). Environment:
 // COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB; "none" = no fusion): bytescheduler's small-tensor fusion bound on a
 // collective when COMMSCHED_SMALL_TENSOR_BYTES sets none; COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the
-// global credit until an engine hands over its credit knob (BackendCapabilities::global_order; a per-rank credit in each engine can
-// deadlock a collective).
+// global credit until an engine posts its credit knob (BackendCapabilities::global_order; a per-rank credit in each
+// engine can deadlock a collective).
 struct CollectiveOptions {
   uint64_t fusion_bytes = 1u << 20;
   uint64_t credit_bytes = 0;
@@ -65,14 +65,13 @@ class CollectiveBackend : public CommBackend {
   int size() const override { return size_; }
   void start(std::vector<PartitionView> batch, BatchDone done) override;
   void shutdown() override;
-  // The credit lives in the order negotiation (one global credit on rank 0, see scheduler/global_order.h), not in each rank's
-  // engine: an engine hands its knobs here (COMMSCHED_CREDIT_BYTES, the fusion bound, the auto-tuner's choices), which
-  // reach rank 0's Policy::set_knobs whole, and runs its own policy unlimited. COMMSCHED_COLLECTIVE_CREDIT_BYTES is
-  // the credit until an engine sets one.
-  // global_order; joins (Horovod's) where this backend's buffers are host memory (Gloo): a joined rank runs the
-  // others' partitions with zeros of the ordered size until every rank has joined (see Negotiator::join).
+  // global_order: the credit lives in the order negotiation (one global credit on rank 0, scheduler/global_order.h),
+  // not in each rank's engine: an engine posts its knobs to the negotiator's order_knobs (COMMSCHED_CREDIT_BYTES, the
+  // fusion bound, the auto-tuner's choices), which reach rank 0's Policy::set_knobs whole, and runs its own policy
+  // unlimited; COMMSCHED_COLLECTIVE_CREDIT_BYTES is the credit until an engine posts one. joins (Horovod's) where this
+  // backend's buffers are host memory (Gloo): a joined rank runs the others' partitions with zeros of the ordered
+  // size until every rank has joined (see Negotiator::join).
   BackendCapabilities capabilities() const override;
-  void set_knobs(const Knobs& knobs) override;
   int join() override;
   NegotiatorStats negotiation_stats() const;
   // Who lags, as rank 0's negotiator sees the ranks report ready (Negotiator::stragglers).

@@ -83,7 +83,10 @@ class Negotiator::StateLock {
 };
 
 Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
-    : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}) {
+    : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}),
+      order_knobs_([this](const Knobs&) {
+        if (opts_.rank == 0) wake(wake_.get());  // only rank 0's thread applies them (coordinator_round)
+      }) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
@@ -99,9 +102,9 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
     coordinator_ = std::make_unique<GlobalOrder>(opts_.size, make_policy(policy));
     lag_.emplace(opts_.size);
     coordinator_->limit_groups_ahead(kGroupsAhead);
-    knobs_ = opts_.policy.knobs;
-    knobs_.credit_bytes = opts_.credit_bytes;
-    coordinator_->set_knobs(knobs_);
+    Knobs knobs = opts_.policy.knobs;  // until an engine posts its own
+    knobs.credit_bytes = opts_.credit_bytes;
+    coordinator_->set_knobs(knobs);
     join_as_coordinator(store, deadline);
   } else {
     join_as_worker(store, deadline);
@@ -242,9 +245,9 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
 }
 
 void Negotiator::coordinator_round() {
-  if (knobs_changed_.exchange(false)) {
-    std::lock_guard lock(knobs_mu_);
-    coordinator_->set_knobs(knobs_);
+  if (std::optional<Knobs> k = order_knobs_.take()) {
+    if (k->small_tensor_bytes == 0) k->small_tensor_bytes = opts_.auto_fusion_bytes;
+    coordinator_->set_knobs(*k);
   }
   for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
   if (relay_.stopped()) return;
@@ -325,17 +328,6 @@ void Negotiator::completed() {
   ++completed_groups_;
   // On the negotiator thread itself (a blocking execute) the loop sees the count before it sleeps; no wake-up needed.
   if (std::this_thread::get_id() != thread_.get_id()) wake(wake_.get());
-}
-
-void Negotiator::set_knobs(const Knobs& knobs) {
-  if (!coordinator_) return;  // the coordinator on rank 0 decides alone
-  {
-    std::lock_guard lock(knobs_mu_);
-    knobs_ = knobs;
-    if (knobs_.small_tensor_bytes == 0) knobs_.small_tensor_bytes = opts_.auto_fusion_bytes;
-  }
-  knobs_changed_ = true;
-  wake(wake_.get());
 }
 
 void Negotiator::shutdown() {

@@ -128,9 +128,9 @@ class Negotiator {
   // zeros (NegotiatorCallbacks::stand_in); returns the rank that joined last. Throws std::runtime_error when the
   // group breaks or shuts down meanwhile. Call with nothing of this rank pending; no time limit (a lost peer ends it).
   int join();
-  // Changes the knobs of rank 0's policy (credit_bytes: the global credit, 0: no limit; small_tensor_bytes 0:
-  // NegotiatorOptions::auto_fusion_bytes) from any thread; they apply on rank 0, and this is a no-op elsewhere.
-  void set_knobs(const Knobs& knobs);
+  // Where the knobs of rank 0's policy are posted (credit_bytes: the global credit, 0: no limit; small_tensor_bytes
+  // 0: NegotiatorOptions::auto_fusion_bytes), from any thread; they apply on rank 0 and are ignored elsewhere.
+  GlobalOrderKnobs& order_knobs() { return order_knobs_; }
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
   // Status::Code::cancelled. Idempotent.
   void shutdown();
@@ -263,9 +263,7 @@ class Negotiator {
   StragglerBoard lags_{1};
 
   std::atomic<uint64_t> completed_groups_{0};
-  std::mutex knobs_mu_;
-  Knobs knobs_;                             // the latest set_knobs (guarded by knobs_mu_)
-  std::atomic<bool> knobs_changed_{false};  // knobs_ not yet handed to the coordinator
+  GlobalOrderKnobs order_knobs_;  // on rank 0 a post wakes the negotiator thread
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
 

@@ -46,7 +46,6 @@ class Recording final : public CommBackend {
     inner_->start_with_sent(std::move(batch), std::move(sent), std::move(done));
   }
   BackendCapabilities capabilities() const override { return inner_->capabilities(); }
-  void set_knobs(const Knobs& k) override { inner_->set_knobs(k); }
   bool supports(Op op, Device d) const override { return inner_->supports(op, d); }
   void shutdown() override { inner_->shutdown(); }
   bool saw_mixed_batch() const {

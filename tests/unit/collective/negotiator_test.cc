@@ -367,8 +367,8 @@ TEST(Negotiator, RankZerosSubmitterOrdersWhileItsNegotiatorThreadRunsACollective
 TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   Group g(2);
   g.log(0).auto_complete = false;
-  g.rank(0).set_knobs(knobs(100));  // one 64-byte partition in flight at a time
-  g.rank(1).set_knobs(knobs(1));    // ignored: rank 0 decides
+  g.rank(0).order_knobs().post(knobs(100));  // one 64-byte partition in flight at a time
+  g.rank(1).order_knobs().post(knobs(1));    // ignored: rank 0 decides
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
   // Readiness signal instead of a pause: a probe the ranks disagree on fails at once, credit or not, and its error
@@ -385,7 +385,7 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   }
   g.rank(0).completed();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
-  g.rank(0).set_knobs(knobs(0));  // no limit: the last one goes without another completion
+  g.rank(0).order_knobs().post(knobs(0));  // no limit: the last one goes without another completion
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(4, 10s));
   EXPECT_EQ(g.log(1).groups, g.log(0).groups);
   EXPECT_EQ(g.log(0).groups.size(), 3u);
@@ -396,7 +396,7 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
 TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
   Group g(2);  // no fusion at start
   g.log(0).auto_complete = false;
-  g.rank(0).set_knobs(knobs(100));  // one 64-byte partition in flight at a time
+  g.rank(0).order_knobs().post(knobs(100));  // one 64-byte partition in flight at a time
   // One submission is one report per rank, so rank 0 knows all five ready everywhere once it orders the first.
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2), sub(4, 64, 3), sub(5, 64, 4)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
@@ -407,8 +407,8 @@ TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
     ASSERT_EQ(g.log(0).groups.size(), 2u);
     EXPECT_EQ(g.log(0).groups[1].size(), 1u) << "fused with no fusion bound";
   }
-  g.rank(1).set_knobs(knobs(100, 1));     // ignored: rank 0 decides
-  g.rank(0).set_knobs(knobs(100, 1024));  // applied before the completion below (same thread, same order)
+  g.rank(1).order_knobs().post(knobs(100, 1));     // ignored: rank 0 decides
+  g.rank(0).order_knobs().post(knobs(100, 1024));  // applied before the completion below (same thread, same order)
   g.rank(0).completed();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(5, 10s));
   std::lock_guard lock(g.log(0).mu);

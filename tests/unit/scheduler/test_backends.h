@@ -13,6 +13,7 @@
 
 #include "comm_backends/comm_backend.h"
 #include "scheduler/engine.h"
+#include "scheduler/global_order.h"
 #include "scheduler/task.h"
 
 namespace commsched::testing {
@@ -167,10 +168,11 @@ class HeldBackend final : public CommBackend {
   BackendCapabilities capabilities() const override {
     BackendCapabilities c;
     c.reports_sent = sent_notices_;
-    c.global_order = global_order_;
+    if (global_order_) c.global_order = &knobs_;
     return c;
   }
-  void set_knobs(const Knobs& k) override {
+  // What the engine posts to the global order's knobs.
+  void posted(const Knobs& k) {
     std::lock_guard lk(mu_);
     credits_.push_back(k.credit_bytes);
     fusion_bounds_.push_back(k.small_tensor_bytes);
@@ -209,6 +211,7 @@ class HeldBackend final : public CommBackend {
  private:
   bool sent_notices_;
   bool global_order_;
+  mutable GlobalOrderKnobs knobs_{[this](const Knobs& k) { posted(k); }};
   std::vector<uint64_t> credits_, fusion_bounds_;
   std::mutex mu_;
   std::vector<BatchDone> held_;
