@@ -26,9 +26,6 @@ from commsched.torch.compression import Compression
 from commsched.torch.cross_iteration import CrossIteration, ForwardCoverage
 from commsched.torch.gradient_exchange import GradientExchange
 
-CROSS_ITERATION_VAR = "COMMSCHED_CROSS_ITERATION"
-
-
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, model, cross_iteration, original, horovod):
@@ -75,7 +72,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._watch_backward_times(self._context())
         self._model = model
         if cross_iteration is None:
-            cross_iteration = runtime.env_flag(CROSS_ITERATION_VAR, default=True)
+            cross_iteration = runtime.cross_iteration_default()
         if cross_iteration and isinstance(self, torch.optim.LBFGS):
             warnings.warn("commsched: LBFGS needs every gradient at once; cross-iteration mode is off for it")
             cross_iteration = False
