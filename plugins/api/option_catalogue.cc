@@ -29,6 +29,10 @@ OptionTable<ContextEnvOptions> build_context_table() {
          choice_value({"auto", "off"}),
          "auto: when tuning, time the link before the first step (a few reduces through the backend, well under a "
          "second; rank 0's numbers broadcast) for the tuner's warm start; off: the estimated link and assumed latency");
+  t.bind("cross_iteration", "COMMSCHED_CROSS_ITERATION", [](ContextEnvOptions& o) -> bool& { return o.cross_iteration; },
+         bool_value(),
+         "PyTorch and Keras DistributedOptimizer: step() returns at once and each update is applied just before the "
+         "next forward reads it (0: step() waits for every gradient); their cross_iteration= argument overrides it");
   return t;
 }
 

@@ -14,6 +14,7 @@ struct ContextEnvOptions {
   std::string backend;  // COMMSCHED_BACKEND; empty: chosen from the cluster's shape
   bool tune = false;    // COMMSCHED_TUNE
   std::string link_probe = "auto";  // COMMSCHED_LINK_PROBE: auto (time the link at startup when tuning) | off
+  bool cross_iteration = true;       // COMMSCHED_CROSS_ITERATION: the framework optimizers' default (Python reads it)
   static ContextEnvOptions from_env();
 };
 const OptionTable<ContextEnvOptions>& context_option_table();

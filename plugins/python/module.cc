@@ -319,6 +319,19 @@ PYBIND11_MODULE(_C, m) {
       py::arg("what"), py::arg("spec"),
       "raises ValueError (naming `what` and the allowed schemes) unless `spec` is one the engine takes");
   m.def("student_t95", &student_t95, py::arg("dof"), "two-sided 95% quantile of Student's t (dof >= 1)");
+  m.def(
+      "context_env",
+      [] {
+        const ContextEnvOptions o = ContextEnvOptions::from_env();
+        py::dict d;
+        d["backend"] = o.backend;
+        d["tune"] = o.tune;
+        d["link_probe"] = o.link_probe;
+        d["cross_iteration"] = o.cross_iteration;
+        return d;
+      },
+      "the context options (COMMSCHED_BACKEND, _TUNE, _LINK_PROBE, _CROSS_ITERATION) parsed from the environment by "
+      "the registry; a bad value raises ValueError naming the variable and the allowed values");
   m.def("explain_env", &ClusterEnv::explain_env, "the launcher detected and the cluster contract derived from it");
   bind_elastic(m);
 

@@ -46,6 +46,9 @@ def _registry_option(keyword, caller):
                      f"{', '.join(i['name'] for i in _C.options())}; see `commsched options`)")
 
 
+_INIT_PARAMETERS = ("backend", "tune")  # context options init() takes as its own parameters
+
+
 def _split_options(options, caller):
     """Engine options go to the Context; the others (tuner, ps, collective) are read from the environment by their
     layer while the Context connects, so a keyword sets its variable for this process."""
@@ -54,7 +57,7 @@ def _split_options(options, caller):
         info = _registry_option(keyword, caller)
         if info["group"] == "engine":
             engine[info["name"]] = str(value)
-        elif info["group"] == "context":
+        elif info["name"] in _INIT_PARAMETERS:
             raise ValueError(f"{caller}.init(): pass '{info['name']}' as init({info['name']}=...)")
         else:
             os.environ[info["env"]] = str(value)
@@ -171,16 +174,10 @@ def wait(handle, name):
                                    f"{describe_error(err)}")
 
 
-def env_flag(var, default=False):
-    """Parses a 0/1 environment flag; a bad value raises ValueError naming the variable."""
-    value = os.environ.get(var, "").strip().lower()
-    if not value:
-        return default
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{var}='{value}': expected 0 or 1")
+def cross_iteration_default():
+    """COMMSCHED_CROSS_ITERATION as the option registry parses it (default on): whether a framework's
+    DistributedOptimizer defers each update to the next forward when its cross_iteration= is not given."""
+    return _C.context_env()["cross_iteration"]
 
 
 def host_copy(value):

@@ -101,3 +101,21 @@ def test_tuner_state_reports_the_best_of_every_knob(monkeypatch):
     finally:
         ctx.shutdown()
 
+
+def test_cross_iteration_default_is_read_through_the_registry(monkeypatch):
+    monkeypatch.setenv("COMMSCHED_CROSS_ITERATION", "off")
+    assert core.cross_iteration_default() is False
+    monkeypatch.setenv("COMMSCHED_CROSS_ITERATION", "maybe")
+    with pytest.raises(ValueError, match="COMMSCHED_CROSS_ITERATION"):
+        core.cross_iteration_default()
+    monkeypatch.delenv("COMMSCHED_CROSS_ITERATION")
+    assert core.cross_iteration_default() is True
+    assert "cross_iteration" in {o["name"] for o in _C.options()}
+
+
+def test_context_keywords_init_does_not_take_set_their_variable(monkeypatch):
+    monkeypatch.setenv("COMMSCHED_CROSS_ITERATION", "1")  # restored after the test, whatever init() sets
+    assert core._split_options({"cross_iteration": 0}, "commsched.torch") == {}
+    assert os.environ["COMMSCHED_CROSS_ITERATION"] == "0"
+    with pytest.raises(ValueError, match=r"pass 'tune' as init\(tune=...\)"):
+        core._split_options({"tune": 1}, "commsched.torch")

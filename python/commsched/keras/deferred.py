@@ -29,7 +29,6 @@ import tensorflow as tf
 from commsched import _runtime_core as core
 from commsched.tensorflow import gradients
 
-CROSS_ITERATION_VAR = "COMMSCHED_CROSS_ITERATION"
 _states = weakref.WeakSet()       # every DeferredUpdates alive (one per wrapped, built optimizer)
 _local = threading.local()        # depth of nested Layer calls on this thread
 _patched = []
@@ -168,7 +167,7 @@ def enabled(optimizer, requested):
     """Whether `optimizer` runs with cross-iteration overlap: requested (None: COMMSCHED_CROSS_ITERATION, default
     on) and its update splits per variable; says once why not when it was asked for and cannot."""
     if requested is None:
-        requested = core.env_flag(CROSS_ITERATION_VAR, default=True)
+        requested = core.cross_iteration_default()
     if not requested:
         return False
     reason = coupling_reason(optimizer)

@@ -76,3 +76,25 @@ def resolve_groups(groups, num_groups, params):
     else:
         split = _explicit_groups(groups, params)
     return {p: group for group in split for p in group}
+
+
+def parameter_names(param_groups, named_parameters):
+    """Horovod's named_parameters=: each parameter's name (param.I by position when not given); refuses entries
+    that are not (name, parameter) pairs, duplicate names and parameters left out."""
+    all_params = [p for g in param_groups for p in g["params"]]
+    if named_parameters is None:
+        return {p: f"param.{i}" for i, p in enumerate(all_params)}
+    named = list(named_parameters)
+    if any(not (isinstance(t, tuple) and len(t) == 2) for t in named):
+        raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
+                         "usually model.named_parameters()")
+    names = [n for n, _ in named]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError(f"named_parameters contains duplicate names: {', '.join(dups)}")
+    by_param = {p: n for n, p in named}
+    unnamed = [i for i, p in enumerate(all_params) if p not in by_param]
+    if unnamed:
+        raise ValueError(f"the optimizer has {len(unnamed)} parameter(s) missing from named_parameters "
+                         f"(positions {unnamed[:5]} in its param groups)")
+    return by_param

@@ -7,7 +7,7 @@ import torch
 from commsched import _C, _elastic
 from commsched import _runtime_core as core
 from commsched._runtime_core import (  # noqa: F401  (the torch API's names for the shared runtime)
-    HorovodInternalError, NotInitializedError, env_flag, is_initialized, on_shutdown, shutdown, wait)
+    HorovodInternalError, NotInitializedError, cross_iteration_default, is_initialized, on_shutdown, shutdown, wait)
 
 _CALLER = "commsched.torch"
 _init_args = None           # init()'s arguments, for the Context of an elastic job's next generation
