@@ -121,6 +121,20 @@ def allgather(ctx, array, name):
     return Pending(parts, lambda: np.concatenate([p.finish() for p in pieces], axis=0))
 
 
+def alltoall_splits(name, rows, n, splits):
+    """The rows each of n ranks gets: `splits` (a sequence of n counts summing to rows), or equal blocks when None;
+    a split that does not add up raises ValueError naming the collective (both frameworks' alltoall)."""
+    if splits is None:
+        if rows % n:
+            raise ValueError(f"alltoall '{name}': {rows} rows do not split equally over {n} ranks; pass splits=")
+        return [rows // n] * n
+    sent = [int(s) for s in splits]
+    if len(sent) != n or any(s < 0 for s in sent) or sum(sent) != rows:
+        raise ValueError(f"alltoall '{name}': splits={sent} must be {n} non-negative counts summing to the "
+                         f"{rows} rows of the tensor")
+    return sent
+
+
 def alltoall(ctx, array, splits, name):
     """Rows splits[j] of `array` go to rank j (equal blocks when splits is None); returns (output, received_splits).
     Every rank's input is broadcast and each receiver keeps its slice (the backends have no point-to-point)."""
@@ -128,16 +142,7 @@ def alltoall(ctx, array, splits, name):
     mine = core.host_copy(array)
     if mine.ndim == 0:
         raise ValueError(f"alltoall '{name}': a 0-dimensional tensor cannot be split")
-    rows = mine.shape[0]
-    if splits is None:
-        if rows % n:
-            raise ValueError(f"alltoall '{name}': {rows} rows do not split equally over {n} ranks; pass splits=")
-        sent = [rows // n] * n
-    else:
-        sent = [int(s) for s in np.asarray(splits).reshape(-1)]
-        if len(sent) != n or any(s < 0 for s in sent) or sum(sent) != rows:
-            raise ValueError(f"alltoall '{name}': splits={sent} must be {n} non-negative counts summing to the "
-                             f"{rows} rows of the tensor")
+    sent = alltoall_splits(name, mine.shape[0], n, None if splits is None else np.asarray(splits).reshape(-1))
     rest = list(mine.shape[1:])
     table = exchange(ctx, sent + rest, f"{name}.splits")
     for r in range(n):

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from commsched._host_collectives import alltoall_splits
 from commsched.torch import ops, runtime
 from commsched.torch.compression import Compression
 
@@ -190,16 +191,8 @@ def _alltoall_op(tensor, splits, name, ps):
     t = tensor.detach().contiguous()
     if t.dim() == 0:
         raise ValueError(f"alltoall '{name}': a 0-dimensional tensor cannot be split")
-    rows = t.shape[0]
-    if splits is None:
-        if rows % n:
-            raise ValueError(f"alltoall '{name}': {rows} rows do not split equally over {n} ranks; pass splits=")
-        mine = [rows // n] * n
-    else:
-        mine = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
-        if len(mine) != n or any(s < 0 for s in mine) or sum(mine) != rows:
-            raise ValueError(f"alltoall '{name}': splits={mine} must be {n} non-negative counts summing to the "
-                             f"{rows} rows of the tensor")
+    mine = alltoall_splits(name, t.shape[0], n,
+                           None if splits is None else (splits.tolist() if torch.is_tensor(splits) else splits))
     shapes = _exchange(mine + list(t.shape[1:]), f"{name}.splits", ps)
     rest = list(t.shape[1:])
     for r in range(n):
