@@ -263,9 +263,9 @@ def membership():
 def start():
     """Called by init() before the Context is made: joins the elastic job when there is one (a no-op otherwise)."""
     global _membership
-    if not os.environ.get("COMMSCHED_ELASTIC_STORE"):
+    env = _C.cluster_env()  # the option registry's reading of the environment (COMMSCHED_ELASTIC_STORE among it)
+    if not env["elastic_store"]:
         return
-    env = _C.cluster_env()
     if _membership is None:
         _membership = Membership(env)
         _membership.start(env)
