@@ -2,6 +2,8 @@
 // moving the same bytes.
 //   BM_Sum/<dtype>:    acc = a + b (the streaming mode's first step; f16/bf16 widen to an f32 accumulator)
 //   BM_SumPair/<dtype>: a = a + b in the data type (Gloo's reduction and the loopback backend; f16/bf16 round once)
+//   BM_SummerAdd/<threads>/<KiB>: acc += b in f32 through the server's Summer (threads = the caller + helpers), one
+//                       partition of <KiB>, parallel from 1 MiB as the server's default: what spreading one partition over cores gains or costs
 //   BM_MemLoop/<bytes>: out[i] = a[i] ^ b[i] on 64-bit words with the same read/write traffic per call
 // Bytes/s counts every byte read and written, so the two are directly comparable (target ratio >= 0.7).
 #include <benchmark/benchmark.h>
@@ -57,6 +59,19 @@ void BM_SumPair(benchmark::State& st) {
   st.SetLabel(std::string(dtype_name(t)));
 }
 
+void BM_SummerAdd(benchmark::State& st) {
+  const int threads = static_cast<int>(st.range(0));
+  const size_t n = static_cast<size_t>(st.range(1)) * 1024 / 4;
+  Summer summer(threads, 1 << 20);  // the server's default COMMSCHED_PS_PARALLEL_SUM_BYTES
+  std::vector<float> b(n, 2.0f), acc(n, 0.0f);
+  for (auto _ : st) {
+    summer.add(DType::f32, acc.data(), b.data(), n);
+    benchmark::DoNotOptimize(acc.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * n * 12));
+}
+
 // The reference: the same traffic as BM_Sum (read 2 x in_bytes, write out_bytes) with no arithmetic to speak of.
 void BM_MemLoop(benchmark::State& st) {
   const size_t in_bytes = static_cast<size_t>(st.range(0)), out_bytes = static_cast<size_t>(st.range(1));
@@ -79,6 +94,7 @@ void BM_MemLoop(benchmark::State& st) {
 BENCHMARK(BM_Sum)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);         // f32, f64, f16, bf16
 BENCHMARK(BM_SumInPlace)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SumPair)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SummerAdd)->ArgsProduct({{1, 2}, {1024, 4096, 65536}})->UseRealTime();
 BENCHMARK(BM_MemLoop)->Args({kElems * 4, kElems * 4})->Args({kElems * 8, kElems * 8})->Args({kElems * 2, kElems * 4})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -1,6 +1,6 @@
 // The server's summation: the shared kernels of comm_backends/reduce.h (f16 and bf16 accumulate in f32 and round once
-// at the end, so a sum of W pushes has one rounding error, not W), and a Summer that spreads big ranges over oneTBB
-// worker threads.
+// at the end, so a sum of W pushes has one rounding error, not W), and a Summer that spreads big ranges over a few
+// threads of its own.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +18,8 @@ using commsched::accumulator_size;
 using commsched::needs_narrowing;
 namespace kernels = commsched::kernels;
 
-// Runs the kernels, in parallel over `threads` oneTBB threads when a range is at least `parallel_bytes` long.
+// Runs the kernels, in parallel over `threads` threads (the caller and threads - 1 helpers) when a range is at least
+// `parallel_bytes` long. Several threads may call at once; they share the helpers.
 class Summer {
  public:
   Summer(int threads, uint64_t parallel_bytes);
@@ -36,8 +37,9 @@ class Summer {
   template <typename Fn>
   void run(DType t, size_t n, Fn&& fn);
   uint64_t parallel_bytes_;
-  struct Arena;  // oneTBB arena, kept out of this header
-  std::unique_ptr<Arena> arena_;
+  int threads_;
+  struct Pool;
+  std::unique_ptr<Pool> pool_;
 };
 
 }  // namespace commsched::ps

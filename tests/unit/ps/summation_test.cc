@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "comm_backends/ps/slot_table.h"
 #include "comm_backends/ps/sum_kernels.h"
@@ -88,6 +89,28 @@ TEST(PsKernels, ParallelSummerMatchesSerial) {
   par.add2(DType::f32, x.data(), a.data(), b.data(), n);
   ser.add2(DType::f32, y.data(), a.data(), b.data(), n);
   EXPECT_EQ(x, y);
+}
+
+// The server's shard threads share one Summer: concurrent callers each get their own range summed, with every chunk
+// of every call done exactly once (sizes chosen so chunks of different calls interleave in the helpers' queue).
+TEST(PsKernels, ConcurrentCallersShareTheHelpers) {
+  Summer par(3, 64 * 1024);
+  const size_t sizes[] = {100'003, 250'000, 1'000'000, 70'000};
+  std::vector<std::vector<float>> acc(4), add(4);
+  for (int c = 0; c < 4; ++c) {
+    acc[c].assign(sizes[c], 1.0f);
+    add[c].resize(sizes[c]);
+    for (size_t i = 0; i < sizes[c]; ++i) add[c][i] = static_cast<float>((i + c) % 7);
+  }
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&, c] {
+      for (int r = 0; r < 5; ++r) par.add(DType::f32, acc[c].data(), add[c].data(), sizes[c]);
+    });
+  for (auto& t : callers) t.join();
+  for (int c = 0; c < 4; ++c)
+    for (size_t i = 0; i < sizes[c]; ++i)
+      ASSERT_EQ(acc[c][i], 1.0f + 5.0f * static_cast<float>((i + c) % 7)) << "caller " << c << " element " << i;
 }
 
 TEST(PsSlotTable, SumsAnswerEveryWorkerAndReusesMemory) {
