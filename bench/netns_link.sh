@@ -4,6 +4,15 @@
 #   source bench/netns_link.sh
 #   netns_link_up PREFIX SUBNET_OCTET RATE   # sets NA NB (namespaces) and A B (their addresses, 10.OCTET.x.1/.2)
 #   trap 'netns_link_down' EXIT INT TERM      # or call it from your own cleanup
+#   PIDS+=($!); ...; netns_stop_pids [KILL]   # in a cleanup: signal every process the script started, reap them
+
+# Signals (TERM unless told) every process in the caller's PIDS array and waits for the script's children, so no
+# process outlives the namespaces the cleanup deletes next.
+netns_stop_pids() {
+  local sig=${1:-TERM} p
+  for p in "${PIDS[@]}"; do kill -"$sig" "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
 
 netns_link_up() {
   local prefix=$1 octet=$2 rate=$3 tag=$$

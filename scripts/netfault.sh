@@ -20,8 +20,7 @@ VICTIM=3           # host index of worker 2 (host 0 is the server)
 PIDS=()
 NAMES=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  netns_stop_pids KILL
   netns_star_down
 }
 trap cleanup EXIT INT TERM

@@ -30,8 +30,7 @@ PIDS=()
 OUT=$(mktemp -d)
 
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  netns_stop_pids
   netns_link_down
   rm -rf "$OUT"
 }

@@ -17,8 +17,7 @@ source "$(dirname "$0")/../netns_link.sh"
 PIDS=()
 
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  netns_stop_pids
   netns_link_down
 }
 trap cleanup EXIT INT TERM

@@ -67,8 +67,7 @@ ADDRS=()
 PIDS=()
 
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  netns_stop_pids
   netns_star_down
   [[ $KEEP == 1 ]] || rm -rf "$OUT_DIR"
 }

@@ -15,8 +15,7 @@ HERE=$(cd "$(dirname "$0")/../.." && pwd)
 source "$HERE/bench/netns_link.sh"
 PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  netns_stop_pids
   netns_star_down
 }
 trap cleanup EXIT INT TERM
