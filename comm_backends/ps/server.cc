@@ -227,7 +227,7 @@ void Server::send_outcome(Outcome& o) {
     if (!o.error.empty()) {
       van_.send_text(w.peer, h, o.error);
     } else if (w.gets_data) {
-      van_.send(w.peer, h, OutPayload{o.data.get(), h.length, [keep = o.data] {}});
+      van_.send(w.peer, h, OutPayload{o.data.get(), h.length, [keep = o.data] {}, {}});
     } else {
       van_.send(w.peer, h);
     }
