@@ -7,7 +7,7 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 #include "scheduler/config.h"
 
 namespace commsched::collective {

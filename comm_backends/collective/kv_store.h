@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm_backends/collective/socket.h"
+#include "comm_backends/collective/wire.h"
 
 namespace commsched {
 struct ClusterEnv;

@@ -37,24 +37,6 @@ void wake(int eventfd) {
   [[maybe_unused]] const ssize_t n = ::write(eventfd, &one, sizeof one);
 }
 
-// Waits until fd is readable or the deadline passes.
-bool wait_readable(int fd, Clock::time_point deadline) {
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, POLLIN, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(left));
-    if (rc > 0) return true;
-    if (rc < 0 && errno != EINTR) return false;
-  }
-}
-
-// Reads one frame from a blocking socket during the join phase.
-std::string read_frame_blocking(int fd, Clock::time_point deadline, const std::string& what) {
-  if (!wait_readable(fd, deadline)) throw std::runtime_error(what + ": no message before the join timeout");
-  return recv_frame(fd, what);
-}
-
 }  // namespace
 
 class Negotiator::StateLock {
@@ -149,7 +131,7 @@ void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline)
     if (!fd.valid()) continue;
     tune_control_socket(fd.get(), opts_.timeout_s);
     if (!auth.admit(fd.get(), deadline)) continue;
-    const std::string frame = read_frame_blocking(fd.get(), deadline, "negotiator rank 0: joining peer");
+    const std::string frame = recv_frame(fd.get(), "negotiator rank 0: joining peer", deadline);
     ByteReader r(frame, "hello");  // reads through a view: the frame must outlive it
     if (read_type(r) != MsgType::hello) throw std::runtime_error("negotiator rank 0: a joining peer did not say hello");
     const int rank = r.get<int32_t>();
@@ -178,7 +160,7 @@ void Negotiator::join_as_worker(KvStore& store, Clock::time_point deadline) {
   tune_control_socket(peers_[0].fd.get(), opts_.timeout_s);
   LinkAuth(opts_.secret, "negotiation").prove(peers_[0].fd.get(), deadline, who(0) + " (coordinator)");
   send_all(peers_[0].fd.get(), encode_hello(opts_.rank, opts_.size), who(0));
-  const std::string frame = read_frame_blocking(peers_[0].fd.get(), deadline, who(0) + " (coordinator) during join");
+  const std::string frame = recv_frame(peers_[0].fd.get(), who(0) + " (coordinator) during join", deadline);
   if (frame.empty() || frame[0] != static_cast<char>(MsgType::welcome))  // a challenge (0): we have no secret
     throw std::runtime_error(who(0) + (frame.size() && frame[0] == 0 ? std::string(" (coordinator) ") + kNeedsSecret
                                                                       : std::string(": expected welcome during join")));

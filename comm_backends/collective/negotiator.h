@@ -46,7 +46,6 @@
 #include "scheduler/global_order.h"
 #include "comm_backends/collective/kv_store.h"
 #include "comm_backends/collective/protocol.h"
-#include "comm_backends/collective/socket.h"
 #include "comm_backends/collective/wire.h"
 #include "comm_backends/control/goodbye_barrier.h"
 #include "comm_backends/control/loss_relay.h"

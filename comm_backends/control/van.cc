@@ -4,7 +4,7 @@
 #include <array>
 #include <sstream>
 
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 
 namespace commsched::control {
 namespace {

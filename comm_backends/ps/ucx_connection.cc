@@ -14,7 +14,7 @@
 #include <string>
 
 #include "comm_backends/cluster_auth.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 
 namespace commsched::ps::ucx {
 namespace {

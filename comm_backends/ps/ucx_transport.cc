@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "comm_backends/cluster_auth.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 
 namespace commsched::ps::ucx {
 
@@ -140,21 +140,15 @@ UcxTransport::~UcxTransport() {
 
 std::string UcxTransport::bind(const std::string& host, int port) {
   if (listen_fd_ >= 0) throw std::runtime_error("transport already bound");
-  sockaddr_in a = resolve(host, port, "bind address '" + host + "'");
-  const std::string ep = "tcp://" + (host.empty() ? "*" : host) + ":" + std::to_string(port);
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::listen(listen_fd_, 128) != 0) {
-    const std::string why = std::strerror(errno);
-    if (listen_fd_ >= 0) ::close(listen_fd_);
-    listen_fd_ = -1;
-    throw std::runtime_error("UCX transport: cannot bind " + ep + ": " + why);
+  control::Fd fd;
+  try {
+    fd = control::listen_tcp(host, port);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("UCX transport: " + std::string(e.what()));
   }
-  socklen_t len = sizeof a;
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-  return "tcp://" + control::address_text(reinterpret_cast<const sockaddr*>(&a));
+  control::set_nonblocking(fd.get(), true);
+  listen_fd_ = fd.release();
+  return "tcp://" + control::bound_address(listen_fd_);
 }
 
 PeerId UcxTransport::connect(const std::string& endpoint) {

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "comm_backends/control/socket.h"
+
 namespace commsched {
 
 struct LinkEvent {
@@ -53,7 +55,7 @@ class NodeLink {
 
  private:
   struct Peer {
-    int fd = -1;
+    control::Fd fd;
     int node = -1;
     std::string inbox;
     bool done = false;
@@ -76,7 +78,7 @@ class NodeLink {
 
   int nnodes_;
   int node_rank_;
-  int listen_fd_ = -1;
+  control::Fd listener_;
   std::vector<Peer> peers_;   // root: one per other node; others: the root
   bool my_workers_done_ = false;
   bool my_done_ = false;

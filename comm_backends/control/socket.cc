@@ -1,21 +1,24 @@
-#include "comm_backends/collective/socket.h"
+#include "comm_backends/control/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
-#include "comm_backends/collective/wire.h"
-
-namespace commsched::collective {
+namespace commsched::control {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
@@ -43,7 +46,10 @@ void resolve(const std::string& host, int port, int socktype, bool passive, Addr
   hints.ai_socktype = socktype;
   if (passive) hints.ai_flags = AI_PASSIVE;
   const std::string service = std::to_string(port);
-  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &out.list);
+  const bool any = host.empty() || host == "*";  // every interface
+  const std::string iface = any ? std::string() : interface_address(host);  // COMMSCHED_BIND may name an interface
+  const std::string name = iface.empty() ? host : iface;
+  const int rc = getaddrinfo(any ? nullptr : name.c_str(), service.c_str(), &hints, &out.list);
   if (rc != 0 || out.list == nullptr)
     throw std::runtime_error("cannot resolve " + endpoint(host, port) + ": " + gai_strerror(rc));
 }
@@ -79,6 +85,13 @@ Fd listen_tcp(const std::string& host, int port, int backlog) {
   return fd;
 }
 
+std::string bound_address(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return {};
+  return address_text(reinterpret_cast<const sockaddr*>(&a));
+}
+
 int bound_port(int fd) {
   sockaddr_in addr{};
   socklen_t len = sizeof addr;
@@ -86,7 +99,22 @@ int bound_port(int fd) {
   return ntohs(addr.sin_port);
 }
 
-Fd connect_tcp(const std::string& host, int port, std::chrono::steady_clock::time_point deadline) {
+int free_port(const std::string& host) {
+  static std::mt19937 rng(std::random_device{}());
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = 20000 + static_cast<int>(rng() % 12000);
+    try {
+      listen_tcp(host, port, 1);  // closed again at once: nobody listened there
+      return port;
+    } catch (const std::runtime_error&) {
+    }
+  }
+  throw std::runtime_error("no free TCP port on " + host + " in 20000-31999");
+}
+
+Fd connect_tcp(const std::string& host, int port, Deadline deadline) {
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     AddrInfo ai;
@@ -102,6 +130,17 @@ Fd connect_tcp(const std::string& host, int port, std::chrono::steady_clock::tim
       throw std::runtime_error("cannot connect to " + endpoint(host, port) + " before the timeout: " + std::strerror(err));
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+  }
+}
+
+bool wait_readable(int fd, Deadline deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) return false;
   }
 }
 
@@ -126,7 +165,7 @@ void tune_control_socket(int fd, double send_timeout_s) {
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
-void send_all(int fd, std::string_view bytes, const std::string& what) {
+bool send_bytes(int fd, std::string_view bytes) {
   size_t sent = 0;
   while (sent < bytes.size()) {
     const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
@@ -135,9 +174,16 @@ void send_all(int fd, std::string_view bytes, const std::string& what) {
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    const bool timed_out = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-    throw std::runtime_error(what + ": send failed: " + (timed_out ? std::string("timed out") : errno_text()));
+    if (n == 0) errno = EPIPE;
+    return false;
   }
+  return true;
+}
+
+void send_all(int fd, std::string_view bytes, const std::string& what) {
+  if (send_bytes(fd, bytes)) return;
+  const bool timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+  throw std::runtime_error(what + ": send failed: " + (timed_out ? std::string("timed out") : errno_text()));
 }
 
 std::string recv_exact(int fd, size_t n, const std::string& what) {
@@ -167,9 +213,85 @@ std::string recv_frame(int fd, const std::string& what, uint32_t max_bytes) {
   return recv_exact(fd, len, what);
 }
 
+std::string recv_frame(int fd, const std::string& what, Deadline deadline, uint32_t max_bytes) {
+  if (!wait_readable(fd, deadline)) throw std::runtime_error(what + ": no message before the deadline");
+  return recv_frame(fd, what, max_bytes);
+}
+
 void set_receive_timeout(int fd, double seconds) {
   const timeval tv = to_timeval(seconds);
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-}  // namespace commsched::collective
+
+std::string interface_address(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return {};
+  std::string found;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && name == a->ifa_name) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+      found = buf;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res)
+    throw std::runtime_error("cannot resolve the rendezvous root COMMSCHED_ROOT_ADDR='" + host + "'");
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  std::string out;
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
+      out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(res);
+  if (out.empty()) throw std::runtime_error("no route to the rendezvous root " + host + ":" + std::to_string(port));
+  return out;
+}
+
+// Never every interface by default: the one that faces the root (loopback for a one-host run), so a port is not
+// reachable from networks the run does not use. COMMSCHED_BIND='*' asks for every interface explicitly.
+std::string bind_host(const ClusterEnv& env) {
+  if (!env.bind.empty()) return env.bind;
+  return local_address_towards(env.root_addr, env.root_port);
+}
+
+std::string advertised_host(const ClusterEnv& env) {
+  if (env.bind.empty()) return local_address_towards(env.root_addr, env.root_port);
+  if (auto a = interface_address(env.bind); !a.empty()) return a;
+  in_addr probe{};
+  if (inet_pton(AF_INET, env.bind.c_str(), &probe) == 1) return env.bind;
+  throw std::runtime_error("COMMSCHED_BIND='" + env.bind + "' is neither an IPv4 address nor an interface with one");
+}
+
+std::string address_text(const sockaddr* address) {
+  if (!address || address->sa_family != AF_INET) return {};
+  const auto* in = reinterpret_cast<const sockaddr_in*>(address);
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (fd < 0 || getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return {};
+  return address_text(reinterpret_cast<const sockaddr*>(&a));
+}
+
+}  // namespace commsched::control
