@@ -73,7 +73,7 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
   // Heartbeats several times per timeout, so one late packet never looks like a death.
-  heartbeat_ = std::clamp(seconds_to_ms(opts_.timeout_s / 4), std::chrono::milliseconds(20), std::chrono::milliseconds(1000));
+  heartbeat_ = heartbeat_interval(opts_.timeout_s);
   wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_.valid()) throw std::runtime_error("negotiator: eventfd failed");
   const auto deadline = Clock::now() + seconds_to_ms(opts_.join_timeout_s);
