@@ -63,7 +63,7 @@ CollectiveBackend::CollectiveBackend(int rank, int size) : rank_(rank), size_(si
 
 CollectiveBackend::~CollectiveBackend() { stop_base(); }
 
-void CollectiveBackend::start_negotiation(NegotiatorOptions opts, KvStore& store, bool execute_on_negotiator_thread) {
+void CollectiveBackend::start_negotiation(NegotiatorOptions opts, control::Store& store, bool execute_on_negotiator_thread) {
   opts.execute_blocks = execute_on_negotiator_thread && size_ > 1;
   NegotiatorCallbacks cb;
   if (opts.execute_blocks) cb.execute = [this](std::vector<uint64_t>&& group) { execute_inline(std::move(group)); };

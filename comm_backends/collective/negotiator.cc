@@ -64,7 +64,7 @@ class Negotiator::StateLock {
   std::unique_lock<std::mutex> lock_;
 };
 
-Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
+Negotiator::Negotiator(NegotiatorOptions opts, control::Store& store, NegotiatorCallbacks callbacks)
     : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}),
       order_knobs_([this](const Knobs&) {
         if (opts_.rank == 0) wake(wake_.get());  // only rank 0's thread applies them (coordinator_round)
@@ -110,7 +110,7 @@ std::string Negotiator::who(int rank) const {
   return "negotiator rank " + std::to_string(opts_.rank) + "/" + std::to_string(opts_.size) + ": rank " + std::to_string(rank);
 }
 
-void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline) {
+void Negotiator::join_as_coordinator(control::Store& store, Clock::time_point deadline) {
   peers_.resize(opts_.size);
   if (opts_.size == 1) return;
   Fd listener = listen_tcp(opts_.host, 0);
@@ -150,7 +150,7 @@ void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline)
   for (int r = 1; r < opts_.size; ++r) send_all(peers_[r].fd.get(), encode_simple(MsgType::welcome), who(r));
 }
 
-void Negotiator::join_as_worker(KvStore& store, Clock::time_point deadline) {
+void Negotiator::join_as_worker(control::Store& store, Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   const std::string addr = store.get(opts_.key_prefix + "coordinator", left);
   const auto colon = addr.rfind(':');
