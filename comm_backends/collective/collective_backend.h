@@ -54,10 +54,6 @@ struct CollectiveOptions {
   NegotiatorOptions negotiator_options(const ClusterEnv& env) const;
 };
 
-// The address this process advertises for data and control sockets: COMMSCHED_BIND when set, else the local address
-// that routes to the root.
-std::string advertised_host(const ClusterEnv& env);
-
 class CollectiveBackend : public CommBackend {
  public:
   ~CollectiveBackend() override;

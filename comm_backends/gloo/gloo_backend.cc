@@ -11,6 +11,7 @@
 
 #include <stdexcept>
 
+#include "comm_backends/control/socket.h"
 #include "comm_backends/reduce.h"
 
 namespace commsched {
@@ -52,7 +53,7 @@ bool is_ipv4_address(const std::string& s) {
 gloo::transport::tcp::attr transport_attr(const ClusterEnv& env) {
   gloo::transport::tcp::attr attr;
   if (!env.bind.empty() && !is_ipv4_address(env.bind)) attr.iface = env.bind;
-  else attr.hostname = collective::advertised_host(env);
+  else attr.hostname = control::advertised_host(env);
   return attr;
 }
 
