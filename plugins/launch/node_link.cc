@@ -132,11 +132,12 @@ void NodeLink::greet_root(Peer& root, int node_rank, const std::string& secret, 
 
 std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::string& host, int port,
                                          std::map<std::string, std::string>& env, double timeout_s,
-                                         const std::string& secret) {
+                                         const std::string& secret, double silence_s) {
   std::unique_ptr<NodeLink> link(new NodeLink(nnodes, node_rank));
   const auto deadline = deadline_after(timeout_s);
   if (node_rank == 0) {
     link->accept_nodes(host, port, env, secret, timeout_s, deadline);
+    link->watch_peers(silence_s);
     return link;
   }
   Peer root;
@@ -157,7 +158,30 @@ std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::s
   }
   node_link::decode_env(line.size() > 3 ? std::string_view(line).substr(3) : std::string_view(), env);
   link->peers_.push_back(std::move(root));
+  link->watch_peers(silence_s);
   return link;
+}
+
+void NodeLink::watch_peers(double silence_s) {
+  if (silence_s <= 0) return;
+  live_.emplace(silence_s);
+  heartbeat_ = heartbeat_interval(silence_s);
+  last_sent_ = Clock::now();
+  for (const auto& p : peers_) live_->watch(static_cast<Liveness::Id>(p.node), last_sent_);
+}
+
+std::optional<LinkEvent> NodeLink::keep_alive() {
+  if (!live_) return std::nullopt;
+  const auto now = Clock::now();
+  if (now - last_sent_ >= heartbeat_) broadcast("PING");
+  const auto loss = live_->check(now);
+  if (!loss) return std::nullopt;
+  live_->forget(loss->peer);
+  for (auto& p : peers_)
+    if (p.fd.valid() && p.node == static_cast<int>(loss->peer))
+      return lose(p, "its launcher went silent: " +
+                         loss->explain([](Liveness::Id n) { return "node " + std::to_string(n); }));
+  return std::nullopt;
 }
 
 // Node 0: waits for every other node's proven HELLO, then starts the run (GO with the root's environment).
@@ -196,7 +220,9 @@ void NodeLink::accept_nodes(const std::string& host, int port, const std::map<st
 NodeLink::~NodeLink() = default;
 
 void NodeLink::send(Peer& p, const std::string& line) {
-  if (p.fd.valid()) write_all(p.fd.get(), line + "\n");
+  if (!p.fd.valid()) return;
+  write_all(p.fd.get(), line + "\n");
+  last_sent_ = Clock::now();
 }
 
 void NodeLink::broadcast(const std::string& line, int except_node) {
@@ -225,7 +251,10 @@ std::optional<LinkEvent> NodeLink::handle_line(Peer& from, const std::string& li
     return LinkEvent{LinkEvent::Kind::abort, node_link::abort_message(line)};
   }
   if (verb == "WDONE") from.workers_done = true;
-  else if (verb == "DONE") from.done = from.workers_done = true;
+  else if (verb == "DONE") {
+    from.done = from.workers_done = true;
+    if (live_) live_->forget(static_cast<Liveness::Id>(from.node));  // it leaves now: its silence is no loss
+  }
   else if (verb == "WALLDONE") return LinkEvent{LinkEvent::Kind::all_workers_done, ""};
   return std::nullopt;
 }
@@ -257,6 +286,7 @@ std::optional<LinkEvent> NodeLink::drain(Peer& p) {
 }
 
 LinkEvent NodeLink::lose(Peer& p, const std::string& why) {
+  if (live_) live_->forget(static_cast<Liveness::Id>(p.node));
   p.fd.reset();
   p.inbox.clear();
   if (node_rank_ == 0) broadcast("ABORT " + std::to_string(p.node) + " " + why, p.node);
@@ -267,6 +297,7 @@ std::optional<LinkEvent> NodeLink::poll(int timeout_ms) {
   for (auto& p : peers_)  // lines left over from an earlier read that returned an event
     if (auto e = drain(p)) return e;
   if (auto e = root_progress()) return e;
+  if (auto e = keep_alive()) return e;
   std::vector<pollfd> fds;
   for (const auto& p : peers_)
     if (p.fd.valid()) fds.push_back({p.fd.get(), POLLIN, 0});
@@ -280,12 +311,14 @@ std::optional<LinkEvent> NodeLink::poll(int timeout_ms) {
     const ssize_t n = ::read(p.fd.get(), buf, sizeof buf);
     if (n <= 0) {
       if (p.done || (node_rank_ != 0 && my_done_)) {
+        if (live_) live_->forget(static_cast<Liveness::Id>(p.node));
         p.fd.reset();
         continue;
       }
       return lose(p, "its launcher is gone (connection closed before it finished)");
     }
     p.inbox.append(buf, static_cast<size_t>(n));
+    if (live_) live_->heard(static_cast<Liveness::Id>(p.node), Clock::now());
     if (auto e = drain(p)) return e;
     // What is left is part of one line: a peer that keeps sending without a newline would grow it without bound.
     if (node_link::overlong(p.inbox))
