@@ -133,6 +133,24 @@ Fd connect_tcp(const std::string& host, int port, Deadline deadline) {
   }
 }
 
+sockaddr_in resolve_ipv4(const std::string& host, int port) {
+  AddrInfo ai;
+  resolve(host, port, SOCK_STREAM, true, ai);
+  sockaddr_in a{};
+  std::memcpy(&a, ai.list->ai_addr, sizeof a);
+  return a;
+}
+
+Fd start_connect(const sockaddr_in& to, bool& connected) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return fd;
+  const int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  connected = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to), sizeof to) == 0;
+  if (!connected && errno != EINPROGRESS) fd.reset();
+  return fd;
+}
+
 bool wait_readable(int fd, Deadline deadline) {
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include <netinet/in.h>
+
 #include "comm_backends/cluster_env.h"
 
 struct sockaddr;
@@ -55,6 +57,12 @@ std::string bound_address(int fd);
 int free_port(const std::string& host = "127.0.0.1");
 // Connects to host:port, retrying refused connections until `deadline` (the server may not be up yet).
 Fd connect_tcp(const std::string& host, int port, Deadline deadline);
+// host:port as an IPv4 socket address (host "" or "*": every interface; an interface name: its address). Throws
+// std::runtime_error naming host:port when it cannot be resolved.
+sockaddr_in resolve_ipv4(const std::string& host, int port);
+// For an event loop: starts a non-blocking connect to `to` (TCP_NODELAY); the loop finishes it (writable, then
+// SO_ERROR). An invalid Fd when it failed at once; `connected` says whether it stood at once.
+Fd start_connect(const sockaddr_in& to, bool& connected);
 // Accepts one connection (blocking unless the listener is non-blocking); returns an invalid Fd on EAGAIN.
 Fd accept_tcp(int listen_fd);
 void set_nonblocking(int fd, bool on);

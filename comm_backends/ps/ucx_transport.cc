@@ -60,25 +60,6 @@ void install_log_handler_once() {
   std::call_once(once, [] { ucs_log_push_handler(filter_ucx_log); });
 }
 
-sockaddr_in resolve(const std::string& host, int port, const std::string& what) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (host == "*" || host.empty()) {
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    return a;
-  }
-  const std::string ip = control::interface_address(host);  // COMMSCHED_BIND may name an interface
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(ip.empty() ? host.c_str() : ip.c_str(), nullptr, &hints, &res) != 0 || !res)
-    throw std::runtime_error("cannot resolve " + what);
-  a.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
-  freeaddrinfo(res);
-  return a;
-}
-
 // "tcp://host:port" (or "ucx://host:port") to a socket address.
 sockaddr_in parse_endpoint(const std::string& ep) {
   const auto scheme = ep.find("://");
@@ -91,7 +72,11 @@ sockaddr_in parse_endpoint(const std::string& ep) {
   } catch (const std::exception&) {
     throw std::runtime_error("UCX transport: endpoint '" + ep + "' has no port");
   }
-  return resolve(ep.substr(scheme + 3, colon - scheme - 3), port, "endpoint '" + ep + "'");
+  try {
+    return control::resolve_ipv4(ep.substr(scheme + 3, colon - scheme - 3), port);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("UCX transport: endpoint '" + ep + "': " + e.what());
+  }
 }
 
 }  // namespace

@@ -148,5 +148,22 @@ TEST(ControlSocket, AClosedPeerIsNamed) {
   EXPECT_FALSE(sent);
 }
 
+// The event loops' pieces (the UCX transport's dialler): an address resolved once, a connect finished by the loop.
+TEST(ControlSocket, ResolvesAndStartsANonBlockingConnect) {
+  EXPECT_EQ(resolve_ipv4("*", 5).sin_addr.s_addr, htonl(INADDR_ANY));
+  const sockaddr_in local = resolve_ipv4("127.0.0.1", 4711);
+  EXPECT_EQ(address_text(reinterpret_cast<const sockaddr*>(&local)), "127.0.0.1:4711");
+  EXPECT_NE(error_of([] { resolve_ipv4("no-such-host.invalid", 1); }).find("cannot resolve no-such-host.invalid:1"),
+            std::string::npos);
+  const Fd listener = listen_tcp("127.0.0.1", 0);
+  bool connected = false;
+  const Fd fd = start_connect(resolve_ipv4("127.0.0.1", bound_port(listener.get())), connected);
+  ASSERT_TRUE(fd.valid());
+  ASSERT_TRUE(wait_readable(listener.get(), in(2000ms)));
+  const Fd accepted = accept_tcp(listener.get());
+  EXPECT_TRUE(accepted.valid());
+  EXPECT_EQ(peer_address(accepted.get()), bound_address(fd.get()));
+}
+
 }  // namespace
 }  // namespace commsched::control
