@@ -48,13 +48,13 @@ collective::CollectiveOptions collective_options(const EngineConfig& engine) {
 LocalCollectiveFactory local_collective([[maybe_unused]] const HierarchicalOptions& o) {
 #ifdef COMMSCHED_HAVE_GLOO
   if (o.local == "gloo")
-    return [](const ClusterEnv& env, int rank, int size, collective::KvStore& store, const std::string& prefix) {
+    return [](const ClusterEnv& env, int rank, int size, control::Store& store, const std::string& prefix) {
       return std::make_unique<GlooLocalCollective>(connect_gloo_mesh(env, rank, size, store, prefix), rank, size);
     };
 #endif
 #ifdef COMMSCHED_HAVE_CUDA
   if (o.local == "nccl")
-    return [](const ClusterEnv& env, int rank, int size, collective::KvStore& store, const std::string& prefix) {
+    return [](const ClusterEnv& env, int rank, int size, control::Store& store, const std::string& prefix) {
       return std::make_unique<NcclLocalCollective>(env, rank, size, store, prefix);
     };
 #endif

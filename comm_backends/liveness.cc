@@ -3,10 +3,27 @@
 #include <algorithm>
 #include <sstream>
 
+#include "base/types.h"
+
 namespace commsched {
 namespace {
 double seconds(Liveness::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+std::chrono::milliseconds to_ms(double s) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(s));
+}
 }  // namespace
+
+std::chrono::milliseconds heartbeat_interval(double timeout_s, double configured_s) {
+  if (configured_s > 0) return to_ms(configured_s);
+  return std::clamp(to_ms(timeout_s / kBeatsPerTimeout), std::chrono::milliseconds(20), std::chrono::milliseconds(1000));
+}
+
+void check_heartbeat(const std::string& option, double interval_s, double timeout_s) {
+  if (interval_s > 0 && interval_s * kBeatsPerTimeout <= timeout_s) return;
+  throw InvalidArgument(option + "=" + std::to_string(interval_s) +
+                        "s is invalid: must be positive and at most a quarter of COMMSCHED_TIMEOUT (" +
+                        std::to_string(timeout_s) + "s)");
+}
 
 Liveness::Liveness(Clock::duration silence_limit, Clock::duration bye_grace)
     : silence_limit_(silence_limit), bye_grace_(bye_grace) {}

@@ -20,6 +20,19 @@
 
 namespace commsched {
 
+// The one heartbeat rule of every control loop (the Van under the PS, the collective negotiation): a loop that has
+// sent a peer nothing for an interval sends it a heartbeat, and a peer silent for COMMSCHED_TIMEOUT is lost
+// (Liveness::check). The interval is at most a quarter of the timeout, so a peer is declared lost only after
+// kBeatsPerTimeout heartbeats in a row went missing: one late packet never looks like a death.
+inline constexpr int kBeatsPerTimeout = 4;
+// The heartbeat interval of a loop: `configured_s` when a loop has its own option (COMMSCHED_PS_HEARTBEAT, checked by
+// check_heartbeat), else a quarter of the timeout within [20 ms, 1 s] (no busier than that, and a hang of one second is
+// noticed within a few seconds of COMMSCHED_TIMEOUT).
+std::chrono::milliseconds heartbeat_interval(double timeout_s, double configured_s = 0);
+// A configured interval must be positive and at most timeout/kBeatsPerTimeout; throws InvalidArgument naming
+// `option`, its value and the timeout otherwise.
+void check_heartbeat(const std::string& option, double interval_s, double timeout_s);
+
 class Liveness {
  public:
   using Clock = std::chrono::steady_clock;

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm_backends/collective/socket.h"
+#include "comm_backends/control/socket.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/transport.h"
 
@@ -40,24 +40,24 @@ double us_per_round(Clock::time_point t0, int rounds) {
 
 // ---- plain TCP: blocking writes from the caller, poll + recv for the answer (the negotiation's pattern) ----
 double tcp_rtt(int rounds) {
-  collective::Fd listener = collective::listen_tcp("127.0.0.1", 0);
-  const int port = collective::bound_port(listener.get());
+  control::Fd listener = control::listen_tcp("127.0.0.1", 0);
+  const int port = control::bound_port(listener.get());
   std::thread echo([&] {
-    collective::Fd c = collective::accept_tcp(listener.get());
-    collective::tune_control_socket(c.get(), 10);
+    control::Fd c = control::accept_tcp(listener.get());
+    control::tune_control_socket(c.get(), 10);
     try {
-      for (;;) collective::send_all(c.get(), collective::recv_exact(c.get(), kMsg, "echo"), "echo");
+      for (;;) control::send_all(c.get(), control::recv_exact(c.get(), kMsg, "echo"), "echo");
     } catch (const std::exception&) {  // the client closed: done
     }
   });
-  collective::Fd fd = collective::connect_tcp("127.0.0.1", port, Clock::now() + std::chrono::seconds(5));
-  collective::tune_control_socket(fd.get(), 10);
+  control::Fd fd = control::connect_tcp("127.0.0.1", port, Clock::now() + std::chrono::seconds(5));
+  control::tune_control_socket(fd.get(), 10);
   const std::string msg(kMsg, 'x');
   auto once = [&] {
-    collective::send_all(fd.get(), msg, "client");
+    control::send_all(fd.get(), msg, "client");
     pollfd p{fd.get(), POLLIN, 0};
     ::poll(&p, 1, 1000);
-    (void)collective::recv_exact(fd.get(), kMsg, "client");
+    (void)control::recv_exact(fd.get(), kMsg, "client");
   };
   for (int i = 0; i < 200; ++i) once();
   const auto t0 = Clock::now();

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/control/socket.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/server.h"
 #include "comm_backends/ps/transport.h"
@@ -161,34 +162,10 @@ ClusterEnv env_for(Role role, const std::string& addr, int port, int workers = 1
 }
 
 // ---------------- raw TCP ----------------
-int listen_on(const std::string& addr, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 4) != 0) {
-    std::perror("raw server bind");
-    std::exit(1);
-  }
-  return fd;
-}
+int listen_on(const std::string& addr, int port) { return control::listen_tcp(addr, port, 4).release(); }
 
 int dial(const std::string& addr, int port) {
-  for (int i = 0; i < 100; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
-    ::close(fd);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  std::fprintf(stderr, "cannot connect to %s:%d\n", addr.c_str(), port);
-  std::exit(1);
+  return control::connect_tcp(addr, port, std::chrono::steady_clock::now() + std::chrono::seconds(5)).release();
 }
 
 bool read_full(int fd, void* p, size_t n) {

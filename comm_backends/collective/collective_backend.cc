@@ -7,7 +7,7 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 #include "scheduler/config.h"
 
 namespace commsched::collective {
@@ -36,11 +36,6 @@ CollectiveOptions CollectiveOptions::from_env() {
   return o;
 }
 
-std::string advertised_host(const ClusterEnv& env) {
-  if (!env.bind.empty()) return env.bind;
-  return control::local_address_towards(env.root_addr, env.root_port);
-}
-
 NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) const {
   NegotiatorOptions o;
   o.rank = env.rank;
@@ -54,7 +49,7 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   if (o.policy.knobs.small_tensor_bytes == 0) o.policy.knobs.small_tensor_bytes = o.auto_fusion_bytes;
   o.credit_bytes = credit_bytes;
   o.spin_s = spin_s;
-  o.host = env.rank == 0 ? env.root_addr : advertised_host(env);
+  o.host = env.rank == 0 ? env.root_addr : control::advertised_host(env);
   o.secret = ClusterAuth::from_env().secret_for(env.root_addr);  // the rendezvous store's rule: one answer per run
   return o;
 }
@@ -63,7 +58,7 @@ CollectiveBackend::CollectiveBackend(int rank, int size) : rank_(rank), size_(si
 
 CollectiveBackend::~CollectiveBackend() { stop_base(); }
 
-void CollectiveBackend::start_negotiation(NegotiatorOptions opts, KvStore& store, bool execute_on_negotiator_thread) {
+void CollectiveBackend::start_negotiation(NegotiatorOptions opts, control::Store& store, bool execute_on_negotiator_thread) {
   opts.execute_blocks = execute_on_negotiator_thread && size_ > 1;
   NegotiatorCallbacks cb;
   if (opts.execute_blocks) cb.execute = [this](std::vector<uint64_t>&& group) { execute_inline(std::move(group)); };

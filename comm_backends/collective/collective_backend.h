@@ -54,10 +54,6 @@ struct CollectiveOptions {
   NegotiatorOptions negotiator_options(const ClusterEnv& env) const;
 };
 
-// The address this process advertises for data and control sockets: COMMSCHED_BIND when set, else the local address
-// that routes to the root.
-std::string advertised_host(const ClusterEnv& env);
-
 class CollectiveBackend : public CommBackend {
  public:
   ~CollectiveBackend() override;
@@ -82,7 +78,7 @@ class CollectiveBackend : public CommBackend {
 
   CollectiveBackend(int rank, int size);
   // Call once from the derived constructor, after the data plane is connected. `execute_on_negotiator_thread`: see above.
-  void start_negotiation(NegotiatorOptions opts, KvStore& store, bool execute_on_negotiator_thread = false);
+  void start_negotiation(NegotiatorOptions opts, control::Store& store, bool execute_on_negotiator_thread = false);
   // Moves one group (one partition, or several to fuse). Call `done` exactly once, inline or later from any thread.
   // An exception counts as done(error).
   virtual void execute(std::span<const PartitionView> group, GroupDone done) = 0;

@@ -167,18 +167,15 @@ void TcpStoreClient::set(const std::string& key, const std::string& value) {
   round_trip(w.take_frame());
 }
 
-bool TcpStoreClient::lookup(const std::string& key, std::string* value) {
+std::optional<std::string> TcpStoreClient::try_get(const std::string& key) {
   ByteWriter w;
   w.put<uint8_t>(static_cast<uint8_t>(StoreOp::get));
   w.put_string(key);
   const std::string reply = round_trip(w.take_frame());
   ByteReader r(reply, where_);
-  if (r.get<uint8_t>() == 0) return false;
-  if (value) *value = r.get_string();
-  return true;
+  if (r.get<uint8_t>() == 0) return std::nullopt;
+  return r.get_string();
 }
-
-bool TcpStoreClient::contains(const std::string& key) { return lookup(key, nullptr); }
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   ByteWriter w;
@@ -188,21 +185,6 @@ int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   const std::string reply = round_trip(w.take_frame());
   ByteReader r(reply, where_);
   return r.get<int64_t>();
-}
-
-std::string TcpStoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto backoff = std::chrono::microseconds(200);
-  std::string value;
-  // Polling is fine here: rendezvous happens once per backend, and the server stays stateless.
-  while (!lookup(key, &value)) {
-    if (std::chrono::steady_clock::now() > deadline)
-      throw std::runtime_error(where_ + ": key '" + key + "' did not appear within " +
-                               std::to_string(timeout.count()) + " ms (did every rank start?)");
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::microseconds(20000));
-  }
-  return value;
 }
 
 Rendezvous::Rendezvous(const ClusterEnv& env, std::string scope)

@@ -12,27 +12,19 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "comm_backends/collective/socket.h"
+#include "comm_backends/collective/wire.h"
+#include "comm_backends/control/store.h"
 
 namespace commsched {
 struct ClusterEnv;
 }
 
 namespace commsched::collective {
-
-class KvStore {
- public:
-  virtual ~KvStore() = default;
-  virtual void set(const std::string& key, const std::string& value) = 0;
-  // Blocks until the key exists or `timeout` passes; throws std::runtime_error naming the key on timeout.
-  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
-  // Non-blocking lookup.
-  virtual bool contains(const std::string& key) = 0;
-};
 
 // Serves the store from a background thread. Binds at construction (throws naming the address when it cannot).
 class TcpStoreServer {
@@ -61,21 +53,18 @@ class TcpStoreServer {
   std::thread thread_;
 };
 
-class TcpStoreClient : public KvStore {
+// The control plane's Store (comm_backends/control/store.h) over a connection to a TcpStoreServer.
+class TcpStoreClient : public control::Store {
  public:
   // Connects, retrying until `connect_timeout` (rank 0's server may start a little later).
   TcpStoreClient(const std::string& host, int port, std::chrono::milliseconds connect_timeout,
                  const std::string& secret = {});
   void set(const std::string& key, const std::string& value) override;
-  std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
-  bool contains(const std::string& key) override;
-  // Adds `delta` to the integer stored at `key` (absent: 0) in one step of the server and returns the sum: how
-  // several processes take distinct numbers (elastic registration) without a race.
-  int64_t add(const std::string& key, int64_t delta);
+  std::optional<std::string> try_get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  std::string where() const override { return where_; }
 
  private:
-  // One request/response; false result means "not found".
-  bool lookup(const std::string& key, std::string* value);
   std::string round_trip(const std::string& frame);
 
   std::mutex mu_;
@@ -89,7 +78,7 @@ class TcpStoreClient : public KvStore {
 class Rendezvous {
  public:
   Rendezvous(const ClusterEnv& env, std::string scope);
-  KvStore& store() { return *client_; }
+  control::Store& store() { return *client_; }
   // Prefix applied to every key of this rendezvous.
   const std::string& scope() const { return scope_; }
 

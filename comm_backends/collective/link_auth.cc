@@ -4,9 +4,8 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "comm_backends/collective/socket.h"
 #include "comm_backends/collective/wire.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 
 namespace commsched::collective {
 namespace {

@@ -37,24 +37,6 @@ void wake(int eventfd) {
   [[maybe_unused]] const ssize_t n = ::write(eventfd, &one, sizeof one);
 }
 
-// Waits until fd is readable or the deadline passes.
-bool wait_readable(int fd, Clock::time_point deadline) {
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, POLLIN, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(left));
-    if (rc > 0) return true;
-    if (rc < 0 && errno != EINTR) return false;
-  }
-}
-
-// Reads one frame from a blocking socket during the join phase.
-std::string read_frame_blocking(int fd, Clock::time_point deadline, const std::string& what) {
-  if (!wait_readable(fd, deadline)) throw std::runtime_error(what + ": no message before the join timeout");
-  return recv_frame(fd, what);
-}
-
 }  // namespace
 
 class Negotiator::StateLock {
@@ -82,7 +64,7 @@ class Negotiator::StateLock {
   std::unique_lock<std::mutex> lock_;
 };
 
-Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
+Negotiator::Negotiator(NegotiatorOptions opts, control::Store& store, NegotiatorCallbacks callbacks)
     : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}),
       order_knobs_([this](const Knobs&) {
         if (opts_.rank == 0) wake(wake_.get());  // only rank 0's thread applies them (coordinator_round)
@@ -91,7 +73,7 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
   // Heartbeats several times per timeout, so one late packet never looks like a death.
-  heartbeat_ = std::clamp(seconds_to_ms(opts_.timeout_s / 4), std::chrono::milliseconds(20), std::chrono::milliseconds(1000));
+  heartbeat_ = heartbeat_interval(opts_.timeout_s);
   wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_.valid()) throw std::runtime_error("negotiator: eventfd failed");
   const auto deadline = Clock::now() + seconds_to_ms(opts_.join_timeout_s);
@@ -128,7 +110,7 @@ std::string Negotiator::who(int rank) const {
   return "negotiator rank " + std::to_string(opts_.rank) + "/" + std::to_string(opts_.size) + ": rank " + std::to_string(rank);
 }
 
-void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline) {
+void Negotiator::join_as_coordinator(control::Store& store, Clock::time_point deadline) {
   peers_.resize(opts_.size);
   if (opts_.size == 1) return;
   Fd listener = listen_tcp(opts_.host, 0);
@@ -149,7 +131,7 @@ void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline)
     if (!fd.valid()) continue;
     tune_control_socket(fd.get(), opts_.timeout_s);
     if (!auth.admit(fd.get(), deadline)) continue;
-    const std::string frame = read_frame_blocking(fd.get(), deadline, "negotiator rank 0: joining peer");
+    const std::string frame = recv_frame(fd.get(), "negotiator rank 0: joining peer", deadline);
     ByteReader r(frame, "hello");  // reads through a view: the frame must outlive it
     if (read_type(r) != MsgType::hello) throw std::runtime_error("negotiator rank 0: a joining peer did not say hello");
     const int rank = r.get<int32_t>();
@@ -168,7 +150,7 @@ void Negotiator::join_as_coordinator(KvStore& store, Clock::time_point deadline)
   for (int r = 1; r < opts_.size; ++r) send_all(peers_[r].fd.get(), encode_simple(MsgType::welcome), who(r));
 }
 
-void Negotiator::join_as_worker(KvStore& store, Clock::time_point deadline) {
+void Negotiator::join_as_worker(control::Store& store, Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   const std::string addr = store.get(opts_.key_prefix + "coordinator", left);
   const auto colon = addr.rfind(':');
@@ -178,7 +160,7 @@ void Negotiator::join_as_worker(KvStore& store, Clock::time_point deadline) {
   tune_control_socket(peers_[0].fd.get(), opts_.timeout_s);
   LinkAuth(opts_.secret, "negotiation").prove(peers_[0].fd.get(), deadline, who(0) + " (coordinator)");
   send_all(peers_[0].fd.get(), encode_hello(opts_.rank, opts_.size), who(0));
-  const std::string frame = read_frame_blocking(peers_[0].fd.get(), deadline, who(0) + " (coordinator) during join");
+  const std::string frame = recv_frame(peers_[0].fd.get(), who(0) + " (coordinator) during join", deadline);
   if (frame.empty() || frame[0] != static_cast<char>(MsgType::welcome))  // a challenge (0): we have no secret
     throw std::runtime_error(who(0) + (frame.size() && frame[0] == 0 ? std::string(" (coordinator) ") + kNeedsSecret
                                                                       : std::string(": expected welcome during join")));

@@ -46,7 +46,6 @@
 #include "scheduler/global_order.h"
 #include "comm_backends/collective/kv_store.h"
 #include "comm_backends/collective/protocol.h"
-#include "comm_backends/collective/socket.h"
 #include "comm_backends/collective/wire.h"
 #include "comm_backends/control/goodbye_barrier.h"
 #include "comm_backends/control/loss_relay.h"
@@ -113,7 +112,7 @@ struct NegotiatorStats {
 class Negotiator {
  public:
   // Joins every rank through `store` (blocks up to join_timeout_s); throws std::runtime_error naming missing ranks.
-  Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks);
+  Negotiator(NegotiatorOptions opts, control::Store& store, NegotiatorCallbacks callbacks);
   ~Negotiator();
   Negotiator(const Negotiator&) = delete;
   Negotiator& operator=(const Negotiator&) = delete;
@@ -158,8 +157,8 @@ class Negotiator {
     PartitionDesc desc;
   };
 
-  void join_as_coordinator(KvStore& store, std::chrono::steady_clock::time_point deadline);
-  void join_as_worker(KvStore& store, std::chrono::steady_clock::time_point deadline);
+  void join_as_coordinator(control::Store& store, std::chrono::steady_clock::time_point deadline);
+  void join_as_worker(control::Store& store, std::chrono::steady_clock::time_point deadline);
   // Holds state_mu_ and marks this thread its owner (a callback made under it that submits is seen as such).
   class StateLock;
   void run();

@@ -9,10 +9,24 @@
 #include <string_view>
 #include <type_traits>
 
+#include "comm_backends/control/socket.h"
+
 namespace commsched::collective {
 
-// Control frames are small; anything bigger than this is a corrupted stream or a foreign client.
-inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
+// Frames travel over the control plane's one socket helper (control/socket.h); the collective links name it so.
+using control::accept_tcp;
+using control::bound_port;
+using control::connect_tcp;
+using control::Fd;
+using control::kMaxFrameBytes;
+using control::listen_tcp;
+using control::recv_exact;
+using control::recv_frame;
+using control::send_all;
+using control::set_nonblocking;
+using control::set_receive_timeout;
+using control::tune_control_socket;
+using control::wait_readable;
 
 class ByteWriter {
  public:

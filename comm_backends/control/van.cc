@@ -4,7 +4,7 @@
 #include <array>
 #include <sstream>
 
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 
 namespace commsched::control {
 namespace {
@@ -52,7 +52,7 @@ Van::Van(VanOptions opts, Transport& transport, VanProtocol& protocol)
       protocol_(protocol),
       live_(opts_.timeout_s),
       server_endpoints_(static_cast<size_t>(std::max(1, opts_.num_servers))),
-      heartbeat_(duration_cast<milliseconds>(duration<double>(opts_.heartbeat_s))) {}
+      heartbeat_(heartbeat_interval(opts_.timeout_s, opts_.heartbeat_s)) {}
 
 std::string Van::start() {
   started_ = Clock::now();

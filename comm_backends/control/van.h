@@ -58,7 +58,7 @@ struct VanOptions {
   std::string bind_host;
   int root_port = 0;                 // server 0 binds it
   std::string advertised_host;
-  double heartbeat_s = 0.25;
+  double heartbeat_s = 0.25;         // COMMSCHED_PS_HEARTBEAT (0: liveness.h's automatic interval)
   double timeout_s = 10;             // COMMSCHED_TIMEOUT
   double rendezvous_timeout_s = 120;
   uint64_t max_message_bytes = 0;    // decode limit of data ranges
@@ -106,6 +106,8 @@ class Van {
   void leave();
 
   bool ready() const { return ready_; }
+  // The heartbeat interval (comm_backends/liveness.h's rule): how long a protocol's loop may wait in poll().
+  std::chrono::milliseconds heartbeat() const { return heartbeat_; }
   bool failed() const { return relay_.stopped(); }
   // The goodbye barrier: every member of `role` has said bye (after the rendezvous).
   bool all_left(PeerRole role) const;

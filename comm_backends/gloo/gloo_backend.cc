@@ -11,6 +11,7 @@
 
 #include <stdexcept>
 
+#include "comm_backends/control/socket.h"
 #include "comm_backends/reduce.h"
 
 namespace commsched {
@@ -21,7 +22,7 @@ std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(sta
 // Gloo's rendezvous Store over the commsched rendezvous store, under a key prefix.
 class GlooStore : public gloo::rendezvous::Store {
  public:
-  GlooStore(collective::KvStore& kv, std::string prefix, std::chrono::milliseconds timeout)
+  GlooStore(control::Store& kv, std::string prefix, std::chrono::milliseconds timeout)
       : kv_(kv), prefix_(std::move(prefix)), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     kv_.set(prefix_ + key, std::string(data.begin(), data.end()));
@@ -32,11 +33,13 @@ class GlooStore : public gloo::rendezvous::Store {
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    for (const auto& k : keys) kv_.get(prefix_ + k, timeout);
+    std::vector<std::string> scoped;
+    for (const auto& k : keys) scoped.push_back(prefix_ + k);
+    kv_.wait(scoped, std::chrono::steady_clock::now() + timeout);
   }
 
  private:
-  collective::KvStore& kv_;
+  control::Store& kv_;
   std::string prefix_;
   std::chrono::milliseconds timeout_;
 };
@@ -50,7 +53,7 @@ bool is_ipv4_address(const std::string& s) {
 gloo::transport::tcp::attr transport_attr(const ClusterEnv& env) {
   gloo::transport::tcp::attr attr;
   if (!env.bind.empty() && !is_ipv4_address(env.bind)) attr.iface = env.bind;
-  else attr.hostname = collective::advertised_host(env);
+  else attr.hostname = control::advertised_host(env);
   return attr;
 }
 
@@ -85,7 +88,7 @@ void gloo_allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, void* data, D
   throw std::invalid_argument("gloo allreduce: unknown dtype value " + std::to_string(static_cast<int>(dtype)));
 }
 
-GlooMesh connect_gloo_mesh(const ClusterEnv& env, int rank, int size, collective::KvStore& kv, const std::string& prefix) {
+GlooMesh connect_gloo_mesh(const ClusterEnv& env, int rank, int size, control::Store& kv, const std::string& prefix) {
   GlooMesh mesh;
   mesh.device = gloo::transport::tcp::CreateDevice(transport_attr(env));
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);

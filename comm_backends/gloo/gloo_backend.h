@@ -59,7 +59,7 @@ struct GlooMesh {
 };
 // Connects `rank` of `size` processes into a full mesh whose addresses meet in `store` under `prefix`; the bind
 // address (COMMSCHED_BIND) and the timeouts come from `env`. Throws naming the rank when it fails.
-GlooMesh connect_gloo_mesh(const ClusterEnv& env, int rank, int size, collective::KvStore& store, const std::string& prefix);
+GlooMesh connect_gloo_mesh(const ClusterEnv& env, int rank, int size, control::Store& store, const std::string& prefix);
 
 // Sums `elements` values of `dtype` in place across every rank of a connected Gloo context. Exposed for the benchmark's
 // plain-Gloo baseline so both sides use the same reduction.

@@ -46,7 +46,7 @@ struct HierarchicalOptions {
 // Connects the local collective of `local_rank` of `local_size` through `store` under `prefix` (`env`: addresses
 // and timeouts).
 using LocalCollectiveFactory = std::function<std::unique_ptr<LocalCollective>(
-    const ClusterEnv& env, int local_rank, int local_size, collective::KvStore& store, const std::string& prefix)>;
+    const ClusterEnv& env, int local_rank, int local_size, control::Store& store, const std::string& prefix)>;
 
 class HierarchicalBackend final : public collective::CollectiveBackend {
  public:

@@ -6,7 +6,7 @@
 
 namespace commsched::nccl {
 
-ncclComm_t nccl_communicator(int rank, int size, collective::KvStore& store, const std::string& id_key, double timeout_s,
+ncclComm_t nccl_communicator(int rank, int size, control::Store& store, const std::string& id_key, double timeout_s,
                              const std::string& who) {
   ncclUniqueId id;
   if (rank == 0) {

@@ -59,7 +59,7 @@ class DeviceFusionMemory final : public collective::FusionBuffer::Memory {
 
 // One communicator of `size` ranks: rank 0 makes the unique id and publishes it under `id_key`, the others read it
 // (waiting up to max(60 s, 3 x timeout_s)). `who` prefixes errors. Blocks until every rank has joined.
-ncclComm_t nccl_communicator(int rank, int size, collective::KvStore& store, const std::string& id_key, double timeout_s,
+ncclComm_t nccl_communicator(int rank, int size, control::Store& store, const std::string& id_key, double timeout_s,
                              const std::string& who);
 
 }  // namespace commsched::nccl

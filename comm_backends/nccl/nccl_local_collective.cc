@@ -13,7 +13,7 @@ struct NcclLocalCollective::Impl {
 };
 
 NcclLocalCollective::NcclLocalCollective(const ClusterEnv& env, int local_rank, int local_size,
-                                         collective::KvStore& store, const std::string& prefix)
+                                         control::Store& store, const std::string& prefix)
     : rank_(local_rank), size_(local_size), impl_(std::make_unique<Impl>()) {
   const std::string who = "hierarchical nccl local rank " + std::to_string(local_rank) + " of " + std::to_string(local_size);
   const int devices = cuda_device_count();

@@ -16,7 +16,7 @@ namespace commsched {
 class NcclLocalCollective final : public LocalCollective {
  public:
   // Throws std::runtime_error naming the rank and the CUDA/NCCL call that failed (no GPU: cudaGetDeviceCount).
-  NcclLocalCollective(const ClusterEnv& env, int local_rank, int local_size, collective::KvStore& store,
+  NcclLocalCollective(const ClusterEnv& env, int local_rank, int local_size, control::Store& store,
                       const std::string& prefix);
   ~NcclLocalCollective() override;
   std::string_view name() const override { return "nccl"; }

@@ -101,7 +101,7 @@ std::string PsBackend::server_name(int s) const {
 }
 
 void PsBackend::io_main() {
-  const auto hb = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(cfg_.heartbeat_s));
+  const auto hb = van_->heartbeat();
   for (;;) {
     State st;
     bool stop;

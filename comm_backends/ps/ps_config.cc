@@ -4,6 +4,7 @@
 
 #include "comm_backends/ps/transport.h"
 #include "base/types.h"
+#include "comm_backends/liveness.h"
 
 namespace commsched {
 namespace {
@@ -98,10 +99,7 @@ std::optional<uint64_t> PsConfig::staleness_bound() const {
 }
 
 void PsConfig::validate(double peer_timeout_s) const {
-  if (heartbeat_s <= 0 || heartbeat_s * 4 > peer_timeout_s)
-    throw InvalidArgument("COMMSCHED_PS_HEARTBEAT=" + std::to_string(heartbeat_s) +
-                          "s is invalid: must be positive and at most a quarter of COMMSCHED_TIMEOUT (" +
-                          std::to_string(peer_timeout_s) + "s)");
+  check_heartbeat("COMMSCHED_PS_HEARTBEAT", heartbeat_s, peer_timeout_s);
   if (rendezvous_timeout_s <= 0) throw InvalidArgument("COMMSCHED_PS_RENDEZVOUS_TIMEOUT must be positive");
   if (deterministic && mode != "sync")
     throw InvalidArgument("COMMSCHED_PS_DETERMINISTIC=1 needs COMMSCHED_PS_MODE=sync (it is " + mode +

@@ -1,7 +1,7 @@
 // What a validated PsConfig hands the transport and the Van. Apart from ps_config.cc (parsing and validation), so
 // that the parsers link without the keys, the Van and the transports (the config fuzzer, tests/fuzz, builds them alone).
 #include "comm_backends/cluster_auth.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 #include "comm_backends/ps/ps_config.h"
 
 namespace commsched {

@@ -59,7 +59,7 @@ int Server::run() {
       (cfg_.mode == "sync" ? "" : "; gradients " + PsConfig::describe_mode_word(cfg_.mode_word())) +
       (cfg_.emulate_rate_bps > 0 ? "; EMULATED link rate " + std::to_string(cfg_.emulate_rate_bps / 1e9) + " Gbit/s"
                                  : ""));
-  const auto hb = duration_cast<milliseconds>(duration<double>(cfg_.heartbeat_s));
+  const auto hb = van_.heartbeat();
   while (van_.poll(hb)) {
     send_outcomes();
     if (van_.all_left(PeerRole::worker)) {  // the goodbye barrier: the servers go too

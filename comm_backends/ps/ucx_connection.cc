@@ -14,7 +14,7 @@
 #include <string>
 
 #include "comm_backends/cluster_auth.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 
 namespace commsched::ps::ucx {
 namespace {
@@ -49,12 +49,11 @@ std::string lanes_of(ucp_ep_h ep) {
 void UcxTransport::start_dial(PeerId id, Peer& p) {
   p.state = Peer::State::dialing;
   p.rx.clear();
-  p.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (p.fd < 0) return schedule_redial(p);
-  const int one = 1;
-  setsockopt(p.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (::connect(p.fd, reinterpret_cast<const sockaddr*>(&*p.dial), sizeof(sockaddr_in)) == 0) return dialed(id, p);
-  if (errno != EINPROGRESS) return schedule_redial(p);
+  bool connected = false;
+  control::Fd fd = control::start_connect(*p.dial, connected);
+  if (!fd.valid()) return schedule_redial(p);
+  p.fd = fd.release();
+  if (connected) return dialed(id, p);
 }
 
 void UcxTransport::dialed(PeerId id, Peer& p) {
@@ -135,16 +134,19 @@ void UcxTransport::append(std::vector<std::byte>& out, const std::string& bytes)
 
 void UcxTransport::accept_all() {
   for (;;) {
-    sockaddr_in from{};
-    socklen_t len = sizeof from;
-    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    control::Fd fd;
+    try {
+      fd = control::accept_tcp(listen_fd_);
+    } catch (const std::runtime_error&) {
+      return;  // out of descriptors or the like: the listener stays readable and the next round tries again
+    }
+    if (!fd.valid()) return;
+    control::set_nonblocking(fd.get(), true);
+    control::tune_control_socket(fd.get(), 0);  // TCP_NODELAY (a non-blocking send never waits anyway)
     const PeerId id = next_peer_++;
     Peer& p = peers_[id];
-    p.fd = fd;
-    p.addr = control::address_text(reinterpret_cast<const sockaddr*>(&from));
+    p.addr = control::peer_address(fd.get());
+    p.fd = fd.release();
     p.state = Peer::State::hello;
   }
 }

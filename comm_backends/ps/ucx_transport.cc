@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "comm_backends/cluster_auth.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 
 namespace commsched::ps::ucx {
 
@@ -60,25 +60,6 @@ void install_log_handler_once() {
   std::call_once(once, [] { ucs_log_push_handler(filter_ucx_log); });
 }
 
-sockaddr_in resolve(const std::string& host, int port, const std::string& what) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (host == "*" || host.empty()) {
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    return a;
-  }
-  const std::string ip = control::interface_address(host);  // COMMSCHED_BIND may name an interface
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(ip.empty() ? host.c_str() : ip.c_str(), nullptr, &hints, &res) != 0 || !res)
-    throw std::runtime_error("cannot resolve " + what);
-  a.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
-  freeaddrinfo(res);
-  return a;
-}
-
 // "tcp://host:port" (or "ucx://host:port") to a socket address.
 sockaddr_in parse_endpoint(const std::string& ep) {
   const auto scheme = ep.find("://");
@@ -91,7 +72,11 @@ sockaddr_in parse_endpoint(const std::string& ep) {
   } catch (const std::exception&) {
     throw std::runtime_error("UCX transport: endpoint '" + ep + "' has no port");
   }
-  return resolve(ep.substr(scheme + 3, colon - scheme - 3), port, "endpoint '" + ep + "'");
+  try {
+    return control::resolve_ipv4(ep.substr(scheme + 3, colon - scheme - 3), port);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("UCX transport: endpoint '" + ep + "': " + e.what());
+  }
 }
 
 }  // namespace
@@ -140,21 +125,15 @@ UcxTransport::~UcxTransport() {
 
 std::string UcxTransport::bind(const std::string& host, int port) {
   if (listen_fd_ >= 0) throw std::runtime_error("transport already bound");
-  sockaddr_in a = resolve(host, port, "bind address '" + host + "'");
-  const std::string ep = "tcp://" + (host.empty() ? "*" : host) + ":" + std::to_string(port);
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::listen(listen_fd_, 128) != 0) {
-    const std::string why = std::strerror(errno);
-    if (listen_fd_ >= 0) ::close(listen_fd_);
-    listen_fd_ = -1;
-    throw std::runtime_error("UCX transport: cannot bind " + ep + ": " + why);
+  control::Fd fd;
+  try {
+    fd = control::listen_tcp(host, port);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("UCX transport: " + std::string(e.what()));
   }
-  socklen_t len = sizeof a;
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-  return "tcp://" + control::address_text(reinterpret_cast<const sockaddr*>(&a));
+  control::set_nonblocking(fd.get(), true);
+  listen_fd_ = fd.release();
+  return "tcp://" + control::bound_address(listen_fd_);
 }
 
 PeerId UcxTransport::connect(const std::string& endpoint) {

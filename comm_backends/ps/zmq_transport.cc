@@ -23,7 +23,7 @@
 #include <utility>
 
 #include "comm_backends/cluster_auth.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 #include "comm_backends/ps/token_bucket.h"
 #include "scheduler/tsan_handoff.h"
 #include "comm_backends/ps/transport.h"

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "comm_backends/cluster_auth.h"
+#include "comm_backends/cluster_env.h"
 #include "comm_backends/ps/transport.h"
 #include "plugins/launch/elastic_store.h"
 #include "plugins/launch/node_link.h"
@@ -68,7 +69,7 @@ class Cluster {
       say("node " + std::to_string(o_.node_rank) + " of " + std::to_string(o_.nnodes) + ": joining at " + o_.root);
       // The rendezvous store's rule: a root beyond loopback needs the run's secret; on loopback it is used if set.
       link_ = NodeLink::join(o_.nnodes, o_.node_rank, host, port, env_, o_.join_timeout_s,
-                             ClusterAuth::from_env().secret_for(host));
+                             ClusterAuth::from_env().secret_for(host), peer_timeout_s());
     } else {
       port_ = free_loopback_port();
       // One fresh secret per run: no process outside it can join. A multi-node run shares its secret through
@@ -222,6 +223,13 @@ class Cluster {
     for (const Child& c : children_)
       if (!group_->members()[c.member].code && (c.worker || !workers_only)) return false;
     return true;
+  }
+
+  // COMMSCHED_TIMEOUT as the option registry reads it: a launcher silent that long is lost, as any peer is.
+  static double peer_timeout_s() {
+    ClusterEnv e;
+    cluster_option_table().set_from_env(e);
+    return e.timeout_s;
   }
 
   std::string here() const { return link_ ? " on node " + std::to_string(o_.node_rank) : std::string(); }

@@ -1,23 +1,15 @@
 #include "plugins/launch/node_link.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
-#include <algorithm>
 
 #include "comm_backends/cluster_auth.h"
-#include "comm_backends/control/net_util.h"
+#include "comm_backends/control/socket.h"
 #include "plugins/launch/node_link_lines.h"
 #include "scheduler/config.h"
 #include "base/types.h"
@@ -31,10 +23,8 @@ Clock::time_point deadline_after(double s) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-int ms_left(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left > 0 ? static_cast<int>(left) : 0;
-}
+// Bounds a send to a launcher that stopped reading: the send fails and the next poll() finds the peer lost.
+constexpr double kSendTimeoutS = 10.0;
 
 std::string address(const std::string& host, int port) { return host + ":" + std::to_string(port); }
 
@@ -44,8 +34,7 @@ bool read_line(int fd, std::string& inbox, std::string& line, Clock::time_point 
   for (;;) {
     if (node_link::take_line(inbox, line)) return true;
     if (node_link::overlong(inbox)) return false;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, ms_left(deadline)) <= 0) return false;
+    if (!control::wait_readable(fd, deadline)) return false;
     char buf[4096];
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n <= 0) return false;
@@ -53,49 +42,16 @@ bool read_line(int fd, std::string& inbox, std::string& line, Clock::time_point 
   }
 }
 
-void write_all(int fd, const std::string& s) {
-  size_t done = 0;
-  while (done < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + done, s.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the peer is gone: poll() reports it as lost
-    done += static_cast<size_t>(n);
-  }
-}
-
-int connect_once(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return -1;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0;
-  ::freeaddrinfo(res);
-  if (!ok) {
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
+// A peer that is gone is not judged here: poll() reports it as lost.
+void write_all(int fd, const std::string& s) { control::send_bytes(fd, s); }
 
 // Loopback only when the root address is loopback: a run that never leaves this machine is not reachable from others.
-int listen_on(int port, bool loopback_only) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(loopback_only ? INADDR_LOOPBACK : INADDR_ANY);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 64) != 0) {
-    const std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    throw std::runtime_error("launch: node 0 cannot listen on port " + std::to_string(port) + ": " + why);
+control::Fd listen_on(int port, bool loopback_only) {
+  try {
+    return control::listen_tcp(loopback_only ? "127.0.0.1" : "*", port, 64);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("launch: node 0 cannot listen on port " + std::to_string(port) + ": " + e.what());
   }
-  return fd;
 }
 
 }  // namespace
@@ -114,11 +70,11 @@ int NodeLink::admit(Peer& peer, const std::string& secret, Clock::time_point dea
   // A silent stranger holds the join for at most a few seconds, not the whole join timeout.
   const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(5));
   const std::string server_nonce = SecretHandshake::nonce();
-  write_all(peer.fd, secret.empty() ? std::string("OPEN\n") : "CHALLENGE " + to_hex(server_nonce) + "\n");
+  write_all(peer.fd.get(), secret.empty() ? std::string("OPEN\n") : "CHALLENGE " + to_hex(server_nonce) + "\n");
   std::string line;
-  const bool said = read_line(peer.fd, peer.inbox, line, until);
+  const bool said = read_line(peer.fd.get(), peer.inbox, line, until);
   const auto hello = said ? node_link::parse_hello(line) : std::nullopt;
-  const std::string who = "a launcher at " + control::peer_address(peer.fd);
+  const std::string who = "a launcher at " + control::peer_address(peer.fd.get());
   std::string refusal;
   if (!said && node_link::overlong(peer.inbox)) {
     refusal = "it sent more than a line may hold (" + std::to_string(node_link::kMaxLineBytes) +
@@ -131,11 +87,11 @@ int NodeLink::admit(Peer& peer, const std::string& secret, Clock::time_point dea
     if (!client_nonce || !mac || !handshake.client_proved(*mac, server_nonce, *client_nonce))
       refusal = "it did not prove the run's shared secret (no or another COMMSCHED_SECRET / COMMSCHED_KEY_FILE)";
     else
-      write_all(peer.fd, "WELCOME " + to_hex(handshake.server_proof(*client_nonce, server_nonce)) + "\n");
+      write_all(peer.fd.get(), "WELCOME " + to_hex(handshake.server_proof(*client_nonce, server_nonce)) + "\n");
   }
   if (!refusal.empty()) {
     std::fprintf(stderr, "[commsched launch] node 0 refused %s: %s\n", who.c_str(), refusal.c_str());
-    write_all(peer.fd, "ABORT 0 node 0 refused this launcher: " + refusal + "\n");
+    write_all(peer.fd.get(), "ABORT 0 node 0 refused this launcher: " + refusal + "\n");
     return -1;
   }
   return hello->node;
@@ -145,7 +101,7 @@ int NodeLink::admit(Peer& peer, const std::string& secret, Clock::time_point dea
 void NodeLink::greet_root(Peer& root, int node_rank, const std::string& secret, const std::string& where,
                           Clock::time_point deadline) {
   std::string line;
-  if (!read_line(root.fd, root.inbox, line, deadline))
+  if (!read_line(root.fd.get(), root.inbox, line, deadline))
     throw std::runtime_error("launch: node 0 at " + where + " did not answer (is it a commsched launch?)");
   const std::string hello = "HELLO " + std::to_string(node_rank);
   if (line == "OPEN") {
@@ -153,7 +109,7 @@ void NodeLink::greet_root(Peer& root, int node_rank, const std::string& secret, 
       throw std::runtime_error("launch: node 0 at " + where + " does not authenticate but this node has a shared "
                                "secret: every node needs the same COMMSCHED_SECRET / COMMSCHED_KEY_FILE / "
                                "COMMSCHED_AUTH");
-    write_all(root.fd, hello + "\n");
+    write_all(root.fd.get(), hello + "\n");
     return;
   }
   const auto server_nonce = line.rfind("CHALLENGE ", 0) == 0 ? from_hex(line.substr(10)) : std::nullopt;
@@ -164,8 +120,8 @@ void NodeLink::greet_root(Peer& root, int node_rank, const std::string& secret, 
                              "COMMSCHED_SECRET or COMMSCHED_KEY_FILE on every node");
   const SecretHandshake handshake(secret, "node link");
   const std::string mine = SecretHandshake::nonce();
-  write_all(root.fd, hello + " " + to_hex(mine) + " " + to_hex(handshake.client_proof(*server_nonce, mine)) + "\n");
-  if (!read_line(root.fd, root.inbox, line, deadline) || line.rfind("WELCOME ", 0) != 0)
+  write_all(root.fd.get(), hello + " " + to_hex(mine) + " " + to_hex(handshake.client_proof(*server_nonce, mine)) + "\n");
+  if (!read_line(root.fd.get(), root.inbox, line, deadline) || line.rfind("WELCOME ", 0) != 0)
     throw std::runtime_error("launch: node 0 at " + where + " refused this node" +
                              (line.empty() ? std::string(" (no answer)") : ": " + line));
   const auto mac = from_hex(line.substr(8));
@@ -176,47 +132,66 @@ void NodeLink::greet_root(Peer& root, int node_rank, const std::string& secret, 
 
 std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::string& host, int port,
                                          std::map<std::string, std::string>& env, double timeout_s,
-                                         const std::string& secret) {
+                                         const std::string& secret, double silence_s) {
   std::unique_ptr<NodeLink> link(new NodeLink(nnodes, node_rank));
   const auto deadline = deadline_after(timeout_s);
   if (node_rank == 0) {
     link->accept_nodes(host, port, env, secret, timeout_s, deadline);
+    link->watch_peers(silence_s);
     return link;
   }
   Peer root;
   root.node = 0;
-  while ((root.fd = connect_once(host, port)) < 0) {
-    if (ms_left(deadline) == 0)
-      throw std::runtime_error("launch: node " + std::to_string(node_rank) + " could not reach node 0 at " +
-                               address(host, port) + " within " + std::to_string(static_cast<int>(timeout_s)) + " s");
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
   try {
-    greet_root(root, node_rank, secret, address(host, port), deadline);
-  } catch (...) {
-    ::close(root.fd);
-    throw;
+    root.fd = control::connect_tcp(host, port, deadline);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("launch: node " + std::to_string(node_rank) + " could not reach node 0 at " +
+                             address(host, port) + " within " + std::to_string(static_cast<int>(timeout_s)) + " s (" +
+                             e.what() + ")");
   }
+  control::tune_control_socket(root.fd.get(), kSendTimeoutS);
+  greet_root(root, node_rank, secret, address(host, port), deadline);
   std::string line;
-  if (!read_line(root.fd, root.inbox, line, deadline) || line.rfind("GO", 0) != 0) {
-    ::close(root.fd);
+  if (!read_line(root.fd.get(), root.inbox, line, deadline) || line.rfind("GO", 0) != 0) {
     throw std::runtime_error("launch: node 0 at " + address(host, port) + " did not start the run" +
                              (line.empty() ? std::string(" (no answer)") : ": " + line));
   }
   node_link::decode_env(line.size() > 3 ? std::string_view(line).substr(3) : std::string_view(), env);
   link->peers_.push_back(std::move(root));
+  link->watch_peers(silence_s);
   return link;
+}
+
+void NodeLink::watch_peers(double silence_s) {
+  if (silence_s <= 0) return;
+  live_.emplace(silence_s);
+  heartbeat_ = heartbeat_interval(silence_s);
+  last_sent_ = Clock::now();
+  for (const auto& p : peers_) live_->watch(static_cast<Liveness::Id>(p.node), last_sent_);
+}
+
+std::optional<LinkEvent> NodeLink::keep_alive() {
+  if (!live_) return std::nullopt;
+  const auto now = Clock::now();
+  if (now - last_sent_ >= heartbeat_) broadcast("PING");
+  const auto loss = live_->check(now);
+  if (!loss) return std::nullopt;
+  live_->forget(loss->peer);
+  for (auto& p : peers_)
+    if (p.fd.valid() && p.node == static_cast<int>(loss->peer))
+      return lose(p, "its launcher went silent: " +
+                         loss->explain([](Liveness::Id n) { return "node " + std::to_string(n); }));
+  return std::nullopt;
 }
 
 // Node 0: waits for every other node's proven HELLO, then starts the run (GO with the root's environment).
 void NodeLink::accept_nodes(const std::string& host, int port, const std::map<std::string, std::string>& env,
                             const std::string& secret, double timeout_s, Clock::time_point deadline) {
-  listen_fd_ = listen_on(port, is_loopback_host(host));
+  listener_ = listen_on(port, is_loopback_host(host));
   std::vector<bool> joined(static_cast<size_t>(nnodes_), false);
   joined[0] = true;
   while (static_cast<int>(peers_.size()) < nnodes_ - 1) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, ms_left(deadline)) <= 0) {
+    if (!control::wait_readable(listener_.get(), deadline)) {
       std::string missing;
       for (int i = 1; i < nnodes_; ++i)
         if (!joined[static_cast<size_t>(i)]) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
@@ -224,16 +199,13 @@ void NodeLink::accept_nodes(const std::string& host, int port, const std::map<st
                                " within " + std::to_string(static_cast<int>(timeout_s)) + " s");
     }
     Peer peer;
-    peer.fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (peer.fd < 0) continue;
+    peer.fd = control::accept_tcp(listener_.get());
+    if (!peer.fd.valid()) continue;
+    control::tune_control_socket(peer.fd.get(), kSendTimeoutS);
     const int node = admit(peer, secret, deadline);
-    if (node < 0) {
-      ::close(peer.fd);
-      continue;
-    }
+    if (node < 0) continue;
     if (node < 1 || node >= nnodes_ || joined[static_cast<size_t>(node)]) {
-      write_all(peer.fd, "ABORT 0 node 0 refused node " + std::to_string(node) + " (out of range or already joined)\n");
-      ::close(peer.fd);
+      write_all(peer.fd.get(), "ABORT 0 node 0 refused node " + std::to_string(node) + " (out of range or already joined)\n");
       throw std::runtime_error("launch: a launcher at " + address(host, port) + " joined as node " +
                                std::to_string(node) + ": node rank out of range [1, " + std::to_string(nnodes_) +
                                ") or already joined");
@@ -245,14 +217,12 @@ void NodeLink::accept_nodes(const std::string& host, int port, const std::map<st
   broadcast("GO " + node_link::encode_env(env));
 }
 
-NodeLink::~NodeLink() {
-  for (auto& p : peers_)
-    if (p.fd >= 0) ::close(p.fd);
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-}
+NodeLink::~NodeLink() = default;
 
 void NodeLink::send(Peer& p, const std::string& line) {
-  if (p.fd >= 0) write_all(p.fd, line + "\n");
+  if (!p.fd.valid()) return;
+  write_all(p.fd.get(), line + "\n");
+  last_sent_ = Clock::now();
 }
 
 void NodeLink::broadcast(const std::string& line, int except_node) {
@@ -281,7 +251,10 @@ std::optional<LinkEvent> NodeLink::handle_line(Peer& from, const std::string& li
     return LinkEvent{LinkEvent::Kind::abort, node_link::abort_message(line)};
   }
   if (verb == "WDONE") from.workers_done = true;
-  else if (verb == "DONE") from.done = from.workers_done = true;
+  else if (verb == "DONE") {
+    from.done = from.workers_done = true;
+    if (live_) live_->forget(static_cast<Liveness::Id>(from.node));  // it leaves now: its silence is no loss
+  }
   else if (verb == "WALLDONE") return LinkEvent{LinkEvent::Kind::all_workers_done, ""};
   return std::nullopt;
 }
@@ -313,8 +286,8 @@ std::optional<LinkEvent> NodeLink::drain(Peer& p) {
 }
 
 LinkEvent NodeLink::lose(Peer& p, const std::string& why) {
-  ::close(p.fd);
-  p.fd = -1;
+  if (live_) live_->forget(static_cast<Liveness::Id>(p.node));
+  p.fd.reset();
   p.inbox.clear();
   if (node_rank_ == 0) broadcast("ABORT " + std::to_string(p.node) + " " + why, p.node);
   return LinkEvent{LinkEvent::Kind::abort, "node " + std::to_string(p.node) + ": " + why};
@@ -324,26 +297,28 @@ std::optional<LinkEvent> NodeLink::poll(int timeout_ms) {
   for (auto& p : peers_)  // lines left over from an earlier read that returned an event
     if (auto e = drain(p)) return e;
   if (auto e = root_progress()) return e;
+  if (auto e = keep_alive()) return e;
   std::vector<pollfd> fds;
   for (const auto& p : peers_)
-    if (p.fd >= 0) fds.push_back({p.fd, POLLIN, 0});
+    if (p.fd.valid()) fds.push_back({p.fd.get(), POLLIN, 0});
   if (fds.empty()) return std::nullopt;
   if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return std::nullopt;
   for (auto& p : peers_) {
-    if (p.fd < 0) continue;
-    pollfd q{p.fd, POLLIN, 0};
+    if (!p.fd.valid()) continue;
+    pollfd q{p.fd.get(), POLLIN, 0};
     if (::poll(&q, 1, 0) <= 0) continue;
     char buf[4096];
-    const ssize_t n = ::read(p.fd, buf, sizeof buf);
+    const ssize_t n = ::read(p.fd.get(), buf, sizeof buf);
     if (n <= 0) {
       if (p.done || (node_rank_ != 0 && my_done_)) {
-        ::close(p.fd);
-        p.fd = -1;
+        if (live_) live_->forget(static_cast<Liveness::Id>(p.node));
+        p.fd.reset();
         continue;
       }
       return lose(p, "its launcher is gone (connection closed before it finished)");
     }
     p.inbox.append(buf, static_cast<size_t>(n));
+    if (live_) live_->heard(static_cast<Liveness::Id>(p.node), Clock::now());
     if (auto e = drain(p)) return e;
     // What is left is part of one line: a peer that keeps sending without a newline would grow it without bound.
     if (node_link::overlong(p.inbox))

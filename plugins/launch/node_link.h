@@ -10,10 +10,12 @@
 //   root -> nodes  WALLDONE              every node's workers are done (servers may now be expected to leave)
 //   node -> root   DONE <node>           every process of this node exited 0; the node's launcher leaves
 //   any  -> any    ABORT <node> <why>    tear down (the root relays it to every other node)
+//   any  -> any    PING                  a heartbeat, when this launcher said nothing for an interval
 //
 // A launcher that does not prove the secret is refused with a logged reason and cannot join, start or stop the run.
 // The link is authenticated, not encrypted (the GO environment holds no secret: every node brings its own).
-// A connection that closes before its DONE (a launcher killed, a host gone) counts as an abort from that node.
+// A connection that closes before its DONE (a launcher killed, a host gone) counts as an abort from that node, and so
+// does a launcher silent for the join's silence limit (a hung or unreachable host; comm_backends/liveness.h's rule).
 #pragma once
 
 #include <chrono>
@@ -22,6 +24,9 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "comm_backends/control/socket.h"
+#include "comm_backends/liveness.h"
 
 namespace commsched {
 
@@ -37,10 +42,11 @@ class NodeLink {
   // disagree on having one fail with an error naming the switches.
   // Other nodes: connect (retrying) and wait for GO; `env` receives the root's environment. Both throw
   // std::runtime_error naming the address, the missing nodes or the peer when the join does not complete within
-  // timeout_s.
+  // timeout_s. After the join, with silence_s > 0, every launcher sends PING when it said nothing for
+  // heartbeat_interval(silence_s), and poll() reports a node silent for silence_s as an abort naming it.
   static std::unique_ptr<NodeLink> join(int nnodes, int node_rank, const std::string& host, int port,
                                         std::map<std::string, std::string>& env, double timeout_s,
-                                        const std::string& secret);
+                                        const std::string& secret, double silence_s = 0);
   ~NodeLink();
   NodeLink(const NodeLink&) = delete;
   NodeLink& operator=(const NodeLink&) = delete;
@@ -53,7 +59,7 @@ class NodeLink {
 
  private:
   struct Peer {
-    int fd = -1;
+    control::Fd fd;
     int node = -1;
     std::string inbox;
     bool done = false;
@@ -73,15 +79,21 @@ class NodeLink {
   // Closes p's connection and aborts the run (node 0 tells the others first), naming p's node and `why`.
   LinkEvent lose(Peer& p, const std::string& why);
   std::optional<LinkEvent> root_progress();
+  void watch_peers(double silence_s);
+  // A heartbeat when one is due; a peer silent past the limit is lost.
+  std::optional<LinkEvent> keep_alive();
 
   int nnodes_;
   int node_rank_;
-  int listen_fd_ = -1;
+  control::Fd listener_;
   std::vector<Peer> peers_;   // root: one per other node; others: the root
   bool my_workers_done_ = false;
   bool my_done_ = false;
   bool walldone_sent_ = false;
   bool all_done_reported_ = false;
+  std::optional<Liveness> live_;  // none: only a closed connection counts
+  std::chrono::milliseconds heartbeat_{0};
+  Clock::time_point last_sent_{};
 };
 
 // Splits "HOST:PORT"; throws InvalidArgument naming the value.

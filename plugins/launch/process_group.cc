@@ -1,8 +1,6 @@
 #include "plugins/launch/process_group.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -101,23 +98,6 @@ void ProcessGroup::kill_all() {
     m.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + m.signal;
     m.exited = std::chrono::steady_clock::now();
   }
-}
-
-int free_loopback_port() {
-  static std::mt19937 rng(std::random_device{}());
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = 20000 + static_cast<int>(rng() % 12000);
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) break;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (free) return port;
-  }
-  throw std::runtime_error("no free loopback port in 20000-31999");
 }
 
 std::map<std::string, std::string> rank_env(int n, int rank, int port) {

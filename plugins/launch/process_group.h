@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "comm_backends/control/socket.h"
+
 namespace commsched {
 
 struct ProcessSpec {
@@ -66,10 +68,8 @@ class ProcessGroup {
   std::vector<ProcessState> members_;
 };
 
-// A loopback TCP port nobody listens on. Picked below the kernel's ephemeral range (32768 and up by default): a port
-// found by bind(0) and closed again may be handed to the next bind(0) (another process's listener, seen with UCX:
-// server 1 listened on the root's port before server 0 could bind it), while one below the range never is.
-int free_loopback_port();
+// A loopback TCP port nobody listens on, for the processes a launcher starts (control::free_port's rule).
+inline int free_loopback_port() { return control::free_port("127.0.0.1"); }
 
 // The environment contract (see comm_backends/cluster_env.h) of rank `rank` of `n` meeting at 127.0.0.1:`port`, all
 // on this host (local rank = rank: one GPU each where there are GPUs).

@@ -1,5 +1,6 @@
-// commsched._C's pieces for elastic training (python/commsched/_elastic.py): the cluster contract as this process
-// reads it, and the rendezvous store (server and client) that holds an elastic job's membership.
+// commsched._C's pieces for elastic training (python/commsched/_elastic.py) and process sets: the cluster contract as
+// this process reads it, the rendezvous store (server and client) that holds an elastic job's membership, and the
+// control plane's address rules (a free port for a store, the address that faces the root).
 #include "plugins/python/bind_elastic.h"
 
 #include <pybind11/stl.h>
@@ -10,6 +11,7 @@
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/kv_store.h"
+#include "comm_backends/control/socket.h"
 
 namespace py = pybind11;
 
@@ -44,6 +46,10 @@ std::string store_secret(const std::string& host) { return ClusterAuth::from_env
 
 void bind_elastic(py::module_& m) {
   m.def("cluster_env", &cluster_env_dict, "the cluster contract this process derives from its environment");
+  m.def("free_port", &control::free_port, py::arg("host") = "127.0.0.1",
+        "a TCP port on host nobody listens on, below the kernel's ephemeral range (for a rendezvous store to bind)");
+  m.def("local_address_towards", &control::local_address_towards, py::arg("host"), py::arg("port"),
+        "the local address of the route towards host:port; raises RuntimeError naming it when there is none");
   py::class_<collective::TcpStoreServer>(m, "StoreServer", "a rendezvous store served from a background thread")
       .def(py::init([](const std::string& host, int port) {
              return std::make_unique<collective::TcpStoreServer>(host, port, store_secret(host));

@@ -21,7 +21,6 @@ an error that says so.
 """
 import json
 import os
-import random
 import re
 import socket
 import sys
@@ -48,17 +47,12 @@ def _parse_address(text):
 
 
 def _free_port(host):
-    """A port to serve the next generation's rendezvous on. Chosen below the kernel's ephemeral range, where Gloo's
-    own listeners (bound to port 0) never land."""
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    raise ElasticError(f"elastic: no free port on {host} for the next generation's rendezvous")
+    """A port to serve the next generation's rendezvous on (the control plane's rule: below the kernel's ephemeral
+    range, where Gloo's own listeners, bound to port 0, never land)."""
+    try:
+        return _C.free_port(host)
+    except RuntimeError as e:
+        raise ElasticError(f"elastic: no free port on {host} for the next generation's rendezvous ({e})") from None
 
 
 _LOST_RANK = re.compile(r"\brank (\d+) lost\b")

@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "comm_backends/collective/link_auth.h"
-#include "comm_backends/collective/socket.h"
+#include "comm_backends/control/socket.h"
 #include "comm_backends/collective/wire.h"
 #include "tests/fuzz/fuzz_target.h"
 

@@ -10,7 +10,6 @@ members' addresses and the first member's port are exchanged over the global set
 Static sets (init(process_sets=[...])) and add_process_set / remove_process_set at any point where every rank calls
 them are supported.
 """
-import socket
 import threading
 
 from commsched import _C
@@ -114,23 +113,10 @@ def resolve(process_set):
 def _own_address():
     """The address other workers reach this one at: the local end of a route to the rendezvous root."""
     root = runtime.context().root_addr or "127.0.0.1"
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        s.connect((root, 9))  # UDP connect sends nothing; it only picks the route
-        return s.getsockname()[0]
-    except OSError:
+        return _C.local_address_towards(root, 9)
+    except RuntimeError:
         return "127.0.0.1"
-    finally:
-        s.close()
-
-
-def _free_port(addr):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind((addr, 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
 
 
 def add_process_set(process_set):
@@ -152,7 +138,7 @@ def add_process_set(process_set):
         _next_id[0] += 1
     me = runtime.rank()
     addr = _own_address()
-    port = _free_port(addr) if me == ps.ranks[0] else 0
+    port = _C.free_port(addr) if me == ps.ranks[0] else 0  # the set's rendezvous store binds it
     peers = functions.allgather_object((addr, port), name=f"process_set.{set_id}.join")
     if me in ps.ranks and len(ps.ranks) > 1:
         root_addr, root_port = peers[ps.ranks[0]]

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "comm_backends/cluster_auth.h"
+#include "comm_backends/control/socket.h"
 #include "plugins/launch/process_group.h"
 #include "plugins/launch/node_link.h"
 #include "plugins/launch/node_link_lines.h"
@@ -32,25 +33,19 @@ struct Joined {
   std::map<std::string, std::string> env;
 };
 
-std::future<Joined> join_async(int nnodes, int node, int port, std::string secret, double timeout_s = 10) {
+std::future<Joined> join_async(int nnodes, int node, int port, std::string secret, double timeout_s = 10,
+                               double silence_s = 0) {
   return std::async(std::launch::async, [=] {
     Joined j;
     if (node == 0) j.env = {{"FROM_ROOT", "yes"}};
-    j.link = NodeLink::join(nnodes, node, "127.0.0.1", port, j.env, timeout_s, secret);
+    j.link = NodeLink::join(nnodes, node, "127.0.0.1", port, j.env, timeout_s, secret, silence_s);
     return j;
   });
 }
 
 // A raw connection to node 0's listener (retried while it starts).
 int connect_to_root(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  for (int i = 0; i < 100 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  return fd;
+  return control::connect_tcp("127.0.0.1", port, std::chrono::steady_clock::now() + std::chrono::seconds(5)).release();
 }
 
 // Connects as a stranger, reads the root's first line, says `hello`, and returns everything the root answered.
@@ -217,6 +212,35 @@ TEST(NodeLinkAuth, WithoutASecretOnEitherSideTheLinkIsOpenAsBefore) {
   auto node = join_async(2, 1, port, "");
   EXPECT_EQ(node.get().env.at("FROM_ROOT"), "yes");
   EXPECT_TRUE(root.get().link);
+}
+
+// The heartbeat rule of every control loop (comm_backends/liveness.h): launchers that poll keep each other alive
+// with PINGs; one that joined and then went silent (a hung or unreachable host) is lost, named, within the limit.
+TEST(NodeLinkLiveness, PollingLaunchersStayAliveAndASilentOneIsLostNamingIt) {
+  const int port = free_loopback_port();
+  auto root = join_async(3, 0, port, "", 10, 0.4);
+  auto n1 = join_async(3, 1, port, "", 10, 0.4);
+  const int silent = connect_to_root(port);  // node 2: says HELLO, then nothing
+  char buf[512];
+  ASSERT_GT(::read(silent, buf, sizeof buf), 0);  // OPEN
+  const std::string hello = "HELLO 2\n";
+  ASSERT_EQ(::send(silent, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+  std::unique_ptr<NodeLink> link0 = root.get().link, link1 = n1.get().link;
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<LinkEvent> event;
+  while (!event && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    event = link0->poll(10);
+    if (!event) {
+      EXPECT_FALSE(link1->poll(10)) << "node 1 polls and hears node 0's heartbeats";
+    }
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  ::close(silent);
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->kind, LinkEvent::Kind::abort);
+  EXPECT_NE(event->message.find("node 2: its launcher went silent: no message for 0.4 s"), std::string::npos)
+      << event->message;
+  EXPECT_GE(took, std::chrono::milliseconds(400));
 }
 
 }  // namespace

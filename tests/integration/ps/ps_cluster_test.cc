@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "comm_backends/cluster_auth.h"
+#include "comm_backends/control/socket.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/transport.h"
 #include "tests/integration/harness/local_cluster.h"
@@ -309,17 +310,10 @@ TEST_P(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
     std::this_thread::sleep_for(10ms);
   // 1. Raw TCP garbage.
   {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(c.root_port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-      const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\xff\xff\xff garbage garbage";
-      [[maybe_unused]] auto n = ::write(fd, junk, sizeof junk);
-      ::shutdown(fd, SHUT_WR);  // the junk, then end of stream: nothing here needs to wait for the server
-    }
-    ::close(fd);
+    const commsched::control::Fd fd = commsched::control::connect_tcp("127.0.0.1", c.root_port(), std::chrono::steady_clock::now() + 5s);
+    const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\xff\xff\xff garbage garbage";
+    commsched::control::send_bytes(fd.get(), std::string_view(junk, sizeof junk));
+    ::shutdown(fd.get(), SHUT_WR);  // the junk, then end of stream: nothing here needs to wait for the server
   }
   // 2. A peer of the same transport with a bad magic, and one with a truncated header.
   if (is_ucx(GetParam())) {

@@ -13,23 +13,12 @@
 
 #include "plugins/api/context.h"
 #include "scheduler/auto_knobs.h"
+#include "comm_backends/control/socket.h"
 
 namespace commsched {
 namespace {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    return 0;
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
+int free_port() { return control::free_port("127.0.0.1"); }
 
 // The engine configuration each of two Gloo ranks ends up with.
 std::vector<EngineConfig> gloo_configs(const EngineConfig& given) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -78,4 +79,41 @@ TEST(KvStore, AddGivesEveryClientADistinctNumber) {
   TcpStoreClient reader("127.0.0.1", server.port(), 5000ms, kSecret);
   EXPECT_EQ(reader.add("count", 0), kClients * kEach);
   EXPECT_EQ(reader.get("count", 1000ms), std::to_string(kClients * kEach));
+}
+
+// The rendezvous on the Store: every member publishes under its rank and reads everyone's; one that never comes is
+// named at the deadline.
+TEST(StoreRendezvous, MembersExchangeTheirValuesByRank) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  constexpr int kSize = 3;
+  std::vector<std::vector<std::string>> got(kSize);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kSize; ++r)
+    threads.emplace_back([&, r] {
+      TcpStoreClient client("127.0.0.1", server.port(), 5000ms, kSecret);
+      got[r] = commsched::control::exchange(client, "group/", r, kSize, "addr" + std::to_string(r),
+                                            std::chrono::steady_clock::now() + 5s);
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, (std::vector<std::string>{"addr0", "addr1", "addr2"}));
+}
+
+TEST(StoreRendezvous, AMissingMemberIsNamedAtTheDeadline) {
+  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreClient client("127.0.0.1", server.port(), 5000ms);
+  try {
+    commsched::control::exchange(client, "group/", 1, 4, "x", std::chrono::steady_clock::now() + 100ms);
+    ADD_FAILURE() << "the exchange completed without ranks 0, 2 and 3";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rendezvous 'group/': rank(s) 0, 2, 3 did not publish"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("rendezvous store at 127.0.0.1:"), std::string::npos) << e.what();
+  }
+  try {
+    client.wait({"group/1", "never"}, std::chrono::steady_clock::now() + 50ms);
+    ADD_FAILURE() << "waited for a key nobody set";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'never' did not appear"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(client.try_get("group/1"), std::optional<std::string>("x"));
 }

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "comm_backends/collective/link_auth.h"
-#include "comm_backends/collective/socket.h"
+#include "comm_backends/collective/wire.h"
 
 namespace commsched::collective {
 namespace {

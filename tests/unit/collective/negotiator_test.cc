@@ -116,7 +116,7 @@ class Group {
   // shared secret every rank proves (empty: none). meanwhile: when set, rank 0 starts alone and this runs (given a
   // store of its own) before the other ranks start.
   Group(int size, uint64_t fusion = 0, double timeout_s = 5, bool execute_blocks = false, std::string secret = {},
-        const std::function<void(KvStore&)>& meanwhile = {})
+        const std::function<void(control::Store&)>& meanwhile = {})
       : server_("127.0.0.1", 0), logs_(size) {
     std::vector<std::future<void>> joins;
     negotiators_.resize(size);
@@ -474,7 +474,7 @@ TEST(NegotiatorAuth, RanksWithTheSecretNegotiateAsBefore) {
 }
 
 // Connects to rank 0's negotiation port (from the store) and returns the connection.
-Fd connect_to_coordinator(KvStore& store) {
+Fd connect_to_coordinator(control::Store& store) {
   const std::string addr = store.get("commsched/negotiator/coordinator", 10000ms);
   const auto colon = addr.rfind(':');
   return connect_tcp(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)), std::chrono::steady_clock::now() + 5s);
@@ -495,7 +495,7 @@ TEST(NegotiatorAuth, AStrangerAtTheNegotiationPortIsRefusedAndTheRanksStillFinis
   std::string impostor_error;
   Fd silent;
   testing::internal::CaptureStderr();
-  Group g(3, 0, 5, false, kSecret, [&](KvStore& store) {
+  Group g(3, 0, 5, false, kSecret, [&](control::Store& store) {
     // One with another secret, one that skips the handshake and says hello as rank 1, one that never says a word
     // (rank 0 gives up on it after 10 s: the real ranks wait in the accept queue meanwhile).
     try {

@@ -203,7 +203,7 @@ TEST(Hierarchical, ADeviceLocalCollectiveStagesOnlyItsSliceThroughTheHost) {
   HierarchicalOptions o;
   o.local = "nccl";
   o.port = testing::free_tcp_port();
-  const LocalCollectiveFactory local = [](const ClusterEnv& env, int rank, int size, collective::KvStore& store,
+  const LocalCollectiveFactory local = [](const ClusterEnv& env, int rank, int size, control::Store& store,
                                           const std::string& prefix) -> std::unique_ptr<LocalCollective> {
     return std::make_unique<DeviceMemoryLocal>(
         std::make_unique<GlooLocalCollective>(connect_gloo_mesh(env, rank, size, store, prefix), rank, size));

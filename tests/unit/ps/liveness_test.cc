@@ -105,5 +105,26 @@ TEST(Liveness, UnwatchedAndForgottenPeersAreIgnored) {
   EXPECT_FALSE(l.check(t0 + 1h));
 }
 
+// The one heartbeat rule: a quarter of COMMSCHED_TIMEOUT within [20 ms, 1 s], or a loop's own option when it is set.
+TEST(HeartbeatRule, AutomaticIntervalIsAQuarterOfTheTimeoutWithinBounds) {
+  EXPECT_EQ(heartbeat_interval(2.0), 500ms);
+  EXPECT_EQ(heartbeat_interval(8.0), 1000ms);   // at most one second
+  EXPECT_EQ(heartbeat_interval(0.04), 20ms);    // at least 20 ms
+  EXPECT_EQ(heartbeat_interval(8.0, 0.25), 250ms);
+}
+
+TEST(HeartbeatRule, AConfiguredIntervalAboveAQuarterOfTheTimeoutIsRefusedNamingTheOption) {
+  EXPECT_NO_THROW(check_heartbeat("COMMSCHED_PS_HEARTBEAT", 2.0, 8.0));
+  for (double bad : {0.0, -1.0, 2.5}) {
+    try {
+      check_heartbeat("COMMSCHED_PS_HEARTBEAT", bad, 8.0);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("COMMSCHED_PS_HEARTBEAT="), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("at most a quarter of COMMSCHED_TIMEOUT"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace commsched
