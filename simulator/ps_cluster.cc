@@ -227,6 +227,17 @@ LinkUse PsClusterFabric::link_use(Nanos until) const {
   return u;
 }
 
+// Every push crosses the worker's uplink at most at its rate: FIFO, one message after another, each for its bytes /
+// rate rounded to the nanosecond (so up to half a nanosecond less per message: a partition is at most bytes / chunk
+// + 1 of them), or shared fairly with its other connections. Emulated links promise nothing (a token bucket lets a
+// burst and a whole message through at once), nor does compression (its bytes on the wire differ).
+Nanos PsClusterFabric::min_push_ns(uint64_t bytes, uint64_t parts) const {
+  if (!p_.server_ingress_limited || compressed(c_)) return 0;
+  const double messages = double(parts) + (p_.chunk_bytes > 0 ? double(bytes) / double(p_.chunk_bytes) : 0.0);
+  const double ns = double(bytes) * 8e9 / p_.worker_bps * (1 - 1e-12) - 0.5 * messages - 1;
+  return ns > 0 ? static_cast<Nanos>(ns) : 0;
+}
+
 void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch) {
   const Nanos now = loop_->now();
   Chunk& c = chunks_[chunk];

@@ -94,6 +94,7 @@ class PsClusterFabric final : public Fabric {
   void start(EventLoop& loop, BatchSink& sink) override;
   Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) override;
   LinkUse link_use(Nanos until) const override;
+  Nanos min_push_ns(uint64_t bytes, uint64_t parts) const override;
 
  private:
   using ChunkKey = std::pair<int32_t, uint64_t>;  // key, offset
