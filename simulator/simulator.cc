@@ -67,7 +67,7 @@ class Worker final : public DispatchSink {
   // uplink first (Run::period_lower_bound).
   Nanos last_start_lower_bound(Nanos now) const;
   const Policy& policy() const { return driver_.policy(); }
-  size_t batches() const { return batches_.size(); }
+  uint64_t batches() const { return dispatched_; }
   const std::vector<double>& iteration_starts() const { return starts_; }
 
  private:
@@ -96,8 +96,12 @@ class Worker final : public DispatchSink {
   uint64_t owed_bytes_sent_ = 0, owed_parts_sent_ = 0;
 
   std::vector<TaskState> tasks_;  // by task id
+  // The batches in flight by id. An id is free again once its batch is done (the fabric reports nothing of it after
+  // that), so a long run with many workers and small partitions holds what is in flight, not its history.
   std::vector<Batch> batches_;
   std::vector<Nanos> batch_start_;
+  std::vector<size_t> free_ids_;
+  uint64_t dispatched_ = 0;
   std::vector<PartRef> parts_scratch_;
 };
 
@@ -230,7 +234,8 @@ void Worker::on_batch_done(size_t index, Nanos now) {
     TaskState& t = tasks_.at(p.task_id);
     if (--t.parts_left == 0) --layer_pending_[t.layer];
   }
-  Batch().swap(batches_[index]);  // its last use (receipts come first): a long run with many workers holds no history
+  batches_[index].clear();  // its last use (receipts come first)
+  free_ids_.push_back(index);
   pump(now);
   try_start_compute(now);
 }
@@ -238,9 +243,18 @@ void Worker::on_batch_done(size_t index, Nanos now) {
 bool Worker::dispatch(Batch& batch, Nanos now) {
   for (const PartRef& p : batch)
     if (tasks_[p.task_id].iteration < run_.opt_.iterations - 1) owed_bytes_sent_ += p.bytes, ++owed_parts_sent_;
-  batches_.push_back(std::move(batch));
+  size_t id = batches_.size();
+  if (free_ids_.empty()) {
+    batches_.emplace_back();
+    batch_start_.push_back(0);
+  } else {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+  }
+  batches_[id] = std::move(batch);
+  ++dispatched_;
   // The timeline shows time on the wire, not time queued behind others.
-  batch_start_.push_back(run_.fabric_.dispatch(rank_, batches_.size() - 1, batches_.back(), now));
+  batch_start_[id] = run_.fabric_.dispatch(rank_, id, batches_[id], now);
   return true;
 }
 
