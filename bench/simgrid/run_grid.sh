@@ -8,7 +8,9 @@
 #
 # The targets judge the scheduler at its automatic knobs against the baselines and the bound, so by default the
 # scheduler's searched row runs one knob setting (its automatic row is always there); FULL_GRID=1 searches the
-# whole default knob grid as well (about ten times the CPU). NETWORKS="ps ring" by default. Runs under nice.
+# whole default knob grid as well (about ten times the CPU). NETWORKS="ps ring" by default. PER_MODEL=1: one run per
+# model too (folders <network>-w<workers>-<model>), so that a large worker count keeps every model it finished.
+# Runs under nice.
 set -euo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: $0 BUILD_DIR OUT_DIR [WORKERS...]" >&2
@@ -23,21 +25,26 @@ sim="$build/simulator/commsched-sim"
 [ -x "$sim" ] || { echo "$0: no simulator at $sim (build the target commsched_sim_bench)" >&2; exit 2; }
 knobs=(--partitions 256KiB --credit-multipliers 4 --small-tensor 64KiB)
 [ "${FULL_GRID:-0}" = 1 ] && knobs=()
-models=vgg16,resnet50,bert-base,bert-large,transformer-base
+models=(resnet50,transformer-base,bert-base,vgg16,bert-large)  # one run; PER_MODEL=1: cheapest first
+[ "${PER_MODEL:-0}" = 1 ] && models=(resnet50 transformer-base bert-base vgg16 bert-large)
 mkdir -p "$out"
 for w in "${workers[@]}"; do
   for net in ${NETWORKS:-ps ring}; do
-    dir="$out/$net-w$w"
-    if [ -f "$dir/results.csv" ]; then
-      echo "$dir: done before, skipped"
-      continue
-    fi
-    TIMEFORMAT="%R s wall, %U s user, %S s system"
-    { time nice -n 10 "$sim" bench --models "$models" --bandwidths 1Gbit,10Gbit,25Gbit,100Gbit --workers "$w" \
-        --network "$net" --ps-workers each "${knobs[@]}" --out "$dir.partial" >"$out/$net-w$w.log" 2>&1; } \
-      2>"$out/$net-w$w.time"
-    mv "$dir.partial" "$dir"
-    echo "$dir: $(cat "$out/$net-w$w.time")"
+    for m in "${models[@]}"; do
+      name="$net-w$w"
+      [ "${PER_MODEL:-0}" = 1 ] && name="$name-$m"
+      dir="$out/$name"
+      if [ -f "$dir/results.csv" ]; then
+        echo "$dir: done before, skipped"
+        continue
+      fi
+      TIMEFORMAT="%R s wall, %U s user, %S s system"
+      { time nice -n 10 "$sim" bench --models "$m" --bandwidths 1Gbit,10Gbit,25Gbit,100Gbit --workers "$w" \
+          --network "$net" --ps-workers each "${knobs[@]}" --out "$dir.partial" >"$out/$name.log" 2>&1; } \
+        2>"$out/$name.time"
+      mv "$dir.partial" "$dir"
+      echo "$dir: $(cat "$out/$name.time")"
+    done
   done
 done
 python3 "$(dirname "$0")/summarize.py" "$out"
