@@ -3,9 +3,9 @@
 // the batch's pushes have been received (the engine releases credit then) and when its results are back.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <queue>
 #include <vector>
 
 #include "scheduler/policy.h"
@@ -38,13 +38,13 @@ class EventLoop {
   // future events to itself, posting one at a time, still runs them in the order it decided them.
   uint64_t take_turn() { return next_seq_++; }
   void post_in_turn(Nanos t, uint64_t turn, Handler h, void* target, uint64_t a = 0, uint64_t b = 0) {
-    events_.push({t, turn, h, target, a, b});
+    push({t, turn, h, target, a, b});
   }
   // Runs every event, including those the events schedule, until none is left or an event calls stop().
   void run() {
-    while (!events_.empty() && !stopped_) {
-      const Event e = events_.top();
-      events_.pop();
+    while (!heap_.empty() && !stopped_) {
+      const Event e = heap_.front();
+      pop();
       now_ = e.time;
       e.handler(e.target, e.a, e.b);
     }
@@ -59,15 +59,48 @@ class EventLoop {
     Handler handler;
     void* target;
     uint64_t a, b;
-    bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+    bool before(const Event& o) const { return time != o.time ? time < o.time : seq < o.seq; }
   };
+  // A 4-ary min-heap on (time, seq): half the levels of a binary heap, and a node's children share a cache line or
+  // two, which is what the loop spends its time on with hundreds of workers. (time, seq) orders every event totally,
+  // so the order they run in is the same as with any other exact priority queue.
+  static constexpr size_t kArity = 4;
+  void push(const Event& e) {
+    size_t i = heap_.size();
+    heap_.push_back(e);
+    while (i > 0) {
+      const size_t parent = (i - 1) / kArity;
+      if (!e.before(heap_[parent])) break;
+      heap_[i] = heap_[parent];
+      i = parent;
+    }
+    heap_[i] = e;
+  }
+  void pop() {
+    const Event last = heap_.back();
+    heap_.pop_back();
+    const size_t n = heap_.size();
+    if (n == 0) return;
+    size_t i = 0;
+    for (;;) {
+      const size_t first = kArity * i + 1;
+      if (first >= n) break;
+      size_t least = first;
+      for (size_t c = first + 1; c < std::min(first + kArity, n); ++c)
+        if (heap_[c].before(heap_[least])) least = c;
+      if (!heap_[least].before(last)) break;
+      heap_[i] = heap_[least];
+      i = least;
+    }
+    heap_[i] = last;
+  }
   static void call_slot(void* loop, uint64_t slot, uint64_t) {
     EventLoop& self = *static_cast<EventLoop*>(loop);
     std::function<void()> fn = std::move(self.fns_[slot]);
     self.free_.push_back(slot);
     fn();
   }
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::vector<Event> heap_;
   std::vector<std::function<void()>> fns_;
   std::vector<size_t> free_;
   uint64_t next_seq_ = 0;
@@ -107,6 +140,10 @@ class Fabric {
   virtual Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) = 0;
   // Busy fractions of the links over [0, until] (the simulated run); empty where not modelled.
   virtual LinkUse link_use(Nanos /*until*/) const { return {}; }
+  // At least how long one simulated worker's uplink takes to push `bytes` more gradient bytes in `parts` partitions,
+  // whatever the schedule and however they are batched; 0 where the fabric promises nothing. It lets a run be
+  // abandoned early (SimOptions::abandon_above_s), so it must never exceed the truth.
+  virtual Nanos min_push_ns(uint64_t /*bytes*/, uint64_t /*parts*/) const { return 0; }
 };
 
 }  // namespace commsched::sim

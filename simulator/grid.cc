@@ -196,7 +196,8 @@ std::vector<size_t> search_order(const GridSpec& spec, const ModelProfile& model
 }
 
 // The fastest candidate, the first in grid order among equals, into `best`. Candidates run in parallel (each
-// simulation owns its policy and network model), in search order as far as the threads go.
+// simulation owns its policy and network model), each thread taking the next in search order (not a slice of the
+// order per thread, which would start the second thread halfway down the predicted ranking).
 // Abandoning a candidate once it is sure to be slower than the best so far (a hair of slack for the rounding of that
 // bound) changes neither the result nor, since ties go to the lower index, which candidate is reported.
 void search_grid(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,
@@ -208,8 +209,9 @@ void search_grid(const GridSpec& spec, const ModelProfile& model, double bandwid
     std::lock_guard lock(mu);
     return best_index < cands.size() ? best.iteration_s * (1 + 1e-9) : 0.0;
   };
-  parallel_indices(order.size(), [&](size_t k) {
-    const size_t i = order[k];
+  std::atomic<size_t> next{0};
+  parallel_indices(order.size(), [&](size_t) {
+    const size_t i = order[next.fetch_add(1, std::memory_order_relaxed)];
     auto net = make_network(spec, bandwidth_bps, workers);
     const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cands[i].config, false, limit());
     std::lock_guard lock(mu);

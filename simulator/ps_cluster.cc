@@ -6,14 +6,6 @@
 #include <string>
 
 namespace commsched::sim {
-namespace {
-
-Nanos wire_time(uint64_t bytes, double bps) { return static_cast<Nanos>(std::llround(double(bytes) * 8e9 / bps)); }
-
-}  // namespace
-
-Nanos Sender::duration(uint64_t bytes) const { return wire_time(bytes, Bps_ * 8.0); }
-
 Nanos Sender::start_of(Nanos ready) const {
   const Nanos start = std::max(ready, free_at_);
   if (!paced_) return start;
@@ -35,7 +27,11 @@ Nanos Sender::send(Nanos ready, uint64_t bytes) {
 }
 
 PsClusterFabric::PsClusterFabric(PsParams p, CompressionModel compression)
-    : p_(p), c_(compression), latency_(static_cast<Nanos>(std::llround(p.latency_s * 1e9))) {
+    : p_(p),
+      c_(compression),
+      latency_(static_cast<Nanos>(std::llround(p.latency_s * 1e9))),
+      into_server_(p.server_bps),
+      into_worker_(p.worker_bps) {
   PsNetwork check(p);  // the same parameters must be valid for the symmetric model (and give the bounds)
   (void)check;
 }
@@ -158,8 +154,8 @@ void PsClusterFabric::start_next(Queue& from, bool to_server) {
   if (!from.pending.empty()) post_start(from, to_server);
   const Nanos send_end = m.start + from.sender.duration(m.bytes);
   Downlink& into = to_server ? servers_[chunks_[m.chunk].server].in : workers_[size_t(m.worker)].down;
-  const double into_bps = to_server ? p_.server_bps : p_.worker_bps;
-  arrive(to_server, m, std::max(send_end, into.reserve(m.start, wire_time(m.bytes, into_bps))) + latency_);
+  const Nanos in = to_server ? into_server_(m.bytes) : into_worker_(m.bytes);
+  arrive(to_server, m, std::max(send_end, into.reserve(m.start, in)) + latency_);
 }
 
 void PsClusterFabric::arrive(bool to_server, const Outgoing& m, Nanos at) {
@@ -225,6 +221,17 @@ LinkUse PsClusterFabric::link_use(Nanos until) const {
   u.worker_down = busy_fractions(workers_, [](const WorkerState& w) { return w.down.busy(); }, until);
   u.server_in = busy_fractions(servers_, [](const ServerState& s) { return s.in.busy(); }, until);
   return u;
+}
+
+// Every push crosses the worker's uplink at most at its rate: FIFO, one message after another, each for its bytes /
+// rate rounded to the nanosecond (so up to half a nanosecond less per message: a partition is at most bytes / chunk
+// + 1 of them), or shared fairly with its other connections. Emulated links promise nothing (a token bucket lets a
+// burst and a whole message through at once), nor does compression (its bytes on the wire differ).
+Nanos PsClusterFabric::min_push_ns(uint64_t bytes, uint64_t parts) const {
+  if (!p_.server_ingress_limited || compressed(c_)) return 0;
+  const double messages = double(parts) + (p_.chunk_bytes > 0 ? double(bytes) / double(p_.chunk_bytes) : 0.0);
+  const double ns = double(bytes) * 8e9 / p_.worker_bps * (1 - 1e-12) - 0.5 * messages - 1;
+  return ns > 0 ? static_cast<Nanos>(ns) : 0;
 }
 
 void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch) {

@@ -28,6 +28,7 @@
 // the worker's batch is done its decode time after the last sum is in.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -43,16 +44,37 @@
 
 namespace commsched::sim {
 
+// A message's time on a link of `bps`: bytes / rate in nanoseconds, rounded to the nearest. The last answer is kept:
+// one link's messages mostly have one size (a partition, a chunk, one sum to every worker in turn), and the division
+// is a good part of a message's cost with hundreds of workers.
+class WireTime {
+ public:
+  explicit WireTime(double bps) : bps_(bps) {}
+  Nanos operator()(uint64_t bytes) const {
+    if (bytes != bytes_) {
+      bytes_ = bytes;
+      ns_ = static_cast<Nanos>(std::llround(double(bytes) * 8e9 / bps_));
+    }
+    return ns_;
+  }
+
+ private:
+  double bps_;
+  mutable uint64_t bytes_ = ~uint64_t(0);
+  mutable Nanos ns_ = 0;
+};
+
 // One process's sends: FIFO; paced by a token bucket, or a store-and-forward link.
 class Sender {
  public:
-  Sender(double bps, double burst_bytes, bool paced) : Bps_(bps / 8.0), burst_(burst_bytes), paced_(paced) {}
+  Sender(double bps, double burst_bytes, bool paced)
+      : Bps_(bps / 8.0), burst_(burst_bytes), paced_(paced), wire_(Bps_ * 8.0) {}
   // A message of `bytes` queued at `ready` (calls in non-decreasing `ready`): when it starts to leave.
   // Paced: when it leaves whole; the bucket then owes `bytes`. Link: the link is busy until start + bytes / rate.
   Nanos send(Nanos ready, uint64_t bytes);
   // When a message queued at `ready` would start to leave (nothing is queued).
   Nanos start_of(Nanos ready) const;
-  Nanos duration(uint64_t bytes) const;
+  Nanos duration(uint64_t bytes) const { return wire_(bytes); }
   // Time spent moving bytes so far (link model: bytes / rate per message; paced: the same, at the bucket's rate).
   Nanos busy() const { return busy_; }
   // Link model only: the link is busy until `until` (a message that also waited for its receiver).
@@ -68,6 +90,7 @@ class Sender {
   double Bps_;
   double burst_;
   bool paced_;
+  WireTime wire_;
   Nanos free_at_ = 0;  // paced: when the last message left (FIFO); link: when the link frees up
   double tokens_ = 0;  // paced: the bucket's tokens (bytes) at free_at_, negative when in debt
   Nanos busy_ = 0;
@@ -94,6 +117,7 @@ class PsClusterFabric final : public Fabric {
   void start(EventLoop& loop, BatchSink& sink) override;
   Nanos dispatch(int worker, size_t id, const Batch& batch, Nanos now) override;
   LinkUse link_use(Nanos until) const override;
+  Nanos min_push_ns(uint64_t bytes, uint64_t parts) const override;
 
  private:
   using ChunkKey = std::pair<int32_t, uint64_t>;  // key, offset
@@ -180,6 +204,7 @@ class PsClusterFabric final : public Fabric {
   PsParams p_;
   CompressionModel c_;
   Nanos latency_;
+  WireTime into_server_, into_worker_;  // a message's time on a server's and on a worker's downlink
   EventLoop* loop_ = nullptr;
   BatchSink* sink_ = nullptr;
   std::vector<WorkerState> workers_;

@@ -62,8 +62,12 @@ class Worker final : public DispatchSink {
 
   bool finished() const { return finished_; }
   int iteration() const { return iteration_; }
+  // No earlier than this, seen at `now`, can the worker start the iteration one past the last: what is left of its
+  // compute runs one step after another, and the pushes its iterations before the last still owe must cross its
+  // uplink first (Run::period_lower_bound).
+  Nanos last_start_lower_bound(Nanos now) const;
   const Policy& policy() const { return driver_.policy(); }
-  size_t batches() const { return batches_.size(); }
+  uint64_t batches() const { return dispatched_; }
   const std::vector<double>& iteration_starts() const { return starts_; }
 
  private:
@@ -88,9 +92,16 @@ class Worker final : public DispatchSink {
   std::vector<uint32_t> layer_pending_;  // unfinished tasks per layer, from the previous iteration
   std::vector<double> starts_;           // seconds
 
+  // Dispatched so far of the tasks of the iterations before the last (they must all be done before it ends).
+  uint64_t owed_bytes_sent_ = 0, owed_parts_sent_ = 0;
+
   std::vector<TaskState> tasks_;  // by task id
+  // The batches in flight by id. An id is free again once its batch is done (the fabric reports nothing of it after
+  // that), so a long run with many workers and small partitions holds what is in flight, not its history.
   std::vector<Batch> batches_;
   std::vector<Nanos> batch_start_;
+  std::vector<size_t> free_ids_;
+  uint64_t dispatched_ = 0;
   std::vector<PartRef> parts_scratch_;
 };
 
@@ -100,6 +111,7 @@ class Run final : public BatchSink {
       : model_(m), fabric_(f), opt_(o) {
     workers_.reserve(policies.size());
     for (size_t w = 0; w < policies.size(); ++w) workers_.emplace_back(*this, int(w), *policies[w]);
+    measure_iteration(policies.front()->splits_tasks());
   }
 
   SimResult go(const NetworkModel& bounds);
@@ -107,17 +119,25 @@ class Run final : public BatchSink {
   void batch_sent(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_sent(id, now); }
   void batch_done(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_done(id, now); }
   // Keeps the lower bound of the mean period that abandoning a run needs; stops the loop once it is above the limit.
-  void on_iteration_start(const Worker& w, Nanos now);
+  void on_iteration_start(Nanos now);
 
  private:
   friend class Worker;
-  // Each worker's period is (start of the last iteration - start of the first measured one) / measured iterations;
-  // while a worker is between the two, now - its first measured start is a lower bound of the numerator.
-  double periods_done_ = 0;     // sum over the workers that finished
-  double measuring_starts_ = 0;  // sum of the first measured start over the workers still measuring, in seconds
-  int measuring_ = 0;
-  bool abandoned_ = false;
+  // What one iteration asks of every worker, whatever the schedule: its compute steps (forward of each layer, then
+  // backward of each in reverse; rest_[k] is the compute of steps k.. to the iteration's end, rest_[0] all of it),
+  // and the bytes and partitions it pushes. `splits`: the policies split tasks (the same kind on every worker).
+  void measure_iteration(bool splits);
+  std::vector<std::vector<ByteRange>> ranges_;  // per tensor, its partitions (the same in every iteration)
+  // The mean period over the workers, as go() computes it, with each worker's still unknown start of the iteration
+  // one past the last replaced by a lower bound of it (Worker::last_start_lower_bound), and a worker not yet measuring
+  // charged what its measured iterations need at least. Each term is at most the period go() would report, so the
+  // mean is too (rounding to nearest is monotone): abandoning on it never drops a run that would come out below the
+  // limit.
   double period_lower_bound(Nanos now) const;
+  Nanos min_measured_span() const;  // the least time from the first measured start to the one past the last
+  std::vector<Nanos> rest_;
+  uint64_t bytes_per_iteration_ = 0, parts_per_iteration_ = 0;
+  bool abandoned_ = false;
   const ModelProfile& model_;
   Fabric& fabric_;
   const SimOptions& opt_;
@@ -142,7 +162,7 @@ void Worker::try_start_compute(Nanos now) {
     if (layer_pending_[layer_] > 0) return;  // this layer's parameters are still being synchronised
     if (layer_ == 0) {
       starts_.push_back(now * 1e-9);
-      run_.on_iteration_start(*this, now);
+      run_.on_iteration_start(now);
       if (iteration_ == run_.opt_.iterations) {  // one past the last: only its start matters
         finished_ = true;
         return;
@@ -183,11 +203,10 @@ void Worker::on_compute_done(Nanos now) {
 
 void Worker::submit_layer(size_t layer, Nanos now) {
   const ModelProfile& model = run_.model_;
-  const bool split = driver_.policy().splits_tasks();
   for (size_t t : model.layers[layer].tensors) {
     const TensorProfile& tp = model.tensors[t];
     const uint64_t id = tasks_.size();
-    const auto ranges = partition_ranges(tp.elements, tp.dtype, split ? run_.opt_.partition_bytes : 0);
+    const std::vector<ByteRange>& ranges = run_.ranges_[t];
     if (ranges.empty()) continue;
     parts_scratch_.clear();
     for (uint32_t i = 0; i < ranges.size(); ++i)
@@ -215,15 +234,27 @@ void Worker::on_batch_done(size_t index, Nanos now) {
     TaskState& t = tasks_.at(p.task_id);
     if (--t.parts_left == 0) --layer_pending_[t.layer];
   }
-  Batch().swap(batches_[index]);  // its last use (receipts come first): a long run with many workers holds no history
+  batches_[index].clear();  // its last use (receipts come first)
+  free_ids_.push_back(index);
   pump(now);
   try_start_compute(now);
 }
 
 bool Worker::dispatch(Batch& batch, Nanos now) {
-  batches_.push_back(std::move(batch));
+  for (const PartRef& p : batch)
+    if (tasks_[p.task_id].iteration < run_.opt_.iterations - 1) owed_bytes_sent_ += p.bytes, ++owed_parts_sent_;
+  size_t id = batches_.size();
+  if (free_ids_.empty()) {
+    batches_.emplace_back();
+    batch_start_.push_back(0);
+  } else {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+  }
+  batches_[id] = std::move(batch);
+  ++dispatched_;
   // The timeline shows time on the wire, not time queued behind others.
-  batch_start_.push_back(run_.fabric_.dispatch(rank_, batches_.size() - 1, batches_.back(), now));
+  batch_start_[id] = run_.fabric_.dispatch(rank_, id, batches_[id], now);
   return true;
 }
 
@@ -248,23 +279,61 @@ void Worker::pump(Nanos now) {
   }
 }
 
-double Run::period_lower_bound(Nanos now) const {
-  const double measured = opt_.iterations - opt_.warmup;
-  return (periods_done_ + (measuring_ * (now * 1e-9) - measuring_starts_) / measured) / double(workers_.size());
+// Iteration n (one past the last) starts only once the last iteration's forward and backward have run, and that
+// forward waits, layer by layer, for every task of the iterations before it. So each of their bytes must have crossed
+// the worker's uplink first, and after the last of them at least the last layer's forward and a whole backward run.
+Nanos Worker::last_start_lower_bound(Nanos now) const {
+  const size_t layers = run_.model_.layers.size();
+  const size_t step = backward_ ? 2 * layers - 1 - layer_ : layer_;  // the running step, or the next one
+  const Nanos compute = (computing_ ? step_start_ : now) + run_.rest_[step] +
+                        Nanos(run_.opt_.iterations - 1 - iteration_) * run_.rest_[0];
+  const uint64_t owed = uint64_t(run_.opt_.iterations - 1);
+  const uint64_t owed_bytes = owed * run_.bytes_per_iteration_ - owed_bytes_sent_;
+  if (owed_bytes == 0) return compute;
+  const Nanos push = run_.fabric_.min_push_ns(owed_bytes, owed * run_.parts_per_iteration_ - owed_parts_sent_);
+  return std::max(compute, now + push + run_.rest_[layers - 1]);  // from the last layer's forward on
 }
 
-void Run::on_iteration_start(const Worker& w, Nanos now) {
-  if (!(opt_.abandon_above_s > 0)) return;
-  const std::vector<double>& s = w.iteration_starts();
-  const int started = int(s.size()) - 1;  // the iteration starting now
-  if (started == opt_.warmup) {
-    ++measuring_;
-    measuring_starts_ += s.back();
-  } else if (started == opt_.iterations) {
-    --measuring_;
-    measuring_starts_ -= s[size_t(opt_.warmup)];
-    periods_done_ += (s.back() - s[size_t(opt_.warmup)]) / (opt_.iterations - opt_.warmup);
+void Run::measure_iteration(bool splits) {
+  const size_t layers = model_.layers.size();
+  rest_.assign(2 * layers + 1, 0);
+  for (size_t k = 2 * layers; k-- > 0;)
+    rest_[k] = rest_[k + 1] + (k < layers ? model_.layers[k].forward : model_.layers[2 * layers - 1 - k].backward);
+  ranges_.clear();
+  for (const TensorProfile& tp : model_.tensors)
+    ranges_.push_back(partition_ranges(tp.elements, tp.dtype, splits ? opt_.partition_bytes : 0));
+  for (const LayerProfile& l : model_.layers)  // what submit_layer submits
+    for (size_t t : l.tensors) {
+      bytes_per_iteration_ += model_.tensors[t].bytes();
+      parts_per_iteration_ += ranges_[t].size();
+    }
+}
+
+Nanos Run::min_measured_span() const {
+  const int measured = opt_.iterations - opt_.warmup;
+  const uint64_t owed = uint64_t(measured - 1);  // the measured iterations but the last: produced after the first start
+  return std::max(Nanos(measured) * rest_[0],
+                  fabric_.min_push_ns(owed * bytes_per_iteration_, owed * parts_per_iteration_));
+}
+
+double Run::period_lower_bound(Nanos now) const {
+  const int n = opt_.iterations, warmup = opt_.warmup;
+  const double not_measuring = double(min_measured_span()) * 1e-9 / (n - warmup);
+  double sum = 0;  // in go()'s order and form, term by term
+  for (const Worker& w : workers_) {
+    const std::vector<double>& s = w.iteration_starts();
+    if (s.size() > size_t(n))  // its period is known
+      sum += (s[size_t(n)] - s[size_t(warmup)]) / (n - warmup);
+    else if (s.size() > size_t(warmup))
+      sum += (double(w.last_start_lower_bound(now)) * 1e-9 - s[size_t(warmup)]) / (n - warmup);
+    else
+      sum += not_measuring;
   }
+  return sum / double(workers_.size());
+}
+
+void Run::on_iteration_start(Nanos now) {
+  if (!(opt_.abandon_above_s > 0)) return;
   if (period_lower_bound(now) > opt_.abandon_above_s) {
     abandoned_ = true;
     loop_.stop();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "compression/codec.h"
 #include "scheduler/policy_factory.h"
 #include "simulator/report.h"
 #include "simulator/row_label.h"
@@ -168,6 +169,58 @@ TEST(Simulator, AbandonsARunOnceItsPeriodIsSureToExceedTheLimit) {
   EXPECT_LT(cut.iteration_start_s.size(), full.iteration_start_s.size());
   o.abandon_above_s = full.iteration_s * 1.001;
   EXPECT_FALSE(simulate_each_worker(m, p, [&] { return make_sim_policy(config, net, false); }, o).abandoned);
+}
+
+// The bound abandoning stops on (what is left of each worker's compute and of the pushes its iterations still owe)
+// never exceeds the period the run reports, on every link model, with compression and with symmetric workers: a run
+// given exactly its own period as the limit finishes. It is tighter than the time since the first measured start:
+// a run 5% over the limit stops in its fifth measured iteration, not its last.
+TEST(Simulator, AbandonsEarlyButNeverARunAtOrBelowTheLimit) {
+  const ModelProfile m = load_profile(std::string(COMMSCHED_PROFILES_DIR) + "/resnet50.json");
+  EngineConfig config;
+  config.policy = PolicyKind::bytescheduler;
+  config.knobs = {256 << 10, 1 << 20, 64 << 10};
+  SimOptions o;
+  o.iterations = 12;
+  o.warmup = 4;
+  o.partition_bytes = config.knobs.partition_bytes;
+  struct Case {
+    const char* name;
+    PsParams params;
+    const char* compression;
+  };
+  PsParams fifo{4, 4, 10e9, 10e9, 25e-6, 4 << 20, true, true};
+  PsParams fair = fifo, emulated = fifo;
+  fair.fair_share = true;
+  emulated.server_ingress_limited = false;
+  for (const Case& c : {Case{"fifo", fifo, ""}, Case{"fair", fair, ""}, Case{"emulated", emulated, ""},
+                        Case{"fifo fp16", fifo, "fp16"}}) {
+    const PsNetwork net(c.params);
+    const CompressionModel comp =
+        *c.compression ? measured_compression(compression::parse_spec("compression", c.compression)) : CompressionModel{};
+    auto run = [&](double limit) {
+      SimOptions with = o;
+      with.abandon_above_s = limit;
+      return simulate_each_worker(m, c.params, [&] { return make_sim_policy(config, net, false); }, with, comp);
+    };
+    const SimResult full = run(0);
+    const SimResult at = run(full.iteration_s);
+    EXPECT_FALSE(at.abandoned) << c.name;
+    EXPECT_EQ(at.iteration_s, full.iteration_s) << c.name;
+    if (std::string(c.name) != "fifo") continue;
+    const SimResult cut = run(full.iteration_s / 1.05);
+    EXPECT_TRUE(cut.abandoned);
+    // The former bound, now minus the first measured start, passed this limit only in the last measured iteration.
+    EXPECT_LE(cut.iteration_start_s.size(), size_t(o.warmup + 6)) << "stopped in iteration " << cut.iteration_start_s.size() - 1;
+  }
+  PsNetwork symmetric({16, 16, 10e9, 10e9, 25e-6, 4 << 20, true, true});
+  auto policy = [&] { return make_sim_policy(config, symmetric); };
+  const SimResult full = simulate(m, symmetric, *policy(), o);
+  SimOptions at = o;
+  at.abandon_above_s = full.iteration_s;
+  const SimResult same = simulate(m, symmetric, *policy(), at);
+  EXPECT_FALSE(same.abandoned);
+  EXPECT_EQ(same.iteration_s, full.iteration_s);
 }
 
 TEST(Grid, TunedKnobsComeFromTheBayesianOptimiserAndAreReplayedInTimelines) {
