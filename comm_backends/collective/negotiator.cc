@@ -14,7 +14,6 @@
 
 #include "comm_backends/collective/link_auth.h"
 #include "comm_backends/control/roster.h"
-#include "scheduler/policy_factory.h"
 #include "scheduler/spin_wait.h"
 
 namespace commsched::collective {
@@ -84,9 +83,9 @@ class Negotiator::StateLock {
 
 Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbacks callbacks)
     : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}),
-      order_knobs_([this](const Knobs&) {
-        if (opts_.rank == 0) wake(wake_.get());  // only rank 0's thread applies them (coordinator_round)
-      }) {
+      order_inbox_([this] {
+        if (opts_.rank == 0) wake(wake_.get());  // only rank 0's thread takes them (coordinator_round)
+      }, [this](bool backward) { mark(backward); }) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
@@ -96,15 +95,10 @@ Negotiator::Negotiator(NegotiatorOptions opts, KvStore& store, NegotiatorCallbac
   if (!wake_.valid()) throw std::runtime_error("negotiator: eventfd failed");
   const auto deadline = Clock::now() + seconds_to_ms(opts_.join_timeout_s);
   if (opts_.rank == 0) {
-    EngineConfig policy = opts_.policy;
-    // The stall guard breaks the deadlock of per-worker credits; one global credit cannot deadlock that way.
-    policy.credit_stall_guard = false;
-    coordinator_ = std::make_unique<GlobalOrder>(opts_.size, make_policy(policy));
+    coordinator_ = std::make_unique<GlobalOrder>(opts_.size);  // its policy comes through order_inbox_
     lag_.emplace(opts_.size);
     coordinator_->limit_groups_ahead(kGroupsAhead);
-    Knobs knobs = opts_.policy.knobs;  // until an engine posts its own
-    knobs.credit_bytes = opts_.credit_bytes;
-    coordinator_->set_knobs(knobs);
+    coordinator_->set_knobs(with_auto_fusion(opts_.knobs));
     join_as_coordinator(store, deadline);
   } else {
     join_as_worker(store, deadline);
@@ -219,7 +213,7 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
   std::vector<ReadyReport> reports;
   {
     std::lock_guard lock(mu_);
-    if (dead_ || stopping_ || !inbox_.empty()) return false;  // earlier submissions are told first
+    if (dead_ || stopping_ || !inbox_.empty() || !inbox_marks_.empty()) return false;  // earlier ones are told first
     reports = reports_locked(subs, failed);
   }
   try {
@@ -244,11 +238,17 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
   return true;
 }
 
+Knobs Negotiator::with_auto_fusion(Knobs k) const {
+  if (k.small_tensor_bytes == 0) k.small_tensor_bytes = opts_.auto_fusion_bytes;
+  return k;
+}
+
 void Negotiator::coordinator_round() {
-  if (std::optional<Knobs> k = order_knobs_.take()) {
-    if (k->small_tensor_bytes == 0) k->small_tensor_bytes = opts_.auto_fusion_bytes;
-    coordinator_->set_knobs(*k);
+  if (!coordinator_->has_policy()) {
+    GlobalOrderInbox::Adopted a = order_inbox_.take_policy(coordinator_->needs_policy());
+    if (a.policy) coordinator_->adopt(std::move(a.policy), a.marks);
   }
+  if (std::optional<Knobs> k = order_inbox_.take()) coordinator_->set_knobs(with_auto_fusion(*k));
   for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
   if (relay_.stopped()) return;
   GlobalOrderOutput out;
@@ -256,7 +256,24 @@ void Negotiator::coordinator_round() {
   publish(out);
 }
 
-std::vector<ReadyReport> Negotiator::reports_locked(std::vector<Submission>& subs,
+void Negotiator::mark(bool backward) {
+  bool to_thread = false;
+  {
+    std::lock_guard lock(mu_);
+    if (dead_ || stopping_) return;
+    if (coordinator_ || !inbox_.empty()) {
+      // Rank 0 tells its coordinator on its thread; elsewhere the mark follows the burst waiting in the inbox. Either
+      // way it counts what is reported before it, once that is (take_inbox).
+      inbox_marks_.emplace_back(inbox_.size(), backward);
+      to_thread = true;
+    } else {
+      send_to_coordinator_async(encode_mark({backward, submitted_.load()}));
+    }
+  }
+  if (to_thread) wake(wake_.get());
+}
+
+std::vector<ReadyReport> Negotiator::reports_locked(std::span<Submission> subs,
                                                     std::vector<std::pair<uint64_t, Status>>& failed) {
   std::vector<ReadyReport> reports;
   reports.reserve(subs.size());
@@ -466,6 +483,7 @@ void Negotiator::take_inbox() {
   std::vector<Submission> subs;
   std::vector<std::pair<uint64_t, Status>> failed;
   std::vector<ReadyReport> reports;
+  std::vector<IterationMark> marks;
   std::string send_error;
   bool stopping, join_now;
   {
@@ -473,7 +491,15 @@ void Negotiator::take_inbox() {
     subs.swap(inbox_);  // rank 0's own submissions (other ranks report from the submitting thread)
     stopping = stopping_;
     join_now = std::exchange(join_asked_, false);
-    reports = reports_locked(subs, failed);
+    // Each mark counts the reports of the submissions before it (IterationMark::after).
+    size_t begin = 0;
+    for (const auto& [at, backward] : inbox_marks_) {
+      for (auto& rep : reports_locked(std::span(subs).subspan(begin, at - begin), failed)) reports.push_back(std::move(rep));
+      marks.push_back({backward, submitted_.load()});
+      begin = at;
+    }
+    inbox_marks_.clear();
+    for (auto& rep : reports_locked(std::span(subs).subspan(begin), failed)) reports.push_back(std::move(rep));
     send_error.swap(async_send_error_);
   }
   for (const auto& [token, st] : failed) cb_.fail(token, st);
@@ -488,6 +514,10 @@ void Negotiator::take_inbox() {
     publish(out);
   } else if (!reports.empty()) {
     send_to(0, encode_ready(reports));
+  }
+  for (const IterationMark& m : marks) {  // after the reports they count
+    if (coordinator_) coordinator_->on_mark(0, m);
+    else send_to(0, encode_mark(m));
   }
   if (join_now && coordinator_) {  // after this rank's reports: they are not stood in for
     GlobalOrderOutput out;
@@ -580,6 +610,11 @@ void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
       if (bye_.said_bye(static_cast<control::GoodbyeBarrier::Id>(from))) live_.forget(static_cast<Liveness::Id>(from));
       coordinator_->on_bye(from, out);
       break;
+    case MsgType::mark: {
+      const IterationMark m = decode_mark(r);
+      if (!relay_.stopped()) coordinator_->on_mark(from, m);
+      break;
+    }
     case MsgType::join:
       lag_->forget(static_cast<uint32_t>(from));
       if (!relay_.stopped()) coordinator_->on_join(from, out);
