@@ -166,9 +166,10 @@ class Negotiator {
   void loop(StateLock& state);
   // Polls `fds` (spinning for up to spin_s first, then sleeping up to timeout_ms).
   void wait_events(std::vector<pollfd>& fds, int timeout_ms) const;
-  // Rank 0: runs the coordinator's step for `subs` on the calling thread. False (nothing done) when the negotiator
-  // thread is in a step, the caller is inside one (a callback), or earlier submissions still wait in the inbox.
-  bool step_on_caller(std::vector<Submission>& subs);
+  // Rank 0: runs the coordinator's step for `subs` (and this rank's iteration mark after them, when given: true for
+  // an end of backward) on the calling thread. False (nothing done) when the negotiator thread is in a step, the
+  // caller is inside one (a callback), or earlier submissions still wait in the inbox.
+  bool step_on_caller(std::vector<Submission>& subs, std::optional<bool> backward_mark = std::nullopt);
   // Rank 0: takes the policy handed over, applies knob changes and completions, asks the policy what to order, and
   // publishes it.
   void coordinator_round();

@@ -46,16 +46,18 @@ void Negotiator::submit(std::vector<Submission> subs) {
   if (to_thread) wake(wake_.get());
 }
 
-bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
+bool Negotiator::step_on_caller(std::vector<Submission>& subs, std::optional<bool> backward_mark) {
   if (state_owner_.load() == std::this_thread::get_id()) return false;  // a callback from inside a step
   StateLock state(*this, std::try_to_lock);
   if (!state.owns() || finished_ || relay_.stopped()) return false;
   std::vector<std::pair<uint64_t, Status>> failed;
   std::vector<ReadyReport> reports;
+  std::optional<IterationMark> mark;
   {
     std::lock_guard lock(mu_);
     if (dead_ || stopping_ || !inbox_.empty() || !inbox_marks_.empty()) return false;  // earlier ones are told first
     reports = reports_locked(subs, failed);
+    if (backward_mark) mark = IterationMark{*backward_mark, submitted_.load()};
   }
   try {
     if (!reports.empty()) {
@@ -64,6 +66,7 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
       coordinator_->on_ready(0, reports, out);
       publish(out);
     }
+    if (mark) coordinator_->on_mark(0, *mark);
     // Reports that came while the negotiator thread runs a collective count now: the next order reaches the peers
     // before the running collective ends.
     read_waiting_peers();
@@ -98,13 +101,15 @@ void Negotiator::coordinator_round() {
 }
 
 void Negotiator::mark(bool backward) {
+  std::vector<Submission> none;
+  if (coordinator_ && step_on_caller(none, backward)) return;  // rank 0: told on this thread, like a submission
   bool to_thread = false;
   {
     std::lock_guard lock(mu_);
     if (dead_ || stopping_) return;
     if (coordinator_ || !inbox_.empty()) {
-      // Rank 0 tells its coordinator on its thread; elsewhere the mark follows the burst waiting in the inbox. Either
-      // way it counts what is reported before it, once that is (take_inbox).
+      // Rank 0 (its negotiator thread mid-step) tells its coordinator on that thread; elsewhere the mark follows the
+      // burst waiting in the inbox. Either way it counts what is reported before it, once that is (take_inbox).
       inbox_marks_.emplace_back(inbox_.size(), backward);
       to_thread = true;
     } else {
