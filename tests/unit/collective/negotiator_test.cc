@@ -20,6 +20,7 @@
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/collective/link_auth.h"
+#include "scheduler/bsp_policy.h"
 #include "scheduler/fifo_policy.h"
 #include "scheduler/priority_credit_policy.h"
 
@@ -416,6 +417,30 @@ TEST(Negotiator, ThePolicyHandedOverOnRankZeroOrders) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("build the engine before using the backend"), std::string::npos) << e.what();
   }
+}
+
+// Iteration marks cross the wire: rank 0's BSP (handed over by an engine, which sends marks) orders nothing until
+// every rank's end of backward has come, counted behind that rank's reports; then it orders the iteration.
+TEST(Negotiator, RankZerosBspWaitsForEveryRanksEndOfBackward) {
+  Group g(2);
+  g.rank(0).order_inbox().adopt(std::make_unique<BspPolicy>(), /*marks=*/true);
+  for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1)});
+  g.rank(0).order_inbox().mark(true);
+  // Readiness signal instead of a pause: a probe the ranks disagree on fails at once, after every order rank 0
+  // published before it (as in the credit test above); rank 1's reports of 1 and 2 reached rank 0 before its probe.
+  g.rank(0).submit({sub(9, 64, 3)});
+  g.rank(1).submit({sub(9, 128, 3)});
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
+  {
+    std::lock_guard lock(g.log(0).mu);
+    ASSERT_EQ(g.log(0).failures.size(), 1u);
+    EXPECT_TRUE(g.log(0).groups.empty()) << "BSP ordered before rank 1's end of backward";
+  }
+  g.rank(1).order_inbox().mark(true);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
+  std::lock_guard lock(g.log(0).mu);
+  EXPECT_EQ(g.log(0).groups.size(), 2u);
+  EXPECT_EQ(g.log(1).groups, g.log(0).groups);
 }
 
 // The fusion bound is a tuner knob too: set at run time on rank 0, it fuses what the credit holds back (before it,
