@@ -27,7 +27,7 @@ struct Straggler {
 // Called exactly once per start(), from any thread, when every partition of the batch has been moved (or failed).
 using BatchDone = std::function<void(const Status&)>;
 
-class GlobalOrderKnobs;  // scheduler/global_order.h
+class GlobalOrderInbox;  // scheduler/global_order.h
 
 // What a backend can do beyond start/done: one row, asked once.
 struct BackendCapabilities {
@@ -36,13 +36,13 @@ struct BackendCapabilities {
   // other workers' pushes, for a PS sum) must not hold this worker's credit, or workers whose credits are full of
   // different partitions would wait on each other forever.
   bool reports_sent = false;
-  // Non-null: the order of collectives, and so the credit, is decided on rank 0 over what every rank has ready
-  // (scheduler/global_order.h), whose policy's knobs arrive here (valid while the backend lives). A collective needs
-  // every rank to issue the same partitions, so per-rank credits that fill with different partitions deadlock it. The
-  // engine then runs its own policy without a credit limit and posts its whole knob set here (the credit 0 when its
-  // policy uses none) at start and at every knob change (the same iteration on every rank, when the knobs come from
-  // the auto-tuner); it reaches rank 0's Policy::set_knobs as it is, so every knob does.
-  GlobalOrderKnobs* global_order = nullptr;
+  // Non-null: the order of collectives is decided on rank 0 over what every rank has ready (scheduler/global_order.h),
+  // by the Policy handed over here (valid while the backend lives). A collective needs every rank to issue the same
+  // partitions, so per-rank policies whose credits fill with different partitions deadlock it. The engine then hands
+  // its own Policy here, forwards its partitions as they arrive, and posts its whole knob set here at start and at
+  // every knob change (the same iteration on every rank, when the knobs come from the auto-tuner); rank 0 runs that
+  // policy and gives it every knob through Policy::set_knobs.
+  GlobalOrderInbox* global_order = nullptr;
   // join() can stand in with zeros for a rank that has run out of data (Horovod's join).
   bool joins = false;
   // The encoded schemes whose reduction this backend understands (a parameter server that decodes, sums and encodes

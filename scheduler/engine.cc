@@ -13,6 +13,7 @@
 #include "scheduler/engine_tasks.h"
 #include "scheduler/engine_timer.h"
 #include "scheduler/engine_trace.h"
+#include "scheduler/forward_policy.h"
 #include "scheduler/global_order.h"
 #include "scheduler/policy_driver.h"
 #include "scheduler/stages/compression_stage.h"
@@ -65,11 +66,21 @@ std::vector<std::shared_ptr<Stage>> engine_stages(std::vector<std::shared_ptr<St
   return all;
 }
 
+// Over a backend whose order is decided on rank 0 over every rank's readiness, the engine's own policy goes there
+// (the global order runs it, told every rank's iteration marks) and the engine forwards what arrives
+// (scheduler/forward_policy.h).
+std::unique_ptr<Policy> local_policy(std::unique_ptr<Policy> policy, const BackendCapabilities& caps) {
+  if (!caps.global_order) return policy;
+  auto forward = std::make_unique<ForwardPolicy>(std::string(policy->name()), policy->splits_tasks());
+  caps.global_order->adopt(std::move(policy), /*marks=*/true);
+  return forward;
+}
+
 }  // namespace
 
 struct Engine::Impl final : DispatchSink {
   Impl(std::unique_ptr<Policy> p, std::shared_ptr<CommBackend> b, EngineConfig c, std::vector<std::shared_ptr<Stage>> extra)
-      : policy(std::move(p)),
+      : policy(local_policy(std::move(p), b->capabilities())),
         driver(*policy),
         backend(std::move(b)),
         config(std::move(c)),
@@ -175,15 +186,10 @@ struct Engine::Impl final : DispatchSink {
     }
   }
 
-  // The knobs go to the policy; to the backend too when it keeps the credit itself, whose global policy they reach
-  // whole (then the engine's policy has no credit). The partition size is the engine's own (active_partition_bytes).
-  void apply_knobs(Knobs k) {
-    if (caps.global_order) {
-      Knobs global = k;
-      if (!policy->uses_credit()) global.credit_bytes = 0;
-      caps.global_order->post(global);
-      k.credit_bytes = 0;
-    }
+  // The knobs go to the policy, wherever it runs: here, or in the global order, whose Policy::set_knobs they reach
+  // whole. The partition size is the engine's own (active_partition_bytes).
+  void apply_knobs(const Knobs& k) {
+    if (caps.global_order) caps.global_order->post(k);
     driver.set_knobs(k);
   }
 
@@ -219,7 +225,23 @@ struct Engine::Impl final : DispatchSink {
       if (stopped || !fault.empty()) continue;
       if (flush) driver.flushed(now());
       else driver.backward_done(now());
+      if (caps.global_order && !closed.load(std::memory_order_acquire)) {
+        pump();  // what arrived before the mark goes first
+        emit_mark(flush ? Flight::Mark::flush : Flight::Mark::backward);
+      }
     }
+  }
+
+  // An iteration mark for the global order: it travels the batches' way (the sequencer keeps it behind them) and the
+  // gateway hands it over (start()), so it follows every partition it covers into the backend.
+  void emit_mark(Flight::Mark m) {
+    auto flight = std::make_unique<Flight>();
+    flight->mark = m;
+    const uint64_t id = next_batch_id++;
+    flight->id = id;
+    Flight* f = flight.get();
+    batches.emplace(id, InflightBatch{{}, std::move(flight), now()});
+    graph.emit(f);
   }
 
   void pump() {
@@ -269,6 +291,10 @@ struct Engine::Impl final : DispatchSink {
   void start(Flight* f, std::function<void(const Status&)> done) {
     if (closed.load(std::memory_order_acquire))
       return done(Status::Error("engine shut down before the batch was started", Status::Code::cancelled));
+    if (f->mark != Flight::Mark::none) {
+      caps.global_order->mark(f->mark == Flight::Mark::backward);
+      return done(Status::Ok());
+    }
     uint64_t wire = 0;
     for (const PartitionView& v : f->views) wire += v.bytes;
     stat_wire_bytes.fetch_add(wire, std::memory_order_relaxed);
@@ -306,6 +332,7 @@ struct Engine::Impl final : DispatchSink {
     if (it == batches.end()) return;  // after shutdown: already failed
     InflightBatch done = std::move(it->second);
     batches.erase(it);
+    if (done.parts.empty()) return;  // an iteration mark (emit_mark)
     const Nanos at = now();
     if (timeline) {
       const auto first = live.find(done.parts.front().task_id);
@@ -385,7 +412,7 @@ struct Engine::Impl final : DispatchSink {
   }
 
   // ---------------------------------------------------------------- state
-  std::unique_ptr<Policy> policy;
+  std::unique_ptr<Policy> policy;  // ForwardPolicy where the global order runs the engine's own (local_policy)
   PolicyDriver driver;  // the one loop that drives the policy (scheduler/policy_driver.h)
   std::shared_ptr<CommBackend> backend;
   EngineConfig config;

@@ -57,6 +57,10 @@ struct Flight {
   };
   std::vector<Staged> staged;  // empty: no stage applies to this batch
   Status status;               // a stage's or the backend's failure
+  // An iteration mark on its way to the global order (BackendCapabilities::global_order): no views; the gateway hands
+  // it over after starting every batch dispatched before it.
+  enum class Mark : uint8_t { none, backward, flush };
+  Mark mark = Mark::none;
   std::atomic<bool> completed{false};
 };
 

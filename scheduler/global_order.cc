@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
+
+#include "scheduler/priority_credit_policy.h"
 
 namespace commsched {
 namespace {
@@ -23,18 +26,74 @@ std::string PartitionDesc::describe() const {
   return os.str();
 }
 
+void GlobalOrderInbox::adopt(std::unique_ptr<Policy> policy, bool marks) {
+  if (!policy) throw InvalidArgument("global order: the policy handed over must not be null");
+  {
+    std::lock_guard lock(mu_);
+    if (closed_)
+      throw InvalidArgument("global order: policy '" + std::string(policy->name()) +
+                            "' came after the backend's first collective, which its default policy ordered (build the "
+                            "engine before using the backend)");
+    if (adopted_)
+      throw InvalidArgument("global order: a policy was handed over already (one engine per collective backend)");
+    adopted_ = true;
+    policy_ = std::move(policy);
+    marks_ = marks;
+  }
+  if (posted_) posted_();
+}
+
+void GlobalOrderInbox::post(const Knobs& knobs) {
+  {
+    std::lock_guard lock(mu_);
+    knobs_ = knobs;
+    fresh_.store(true, std::memory_order_release);
+  }
+  if (posted_) posted_();
+}
+
+GlobalOrderInbox::Adopted GlobalOrderInbox::take_policy(bool last_chance) {
+  std::lock_guard lock(mu_);
+  if (!adopted_ && last_chance) closed_ = true;
+  return {std::move(policy_), marks_};
+}
+
+std::optional<Knobs> GlobalOrderInbox::take() {
+  if (!fresh_.exchange(false, std::memory_order_acquire)) return std::nullopt;
+  std::lock_guard lock(mu_);
+  return knobs_;
+}
+
 GlobalOrder::GlobalOrder(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries)
-    : size_(size), policy_(policy ? std::move(policy) : throw InvalidArgument("GlobalOrder: policy must not be null")),
-      driver_(*policy_), max_cache_entries_(max_cache_entries), gone_(size, false), joined_(size, false) {}
+    : size_(size), max_cache_entries_(max_cache_entries), gone_(size, false), joined_(size, false), reported_(size, 0),
+      marks_waiting_(size) {
+  if (policy) adopt(std::move(policy));
+}
+
+void GlobalOrder::adopt(std::unique_ptr<Policy> policy, bool marks) {
+  if (!policy) throw InvalidArgument("GlobalOrder: policy must not be null");
+  if (policy_) throw std::logic_error("GlobalOrder: a policy orders already");
+  policy_ = std::move(policy);
+  marks_ = marks;
+  policy_->on_global_order();
+  driver_.emplace(*policy_);
+  if (knobs_) driver_->set_knobs(*std::exchange(knobs_, std::nullopt));
+}
+
+void GlobalOrder::set_knobs(const Knobs& k) {
+  if (driver_) driver_->set_knobs(k);
+  else knobs_ = k;
+}
 
 void GlobalOrder::on_group_done(Nanos now) {
   if (running_.empty()) return;  // nothing ordered is running (a late completion after an error): nothing to release
   std::shared_ptr<Running> r = std::move(running_.front());
   running_.pop_front();
-  if (--r->groups_left == 0) driver_.batch_done(r->batch, now);
+  if (--r->groups_left == 0) driver_->batch_done(r->batch, now);
 }
 
 void GlobalOrder::on_ready(int rank, std::span<const ReadyReport> reports, GlobalOrderOutput& out) {
+  reported_[rank] += reports.size();  // what its marks count (IterationMark::after)
   for (const auto& rep : reports) {
     ++stats_.reports;
     if (rep.cache_id == kNoCacheId) {
@@ -133,9 +192,15 @@ void GlobalOrder::on_bye(int rank, GlobalOrderOutput& out) {
   }
 }
 
+void GlobalOrder::on_mark(int rank, const IterationMark& mark) {
+  if (rank < 0 || rank >= size_ || joined_[rank] || gone_[rank]) return;  // it holds no mark back (tell_marks)
+  marks_waiting_[rank].push_back(mark);
+}
+
 void GlobalOrder::on_join(int rank, GlobalOrderOutput& out) {
   if (rank < 0 || rank >= size_ || joined_[rank]) return;
   joined_[rank] = true;
+  marks_waiting_[rank].clear();  // its iterations ended: the others' marks do not wait for its
   for (auto& [slot, e] : pending_) {
     if (e.reported[rank] || e.count == size_) continue;
     e.reported[rank] = true;
@@ -181,10 +246,28 @@ void GlobalOrder::tell_arrivals(Nanos now) {
     const TaskArrival arrival{seq, e.priority, seq, e.desc.task_bytes, std::span<const PartRef>(&part, 1)};
     held_.emplace(seq, std::move(e));
     pending_.erase(it);
-    driver_.arrived(arrival, now);
+    driver_->arrived(arrival, now);
   }
   complete_.clear();
-  driver_.flushed(now);  // see "Iteration marks" in global_order.h
+  if (!marks_) driver_->flushed(now);  // see "Iteration marks" in global_order.h
+}
+
+void GlobalOrder::tell_marks(Nanos now) {
+  for (;;) {
+    bool any = false, backward = true;
+    for (int r = 0; r < size_; ++r) {
+      if (joined_[r] || gone_[r]) continue;
+      const auto& waiting = marks_waiting_[r];
+      if (waiting.empty() || reported_[r] < waiting.front().after) return;
+      any = true;
+      backward = backward && waiting.front().backward;
+    }
+    if (!any) return;
+    for (int r = 0; r < size_; ++r)
+      if (!marks_waiting_[r].empty()) marks_waiting_[r].pop_front();
+    if (backward) driver_->backward_done(now);
+    else driver_->flushed(now);
+  }
 }
 
 size_t GlobalOrder::order_batch(const Batch& batch, GlobalOrderOutput& out) {
@@ -230,10 +313,13 @@ bool GlobalOrder::dispatch(Batch& batch, Nanos /*now*/) {
 }
 
 void GlobalOrder::flush(Nanos now, GlobalOrderOutput& out) {
+  if (needs_policy()) adopt(std::make_unique<PriorityCreditPolicy>(0));
+  if (!policy_) return;  // nothing is ready everywhere yet
   tell_arrivals(now);
+  if (marks_) tell_marks(now);
   out_ = &out;
   ordered_ = false;
-  driver_.pump(now, *this);  // its wake-up is next_wakeup()'s, which knows when the order is held back
+  driver_->pump(now, *this);  // its wake-up is next_wakeup()'s, which knows when the order is held back
   out_ = nullptr;
   if (ordered_) ++stats_.flushes;
 }

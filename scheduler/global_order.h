@@ -1,5 +1,5 @@
 // GlobalOrder: the order of collectives over what every rank has ready, a scheduling stage that runs on rank 0 around
-// the real scheduling Policy. Pure and single-threaded (no I/O, no clocks: the caller passes the time) so it can be
+// the engine's own Policy (handed over through GlobalOrderInbox, see "Credit"). Pure and single-threaded (no I/O, no clocks: the caller passes the time) so it can be
 // tested directly; a collective backend carries its inputs (ready reports, completions) and its output (the order)
 // over the wire (comm_backends/collective/negotiator.h) and watches liveness.
 //
@@ -17,8 +17,9 @@
 // Credit: the Policy's credit is the global credit. A per-rank credit in each engine cannot be used with a collective:
 // ranks see arrivals at different times, their policies dispatch different partitions, and once every rank's credit
 // is full of partitions the others have not dispatched, no collective can start (a distributed deadlock that
-// engine_bench reproduces). So with collective backends the engine runs its policy with unlimited credit and hands its
-// knobs here whole (BackendCapabilities::global_order, CommBackend::set_knobs), which set_knobs passes to the policy.
+// engine_bench reproduces). So over a collective backend the engine hands its own Policy here
+// (BackendCapabilities::global_order, GlobalOrderInbox) and forwards each rank's partitions as they arrive
+// (scheduler/forward_policy.h): no second policy runs anywhere, and the engine's knobs reach this one whole.
 //
 // Ordering ahead: the policy dispatches whatever is ready the moment it may, and partitions that become ready one by
 // one would each become a collective of their own, queued behind the running one. With limit_groups_ahead(n) the
@@ -26,9 +27,13 @@
 // waits in the policy, which fuses it (bytescheduler's small tensors) when the running collective ends. Two (one
 // running, the next already known to every rank) keeps the ranks busy without a round trip between collectives.
 //
-// Iteration marks: the global order does not see the end of each rank's backward (the engine tells only its own
-// policy). What reaches it has already been released by every rank's engine, so after the arrivals of each flush it
-// tells the policy on_flush: a policy that holds tasks for the end of backward (BSP) releases them then.
+// Iteration marks: a policy that waits for the end of backward (BSP) or learns from it (MG-WFBP) hears it here as the
+// end of every rank's backward. Each rank's engine sends its end of backward (and its flushes) after the partitions
+// it covers (an IterationMark: how many partitions that rank had reported by then), so once every rank's next mark
+// is covered by what it reported, every partition of the iteration is ready everywhere: the policy is told those
+// arrivals, then on_backward_done (on_flush when some rank's mark was a flush). Ranks that joined or left do not
+// hold a mark back. A driver that sends no marks (a backend driven without an engine) gets on_flush after the
+// arrivals of every flush instead, so such a policy never waits for a mark that does not come.
 #pragma once
 
 #include <atomic>
@@ -114,31 +119,51 @@ struct ErrorMsg {
 };
 
 
-// Where the engine's knobs reach a global order that runs on another thread (rank 0's negotiation): the engine posts
-// its whole knob set from its scheduler thread, and the order's owner takes the latest at its next step and hands it
-// to GlobalOrder::set_knobs, so every knob reaches the policy through Policy::set_knobs.
-class GlobalOrderKnobs {
+// One rank's end of backward (or flush): it covers the first `after` partitions that rank reported ready.
+struct IterationMark {
+  bool backward = true;  // false: a flush (Engine::flush)
+  uint64_t after = 0;
+};
+
+// Where the driver of a collective backend (an Engine) hands rank 0's global order its Policy and its knobs from its
+// own thread; the order's owner (rank 0's negotiation) takes them at its next step and gives them to GlobalOrder, so
+// the engine's own policy orders every rank's partitions and every knob reaches it through Policy::set_knobs. Every
+// rank's engine hands its policy over alike; only rank 0's is taken (the others' stay unused here). Thread-safe.
+class GlobalOrderInbox {
  public:
-  // `on_post` runs on the posting thread after each post (the owner wakes its thread there).
-  explicit GlobalOrderKnobs(std::function<void(const Knobs&)> on_post = {}) : on_post_(std::move(on_post)) {}
-  void post(const Knobs& knobs) {
-    {
-      std::lock_guard lock(mu_);
-      knobs_ = knobs;
-      fresh_.store(true, std::memory_order_release);
-    }
-    if (on_post_) on_post_(knobs);
-  }
-  // The knobs posted since the last take, if any.
-  std::optional<Knobs> take() {
-    if (!fresh_.exchange(false, std::memory_order_acquire)) return std::nullopt;
-    std::lock_guard lock(mu_);
-    return knobs_;
+  // `posted` runs on the posting thread after each adopt() and post() (the owner wakes its thread there); `marked`
+  // carries this rank's iteration marks to rank 0 (mark()).
+  explicit GlobalOrderInbox(std::function<void()> posted = {}, std::function<void(bool backward)> marked = {})
+      : posted_(std::move(posted)), marked_(std::move(marked)) {}
+
+  // The policy that orders: once, before the first partition is ordered. Throws InvalidArgument for a second policy
+  // (a second engine over one backend) or after the order started with its default (GlobalOrder::flush). `marks`:
+  // every rank's driver calls mark() at each end of backward and flush (an engine does), so the policy hears them.
+  void adopt(std::unique_ptr<Policy> policy, bool marks = false);
+  void post(const Knobs& knobs);
+  // This rank's end of backward (true) or flush, called after starting every batch it covers.
+  void mark(bool backward) {
+    if (marked_) marked_(backward);
   }
 
+  // The owner's side. take_policy: the adopted policy, once; `last_chance`: the order needs one now, so when none has
+  // come, none is accepted any more.
+  struct Adopted {
+    std::unique_ptr<Policy> policy;
+    bool marks = false;
+  };
+  Adopted take_policy(bool last_chance = false);
+  // The knobs posted since the last take, if any.
+  std::optional<Knobs> take();
+
  private:
-  std::function<void(const Knobs&)> on_post_;
+  std::function<void()> posted_;
+  std::function<void(bool)> marked_;
   std::mutex mu_;
+  std::unique_ptr<Policy> policy_;
+  bool marks_ = false;
+  bool adopted_ = false;  // a policy came (taken or not)
+  bool closed_ = false;   // the order runs its default: no policy is accepted
   Knobs knobs_;
   std::atomic<bool> fresh_{false};
 };
@@ -160,8 +185,16 @@ struct GlobalOrderStats {
 
 class GlobalOrder final : DispatchSink {
  public:
-  // `policy` must be fresh (never told an event).
-  GlobalOrder(int size, std::unique_ptr<Policy> policy, size_t max_cache_entries = 1u << 20);
+  // `policy` must be fresh (never told an event); null: adopt() hands it over later (before the first partition is
+  // ready everywhere, or flush() takes the default).
+  explicit GlobalOrder(int size, std::unique_ptr<Policy> policy = nullptr, size_t max_cache_entries = 1u << 20);
+
+  // The Policy that orders (an engine's own, GlobalOrderInbox): fresh, and before any partition was told to a policy.
+  // Knobs set before it came apply to it first. `marks`: every rank sends iteration marks (on_mark).
+  void adopt(std::unique_ptr<Policy> policy, bool marks = false);
+  bool has_policy() const { return policy_ != nullptr; }
+  // Partitions are ready everywhere and no policy has come: flush() would start with the default.
+  bool needs_policy() const { return !policy_ && !complete_.empty(); }
 
   // Records what `rank` has ready. Mismatches and protocol violations go to out.errors.
   void on_ready(int rank, std::span<const ReadyReport> reports, GlobalOrderOutput& out);
@@ -170,24 +203,28 @@ class GlobalOrder final : DispatchSink {
   // `rank` has joined (Horovod's join: it has no more data): it counts as ready, with zeros, for every partition the
   // others report until every rank has joined; then out.all_joined names it and partitions wait for all again.
   void on_join(int rank, GlobalOrderOutput& out);
-  // Tells the policy what became ready on every rank since the last flush and orders what it dispatches now.
+  // Tells the policy what became ready on every rank since the last flush and orders what it dispatches now. With
+  // nothing adopted yet it adopts the default first (for a backend driven without an engine): bytescheduler with the
+  // knobs set so far (no credit, no fusion unless they say so).
   void flush(Nanos now, GlobalOrderOutput& out);
+  // `rank`'s end of backward or flush (see "Iteration marks" above); told to the policy by a later flush().
+  void on_mark(int rank, const IterationMark& mark);
   // Rank 0 finished the oldest group still running. Call flush() afterwards: the policy may dispatch more.
   void on_group_done(Nanos now);
   // When flush() must run again even if nothing arrives (a fusion cycle); nullopt: none (or only a completion can
   // let the policy dispatch: limit_groups_ahead).
   std::optional<Nanos> next_wakeup() const {
-    return held_back() ? std::nullopt : policy_->next_wakeup();
+    return held_back() || !policy_ ? std::nullopt : policy_->next_wakeup();
   }
   // At most `groups` ordered and not yet done on rank 0 before the policy is asked for more (0: no limit).
   void limit_groups_ahead(size_t groups) { max_ahead_ = groups; }
   // The knobs rank 0's policy uses (credit, small-tensor fusion bound, ...); the partition size is each rank's engine's.
-  void set_knobs(const Knobs& k) { driver_.set_knobs(k); }
-  uint64_t bytes_in_flight() const { return policy_->bytes_in_flight(); }
-  const Policy& policy() const { return *policy_; }
+  // Before a policy has come they wait for it.
+  void set_knobs(const Knobs& k);
+  uint64_t bytes_in_flight() const { return policy_ ? policy_->bytes_in_flight() : 0; }
 
   // Partitions not yet ordered: reported by some ranks, or ready everywhere and held by the policy.
-  size_t pending() const { return pending_.size() + policy_->queued_partitions(); }
+  size_t pending() const { return pending_.size() + (policy_ ? policy_->queued_partitions() : 0); }
   const GlobalOrderStats& stats() const { return stats_; }
 
  private:
@@ -220,6 +257,8 @@ class GlobalOrder final : DispatchSink {
   uint32_t cache_id_for(const Entry& e, OrderMsg& order);
   bool fusable(const PartitionDesc& a, const PartitionDesc& b) const;
   void tell_arrivals(Nanos now);
+  // Tells the policy every mark that every rank's reports now cover.
+  void tell_marks(Nanos now);
   // Turns one policy batch into groups of the order; returns how many.
   size_t order_batch(const Batch& batch, GlobalOrderOutput& out);
   bool held_back() const { return max_ahead_ > 0 && running_.size() >= max_ahead_; }
@@ -229,7 +268,8 @@ class GlobalOrder final : DispatchSink {
 
   int size_;
   std::unique_ptr<Policy> policy_;
-  PolicyDriver driver_;  // the engine's loop (scheduler/policy_driver.h)
+  std::optional<PolicyDriver> driver_;  // the engine's loop (scheduler/policy_driver.h), once a policy has come
+  std::optional<Knobs> knobs_;          // set before a policy came
   GlobalOrderOutput* out_ = nullptr;  // the order flush() is building
   bool ordered_ = false;              // flush() ordered a group
   size_t max_cache_entries_;
@@ -243,6 +283,9 @@ class GlobalOrder final : DispatchSink {
   std::unordered_map<Slot, uint32_t, SlotHash> cache_index_;
   std::vector<bool> gone_;                     // ranks that said bye
   std::vector<bool> joined_;                   // ranks that joined since every rank last had
+  bool marks_ = false;                         // the ranks send iteration marks
+  std::vector<uint64_t> reported_;             // partitions each rank reported, in all
+  std::vector<std::deque<IterationMark>> marks_waiting_;  // each rank's marks not yet told
   GlobalOrderStats stats_;
 };
 

@@ -61,9 +61,10 @@ class Policy {
   // reach a policy, wherever it runs (an engine, rank 0's coordinator of a collective, the simulator): a policy is
   // handed the whole knob set and takes what it uses.
   virtual void set_knobs(const Knobs& /*k*/) {}
-  // Whether this policy limits bytes in flight by a credit at all (the baselines do not). A backend that keeps the
-  // credit itself then gets the credit knob only for policies that use it, and "no limit" for the others.
-  virtual bool uses_credit() const { return false; }
+  // Told once, before any event, when this policy orders a collective for every rank (rank 0's global order,
+  // scheduler/global_order.h): its credit is then the one global credit, which cannot deadlock the way per-worker
+  // credits can, so a guard against that deadlock is off.
+  virtual void on_global_order() {}
 
   // Appends what to dispatch now (possibly nothing). Called after every event and at wake-ups.
   virtual void poll(Nanos now, std::vector<Batch>& out) = 0;

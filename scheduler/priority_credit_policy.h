@@ -30,7 +30,7 @@ class PriorityCreditPolicy final : public Policy {
     credit_ = k.credit_bytes;
     small_ = k.small_tensor_bytes;
   }
-  bool uses_credit() const override { return true; }
+  void on_global_order() override { stall_guard_ = false; }
   void poll(Nanos now, std::vector<Batch>& out) override;
   std::optional<Nanos> next_wakeup() const override;
   size_t queued_partitions() const override { return queue_.size(); }

@@ -29,6 +29,8 @@
 #include "comm_backends/gloo/gloo_backend.h"
 #include "plugins/launch/process_group.h"
 #include "scheduler/completion_waiter.h"
+#include "scheduler/global_order.h"
+#include "scheduler/policy_factory.h"
 #include "scheduler/spin_wait.h"
 
 using namespace commsched;
@@ -166,6 +168,8 @@ int run_rank(const Options& o) {
   const std::vector<std::string>& only = o.only;
   const ClusterEnv env = ClusterEnv::from_env();
   TimedGlooBackend backend(env);
+  // The policy an engine would hand over (COMMSCHED_POLICY and its options): rank 0 orders with it.
+  backend.capabilities().global_order->adopt(make_policy(EngineConfig::from_env()));
   const std::vector<Case> cases = {
       {"4KiB", 1, 1024},           {"64KiB", 1, 16 * 1024},     {"1MiB", 1, 256 * 1024},
       {"16MiB", 1, 4 * 1024 * 1024}, {"64x4KiB", 64, 1024},     {"16x64KiB", 16, 16 * 1024},

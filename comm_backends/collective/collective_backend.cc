@@ -32,7 +32,7 @@ const OptionTable<CollectiveOptions>& CollectiveOptions::table() {
 CollectiveOptions CollectiveOptions::from_env() {
   CollectiveOptions o;
   table().set_from_env(o);
-  o.policy = EngineConfig::from_env();  // rank 0 runs the same policy the engines run
+  o.policy = EngineConfig::from_env();  // the engines' configuration: what a fusion bound of 0 means on rank 0
   return o;
 }
 
@@ -42,12 +42,11 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.size = env.num_workers;
   o.timeout_s = env.timeout_s;
   o.join_timeout_s = std::max(60.0, 3 * env.timeout_s);
-  o.policy = policy;
   // A collective pays a call's latency that a parameter server's pipelined pushes hide, so on a collective
   // bytescheduler fuses small tensors up to the collective fusion size by default.
-  if (o.policy.policy == PolicyKind::bytescheduler) o.auto_fusion_bytes = fusion_bytes;
-  if (o.policy.knobs.small_tensor_bytes == 0) o.policy.knobs.small_tensor_bytes = o.auto_fusion_bytes;
-  o.credit_bytes = credit_bytes;
+  if (policy.policy == PolicyKind::bytescheduler) o.auto_fusion_bytes = fusion_bytes;
+  o.knobs = policy.knobs;
+  o.knobs.credit_bytes = credit_bytes;
   o.spin_s = spin_s;
   o.host = env.rank == 0 ? env.root_addr : control::advertised_host(env);
   o.secret = ClusterAuth::from_env().secret_for(env.root_addr);  // the rendezvous store's rule: one answer per run
@@ -267,7 +266,7 @@ void CollectiveBackend::stop_base() { shutdown(); }
 
 BackendCapabilities CollectiveBackend::capabilities() const {
   BackendCapabilities c;
-  c.global_order = negotiator_ ? &negotiator_->order_knobs() : nullptr;
+  c.global_order = negotiator_ ? &negotiator_->order_inbox() : nullptr;
   c.joins = supports(Op::allreduce, Device::cpu);
   return c;
 }

@@ -37,11 +37,12 @@ struct ClusterEnv;
 
 namespace commsched::collective {
 
-// Settings every collective backend shares. Rank 0 runs the policy of `policy` (COMMSCHED_POLICY and its options, as
-// the engine reads them) over the partitions ready on every rank (see scheduler/global_order.h). Environment:
+// Settings every collective backend shares. Rank 0 runs the engine's own policy over the partitions ready on every
+// rank (handed over through BackendCapabilities::global_order; see scheduler/global_order.h); `policy` is the engines'
+// configuration (COMMSCHED_POLICY and its options), read for the knobs rank 0 starts with. Environment:
 // COMMSCHED_COLLECTIVE_FUSION_BYTES (default 1MiB; "none" = no fusion): bytescheduler's small-tensor fusion bound on a
 // collective when COMMSCHED_SMALL_TENSOR_BYTES sets none; COMMSCHED_COLLECTIVE_CREDIT_BYTES (default unlimited): the
-// global credit until an engine posts its credit knob (BackendCapabilities::global_order; a per-rank credit in each
+// global credit until the backend's driver posts its credit knob (an engine does at once; a per-rank credit in each
 // engine can deadlock a collective).
 struct CollectiveOptions {
   uint64_t fusion_bytes = 1u << 20;
@@ -61,10 +62,11 @@ class CollectiveBackend : public CommBackend {
   int size() const override { return size_; }
   void start(std::vector<PartitionView> batch, BatchDone done) override;
   void shutdown() override;
-  // global_order: the credit lives in the order negotiation (one global credit on rank 0, scheduler/global_order.h),
-  // not in each rank's engine: an engine posts its knobs to the negotiator's order_knobs (COMMSCHED_CREDIT_BYTES, the
-  // fusion bound, the auto-tuner's choices), which reach rank 0's Policy::set_knobs whole, and runs its own policy
-  // unlimited; COMMSCHED_COLLECTIVE_CREDIT_BYTES is the credit until an engine posts one. joins (Horovod's) where this
+  // global_order: the order, and so the credit, is decided in the order negotiation (one global credit on rank 0,
+  // scheduler/global_order.h), not in each rank's engine: an engine hands its own policy to the negotiator's
+  // order_inbox and posts its knobs there (COMMSCHED_CREDIT_BYTES, the fusion bound, the auto-tuner's choices), which
+  // reach that policy's set_knobs whole on rank 0; COMMSCHED_COLLECTIVE_CREDIT_BYTES is the credit until then. Without
+  // an engine (a backend driven directly) rank 0 orders with bytescheduler (GlobalOrder::flush). joins (Horovod's) where this
   // backend's buffers are host memory (Gloo): a joined rank runs the others' partitions with zeros of the ordered
   // size until every rank has joined (see Negotiator::join).
   BackendCapabilities capabilities() const override;

@@ -13,62 +13,29 @@
 #include <stdexcept>
 
 #include "comm_backends/collective/link_auth.h"
+#include "comm_backends/collective/negotiator_detail.h"
 #include "comm_backends/control/roster.h"
-#include "scheduler/policy_factory.h"
 #include "scheduler/spin_wait.h"
 
 namespace commsched::collective {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::now_ns;
+using detail::wake;
 
 std::chrono::milliseconds seconds_to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
 // Groups rank 0 orders ahead of its own progress (GlobalOrder::limit_groups_ahead): the running one and the next.
 constexpr size_t kGroupsAhead = 2;
 
-// Submissions closer together than this are a burst (an engine dispatching several batches at once).
-constexpr int64_t kBurstGapNs = 100'000;
-
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
-
-void wake(int eventfd) {
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(eventfd, &one, sizeof one);
-}
-
 }  // namespace
-
-class Negotiator::StateLock {
- public:
-  explicit StateLock(Negotiator& n) : n_(n), lock_(n.state_mu_) { mark(); }
-  StateLock(Negotiator& n, std::try_to_lock_t t) : n_(n), lock_(n.state_mu_, t) {
-    if (lock_.owns_lock()) mark();
-  }
-  ~StateLock() {
-    if (lock_.owns_lock()) unlock();
-  }
-  bool owns() const { return lock_.owns_lock(); }
-  void lock() {
-    lock_.lock();
-    mark();
-  }
-  void unlock() {
-    n_.state_owner_ = std::thread::id{};
-    lock_.unlock();
-  }
-
- private:
-  void mark() { n_.state_owner_ = std::this_thread::get_id(); }
-  Negotiator& n_;
-  std::unique_lock<std::mutex> lock_;
-};
 
 Negotiator::Negotiator(NegotiatorOptions opts, control::Store& store, NegotiatorCallbacks callbacks)
     : opts_(std::move(opts)), cb_(std::move(callbacks)), live_(opts_.timeout_s, {}),
-      order_knobs_([this](const Knobs&) {
-        if (opts_.rank == 0) wake(wake_.get());  // only rank 0's thread applies them (coordinator_round)
-      }) {
+      order_inbox_([this] {
+        if (opts_.rank == 0) wake(wake_.get());  // only rank 0's thread takes them (coordinator_round)
+      }, [this](bool backward) { mark(backward); }) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size)
     throw std::invalid_argument("negotiator: rank " + std::to_string(opts_.rank) + " is outside [0, " +
                                 std::to_string(opts_.size) + ")");
@@ -78,15 +45,10 @@ Negotiator::Negotiator(NegotiatorOptions opts, control::Store& store, Negotiator
   if (!wake_.valid()) throw std::runtime_error("negotiator: eventfd failed");
   const auto deadline = Clock::now() + seconds_to_ms(opts_.join_timeout_s);
   if (opts_.rank == 0) {
-    EngineConfig policy = opts_.policy;
-    // The stall guard breaks the deadlock of per-worker credits; one global credit cannot deadlock that way.
-    policy.credit_stall_guard = false;
-    coordinator_ = std::make_unique<GlobalOrder>(opts_.size, make_policy(policy));
+    coordinator_ = std::make_unique<GlobalOrder>(opts_.size);  // its policy comes through order_inbox_
     lag_.emplace(opts_.size);
     coordinator_->limit_groups_ahead(kGroupsAhead);
-    Knobs knobs = opts_.policy.knobs;  // until an engine posts its own
-    knobs.credit_bytes = opts_.credit_bytes;
-    coordinator_->set_knobs(knobs);
+    coordinator_->set_knobs(with_auto_fusion(opts_.knobs));
     join_as_coordinator(store, deadline);
   } else {
     join_as_worker(store, deadline);
@@ -164,107 +126,6 @@ void Negotiator::join_as_worker(control::Store& store, Clock::time_point deadlin
   if (frame.empty() || frame[0] != static_cast<char>(MsgType::welcome))  // a challenge (0): we have no secret
     throw std::runtime_error(who(0) + (frame.size() && frame[0] == 0 ? std::string(" (coordinator) ") + kNeedsSecret
                                                                       : std::string(": expected welcome during join")));
-}
-
-void Negotiator::submit(std::vector<Submission> subs) {
-  if (coordinator_ && step_on_caller(subs)) return;
-  std::vector<std::pair<uint64_t, Status>> failed;
-  bool to_thread = false;
-  {
-    std::lock_guard lock(mu_);
-    if (dead_ || stopping_) {
-      const Status st = dead_ ? dead_status_ : Status::Error("negotiator is shutting down", Status::Code::cancelled);
-      for (const auto& s : subs) failed.emplace_back(s.token, st);
-    } else if (coordinator_ || !inbox_.empty() ||
-               (!pending_.empty() && now_ns() - last_inline_report_ns_ < kBurstGapNs)) {
-      // Rank 0: the negotiator thread is mid-step; it takes the inbox next. Elsewhere this is the rest of a burst
-      // (what was reported just before still waits for its order): the negotiator thread sends it as one report, so
-      // rank 0 sees the partitions ready together and can fuse them.
-      for (auto& s : subs) inbox_.push_back(std::move(s));
-      to_thread = true;
-    } else {
-      // Straight to rank 0 from this thread: waking the negotiator thread to send it would add a hand-off.
-      last_inline_report_ns_ = now_ns();
-      const auto reports = reports_locked(subs, failed);
-      if (!reports.empty()) send_to_coordinator_async(encode_ready(reports));
-    }
-  }
-  for (const auto& [token, st] : failed) cb_.fail(token, st);
-  if (to_thread) wake(wake_.get());
-}
-
-bool Negotiator::step_on_caller(std::vector<Submission>& subs) {
-  if (state_owner_.load() == std::this_thread::get_id()) return false;  // a callback from inside a step
-  StateLock state(*this, std::try_to_lock);
-  if (!state.owns() || finished_ || relay_.stopped()) return false;
-  std::vector<std::pair<uint64_t, Status>> failed;
-  std::vector<ReadyReport> reports;
-  {
-    std::lock_guard lock(mu_);
-    if (dead_ || stopping_ || !inbox_.empty()) return false;  // earlier submissions are told first
-    reports = reports_locked(subs, failed);
-  }
-  try {
-    if (!reports.empty()) {
-      GlobalOrderOutput out;
-      note_ready(0, reports);
-      coordinator_->on_ready(0, reports, out);
-      publish(out);
-    }
-    // Reports that came while the negotiator thread runs a collective count now: the next order reaches the peers
-    // before the running collective ends.
-    read_waiting_peers();
-    if (!finished_) coordinator_round();
-  } catch (const std::exception& e) {  // as on the negotiator thread (run())
-    fail_group(Status::Error("negotiator rank 0: " + std::string(e.what())), std::nullopt);
-  }
-  // The negotiator thread runs rank 0's copy of the order (the peers have theirs already).
-  const bool for_thread = !ready_groups_.empty() || finished_;
-  state.unlock();
-  for (const auto& [token, st] : failed) cb_.fail(token, st);
-  if (for_thread) wake(wake_.get());
-  return true;
-}
-
-void Negotiator::coordinator_round() {
-  if (std::optional<Knobs> k = order_knobs_.take()) {
-    if (k->small_tensor_bytes == 0) k->small_tensor_bytes = opts_.auto_fusion_bytes;
-    coordinator_->set_knobs(*k);
-  }
-  for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
-  if (relay_.stopped()) return;
-  GlobalOrderOutput out;
-  coordinator_->flush(now_ns(), out);
-  publish(out);
-}
-
-std::vector<ReadyReport> Negotiator::reports_locked(std::vector<Submission>& subs,
-                                                    std::vector<std::pair<uint64_t, Status>>& failed) {
-  std::vector<ReadyReport> reports;
-  reports.reserve(subs.size());
-  for (auto& s : subs) {
-    const Slot slot{s.desc.key, s.desc.offset};
-    if (pending_.count(slot)) {
-      failed.emplace_back(s.token, Status::Error("task '" + s.name + "': partition at offset " + std::to_string(s.desc.offset) +
-                                                     " submitted again while still in flight", Status::Code::invalid));
-      continue;
-    }
-    pending_.emplace(slot, Local{s.token, s.round, s.desc});
-    ReadyReport rep;
-    rep.round = s.round;
-    rep.priority = s.priority;
-    auto c = cache_.find(slot);
-    if (c != cache_.end() && c->second.desc == s.desc) {
-      rep.cache_id = c->second.id;
-      ++cached_reports_;
-    } else {
-      rep.desc = s.desc;
-      rep.name = std::move(s.name);
-    }
-    reports.push_back(std::move(rep));
-  }
-  submitted_ += reports.size();
-  return reports;
 }
 
 void Negotiator::send_to_coordinator_async(const std::string& frame) {
@@ -448,6 +309,7 @@ void Negotiator::take_inbox() {
   std::vector<Submission> subs;
   std::vector<std::pair<uint64_t, Status>> failed;
   std::vector<ReadyReport> reports;
+  std::vector<IterationMark> marks;
   std::string send_error;
   bool stopping, join_now;
   {
@@ -455,7 +317,15 @@ void Negotiator::take_inbox() {
     subs.swap(inbox_);  // rank 0's own submissions (other ranks report from the submitting thread)
     stopping = stopping_;
     join_now = std::exchange(join_asked_, false);
-    reports = reports_locked(subs, failed);
+    // Each mark counts the reports of the submissions before it (IterationMark::after).
+    size_t begin = 0;
+    for (const auto& [at, backward] : inbox_marks_) {
+      for (auto& rep : reports_locked(std::span(subs).subspan(begin, at - begin), failed)) reports.push_back(std::move(rep));
+      marks.push_back({backward, submitted_.load()});
+      begin = at;
+    }
+    inbox_marks_.clear();
+    for (auto& rep : reports_locked(std::span(subs).subspan(begin), failed)) reports.push_back(std::move(rep));
     send_error.swap(async_send_error_);
   }
   for (const auto& [token, st] : failed) cb_.fail(token, st);
@@ -470,6 +340,10 @@ void Negotiator::take_inbox() {
     publish(out);
   } else if (!reports.empty()) {
     send_to(0, encode_ready(reports));
+  }
+  for (const IterationMark& m : marks) {  // after the reports they count
+    if (coordinator_) coordinator_->on_mark(0, m);
+    else send_to(0, encode_mark(m));
   }
   if (join_now && coordinator_) {  // after this rank's reports: they are not stood in for
     GlobalOrderOutput out;
@@ -562,6 +436,11 @@ void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
       if (bye_.said_bye(static_cast<control::GoodbyeBarrier::Id>(from))) live_.forget(static_cast<Liveness::Id>(from));
       coordinator_->on_bye(from, out);
       break;
+    case MsgType::mark: {
+      const IterationMark m = decode_mark(r);
+      if (!relay_.stopped()) coordinator_->on_mark(from, m);
+      break;
+    }
     case MsgType::join:
       lag_->forget(static_cast<uint32_t>(from));
       if (!relay_.stopped()) coordinator_->on_join(from, out);
@@ -597,64 +476,6 @@ void Negotiator::worker_message(MsgType type, ByteReader& r) {
     }
     default: throw std::runtime_error(who(0) + " (coordinator) sent an unexpected message type " + std::to_string(int(type)));
   }
-}
-
-void Negotiator::publish(GlobalOrderOutput& out) {
-  if (out.empty()) return;
-  std::string frames;
-  if (!out.order.empty()) frames += encode_order(out.order);
-  for (const auto& e : out.errors) frames += encode_error(e);
-  if (out.all_joined) frames += encode_joined(*out.all_joined);  // after the order: its stand-ins come first
-  // Peers first, so their collectives can start while rank 0 applies its own copy.
-  for (int r = 1; r < opts_.size; ++r)
-    if (peers_[r].fd.valid() && !peers_[r].closed && !bye_.left(static_cast<control::GoodbyeBarrier::Id>(r)))
-      send_to(r, frames);
-  if (!out.order.empty()) apply_order(out.order);
-  for (const auto& e : out.errors) apply_error(e);
-  if (out.all_joined) finish_join(*out.all_joined);
-}
-
-void Negotiator::apply_order(const OrderMsg& m) {
-  ++orders_;
-  std::lock_guard lock(mu_);
-  for (const auto& d : m.defines) {
-    const Slot slot{d.desc.key, d.desc.offset};
-    if (cache_slots_.size() <= d.cache_id) cache_slots_.resize(d.cache_id + 1, Slot{0, 0});
-    cache_slots_[d.cache_id] = slot;
-    cache_[slot] = CacheSlot{d.cache_id, d.desc};
-  }
-  for (const auto& g : m.groups) {
-    std::vector<uint64_t> tokens;
-    tokens.reserve(g.size());
-    for (const auto& e : g) {
-      if (e.cache_id >= cache_slots_.size())
-        throw std::runtime_error(who(0) + " (coordinator) ordered unknown cache id " + std::to_string(e.cache_id));
-      auto it = pending_.find(cache_slots_[e.cache_id]);
-      if (it == pending_.end() && joined_ && cb_.stand_in) {  // joined: the others run it, this rank adds zeros
-        tokens.push_back(cb_.stand_in(cache_.at(cache_slots_[e.cache_id]).desc));
-        continue;
-      }
-      if (it == pending_.end() || it->second.round != e.round)
-        throw std::runtime_error(who(0) + " (coordinator) ordered a partition this rank does not have pending (cache id " +
-                                 std::to_string(e.cache_id) + ", round " + std::to_string(e.round) + ")");
-      tokens.push_back(it->second.token);
-      pending_.erase(it);
-    }
-    ++groups_;
-    ready_groups_.push_back(std::move(tokens));
-  }
-}
-
-void Negotiator::apply_error(const ErrorMsg& e) {
-  uint64_t token;
-  {
-    std::lock_guard lock(mu_);
-    auto it = pending_.find(Slot{e.key, e.offset});
-    if (it == pending_.end() || it->second.round != e.round) return;  // not ours, or already failed
-    token = it->second.token;
-    pending_.erase(it);
-  }
-  cb_.fail(token, Status::Error(e.message, e.code));
 }
 
 void Negotiator::send_to(int rank, const std::string& frame) {

@@ -38,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -52,7 +53,6 @@
 #include "comm_backends/lag_tracker.h"
 #include "comm_backends/straggler.h"
 #include "comm_backends/liveness.h"
-#include "scheduler/config.h"
 
 namespace commsched::collective {
 
@@ -61,12 +61,11 @@ struct NegotiatorOptions {
   int size = 1;
   double timeout_s = 10.0;           // ClusterEnv::timeout_s: silence after which a peer is dead
   double join_timeout_s = 60.0;      // how long ranks wait for each other at start-up
-  // The Policy rank 0 runs over the partitions ready on every rank (built by scheduler/policy_factory; see
-  // scheduler/global_order.h), and its credit: bytes ordered but not completed (0: no limit).
-  EngineConfig policy;
-  uint64_t credit_bytes = 0;
-  // What a fusion bound of 0 set at run time means: the collective's automatic fusion (as policy.knobs'
-  // small_tensor_bytes of 0 means at start; CollectiveOptions::negotiator_options).
+  // The knobs of rank 0's policy until its driver posts its own (order_inbox(); an engine does at once): the credit
+  // (bytes ordered but not completed, 0: no limit) and the small-tensor fusion bound. The policy itself is the
+  // engine's, handed over through order_inbox() (scheduler/global_order.h).
+  Knobs knobs;
+  // What a fusion bound of 0 means: the collective's automatic fusion (CollectiveOptions::negotiator_options).
   uint64_t auto_fusion_bytes = 0;
   std::string host = "127.0.0.1";    // rank 0: address to bind and advertise the coordinator on
   // The run's shared secret (ClusterAuth::secret_for, as the rendezvous store has it; empty: none). With one, every
@@ -127,9 +126,10 @@ class Negotiator {
   // zeros (NegotiatorCallbacks::stand_in); returns the rank that joined last. Throws std::runtime_error when the
   // group breaks or shuts down meanwhile. Call with nothing of this rank pending; no time limit (a lost peer ends it).
   int join();
-  // Where the knobs of rank 0's policy are posted (credit_bytes: the global credit, 0: no limit; small_tensor_bytes
-  // 0: NegotiatorOptions::auto_fusion_bytes), from any thread; they apply on rank 0 and are ignored elsewhere.
-  GlobalOrderKnobs& order_knobs() { return order_knobs_; }
+  // Where the policy that orders and its knobs are handed over (credit_bytes: the global credit, 0: no limit;
+  // small_tensor_bytes 0: NegotiatorOptions::auto_fusion_bytes), from any thread; rank 0 takes them at its next step,
+  // the others keep them unused.
+  GlobalOrderInbox& order_inbox() { return order_inbox_; }
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
   // Status::Code::cancelled. Idempotent.
   void shutdown();
@@ -165,11 +165,15 @@ class Negotiator {
   void loop(StateLock& state);
   // Polls `fds` (spinning for up to spin_s first, then sleeping up to timeout_ms).
   void wait_events(std::vector<pollfd>& fds, int timeout_ms) const;
-  // Rank 0: runs the coordinator's step for `subs` on the calling thread. False (nothing done) when the negotiator
-  // thread is in a step, the caller is inside one (a callback), or earlier submissions still wait in the inbox.
-  bool step_on_caller(std::vector<Submission>& subs);
-  // Rank 0: applies knob changes and completions, asks the policy what to order, and publishes it.
+  // Rank 0: runs the coordinator's step for `subs` (and this rank's iteration mark after them, when given: true for
+  // an end of backward) on the calling thread. False (nothing done) when the negotiator thread is in a step, the
+  // caller is inside one (a callback), or earlier submissions still wait in the inbox.
+  bool step_on_caller(std::vector<Submission>& subs, std::optional<bool> backward_mark = std::nullopt);
+  // Rank 0: takes the policy handed over, applies knob changes and completions, asks the policy what to order, and
+  // publishes it.
   void coordinator_round();
+  // A fusion bound of 0 means the collective's automatic fusion (NegotiatorOptions::auto_fusion_bytes).
+  Knobs with_auto_fusion(Knobs k) const;
   // Milliseconds the poll may sleep: until the next heartbeat check or the policy's next wake-up.
   int poll_timeout_ms() const;
   void take_inbox();
@@ -183,7 +187,10 @@ class Negotiator {
   void worker_message(MsgType type, ByteReader& r);
   void finish_join(int last);
   // Builds the reports for `subs` (records them pending); duplicates go to `failed`. Caller holds mu_.
-  std::vector<ReadyReport> reports_locked(std::vector<Submission>& subs, std::vector<std::pair<uint64_t, Status>>& failed);
+  std::vector<ReadyReport> reports_locked(std::span<Submission> subs, std::vector<std::pair<uint64_t, Status>>& failed);
+  // This rank's end of backward or flush (GlobalOrderInbox::mark), after every submission it covers: sent to rank 0
+  // with the count of reports before it (rank 0: told to its coordinator).
+  void mark(bool backward);
   // Sends a frame to rank 0 from any thread (rank != 0); a failure is left for the negotiator thread to report.
   void send_to_coordinator_async(const std::string& frame);
   void heartbeat_loop();
@@ -219,6 +226,7 @@ class Negotiator {
   // Shared with callers of submit()/shutdown() (and the heartbeat thread).
   mutable std::mutex mu_;
   std::vector<Submission> inbox_;  // for the negotiator thread to report: all of rank 0's, bursts elsewhere
+  std::vector<std::pair<size_t, bool>> inbox_marks_;  // marks among them: (submissions before it, backward)
   int64_t last_inline_report_ns_ = 0;
   bool stopping_ = false;
   bool dead_ = false;       // fatal error or finished: submissions fail inline
@@ -262,7 +270,7 @@ class Negotiator {
   StragglerBoard lags_{1};
 
   std::atomic<uint64_t> completed_groups_{0};
-  GlobalOrderKnobs order_knobs_;  // on rank 0 a post wakes the negotiator thread
+  GlobalOrderInbox order_inbox_;  // on rank 0 a post wakes the negotiator thread
   std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
   std::thread thread_;
 

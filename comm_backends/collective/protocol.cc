@@ -179,9 +179,26 @@ std::string encode_lags(const std::string& text) {
   return w.take_frame();
 }
 
+std::string encode_mark(const IterationMark& m) {
+  ByteWriter w;
+  w.put(static_cast<uint8_t>(MsgType::mark));
+  w.put<uint8_t>(m.backward);
+  w.put(m.after);
+  return w.take_frame();
+}
+
+IterationMark decode_mark(ByteReader& r) {
+  IterationMark m;
+  const auto backward = r.get<uint8_t>();
+  if (backward > 1) throw std::runtime_error("negotiation message: invalid mark kind " + std::to_string(backward));
+  m.backward = backward == 1;
+  m.after = r.get<uint64_t>();
+  return m;
+}
+
 MsgType read_type(ByteReader& r) {
   const auto t = r.get<uint8_t>();
-  if (t < static_cast<uint8_t>(MsgType::hello) || t > static_cast<uint8_t>(MsgType::lags))
+  if (t < static_cast<uint8_t>(MsgType::hello) || t > static_cast<uint8_t>(MsgType::mark))
     throw std::runtime_error("negotiation message: unknown type " + std::to_string(t));
   return static_cast<MsgType>(t);
 }

@@ -26,6 +26,7 @@ enum class MsgType : uint8_t {
   joined = 11,    // coordinator -> ranks: every rank has joined; int32 the rank that joined last
   lags = 12,      // coordinator -> ranks, each heartbeat while a rank lags (once more when none does): string, the
                   // laggards as comm_backends/straggler.h writes them
+  mark = 13,      // rank -> coordinator: its end of backward or flush (IterationMark: uint8 backward, uint64 after)
 };
 
 // Encoders return a complete frame (length-prefixed). Decoders take a frame's payload after the type byte was read
@@ -38,11 +39,13 @@ std::string encode_error(const ErrorMsg& e);
 std::string encode_peer_lost(int rank, const std::string& message);
 std::string encode_joined(int last_rank);
 std::string encode_lags(const std::string& text);
+std::string encode_mark(const IterationMark& m);
 
 class ByteReader;
 MsgType read_type(ByteReader& r);
 std::vector<ReadyReport> decode_ready(ByteReader& r);
 OrderMsg decode_order(ByteReader& r);
 ErrorMsg decode_error(ByteReader& r);
+IterationMark decode_mark(ByteReader& r);
 
 }  // namespace commsched::collective

@@ -108,9 +108,11 @@ struct Tensor {
 };
 
 std::vector<Tensor> mixed_tensors(int rank) {
-  // Two f32 tensors side by side, so a backend that fuses only equal dtypes still fuses something.
+  // Two f32 tensors side by side at each end, so a backend that fuses only equal dtypes still fuses something: the
+  // fusion policy takes the first tensors at once and the rest a cycle later, which splits one pair at most.
   const std::pair<DType, uint64_t> shapes[] = {{DType::f32, 5}, {DType::f32, 4}, {DType::f64, 3}, {DType::i32, 7},
-                                               {DType::f16, 9}, {DType::i64, 2}, {DType::f64, 1}};
+                                               {DType::f16, 9}, {DType::i64, 2}, {DType::f64, 1}, {DType::f32, 6},
+                                               {DType::f32, 8}};
   std::vector<Tensor> out;
   for (size_t i = 0; i < std::size(shapes); ++i) {
     auto [t, n] = shapes[i];
@@ -238,8 +240,8 @@ TEST(MixedDtypeFusion, ParameterServerSumsEachPartitionInItsOwnDtype) {
   EXPECT_EQ(server.wait_for(30s), std::future_status::ready) << "the server did not exit";
 }
 
-// On a collective the engines' batches are proposals: rank 0's coordinator runs the same policy over every rank's
-// ready partitions and orders the groups each rank runs, one collective (and one dtype) per group.
+// On a collective the engines forward their tasks and rank 0 runs the engine's own policy over every rank's ready
+// partitions, ordering the groups each rank runs, one collective (and one dtype) per group.
 TEST(MixedDtypeFusion, GlooSumsEachPartitionInItsOwnDtype) {
   if (!find_backend("gloo")->available) GTEST_SKIP() << "this build has no Gloo (install libgloo-dev)";
   auto backends = connect("gloo", cluster_env(0));

@@ -20,6 +20,9 @@
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/collective/link_auth.h"
+#include "scheduler/bsp_policy.h"
+#include "scheduler/fifo_policy.h"
+#include "scheduler/priority_credit_policy.h"
 
 namespace commsched::collective {
 namespace {
@@ -87,7 +90,7 @@ NegotiatorOptions options(int rank, int size, uint64_t fusion = 0, double timeou
   o.size = size;
   o.timeout_s = timeout_s;
   o.join_timeout_s = 20;
-  o.policy.knobs.small_tensor_bytes = fusion;  // bytescheduler fuses small tensors up to this
+  o.knobs.small_tensor_bytes = fusion;  // bytescheduler (rank 0's default policy) fuses small tensors up to this
   return o;
 }
 
@@ -367,8 +370,8 @@ TEST(Negotiator, RankZerosSubmitterOrdersWhileItsNegotiatorThreadRunsACollective
 TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   Group g(2);
   g.log(0).auto_complete = false;
-  g.rank(0).order_knobs().post(knobs(100));  // one 64-byte partition in flight at a time
-  g.rank(1).order_knobs().post(knobs(1));    // ignored: rank 0 decides
+  g.rank(0).order_inbox().post(knobs(100));  // one 64-byte partition in flight at a time
+  g.rank(1).order_inbox().post(knobs(1));    // ignored: rank 0 decides
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
   // Readiness signal instead of a pause: a probe the ranks disagree on fails at once, credit or not, and its error
@@ -385,10 +388,59 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
   }
   g.rank(0).completed();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
-  g.rank(0).order_knobs().post(knobs(0));  // no limit: the last one goes without another completion
+  g.rank(0).order_inbox().post(knobs(0));  // no limit: the last one goes without another completion
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(4, 10s));
   EXPECT_EQ(g.log(1).groups, g.log(0).groups);
   EXPECT_EQ(g.log(0).groups.size(), 3u);
+}
+
+// The policy handed over on rank 0 (an engine's own) is the one that orders; another rank's is never run. Once the
+// default has ordered, a late policy is refused, naming why.
+TEST(Negotiator, ThePolicyHandedOverOnRankZeroOrders) {
+  Group g(2, /*fusion=*/4096);  // the default (bytescheduler) would fuse these three
+  g.rank(0).order_inbox().adopt(std::make_unique<FifoPolicy>());  // never fuses
+  g.rank(1).order_inbox().adopt(std::make_unique<PriorityCreditPolicy>(0, 4096));  // ignored: rank 0 decides
+  for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2)});
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
+  {
+    std::lock_guard lock(g.log(0).mu);
+    EXPECT_EQ(g.log(0).groups.size(), 3u) << "rank 0's handed-over FIFO orders each partition alone";
+    EXPECT_EQ(g.log(1).groups, g.log(0).groups);
+  }
+
+  Group d(2, 4096);
+  for (int r = 0; r < 2; ++r) d.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1)});
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(d.log(r).wait_settled(2, 10s));
+  try {
+    d.rank(0).order_inbox().adopt(std::make_unique<FifoPolicy>());
+    ADD_FAILURE() << "a policy handed over after the default ordered was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("build the engine before using the backend"), std::string::npos) << e.what();
+  }
+}
+
+// Iteration marks cross the wire: rank 0's BSP (handed over by an engine, which sends marks) orders nothing until
+// every rank's end of backward has come, counted behind that rank's reports; then it orders the iteration.
+TEST(Negotiator, RankZerosBspWaitsForEveryRanksEndOfBackward) {
+  Group g(2);
+  g.rank(0).order_inbox().adopt(std::make_unique<BspPolicy>(), /*marks=*/true);
+  for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1)});
+  g.rank(0).order_inbox().mark(true);
+  // Readiness signal instead of a pause: a probe the ranks disagree on fails at once, after every order rank 0
+  // published before it (as in the credit test above); rank 1's reports of 1 and 2 reached rank 0 before its probe.
+  g.rank(0).submit({sub(9, 64, 3)});
+  g.rank(1).submit({sub(9, 128, 3)});
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
+  {
+    std::lock_guard lock(g.log(0).mu);
+    ASSERT_EQ(g.log(0).failures.size(), 1u);
+    EXPECT_TRUE(g.log(0).groups.empty()) << "BSP ordered before rank 1's end of backward";
+  }
+  g.rank(1).order_inbox().mark(true);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(3, 10s));
+  std::lock_guard lock(g.log(0).mu);
+  EXPECT_EQ(g.log(0).groups.size(), 2u);
+  EXPECT_EQ(g.log(1).groups, g.log(0).groups);
 }
 
 // The fusion bound is a tuner knob too: set at run time on rank 0, it fuses what the credit holds back (before it,
@@ -396,7 +448,7 @@ TEST(Negotiator, ACreditSetAtRunTimeHoldsWorkUntilRankZeroCompletesSome) {
 TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
   Group g(2);  // no fusion at start
   g.log(0).auto_complete = false;
-  g.rank(0).order_knobs().post(knobs(100));  // one 64-byte partition in flight at a time
+  g.rank(0).order_inbox().post(knobs(100));  // one 64-byte partition in flight at a time
   // One submission is one report per rank, so rank 0 knows all five ready everywhere once it orders the first.
   for (int r = 0; r < 2; ++r) g.rank(r).submit({sub(1, 64, 0), sub(2, 64, 1), sub(3, 64, 2), sub(4, 64, 3), sub(5, 64, 4)});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(1, 10s));
@@ -407,8 +459,8 @@ TEST(Negotiator, AFusionBoundSetAtRunTimeFusesWhatTheCreditHolds) {
     ASSERT_EQ(g.log(0).groups.size(), 2u);
     EXPECT_EQ(g.log(0).groups[1].size(), 1u) << "fused with no fusion bound";
   }
-  g.rank(1).order_knobs().post(knobs(100, 1));     // ignored: rank 0 decides
-  g.rank(0).order_knobs().post(knobs(100, 1024));  // applied before the completion below (same thread, same order)
+  g.rank(1).order_inbox().post(knobs(100, 1));     // ignored: rank 0 decides
+  g.rank(0).order_inbox().post(knobs(100, 1024));  // applied before the completion below (same thread, same order)
   g.rank(0).completed();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(g.log(r).wait_settled(5, 10s));
   std::lock_guard lock(g.log(0).mu);

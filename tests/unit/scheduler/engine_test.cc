@@ -173,7 +173,6 @@ class SignallingPolicy final : public Policy {
   void on_backward_done(Nanos now) override { inner_->on_backward_done(now); }
   void on_flush(Nanos now) override { inner_->on_flush(now); }
   void set_knobs(const Knobs& k) override { inner_->set_knobs(k); }
-  bool uses_credit() const override { return inner_->uses_credit(); }
   void poll(Nanos now, std::vector<Batch>& out) override { inner_->poll(now, out); }
   size_t queued_partitions() const override { return inner_->queued_partitions(); }
   uint64_t bytes_in_flight() const override { return inner_->bytes_in_flight(); }
@@ -229,31 +228,63 @@ TEST(Engine, CreditIsReleasedWhenTheBackendReportsABatchSent) {
   }
 }
 
-// A backend that keeps the credit itself (collectives) gets the credit knob, at start and when it changes; the
-// policy then runs without a limit, so all eight partitions go out at once.
-TEST(Engine, CreditKnobGoesToABackendThatManagesCredit) {
+// Over a backend whose order is decided globally (collectives) the engine hands its own policy to the global order
+// and forwards each task as it arrives: no credit holds the eight partitions back here, the policy handed over gets
+// the knobs whole, at start and when they change.
+TEST(Engine, ItsOwnPolicyGoesToAGlobalOrderWithEveryKnob) {
   auto backend = std::make_shared<HeldBackend>(/*sent_notices=*/false, /*global_order=*/true);
   Engine engine(std::make_unique<PriorityCreditPolicy>(1024, 0, /*stall_guard=*/false), backend, config_with(1024, 1024));
+  EXPECT_EQ(backend->adopted(), "bytescheduler");
+  EXPECT_EQ(engine.policy_name(), "bytescheduler") << "the engine names the policy that orders for it";
   std::vector<float> buf(8 * 256);
   engine.submit(make_task("t", 0, buf));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (backend->started() < 8 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  EXPECT_EQ(backend->started(), 8u) << "the engine's own credit is off";
+  while (backend->started() < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(backend->started(), 1u) << "the task's eight partitions go out at once, as one batch";
   engine.set_knobs(Knobs{1024, 4096, 64 << 10});
   engine.backward_done();
   while (!engine.wait_all_for(std::chrono::milliseconds(1))) backend->complete_all();
   const std::vector<uint64_t> want = {1024, 4096};
   EXPECT_EQ(backend->credits(), want);
-  EXPECT_EQ(backend->fusion_bounds().back(), 64u << 10) << "the backend's global policy gets every knob";
+  EXPECT_EQ(backend->fusion_bounds().back(), 64u << 10) << "the policy that orders gets every knob";
 
-  // A baseline without credit (WFBP) hands "no limit" to such a backend, whatever the credit knob says.
+  // A baseline is handed over like any policy, and gets the knobs as they are (it ignores the credit itself).
   auto fifo_backend = std::make_shared<HeldBackend>(false, true);
   Engine fifo(std::make_unique<FifoPolicy>(), fifo_backend, config_with(1024, 1024));
+  EXPECT_EQ(fifo_backend->adopted(), "wfbp");
   fifo.set_knobs(Knobs{1024, 4096});
   fifo.backward_done();
   fifo.submit(make_task("u", 0, buf));
   while (!fifo.wait_all_for(std::chrono::milliseconds(1))) fifo_backend->complete_all();
-  EXPECT_EQ(fifo_backend->credits(), (std::vector<uint64_t>{0, 0}));
+  EXPECT_EQ(fifo_backend->credits(), (std::vector<uint64_t>{1024, 4096}));
+
+  // One engine per such backend: a second one's policy is refused, naming why.
+  try {
+    Engine second(std::make_unique<FifoPolicy>(), fifo_backend, config_with(1024, 1024));
+    ADD_FAILURE() << "a second engine took over the global order";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("one engine per collective backend"), std::string::npos) << e.what();
+  }
+}
+
+// The end of backward and flushes reach the global order as iteration marks, each after the batches it covers, so
+// rank 0's policy (BSP, MG-WFBP) hears every rank's end of backward.
+TEST(Engine, IterationMarksFollowTheirBatchesToTheGlobalOrder) {
+  auto backend = std::make_shared<HeldBackend>(/*sent_notices=*/false, /*global_order=*/true);
+  EngineConfig cfg = config_with(1024, 0);
+  cfg.policy = PolicyKind::bsp;
+  Engine engine(make_policy(cfg), backend, cfg);
+  std::vector<float> a(256), b(256), c(256);
+  engine.submit(make_task("a", 0, a));
+  engine.submit(make_task("b", 1, b));
+  engine.backward_done();
+  engine.submit(make_task("c", 0, c));
+  engine.flush();
+  const std::vector<std::string> want = {"start", "start", "backward", "start", "flush"};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (backend->log().size() < want.size() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(backend->log(), want) << "BSP's tasks go out as they arrive; rank 0's BSP holds them for the marks";
+  while (!engine.wait_all_for(std::chrono::milliseconds(1))) backend->complete_all();
 }
 
 // Every policy, driven in real time (polls arrive late, timers fire late), finishes a few training-like iterations:

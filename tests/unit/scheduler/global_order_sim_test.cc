@@ -9,16 +9,20 @@
 #include "simulator/simulator.h"
 #include "scheduler/global_order.h"
 #include "scheduler/config.h"
+#include "scheduler/policy_factory.h"
 
 namespace commsched {
 namespace {
 
 // A Policy whose decisions are a one-rank GlobalOrder's: each partition is reported ready, the order the global order
-// produces is what gets dispatched, and completions go back as group completions.
+// produces is what gets dispatched, completions go back as group completions, and the end of backward and flushes
+// as iteration marks (as an engine sends them).
 class GlobalOrderAsPolicy final : public Policy {
  public:
   explicit GlobalOrderAsPolicy(std::unique_ptr<Policy> policy)
-      : splits_(policy->splits_tasks()), name_(policy->name()), c_(1, std::move(policy)) {}
+      : splits_(policy->splits_tasks()), name_(policy->name()), c_(1) {
+    c_.adopt(std::move(policy), /*marks=*/true);
+  }
 
   std::string_view name() const override { return name_; }
   bool splits_tasks() const override { return splits_; }
@@ -33,7 +37,10 @@ class GlobalOrderAsPolicy final : public Policy {
       parts_[{task.task_id, p.offset}] = p;
     }
     c_.on_ready(0, reps, out_);
+    reported_ += reps.size();
   }
+  void on_backward_done(Nanos /*now*/) override { c_.on_mark(0, {true, reported_}); }
+  void on_flush(Nanos /*now*/) override { c_.on_mark(0, {false, reported_}); }
   void on_batch_done(const Batch& /*batch*/, Nanos now) override { c_.on_group_done(now); }
   void poll(Nanos now, std::vector<Batch>& out) override {
     c_.flush(now, out_);
@@ -55,6 +62,7 @@ class GlobalOrderAsPolicy final : public Policy {
   std::string name_;
   GlobalOrder c_;
   GlobalOrderOutput out_;
+  uint64_t reported_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, PartRef> parts_;
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> slot_of_;
 };
@@ -71,8 +79,6 @@ sim::ModelProfile model() {
   return sim::make_profile("mixed", std::move(t));
 }
 
-// BSP and MG-WFBP are not here: they wait for the end of backward, which the global order does not see (global_order.h,
-// "Iteration marks"); on a collective each rank's engine holds those tasks until then.
 class CoordinatorMatchesSimulator : public ::testing::TestWithParam<PolicyKind> {};
 
 TEST_P(CoordinatorMatchesSimulator, EveryIterationStartsWhenThePolicysDoes) {
@@ -95,7 +101,7 @@ TEST_P(CoordinatorMatchesSimulator, EveryIterationStartsWhenThePolicysDoes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, CoordinatorMatchesSimulator,
-                         ::testing::Values(PolicyKind::bytescheduler, PolicyKind::wfbp, PolicyKind::fusion),
+                         ::testing::ValuesIn(all_policies()),  // every registered policy
                          [](const auto& info) { return std::string(policy_name(info.param)); });
 
 }  // namespace

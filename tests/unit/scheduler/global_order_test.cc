@@ -9,6 +9,8 @@
 #include <map>
 #include <random>
 
+#include "scheduler/bsp_policy.h"
+#include "scheduler/fifo_policy.h"
 #include "scheduler/policy_factory.h"
 #include "scheduler/priority_credit_policy.h"
 
@@ -63,6 +65,77 @@ TEST(GlobalOrder, OrdersOnlyWhatEveryRankHasReady) {
   EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});
   EXPECT_TRUE(out.errors.empty());
   EXPECT_EQ(c.pending(), 0u);
+}
+
+// The policy can come after the partitions' reports (an engine built after its backend joined): the knobs set before
+// it apply to it. With none by the time a partition is ready everywhere, the order starts with its default
+// (bytescheduler), and a policy that comes later is refused.
+TEST(GlobalOrder, APolicyAdoptedLateGetsTheKnobsAndNoneMeansTheDefault) {
+  GlobalOrder c(2);
+  Knobs k;
+  k.small_tensor_bytes = 4096;
+  c.set_knobs(k);
+  GlobalOrderOutput out;
+  ready_on(c, {0}, desc(1, 0, 64), out);
+  ready_on(c, {0}, desc(2, 0, 64), out);
+  EXPECT_FALSE(c.needs_policy()) << "nothing is ready everywhere yet";
+  auto policy = std::make_unique<PriorityCreditPolicy>(0, 0, /*stall_guard=*/false);
+  const PriorityCreditPolicy& p = *policy;
+  c.adopt(std::move(policy));
+  EXPECT_EQ(p.small_tensor_bytes(), 4096u) << "knobs set before the policy came";
+  ready_on(c, {1}, desc(1, 0, 64), out);
+  ready_on(c, {1}, desc(2, 0, 64), out);
+  c.flush(0, out);
+  ASSERT_EQ(out.order.groups.size(), 1u) << "the adopted policy fuses by the knobs' bound";
+
+  GlobalOrder d(2);
+  GlobalOrderOutput none;
+  ready_on(d, {0, 1}, desc(1, 0, 64), none);
+  EXPECT_TRUE(d.needs_policy());
+  d.flush(0, none);
+  EXPECT_EQ(ordered_keys(none), std::vector<uint64_t>{1}) << "the default orders";
+  EXPECT_THROW(d.adopt(std::make_unique<FifoPolicy>()), std::logic_error);
+}
+
+// With iteration marks (an engine on every rank), a policy that waits for the end of backward (BSP) hears it when
+// every rank's mark is covered by what that rank has reported, whatever order marks and reports arrive in.
+TEST(GlobalOrder, EndOfBackwardIsEveryRanksMarkCoveredByItsReports) {
+  GlobalOrder c(2);
+  c.adopt(std::make_unique<BspPolicy>(), /*marks=*/true);
+  GlobalOrderOutput out;
+  ready_on(c, {0, 1}, desc(1, 0, 64), out);
+  ready_on(c, {0}, desc(2, 0, 64), out);
+  c.on_mark(0, {true, 2});
+  c.on_mark(1, {true, 2});  // its second report is still on its way
+  c.flush(0, out);
+  EXPECT_TRUE(out.order.groups.empty()) << "BSP released before rank 1's backward was covered";
+  ready_on(c, {1}, desc(2, 0, 64), out);
+  c.flush(0, out);
+  std::vector<uint64_t> keys = ordered_keys(out);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<uint64_t>{1, 2}));
+
+  // Without marks (a backend driven directly) the policy is told a flush after the arrivals of each flush().
+  GlobalOrder plain(2, std::make_unique<BspPolicy>());
+  GlobalOrderOutput each;
+  ready_on(plain, {0, 1}, desc(1, 0, 64), each);
+  plain.flush(0, each);
+  EXPECT_EQ(ordered_keys(each), std::vector<uint64_t>{1});
+}
+
+// A rank that has joined holds no mark back: the others' end of backward reaches the policy without it.
+TEST(GlobalOrder, AJoinedRankHoldsNoMarkBack) {
+  GlobalOrder c(3);
+  c.adopt(std::make_unique<BspPolicy>(), /*marks=*/true);
+  GlobalOrderOutput out;
+  c.on_join(2, out);
+  ready_on(c, {0, 1}, desc(1, 0, 64), out);
+  c.on_mark(0, {true, 1});
+  c.flush(0, out);
+  EXPECT_TRUE(out.order.groups.empty()) << "rank 1's mark has not come";
+  c.on_mark(1, {true, 1});
+  c.flush(0, out);
+  EXPECT_EQ(ordered_keys(out), std::vector<uint64_t>{1});
 }
 
 // Horovod's join: a joined rank counts as ready (it runs the collective with zeros) for partitions already pending and

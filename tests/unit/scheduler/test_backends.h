@@ -168,14 +168,31 @@ class HeldBackend final : public CommBackend {
   BackendCapabilities capabilities() const override {
     BackendCapabilities c;
     c.reports_sent = sent_notices_;
-    if (global_order_) c.global_order = &knobs_;
+    if (global_order_) c.global_order = &inbox_;
     return c;
   }
-  // What the engine posts to the global order's knobs.
-  void posted(const Knobs& k) {
+  // What the engine hands the global order: its policy and its knobs.
+  void posted() {
     std::lock_guard lk(mu_);
-    credits_.push_back(k.credit_bytes);
-    fusion_bounds_.push_back(k.small_tensor_bytes);
+    if (auto p = inbox_.take_policy().policy) adopted_ = std::move(p);
+    if (auto k = inbox_.take()) {
+      credits_.push_back(k->credit_bytes);
+      fusion_bounds_.push_back(k->small_tensor_bytes);
+    }
+  }
+  // What reached the backend, in order: "start" per batch, "backward" or "flush" per iteration mark.
+  void marked(bool backward) {
+    std::lock_guard lk(mu_);
+    log_.push_back(backward ? "backward" : "flush");
+  }
+  std::vector<std::string> log() {
+    std::lock_guard lk(mu_);
+    return log_;
+  }
+  // The name of the policy handed over (empty: none).
+  std::string adopted() {
+    std::lock_guard lk(mu_);
+    return adopted_ ? std::string(adopted_->name()) : std::string();
   }
   std::vector<uint64_t> fusion_bounds() {
     std::lock_guard lk(mu_);
@@ -190,6 +207,7 @@ class HeldBackend final : public CommBackend {
     {
       std::lock_guard lk(mu_);
       held_.push_back(std::move(done));
+      log_.push_back("start");
     }
     if (sent) sent(Status::Ok());
   }
@@ -211,8 +229,10 @@ class HeldBackend final : public CommBackend {
  private:
   bool sent_notices_;
   bool global_order_;
-  mutable GlobalOrderKnobs knobs_{[this](const Knobs& k) { posted(k); }};
+  mutable GlobalOrderInbox inbox_{[this] { posted(); }, [this](bool backward) { marked(backward); }};
+  std::unique_ptr<Policy> adopted_;
   std::vector<uint64_t> credits_, fusion_bounds_;
+  std::vector<std::string> log_;
   std::mutex mu_;
   std::vector<BatchDone> held_;
   size_t completed_ = 0;
