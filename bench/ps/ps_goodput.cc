@@ -162,10 +162,26 @@ ClusterEnv env_for(Role role, const std::string& addr, int port, int workers = 1
 }
 
 // ---------------- raw TCP ----------------
-int listen_on(const std::string& addr, int port) { return control::listen_tcp(addr, port, 4).release(); }
+// A bench has no caller to tell: a socket that cannot be set up ends the run, naming the address.
+[[noreturn]] void fail(const std::exception& e) {
+  std::fprintf(stderr, "raw TCP: %s\n", e.what());
+  std::exit(1);
+}
+
+int listen_on(const std::string& addr, int port) {
+  try {
+    return control::listen_tcp(addr, port, 4).release();
+  } catch (const std::exception& e) {
+    fail(e);
+  }
+}
 
 int dial(const std::string& addr, int port) {
-  return control::connect_tcp(addr, port, std::chrono::steady_clock::now() + std::chrono::seconds(5)).release();
+  try {
+    return control::connect_tcp(addr, port, std::chrono::steady_clock::now() + std::chrono::seconds(5)).release();
+  } catch (const std::exception& e) {
+    fail(e);
+  }
 }
 
 bool read_full(int fd, void* p, size_t n) {
@@ -190,7 +206,7 @@ void write_full(int fd, const void* p, size_t n) {
 void raw_server(int lfd) {
   std::vector<char> buf(4 << 20);
   for (;;) {
-    const int fd = ::accept(lfd, nullptr, nullptr);
+    const int fd = control::accept_tcp(lfd).release();
     if (fd < 0) return;
     char mode = 0;
     uint64_t total = 0;

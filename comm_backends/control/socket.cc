@@ -259,25 +259,20 @@ std::string interface_address(const std::string& name) {
 }
 
 std::string local_address_towards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res)
+  AddrInfo ai;
+  try {
+    if (host.empty()) throw std::runtime_error("empty");
+    resolve(host, port, SOCK_DGRAM, false, ai);
+  } catch (const std::runtime_error&) {
     throw std::runtime_error("cannot resolve the rendezvous root COMMSCHED_ROOT_ADDR='" + host + "'");
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  std::string out;
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t len = sizeof local;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char buf[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
-      out = buf;
-    }
   }
-  if (fd >= 0) ::close(fd);
-  freeaddrinfo(res);
+  // A UDP "connect" picks the route and sends nothing.
+  const Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  std::string out;
+  if (fd.valid() && ::connect(fd.get(), ai.list->ai_addr, ai.list->ai_addrlen) == 0) {
+    out = bound_address(fd.get());
+    out = out.substr(0, out.rfind(':'));
+  }
   if (out.empty()) throw std::runtime_error("no route to the rendezvous root " + host + ":" + std::to_string(port));
   return out;
 }
