@@ -80,9 +80,18 @@ void GlobalOrder::adopt(std::unique_ptr<Policy> policy, bool marks) {
   if (knobs_) driver_->set_knobs(*std::exchange(knobs_, std::nullopt));
 }
 
-void GlobalOrder::set_knobs(const Knobs& k) {
+void GlobalOrder::set_knobs(Knobs k) {
+  if (k.small_tensor_bytes == 0) k.small_tensor_bytes = auto_fusion_bytes_;
   if (driver_) driver_->set_knobs(k);
   else knobs_ = k;
+}
+
+void GlobalOrder::take_from(GlobalOrderInbox& inbox) {
+  if (!policy_) {
+    GlobalOrderInbox::Adopted a = inbox.take_policy(needs_policy());
+    if (a.policy) adopt(std::move(a.policy), a.marks);
+  }
+  if (std::optional<Knobs> k = inbox.take()) set_knobs(*k);
 }
 
 void GlobalOrder::on_group_done(Nanos now) {

@@ -219,8 +219,13 @@ class GlobalOrder final : DispatchSink {
   // At most `groups` ordered and not yet done on rank 0 before the policy is asked for more (0: no limit).
   void limit_groups_ahead(size_t groups) { max_ahead_ = groups; }
   // The knobs rank 0's policy uses (credit, small-tensor fusion bound, ...); the partition size is each rank's engine's.
-  // Before a policy has come they wait for it.
-  void set_knobs(const Knobs& k);
+  // Before a policy has come they wait for it. A fusion bound of 0 means auto_fusion_bytes (set_auto_fusion).
+  void set_knobs(Knobs k);
+  // What a small-tensor fusion bound of 0 stands for: the collective's automatic fusion (0: none).
+  void set_auto_fusion(uint64_t bytes) { auto_fusion_bytes_ = bytes; }
+  // The owner's step before flush(): adopts the policy handed over through `inbox` (when none has come and one is
+  // needed now, none is accepted any more: flush() takes the default) and applies the knobs posted there.
+  void take_from(GlobalOrderInbox& inbox);
   uint64_t bytes_in_flight() const { return policy_ ? policy_->bytes_in_flight() : 0; }
 
   // Partitions not yet ordered: reported by some ranks, or ready everywhere and held by the policy.
@@ -270,6 +275,7 @@ class GlobalOrder final : DispatchSink {
   std::unique_ptr<Policy> policy_;
   std::optional<PolicyDriver> driver_;  // the engine's loop (scheduler/policy_driver.h), once a policy has come
   std::optional<Knobs> knobs_;          // set before a policy came
+  uint64_t auto_fusion_bytes_ = 0;
   GlobalOrderOutput* out_ = nullptr;  // the order flush() is building
   bool ordered_ = false;              // flush() ordered a group
   size_t max_cache_entries_;

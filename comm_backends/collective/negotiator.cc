@@ -48,7 +48,8 @@ Negotiator::Negotiator(NegotiatorOptions opts, control::Store& store, Negotiator
     coordinator_ = std::make_unique<GlobalOrder>(opts_.size);  // its policy comes through order_inbox_
     lag_.emplace(opts_.size);
     coordinator_->limit_groups_ahead(kGroupsAhead);
-    coordinator_->set_knobs(with_auto_fusion(opts_.knobs));
+    coordinator_->set_auto_fusion(opts_.auto_fusion_bytes);
+    coordinator_->set_knobs(opts_.knobs);
     join_as_coordinator(store, deadline);
   } else {
     join_as_worker(store, deadline);

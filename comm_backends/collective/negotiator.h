@@ -172,8 +172,6 @@ class Negotiator {
   // Rank 0: takes the policy handed over, applies knob changes and completions, asks the policy what to order, and
   // publishes it.
   void coordinator_round();
-  // A fusion bound of 0 means the collective's automatic fusion (NegotiatorOptions::auto_fusion_bytes).
-  Knobs with_auto_fusion(Knobs k) const;
   // Milliseconds the poll may sleep: until the next heartbeat check or the policy's next wake-up.
   int poll_timeout_ms() const;
   void take_inbox();

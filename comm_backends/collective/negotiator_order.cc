@@ -82,17 +82,8 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs, std::optional<boo
   return true;
 }
 
-Knobs Negotiator::with_auto_fusion(Knobs k) const {
-  if (k.small_tensor_bytes == 0) k.small_tensor_bytes = opts_.auto_fusion_bytes;
-  return k;
-}
-
 void Negotiator::coordinator_round() {
-  if (!coordinator_->has_policy()) {
-    GlobalOrderInbox::Adopted a = order_inbox_.take_policy(coordinator_->needs_policy());
-    if (a.policy) coordinator_->adopt(std::move(a.policy), a.marks);
-  }
-  if (std::optional<Knobs> k = order_inbox_.take()) coordinator_->set_knobs(with_auto_fusion(*k));
+  coordinator_->take_from(order_inbox_);  // the policy and knobs an engine handed over
   for (uint64_t done = completed_groups_.exchange(0); done > 0; --done) coordinator_->on_group_done(now_ns());
   if (relay_.stopped()) return;
   GlobalOrderOutput out;
