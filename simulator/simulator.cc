@@ -110,7 +110,12 @@ class Run final : public BatchSink {
   Run(const ModelProfile& m, Fabric& f, std::vector<Policy*> policies, const SimOptions& o)
       : model_(m), fabric_(f), opt_(o) {
     workers_.reserve(policies.size());
-    for (size_t w = 0; w < policies.size(); ++w) workers_.emplace_back(*this, int(w), *policies[w]);
+    for (size_t w = 0; w < policies.size(); ++w) {
+      if (policies[w]->splits_tasks() != policies.front()->splits_tasks())
+        throw InvalidArgument("simulate: worker " + std::to_string(w) + "'s policy '" +
+                              std::string(policies[w]->name()) + "' splits tasks unlike worker 0's");
+      workers_.emplace_back(*this, int(w), *policies[w]);
+    }
     measure_iteration(policies.front()->splits_tasks());
   }
 

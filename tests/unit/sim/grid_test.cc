@@ -223,6 +223,20 @@ TEST(Simulator, AbandonsEarlyButNeverARunAtOrBelowTheLimit) {
   EXPECT_EQ(same.iteration_s, full.iteration_s);
 }
 
+// Every worker's tasks are cut once per run, so policies that cut them differently cannot share one.
+TEST(Simulator, RefusesWorkersWhosePoliciesSplitTasksDifferently) {
+  const ModelProfile m = load_profile(std::string(COMMSCHED_PROFILES_DIR) + "/resnet50.json");
+  const PsParams p{2, 2, 10e9, 10e9, 25e-6, 4 << 20, true, true};
+  const PsNetwork net(p);
+  int made = 0;
+  auto mixed = [&] {
+    EngineConfig c;
+    c.policy = made++ == 0 ? PolicyKind::bytescheduler : PolicyKind::wfbp;
+    return make_sim_policy(c, net, false);
+  };
+  EXPECT_THROW(simulate_each_worker(m, p, mixed, SimOptions{}), InvalidArgument);
+}
+
 TEST(Grid, TunedKnobsComeFromTheBayesianOptimiserAndAreReplayedInTimelines) {
   GridSpec spec = small_spec();
   spec.tune_trials = 8;
