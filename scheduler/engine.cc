@@ -124,10 +124,12 @@ struct Engine::Impl final : DispatchSink {
   void partition_and_post(TaskState* t) {
     try {
       const uint64_t pbytes = splits ? active_partition_bytes.load(std::memory_order_relaxed) : 0;
-      const std::vector<ByteRange> ranges = partition_ranges(t->desc.count, t->desc.dtype, pbytes);
-      t->parts.reserve(ranges.size());
-      for (uint32_t i = 0; i < ranges.size(); ++i)
-        t->parts.push_back(PartRef{t->desc.id, i, t->desc.priority, t->desc.id, ranges[i].offset, ranges[i].bytes});
+      const uint32_t n = partition_count(t->desc.count, t->desc.dtype, pbytes);
+      t->parts.reserve(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        const ByteRange r = partition_range(t->desc.count, t->desc.dtype, pbytes, i);
+        t->parts.push_back(PartRef{t->desc.id, i, t->desc.priority, t->desc.id, r.offset, r.bytes});
+      }
     } catch (const std::exception& ex) {
       t->parts.clear();
       t->status = Status::Error("partitioning task '" + t->desc.name + "' failed: " + ex.what());
@@ -359,8 +361,7 @@ struct Engine::Impl final : DispatchSink {
   }
 
   void finish(std::unique_ptr<TaskState> t) {
-    const Nanos at = now();
-    if (timeline) trace_task(*timeline, next_span_id, t->desc, t->submitted, t->first_dispatch, at);
+    if (timeline) trace_task(*timeline, next_span_id, t->desc, t->submitted, t->first_dispatch, now());
     registry.release(t->desc.name);
     Status reported = t->status;
     if (!t->status.ok()) stat_failed.fetch_add(1, std::memory_order_relaxed);
@@ -374,6 +375,7 @@ struct Engine::Impl final : DispatchSink {
       }
     }
     stat_completed.fetch_add(1, std::memory_order_relaxed);
+    tasks.recycle(std::move(t));  // before done(): a waiter may destroy the engine once its last task is done
     waits.done(reported);
   }
 
@@ -438,6 +440,7 @@ struct Engine::Impl final : DispatchSink {
 
   // Submit-side state.
   TaskRegistry registry;
+  TaskPool tasks;  // finished TaskStates, reused by submit (scheduler/engine_tasks.h says why)
   WaitGroup waits;
   std::atomic<uint64_t> iteration{0};
   std::atomic<uint64_t> active_partition_bytes{0};
@@ -485,19 +488,19 @@ const char* device_word(Device d) { return d == Device::cpu ? "CPU" : "CUDA"; }
 // codecs read host memory), and the backend must carry what the last one hands on (a device-to-host copy stage lets
 // a host-only backend carry CUDA tensors).
 void check_route(const TaskDesc& t, const std::vector<std::shared_ptr<Stage>>& stages, const CommBackend& backend) {
-  const std::string task = "task '" + t.name + "': ";
+  auto task = [&] { return "task '" + t.name + "': "; };  // built only for an error: this runs on every submit
   Device at = t.buffer.device;
   for (const auto& st : stages) {
     if (!st->applies(t)) continue;
     if (st->reads_host_memory() && at != Device::cpu)
-      throw InvalidArgument(task + "stage '" + std::string(st->name()) + "' works on host memory, and backend '" +
+      throw InvalidArgument(task() + "stage '" + std::string(st->name()) + "' works on host memory, and backend '" +
                             std::string(backend.name()) + "' takes this " + device_word(at) +
                             " buffer as it is (no copy to the host); send it uncompressed");
-    if (std::string why = st->refusal(t, backend); !why.empty()) throw InvalidArgument(task + why);
+    if (std::string why = st->refusal(t, backend); !why.empty()) throw InvalidArgument(task() + why);
     at = st->output_device(t).value_or(at);
   }
   if (backend.supports(t.op, at)) return;
-  std::string msg = task + "backend '" + std::string(backend.name()) + "' cannot carry " + std::string(op_name(t.op)) +
+  std::string msg = task() + "backend '" + std::string(backend.name()) + "' cannot carry " + std::string(op_name(t.op)) +
                     " on " + device_word(at) + " buffers";
   if (at == Device::cuda)
     msg += " (CUDA tensors reach a host-only backend through the device-copy stage, which this engine does not have: "
@@ -520,7 +523,7 @@ uint64_t Engine::submit(Task task) {
   if (m.closed.load()) throw InvalidArgument("task '" + task.name + "' submitted after the engine was shut down");
   validate_task(task);
   check_root(task, *m.backend);
-  auto t = std::make_unique<TaskState>();
+  std::unique_ptr<TaskState> t = m.tasks.take();
   t->desc.key = task_key(task.name);
   t->desc.name = task.name;
   t->desc.priority = task.priority;

@@ -2,22 +2,48 @@
 
 namespace commsched {
 
+std::unique_ptr<TaskState> TaskPool::take() {
+  {
+    std::lock_guard lk(mu_);
+    if (!free_.empty()) {
+      std::unique_ptr<TaskState> t = std::move(free_.back());
+      free_.pop_back();
+      return t;
+    }
+  }
+  return std::make_unique<TaskState>();
+}
+
+void TaskPool::recycle(std::unique_ptr<TaskState> t) {
+  std::vector<PartRef> parts = std::move(t->parts);  // capacities kept: the next task's copies allocate nothing
+  std::string name = std::move(t->desc.name);
+  parts.clear();
+  name.clear();
+  *t = TaskState{};
+  t->parts = std::move(parts);
+  t->desc.name = std::move(name);
+  std::lock_guard lk(mu_);
+  if (free_.size() < kKeep) free_.push_back(std::move(t));
+}
+
 std::pair<uint64_t, uint64_t> TaskRegistry::admit(const std::string& name) {
   std::lock_guard lk(mu_);
-  if (in_flight_.count(name))
+  Name& n = names_[name];
+  if (n.in_flight)
     throw InvalidArgument("task '" + name + "' submitted while a task with the same name is still in flight");
-  in_flight_.insert(name);
-  return {next_id_++, rounds_[name]++};
+  n.in_flight = true;
+  return {next_id_++, n.round++};
 }
 
 void TaskRegistry::release(const std::string& name) {
   std::lock_guard lk(mu_);
-  in_flight_.erase(name);
+  auto it = names_.find(name);
+  if (it != names_.end()) it->second.in_flight = false;
 }
 
 void TaskRegistry::restart_rounds() {
   std::lock_guard lk(mu_);
-  rounds_.clear();
+  for (auto& [name, n] : names_) n.round = 0;
 }
 
 uint64_t TaskRegistry::submitted() const {

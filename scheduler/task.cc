@@ -29,6 +29,13 @@ uint32_t partition_count(uint64_t count, DType dtype, uint64_t partition_bytes) 
   return static_cast<uint32_t>(total / p + (total % p != 0));
 }
 
+ByteRange partition_range(uint64_t count, DType dtype, uint64_t partition_bytes, uint32_t index) {
+  const uint64_t total = count * dtype_size(dtype);
+  const uint64_t p = effective_partition_bytes(dtype, partition_bytes);
+  const uint64_t off = p * index;
+  return {off, std::min(p, total - off)};
+}
+
 std::vector<ByteRange> partition_ranges(uint64_t count, DType dtype, uint64_t partition_bytes) {
   const uint64_t total = count * dtype_size(dtype);
   const uint64_t p = effective_partition_bytes(dtype, partition_bytes);
@@ -39,15 +46,15 @@ std::vector<ByteRange> partition_ranges(uint64_t count, DType dtype, uint64_t pa
 }
 
 void validate_task(const Task& t) {
-  const std::string who = "task '" + t.name + "'";
+  auto who = [&] { return "task '" + t.name + "'"; };  // built only for an error: this runs on every submit
   if (t.name.empty()) throw InvalidArgument("task name must not be empty");
   if (!is_valid_dtype(static_cast<uint8_t>(t.dtype)))
-    throw InvalidArgument(who + ": unknown dtype value " + std::to_string(static_cast<int>(t.dtype)));
+    throw InvalidArgument(who() + ": unknown dtype value " + std::to_string(static_cast<int>(t.dtype)));
   if (static_cast<uint8_t>(t.op) > static_cast<uint8_t>(Op::broadcast))
-    throw InvalidArgument(who + ": unknown operation value " + std::to_string(static_cast<int>(t.op)));
-  if (t.count > 0 && t.buffer.data == nullptr) throw InvalidArgument(who + ": null buffer for " + std::to_string(t.count) + " elements");
-  if (t.count > std::numeric_limits<uint64_t>::max() / 8) throw InvalidArgument(who + ": element count " + std::to_string(t.count) + " too large");
-  if (t.root < 0) throw InvalidArgument(who + ": negative broadcast root " + std::to_string(t.root));
+    throw InvalidArgument(who() + ": unknown operation value " + std::to_string(static_cast<int>(t.op)));
+  if (t.count > 0 && t.buffer.data == nullptr) throw InvalidArgument(who() + ": null buffer for " + std::to_string(t.count) + " elements");
+  if (t.count > std::numeric_limits<uint64_t>::max() / 8) throw InvalidArgument(who() + ": element count " + std::to_string(t.count) + " too large");
+  if (t.root < 0) throw InvalidArgument(who() + ": negative broadcast root " + std::to_string(t.root));
 }
 
 }  // namespace commsched

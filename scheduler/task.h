@@ -80,6 +80,9 @@ struct ByteRange {
   uint64_t bytes;
 };
 std::vector<ByteRange> partition_ranges(uint64_t count, DType dtype, uint64_t partition_bytes);
+// The `index`-th of those ranges (index < partition_count), without building the others: the engine fills a task's
+// partitions with it, one allocation fewer per task than partition_ranges.
+ByteRange partition_range(uint64_t count, DType dtype, uint64_t partition_bytes, uint32_t index);
 // Number of ranges partition_ranges would produce, without allocating.
 uint32_t partition_count(uint64_t count, DType dtype, uint64_t partition_bytes);
 // Validates a task at the API boundary; throws InvalidArgument naming the task and the problem.
