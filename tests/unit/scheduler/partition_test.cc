@@ -30,6 +30,17 @@ TEST_P(PartitionCover, CoversEveryByteExactlyOnceAligned) {
   for (size_t i = 0; i + 1 < ranges.size(); ++i) EXPECT_EQ(ranges[i].bytes, cap);
 }
 
+// The engine fills partitions one at a time (partition_range): the same ranges as the list.
+TEST_P(PartitionCover, OneRangeAtATimeIsTheList) {
+  const auto [dtype, count, pbytes] = GetParam();
+  const auto ranges = partition_ranges(count, dtype, pbytes);
+  for (uint32_t i = 0; i < ranges.size(); ++i) {
+    const ByteRange r = partition_range(count, dtype, pbytes, i);
+    EXPECT_EQ(r.offset, ranges[i].offset) << i;
+    EXPECT_EQ(r.bytes, ranges[i].bytes) << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllDtypesAwkwardSizes, PartitionCover,
     ::testing::Combine(::testing::Values(DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64),
