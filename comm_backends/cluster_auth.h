@@ -81,10 +81,6 @@ class SecretHandshake {
   std::string secret_, purpose_, client_tag_, server_tag_;
 };
 
-// Lower-case hex of bytes, and back (nullopt for odd length or a non-hex character): for links that speak text.
-std::string to_hex(std::string_view bytes);
-std::optional<std::string> from_hex(std::string_view hex);
-
 // Whether a bind host stays on this machine: 127.x.x.x, ::1, "localhost" or the loopback interface "lo".
 bool is_loopback_host(const std::string& host);
 

@@ -164,7 +164,9 @@ void TcpStoreClient::set(const std::string& key, const std::string& value) {
   w.put<uint8_t>(static_cast<uint8_t>(StoreOp::set));
   w.put_string(key);
   w.put_string(value);
-  round_trip(w.take_frame());
+  const std::string reply = round_trip(w.take_frame());
+  // The reply to a set is {1}; a store that wants the secret answers its challenge {0, nonce} instead.
+  if (reply.empty() || reply[0] == 0) throw std::runtime_error(where_ + " " + kNeedsSecret);
 }
 
 std::optional<std::string> TcpStoreClient::try_get(const std::string& key) {
@@ -173,7 +175,10 @@ std::optional<std::string> TcpStoreClient::try_get(const std::string& key) {
   w.put_string(key);
   const std::string reply = round_trip(w.take_frame());
   ByteReader r(reply, where_);
-  if (r.get<uint8_t>() == 0) return std::nullopt;
+  if (r.get<uint8_t>() == 0) {
+    if (!r.done()) throw std::runtime_error(where_ + " " + kNeedsSecret);  // its challenge: we have no secret
+    return std::nullopt;
+  }
   return r.get_string();
 }
 

@@ -9,6 +9,8 @@
 #include <stdexcept>
 
 #include "comm_backends/cluster_auth.h"
+#include "comm_backends/collective/kv_store.h"
+#include "comm_backends/collective/link_auth.h"
 #include "comm_backends/control/socket.h"
 #include "plugins/launch/node_link_lines.h"
 #include "scheduler/config.h"
@@ -28,6 +30,14 @@ constexpr double kSendTimeoutS = 10.0;
 
 std::string address(const std::string& host, int port) { return host + ":" + std::to_string(port); }
 
+std::chrono::milliseconds left_ms(Clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+}
+
+// The name that keys the link's proofs (a proof made for the store is worthless here).
+constexpr const char* kLinkName = "node link";
+
 // Reads one line from fd into `inbox` within the deadline; returns false at EOF, at timeout and when the peer sends
 // more than a line may hold (before the handshake anyone may connect: what they send is not kept without bound).
 bool read_line(int fd, std::string& inbox, std::string& line, Clock::time_point deadline) {
@@ -45,15 +55,6 @@ bool read_line(int fd, std::string& inbox, std::string& line, Clock::time_point 
 // A peer that is gone is not judged here: poll() reports it as lost.
 void write_all(int fd, const std::string& s) { control::send_bytes(fd, s); }
 
-// Loopback only when the root address is loopback: a run that never leaves this machine is not reachable from others.
-control::Fd listen_on(int port, bool loopback_only) {
-  try {
-    return control::listen_tcp(loopback_only ? "127.0.0.1" : "*", port, 64);
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error("launch: node 0 cannot listen on port " + std::to_string(port) + ": " + e.what());
-  }
-}
-
 }  // namespace
 
 std::pair<std::string, int> parse_host_port(const std::string& s) {
@@ -64,70 +65,47 @@ std::pair<std::string, int> parse_host_port(const std::string& s) {
   return {s.substr(0, colon), port};
 }
 
-// Who a node is, once it proved the run's secret (or at once when the run has none). A stranger (no or wrong proof,
-// silence, garbage) is told why, logged with its address and dropped: it cannot stop or join the run. Returns -1 then.
-int NodeLink::admit(Peer& peer, const std::string& secret, Clock::time_point deadline) {
+// Who a connection that proved the run's secret (any, when the run has none) says it is. One that sends no HELLO
+// (silence, garbage, a line without end) is told why, logged with its address and dropped: it cannot stop or join
+// the run. Returns -1 then.
+int NodeLink::read_hello(Peer& peer, Clock::time_point deadline) {
   // A silent stranger holds the join for at most a few seconds, not the whole join timeout.
   const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-  const std::string server_nonce = SecretHandshake::nonce();
-  write_all(peer.fd.get(), secret.empty() ? std::string("OPEN\n") : "CHALLENGE " + to_hex(server_nonce) + "\n");
   std::string line;
   const bool said = read_line(peer.fd.get(), peer.inbox, line, until);
-  const auto hello = said ? node_link::parse_hello(line) : std::nullopt;
+  const auto node = said ? node_link::parse_hello(line) : std::nullopt;
+  if (node) return *node;
+  const std::string refusal =
+      !said && node_link::overlong(peer.inbox)
+          ? "it sent more than a line may hold (" + std::to_string(node_link::kMaxLineBytes) + " bytes) without a newline"
+          : std::string("it sent no HELLO naming its node rank");
   const std::string who = "a launcher at " + control::peer_address(peer.fd.get());
-  std::string refusal;
-  if (!said && node_link::overlong(peer.inbox)) {
-    refusal = "it sent more than a line may hold (" + std::to_string(node_link::kMaxLineBytes) +
-              " bytes) without a newline";
-  } else if (!hello) {
-    refusal = "it sent no HELLO naming its node rank";
-  } else if (!secret.empty()) {
-    const SecretHandshake handshake(secret, "node link");
-    const auto client_nonce = from_hex(hello->nonce_hex), mac = from_hex(hello->proof_hex);
-    if (!client_nonce || !mac || !handshake.client_proved(*mac, server_nonce, *client_nonce))
-      refusal = "it did not prove the run's shared secret (no or another COMMSCHED_SECRET / COMMSCHED_KEY_FILE)";
-    else
-      write_all(peer.fd.get(), "WELCOME " + to_hex(handshake.server_proof(*client_nonce, server_nonce)) + "\n");
-  }
-  if (!refusal.empty()) {
-    std::fprintf(stderr, "[commsched launch] node 0 refused %s: %s\n", who.c_str(), refusal.c_str());
-    write_all(peer.fd.get(), "ABORT 0 node 0 refused this launcher: " + refusal + "\n");
-    return -1;
-  }
-  return hello->node;
+  std::fprintf(stderr, "[commsched launch] node 0 refused %s: %s\n", who.c_str(), refusal.c_str());
+  write_all(peer.fd.get(), "ABORT 0 node 0 refused this launcher: " + refusal + "\n");
+  return -1;
 }
 
-// The root's answer to this node's connection: nothing to prove (OPEN), or the challenge it must answer.
-void NodeLink::greet_root(Peer& root, int node_rank, const std::string& secret, const std::string& where,
-                          Clock::time_point deadline) {
-  std::string line;
-  if (!read_line(root.fd.get(), root.inbox, line, deadline))
-    throw std::runtime_error("launch: node 0 at " + where + " did not answer (is it a commsched launch?)");
-  const std::string hello = "HELLO " + std::to_string(node_rank);
-  if (line == "OPEN") {
-    if (!secret.empty())
-      throw std::runtime_error("launch: node 0 at " + where + " does not authenticate but this node has a shared "
-                               "secret: every node needs the same COMMSCHED_SECRET / COMMSCHED_KEY_FILE / "
-                               "COMMSCHED_AUTH");
-    write_all(root.fd.get(), hello + "\n");
-    return;
+// A node: node 0's link from the store, dialled, proven both ways and greeted with this node's HELLO.
+NodeLink::Peer NodeLink::dial_root(int node_rank, const std::string& host, int port, const std::string& secret,
+                                   double timeout_s, Clock::time_point deadline) {
+  const std::string root = address(host, port);
+  int link_port = 0;
+  try {
+    collective::TcpStoreClient store(host, port, left_ms(deadline), secret);
+    const std::string value = store.get(node_link::kLinkKey, deadline);
+    link_port = static_cast<int>(parse_int(std::string("the store's ") + node_link::kLinkKey, value, 1, 65535));
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("launch: node " + std::to_string(node_rank) + " could not join node 0 at " + root + " (" +
+                             e.what() + "; join timeout " + std::to_string(static_cast<int>(timeout_s)) + " s)");
   }
-  const auto server_nonce = line.rfind("CHALLENGE ", 0) == 0 ? from_hex(line.substr(10)) : std::nullopt;
-  if (!server_nonce || server_nonce->size() != SecretHandshake::kNonceBytes)
-    throw std::runtime_error("launch: node 0 at " + where + " sent '" + line.substr(0, 80) + "', not a challenge");
-  if (secret.empty())
-    throw std::runtime_error("launch: node 0 at " + where + " requires the run's shared secret: set the same "
-                             "COMMSCHED_SECRET or COMMSCHED_KEY_FILE on every node");
-  const SecretHandshake handshake(secret, "node link");
-  const std::string mine = SecretHandshake::nonce();
-  write_all(root.fd.get(), hello + " " + to_hex(mine) + " " + to_hex(handshake.client_proof(*server_nonce, mine)) + "\n");
-  if (!read_line(root.fd.get(), root.inbox, line, deadline) || line.rfind("WELCOME ", 0) != 0)
-    throw std::runtime_error("launch: node 0 at " + where + " refused this node" +
-                             (line.empty() ? std::string(" (no answer)") : ": " + line));
-  const auto mac = from_hex(line.substr(8));
-  if (!mac || !handshake.server_proved(*mac, mine, *server_nonce))
-    throw std::runtime_error("launch: the launcher at " + where + " did not prove the run's shared secret: not this "
-                             "run's node 0");
+  Peer peer;
+  peer.node = 0;
+  const std::string link = "launch: node 0's link at " + address(host, link_port);
+  peer.fd = control::connect_tcp(host, link_port, deadline);
+  control::tune_control_socket(peer.fd.get(), kSendTimeoutS);
+  collective::LinkAuth(secret, kLinkName).prove(peer.fd.get(), deadline, link);
+  write_all(peer.fd.get(), "HELLO " + std::to_string(node_rank) + "\n");
+  return peer;
 }
 
 std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::string& host, int port,
@@ -140,17 +118,7 @@ std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::s
     link->watch_peers(silence_s);
     return link;
   }
-  Peer root;
-  root.node = 0;
-  try {
-    root.fd = control::connect_tcp(host, port, deadline);
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error("launch: node " + std::to_string(node_rank) + " could not reach node 0 at " +
-                             address(host, port) + " within " + std::to_string(static_cast<int>(timeout_s)) + " s (" +
-                             e.what() + ")");
-  }
-  control::tune_control_socket(root.fd.get(), kSendTimeoutS);
-  greet_root(root, node_rank, secret, address(host, port), deadline);
+  Peer root = dial_root(node_rank, host, port, secret, timeout_s, deadline);
   std::string line;
   if (!read_line(root.fd.get(), root.inbox, line, deadline) || line.rfind("GO", 0) != 0) {
     throw std::runtime_error("launch: node 0 at " + address(host, port) + " did not start the run" +
@@ -184,10 +152,22 @@ std::optional<LinkEvent> NodeLink::keep_alive() {
   return std::nullopt;
 }
 
-// Node 0: waits for every other node's proven HELLO, then starts the run (GO with the root's environment).
+// Node 0: serves the store, publishes its link there, waits for every other node's proven HELLO, then starts the run
+// (GO with the root's environment). The store lives for the join only: nodes need nothing from it afterwards.
 void NodeLink::accept_nodes(const std::string& host, int port, const std::map<std::string, std::string>& env,
                             const std::string& secret, double timeout_s, Clock::time_point deadline) {
-  listener_ = listen_on(port, is_loopback_host(host));
+  const std::string bind = is_loopback_host(host) ? "127.0.0.1" : "*";
+  std::unique_ptr<collective::TcpStoreServer> server;
+  try {
+    server = std::make_unique<collective::TcpStoreServer>(bind, port, secret);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("launch: node 0 cannot serve its rendezvous store on port " + std::to_string(port) +
+                             ": " + e.what());
+  }
+  listener_ = control::listen_tcp(bind, 0, 64);
+  collective::TcpStoreClient("127.0.0.1", server->port(), left_ms(deadline), secret)
+      .set(node_link::kLinkKey, std::to_string(control::bound_port(listener_.get())));
+  collective::LinkAuth auth(secret, kLinkName, "node 0's launcher");  // logs and notes strangers
   std::vector<bool> joined(static_cast<size_t>(nnodes_), false);
   joined[0] = true;
   while (static_cast<int>(peers_.size()) < nnodes_ - 1) {
@@ -196,13 +176,14 @@ void NodeLink::accept_nodes(const std::string& host, int port, const std::map<st
       for (int i = 1; i < nnodes_; ++i)
         if (!joined[static_cast<size_t>(i)]) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
       throw std::runtime_error("launch: node(s) " + missing + " did not join at " + address(host, port) +
-                               " within " + std::to_string(static_cast<int>(timeout_s)) + " s");
+                               " within " + std::to_string(static_cast<int>(timeout_s)) + " s" + auth.refusals());
     }
     Peer peer;
     peer.fd = control::accept_tcp(listener_.get());
     if (!peer.fd.valid()) continue;
     control::tune_control_socket(peer.fd.get(), kSendTimeoutS);
-    const int node = admit(peer, secret, deadline);
+    if (!auth.admit(peer.fd.get(), deadline)) continue;
+    const int node = read_hello(peer, deadline);
     if (node < 0) continue;
     if (node < 1 || node >= nnodes_ || joined[static_cast<size_t>(node)]) {
       write_all(peer.fd.get(), "ABORT 0 node 0 refused node " + std::to_string(node) + " (out of range or already joined)\n");

@@ -1,10 +1,11 @@
 // The control channel between the launchers of a multi-node `commsched launch` (no ssh: every node runs its own
-// launcher). Node 0's launcher listens at --root HOST:PORT; every other launcher connects there. Lines of text:
+// launcher). The launchers meet as every other group does (comm_backends/control/store.h): node 0's launcher serves a
+// rendezvous store at --root HOST:PORT and publishes there the port of its link listener; every other launcher reads
+// it from the store and dials the link. The store and the link each prove the run's secret both ways (LinkAuth:
+// "store", then "node link"), so neither a stranger nor another run's launcher can read the link's address, join,
+// start or stop the run; a stranger is refused with its address logged. The link then carries lines of text:
 //
-//   root -> node   OPEN | CHALLENGE <nonce>   on accepting a connection: nothing to prove, or prove the run's secret
-//   node -> root   HELLO <node> [<nonce> <proof>]   joined (once); with a challenge, the node's proof of the secret
-//   root -> node   WELCOME <proof>       (with a challenge) the root's proof, so a node never follows a stranger
-//                                        (SecretHandshake "node link", as the rendezvous store proves it)
+//   node -> root   HELLO <node>          joined (once per node rank)
 //   root -> nodes  GO <k=v>\t<k=v>...    everyone joined: start; the root's extra environment for every child
 //   node -> root   WDONE <node>          this node's workers all exited 0
 //   root -> nodes  WALLDONE              every node's workers are done (servers may now be expected to leave)
@@ -12,10 +13,10 @@
 //   any  -> any    ABORT <node> <why>    tear down (the root relays it to every other node)
 //   any  -> any    PING                  a heartbeat, when this launcher said nothing for an interval
 //
-// A launcher that does not prove the secret is refused with a logged reason and cannot join, start or stop the run.
-// The link is authenticated, not encrypted (the GO environment holds no secret: every node brings its own).
-// A connection that closes before its DONE (a launcher killed, a host gone) counts as an abort from that node, and so
-// does a launcher silent for the join's silence limit (a hung or unreachable host; comm_backends/liveness.h's rule).
+// The link is authenticated, not encrypted (the GO environment holds no secret: every node brings its own). The link
+// stays a socket of its own rather than keys in the store: a connection that closes before its DONE (a launcher
+// killed, a host gone) counts at once as an abort from that node, and so does a launcher silent for the join's
+// silence limit (a hung or unreachable host; comm_backends/liveness.h's rule).
 #pragma once
 
 #include <chrono>
@@ -37,10 +38,11 @@ struct LinkEvent {
 
 class NodeLink {
  public:
-  // Root (node 0): listens at host:port and waits for nnodes-1 HELLOs, then sends GO with `env` to all. `secret`
-  // (empty: none) is what every node proves and checks (SecretHandshake "node link"); a node and a root that
-  // disagree on having one fail with an error naming the switches.
-  // Other nodes: connect (retrying) and wait for GO; `env` receives the root's environment. Both throw
+  // Root (node 0): serves the rendezvous store at host:port, publishes its link there and waits for nnodes-1 HELLOs,
+  // then sends GO with `env` to all. `secret` (empty: none) is what every node proves and checks on the store and on
+  // the link; a node and a root that disagree on having one fail with an error naming the switches.
+  // Other nodes: find the link through the store (retrying while node 0 starts), say HELLO and wait for GO; `env`
+  // receives the root's environment. Both throw
   // std::runtime_error naming the address, the missing nodes or the peer when the join does not complete within
   // timeout_s. After the join, with silence_s > 0, every launcher sends PING when it said nothing for
   // heartbeat_interval(silence_s), and poll() reports a node silent for silence_s as an abort naming it.
@@ -69,9 +71,10 @@ class NodeLink {
   NodeLink(int nnodes, int node_rank) : nnodes_(nnodes), node_rank_(node_rank) {}
   void accept_nodes(const std::string& host, int port, const std::map<std::string, std::string>& env,
                     const std::string& secret, double timeout_s, Clock::time_point deadline);
-  static int admit(Peer& peer, const std::string& secret, Clock::time_point deadline);
-  static void greet_root(Peer& root, int node_rank, const std::string& secret, const std::string& where,
-                         Clock::time_point deadline);
+  // The node rank a proven connection's HELLO names, or -1 (told why and logged) when it sends none.
+  static int read_hello(Peer& peer, Clock::time_point deadline);
+  static Peer dial_root(int node_rank, const std::string& host, int port, const std::string& secret, double timeout_s,
+                        Clock::time_point deadline);
   void send(Peer& p, const std::string& line);
   void broadcast(const std::string& line, int except_node = -1);
   std::optional<LinkEvent> handle_line(Peer& from, const std::string& line);

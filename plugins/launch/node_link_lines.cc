@@ -35,17 +35,13 @@ bool overlong(const std::string& inbox) {
   return inbox.size() > kMaxLineBytes && inbox.find('\n') == std::string::npos;
 }
 
-std::optional<Hello> parse_hello(std::string_view line) {
+std::optional<int> parse_hello(std::string_view line) {
   const auto w = words(line);
-  if ((w.size() != 2 && w.size() != 4) || w[0] != "HELLO") return std::nullopt;
-  Hello h;
-  const auto [end, ec] = std::from_chars(w[1].data(), w[1].data() + w[1].size(), h.node);
-  if (ec != std::errc() || end != w[1].data() + w[1].size() || h.node < 0 || h.node > kMaxNode) return std::nullopt;
-  if (w.size() == 4) {
-    h.nonce_hex = w[2];
-    h.proof_hex = w[3];
-  }
-  return h;
+  if (w.size() != 2 || w[0] != "HELLO") return std::nullopt;
+  int node = -1;
+  const auto [end, ec] = std::from_chars(w[1].data(), w[1].data() + w[1].size(), node);
+  if (ec != std::errc() || end != w[1].data() + w[1].size() || node < 0 || node > kMaxNode) return std::nullopt;
+  return node;
 }
 
 std::string encode_env(const std::map<std::string, std::string>& env) {

@@ -10,6 +10,9 @@
 
 namespace commsched::node_link {
 
+// The store key under which node 0's launcher publishes its link's port (node_link.h).
+inline constexpr const char* kLinkKey = "commsched/launch/link";
+
 // The longest line either side accepts (the GO line carries the root's environment). Longer: not a launcher of ours.
 inline constexpr size_t kMaxLineBytes = 1u << 20;
 // The largest node rank a HELLO may name (the root then checks it against the run's node count).
@@ -20,13 +23,9 @@ bool take_line(std::string& inbox, std::string& line);
 // Whether `inbox` holds no complete line and more bytes than a line may have: the sender is not one of ours.
 bool overlong(const std::string& inbox);
 
-// HELLO <node> [<nonce hex> <proof hex>]: a node's answer to the root's OPEN or CHALLENGE.
-struct Hello {
-  int node = -1;
-  std::string nonce_hex, proof_hex;  // empty when the root sent OPEN
-};
-// nullopt unless the line is HELLO, a node rank in [0, kMaxNode] and then nothing or exactly two more words.
-std::optional<Hello> parse_hello(std::string_view line);
+// HELLO <node>: a node's first line once the link is proven. The node rank, or nullopt unless the line is exactly
+// HELLO and a node rank in [0, kMaxNode].
+std::optional<int> parse_hello(std::string_view line);
 
 // The GO line's environment: k=v pairs joined by tabs. Throws InvalidArgument naming an entry that cannot be sent,
 // or when the line would be longer than kMaxLineBytes.

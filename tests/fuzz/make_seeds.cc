@@ -128,10 +128,8 @@ int main(int argc, char** argv) {
   write(out / "link_auth", "challenge_only", std::string(1, '\2') + answer_frame);
 
   // node_link: chunk byte, then a stream of lines both ways.
-  const std::string hex = to_hex(nonce);
-  write(out / "node_link", "open_hello", std::string(1, '\x05') + "OPEN\nHELLO 1\nGO A=1\tB=x=y\nWDONE 1\nDONE 1\n");
-  write(out / "node_link", "challenge_hello",
-        std::string(1, '\x10') + "CHALLENGE " + hex + "\nHELLO 2 " + hex + " " + hex + "\nWELCOME " + hex + "\n");
+  write(out / "node_link", "hello", std::string(1, '\x05') + "HELLO 1\nGO A=1\tB=x=y\nWDONE 1\nDONE 1\n");
+  write(out / "node_link", "hello_extra_words", std::string(1, '\x10') + "HELLO 2 abc def\nHELLO -1\nHELLO\n");
   write(out / "node_link", "go_env", std::string(1, '\x3f') + "GO " + node_link::encode_env({{"K", "v"}, {"E", ""}}) + "\n");
   write(out / "node_link", "abort", std::string(1, '\x00') + "ABORT 2 its launcher is gone\nWALLDONE\nABORT\n");
 

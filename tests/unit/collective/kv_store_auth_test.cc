@@ -53,6 +53,24 @@ TEST(KvStoreAuth, ClientWithoutTheSecretCannotReadOrWrite) {
   EXPECT_EQ(member.get("nccl/unique_id", 1000ms), "secret-id");
 }
 
+// A client without the secret that meets the store's challenge is told at once that the store requires the secret,
+// instead of reading the challenge as an absent key and waiting out its deadline.
+TEST(KvStoreAuth, ClientWithoutTheSecretIsToldTheStoreRequiresIt) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  for (const bool write : {false, true}) {
+    TcpStoreClient stranger("127.0.0.1", server.port(), 5000ms);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      if (write) stranger.set("gloo/0", "forged");
+      else stranger.get("gloo/0", 20000ms);
+      FAIL() << "a client without the secret was answered";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("requires the run's shared secret"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  }
+}
+
 // The other way round: a member with the secret refuses a store that cannot prove it (not this run's store).
 TEST(KvStoreAuth, MemberRefusesAStoreWithoutTheSecret) {
   TcpStoreServer server("127.0.0.1", 0);

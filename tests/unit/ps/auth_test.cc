@@ -21,9 +21,7 @@
 
 using namespace std::chrono_literals;
 using commsched::ClusterAuth;
-using commsched::from_hex;
 using commsched::SecretHandshake;
-using commsched::to_hex;
 using commsched::InvalidArgument;
 using commsched::ps::Incoming;
 using commsched::ps::make_zmq_transport;
@@ -176,16 +174,6 @@ TEST(SecretHandshake, TheStoreLinkKeepsItsWireKeys) {
   const auto bytes = [](const std::string& s) { return std::as_bytes(std::span(s)); };
   EXPECT_EQ(SecretHandshake(kSecret, "store").client_proof(sn, cn),
             ClusterAuth::proof(kSecret, "commsched store hmac v1", "commsched store client v1", bytes(sn), bytes(cn)));
-}
-
-TEST(Hex, RoundTripsAndRefusesWhatIsNotHex) {
-  const std::string raw("\x00\x7f\x80\xff ok", 7);
-  EXPECT_EQ(to_hex(raw), "007f80ff206f6b");
-  EXPECT_EQ(from_hex(to_hex(raw)), raw);
-  EXPECT_EQ(from_hex("ABcd"), std::string("\xab\xcd"));
-  EXPECT_FALSE(from_hex("abc"));
-  EXPECT_FALSE(from_hex("zz"));
-  EXPECT_EQ(from_hex(""), std::string());
 }
 
 TEST(ZmqTransportAuth, PeersWithTheSecretTalk) {
