@@ -94,7 +94,7 @@ bool TcpStoreServer::serve(Client& c) {
   c.in.append(buf, static_cast<size_t>(n));
   try {
     std::string frame;
-    while (c.in.next(frame, "rendezvous store client")) {
+    while (c.in.next(frame, "rendezvous store client", c.auth ? kMaxHandshakeFrame : kMaxFrameBytes)) {
       if (c.auth) {
         if (!admit(c, frame)) return false;
         continue;

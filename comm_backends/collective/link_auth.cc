@@ -14,10 +14,6 @@ constexpr const char* kNoProof = "did not prove the run's shared secret (no or a
 
 // A handshake is a few small frames: a connector that needs longer is not one of ours, or is stuck.
 constexpr double kMaxAnswerS = 10.0;
-// Its frames hold two 32-byte strings at most. Whoever announces more has not proved anything yet: refused before a
-// byte of it is read (recv_frame's general bound, 64 MiB, would have allocated that much for each stranger and waited
-// for it).
-constexpr uint32_t kMaxHandshakeFrame = 1024;
 
 double seconds_left(LinkAuth::Deadline deadline) {
   return std::max(0.001, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());

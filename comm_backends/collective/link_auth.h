@@ -23,6 +23,12 @@ namespace commsched::collective {
 inline constexpr const char* kNeedsSecret =
     "requires the run's shared secret: set the same COMMSCHED_SECRET or COMMSCHED_KEY_FILE on every process";
 
+// A handshake's frames hold two 32-byte strings at most. Whoever announces more has not proved anything yet: refused
+// before a byte of it is read (the general frame bound, 64 MiB, would have allocated that much for each stranger and
+// waited for it). Every reader of a frame before the proof applies it: the blocking handshake here and the
+// rendezvous store's non-blocking one.
+inline constexpr uint32_t kMaxHandshakeFrame = 1024;
+
 class LinkAuth {
  public:
   using Deadline = std::chrono::steady_clock::time_point;

@@ -25,11 +25,11 @@ std::string ByteReader::get_string() {
   return s;
 }
 
-bool FrameAssembler::next(std::string& frame, const std::string& what) {
+bool FrameAssembler::next(std::string& frame, const std::string& what, uint32_t max_bytes) {
   if (buf_.size() - pos_ < sizeof(uint32_t)) return false;
   uint32_t len;
   std::memcpy(&len, buf_.data() + pos_, sizeof len);
-  if (len > kMaxFrameBytes) throw std::runtime_error(what + ": frame of " + std::to_string(len) + " bytes exceeds the limit");
+  if (len > max_bytes) throw std::runtime_error(what + ": frame of " + std::to_string(len) + " bytes exceeds the limit");
   if (buf_.size() - pos_ - sizeof len < len) return false;
   frame.assign(buf_, pos_ + sizeof len, len);
   pos_ += sizeof len + len;

@@ -78,8 +78,9 @@ class ByteReader {
 class FrameAssembler {
  public:
   void append(const char* data, size_t n) { buf_.append(data, n); }
-  // Moves the next complete frame's payload into `frame`; false when none is complete yet. Throws on an oversized frame.
-  bool next(std::string& frame, const std::string& what);
+  // Moves the next complete frame's payload into `frame`; false when none is complete yet. Throws on a frame longer
+  // than `max_bytes` (announced in its header: nothing of it is awaited).
+  bool next(std::string& frame, const std::string& what, uint32_t max_bytes = kMaxFrameBytes);
 
  private:
   std::string buf_;

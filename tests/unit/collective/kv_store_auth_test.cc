@@ -1,6 +1,10 @@
 // The collective rendezvous store with a shared secret: members read and write keys; a client without the secret,
 // or with a wrong one, is refused (and logged) before it can read or write a single key.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <optional>
@@ -69,6 +73,34 @@ TEST(KvStoreAuth, ClientWithoutTheSecretIsToldTheStoreRequiresIt) {
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   }
+}
+
+// A stranger that announces a frame far longer than a handshake's is hung up on at once: the store neither waits for
+// nor buffers megabytes from someone who has proved nothing, and its members carry on.
+TEST(KvStoreAuth, AStrangerAnnouncingAHugeFrameIsHungUpOnAtOnce) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const uint32_t announced = 60u << 20;  // within the general 64 MiB bound, far beyond a handshake's
+  ASSERT_EQ(::send(fd, &announced, sizeof announced, 0), static_cast<ssize_t>(sizeof announced));
+  const auto start = std::chrono::steady_clock::now();
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {  // the challenge, then the end of the connection
+  }
+  EXPECT_EQ(n, 0) << "the store kept the connection open (recv timed out)";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+  ::close(fd);
+  TcpStoreClient member("127.0.0.1", server.port(), 5000ms, kSecret);
+  member.set("k", "v");
+  EXPECT_EQ(member.get("k", 1000ms), "v");
 }
 
 // The other way round: a member with the secret refuses a store that cannot prove it (not this run's store).
