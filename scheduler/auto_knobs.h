@@ -31,7 +31,11 @@
 //     at 16-64 workers with every worker simulated, where 32-64 KiB reached 1.02-1.06x, but with no per-message cost
 //     in the model; on the real PS (ResNet-50 profile, 4 workers, 2 servers, emulated 2 Gbit/s) 64 KiB was 4.5%
 //     slower than 256 KiB (1002 against 959 ms/step). The simulator now charges m (simulator/network.h) and both
-//     sides choose by this rule; bench/RESULTS.md, session 18, has the grid and the real check.
+//     sides choose by this rule: in the PS grid at 8-64 workers it beat the earlier rule in 20 of 80 cells (up to
+//     7.8%) and lost 1% in one. But on the real PS at that shape with 4 servers (the rule's 128 KiB against 256 KiB)
+//     128 KiB was 2.9% slower at the median of 15 rounds on a loaded 2-core machine, as if a message cost about
+//     18 us end to end there; with that m the rule would keep 256 KiB. Open: measure m where the server has cores of
+//     its own (bench/RESULTS.md, session 18).
 //   - no small-tensor fusion (small_tensor_bytes 0), decided by real runs: the PS does carry a fused batch's small
 //     partitions as one message each way (push_pull_batch), but fusing tensors of up to 32 KiB did not measurably
 //     help the torch plugin on a local PS (examples/pytorch_profile_benchmark.py --profile resnet50, 1 server,
@@ -90,9 +94,10 @@ inline constexpr double kAssumedStepLatencyS = 5e-6;  // when ClusterShape::step
 inline constexpr double kPsMessageS = 5e-6;
 
 // B in the PS partition rule: the gradient bytes a step is taken to carry per incast it exposes. In the simulator
-// (every worker simulated, 5 us per message, 16 workers, partitions 32 KiB-512 KiB side by side) the fastest partition
-// of ResNet-50, BERT-base and Transformer-base was 128 KiB at 10 Gbit/s and 256-512 KiB at 25 Gbit/s, and at 64 workers
-// and 10 Gbit/s 64 KiB (ResNet-50, BERT-base): what 64 MiB gives (bench/RESULTS.md, session 18).
+// (every worker simulated, 5 us per message, partitions 32 KiB-512 KiB side by side) the fastest partition at 16
+// workers was 128 KiB at 10 Gbit/s for ResNet-50 and BERT-base (Transformer-base: 64 KiB, 1% ahead of 128 KiB) and
+// 256-512 KiB at 25 Gbit/s, and at 64 workers and 10 Gbit/s 64 KiB (ResNet-50, BERT-base): what 64 MiB gives
+// (bench/RESULTS.md, session 18).
 inline constexpr double kPsReferenceBytes = 64.0 * 1024 * 1024;
 
 // One message's cost on a network: alpha + beta * bytes (MG-WFBP's planner and the simulator use the same form).
