@@ -181,7 +181,7 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
       ->capture_default_str();
   b->add_option("--ps-message-cost", args->ps_message_cost,
                  "PS, real NICs (fifo): fixed cost of one message on each NIC it crosses (0: none; the default was "
-                 "measured on the real PS, simulator/network.h)")
+                 "measured on the real PS with ps_goodput: kPsMessageS, scheduler/auto_knobs.h)")
       ->capture_default_str();
   b->add_option("--ring-alpha", args->ring_alpha, "all-reduce latency per ring step")->capture_default_str();
   b->add_option("--policies", args->policies, "policies to compare (registered: " + join_names(policy_names()) + ")")
