@@ -32,10 +32,11 @@
 //     in the model; on the real PS (ResNet-50 profile, 4 workers, 2 servers, emulated 2 Gbit/s) 64 KiB was 4.5%
 //     slower than 256 KiB (1002 against 959 ms/step). The simulator now charges m (simulator/network.h) and both
 //     sides choose by this rule: in the PS grid at 8-64 workers it beat the earlier rule in 20 of 80 cells (up to
-//     7.8%) and lost 1% in one. But on the real PS at that shape with 4 servers (the rule's 128 KiB against 256 KiB)
-//     128 KiB was 2.9% slower at the median of 15 rounds on a loaded 2-core machine, as if a message cost about
-//     18 us end to end there; with that m the rule would keep 256 KiB. Open: measure m where the server has cores of
-//     its own (bench/RESULTS.md, session 18).
+//     7.8%) and lost 1% in one. On the real PS at that shape with 4 servers (the rule's 128 KiB against 256 KiB)
+//     128 KiB was 1.0% slower at the median of 24 rounds on a shared 2-core machine (2.9% slower at load 7-18, 1.6%
+//     faster at load 3-11): inside the spread. Were it real, a message would cost 6-18 us end to end there, and at 18
+//     us the rule keeps 256 KiB. Open: measure m where the server has cores of its own (bench/RESULTS.md, session
+//     18).
 //   - no small-tensor fusion (small_tensor_bytes 0), decided by real runs: the PS does carry a fused batch's small
 //     partitions as one message each way (push_pull_batch), but fusing tensors of up to 32 KiB did not measurably
 //     help the torch plugin on a local PS (examples/pytorch_profile_benchmark.py --profile resnet50, 1 server,
