@@ -9,9 +9,9 @@ namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
 
-// Parameter server.
-constexpr uint64_t kPsPartition = 256 * KiB;          // up to 16 workers
-constexpr uint64_t kPsSmallestPartition = 64 * KiB;  // below this, per-message costs of the real PS start to show
+// Parameter server (the partition rule in the header).
+constexpr uint64_t kPsSmallestPartition = 16 * KiB;
+constexpr uint64_t kPsLargestPartition = 4 * MiB;     // the PS backend's chunk: larger messages travel as chunks anyway
 
 // All-reduce.
 constexpr double kLatencyShare = 32;  // a partition's ring latency <= 1/32 of its bytes' time
@@ -30,10 +30,16 @@ uint64_t ps_credit_for(uint64_t partition, int workers) {
   return std::max(round, std::min(2 * round, kPsCreditCap));
 }
 
-uint64_t ps_partition(int workers) {
-  // 256 KiB up to 16 workers, then halved for every doubling of W, down to 64 KiB.
-  const uint64_t w = std::bit_floor(uint64_t(workers));
-  return std::max(kPsSmallestPartition, w <= 16 ? kPsPartition : kPsPartition * 16 / w);
+double link_bytes_per_s(const ClusterShape& s) { return (s.link_bps > 0 ? s.link_bps : kAssumedLinkBps) / 8; }
+
+// The power of two nearest (in ratio) to sqrt(B * m * rate / min(W, S)), within [16 KiB, 4 MiB] (see the header).
+uint64_t ps_partition(const ClusterShape& s) {
+  const double fan_in = std::min(s.workers, s.servers);
+  const double best = std::sqrt(kPsReferenceBytes * kPsMessageS * link_bytes_per_s(s) / fan_in);
+  if (!(best >= double(kPsSmallestPartition))) return kPsSmallestPartition;  // also a cost of 0
+  if (best >= double(kPsLargestPartition)) return kPsLargestPartition;
+  const uint64_t below = std::bit_floor(uint64_t(best));
+  return best * best > 2.0 * double(below) * double(below) ? 2 * below : below;  // best / below > sqrt(2)
 }
 
 MessageCost ring_cost(const ClusterShape& s) {
@@ -51,11 +57,19 @@ uint64_t ring_partition(const ClusterShape& s) {
 
 uint64_t ring_fusion_for(uint64_t partition) { return partition == 0 ? 0 : std::min(2 * partition, kRingLargest); }
 
+std::string assumed_link(const ClusterShape& s) {
+  return s.link_bps > 0 ? "" : ", link assumed " + std::to_string(int(kAssumedLinkBps / 1e9)) + " Gbit/s";
+}
+
 std::string describe_ring(const ClusterShape& s) {
   const MessageCost c = ring_cost(s);
   return "knobs for a " + std::to_string(s.workers) + "-worker all-reduce (ring latency " +
-         std::to_string(int64_t(std::llround(c.alpha_s * 1e6))) + " us" +
-         (s.link_bps > 0 ? "" : ", link assumed " + std::to_string(int(kAssumedLinkBps / 1e9)) + " Gbit/s") + "): ";
+         std::to_string(int64_t(std::llround(c.alpha_s * 1e6))) + " us" + assumed_link(s) + "): ";
+}
+
+std::string describe_ps(const ClusterShape& s) {
+  return "knobs for " + std::to_string(s.workers) + " workers x " + std::to_string(s.servers) + " servers (" +
+         std::to_string(int64_t(std::llround(kPsMessageS * 1e6))) + " us per message" + assumed_link(s) + "): ";
 }
 
 // The log line: what was chosen, what was set, and why.
@@ -64,11 +78,10 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
   const std::string credit_why = ring ? "the collectives run one at a time; what queues meanwhile is fused"
                                       : "two rounds of one partition from every worker plus one, up to 16 MiB: a push's receipt "
                                         "queues behind its server's sums";
-  std::string why = ring ? describe_ring(shape)
-                         : "knobs for " + std::to_string(shape.workers) + " workers x " +
-                               std::to_string(shape.servers) + " servers: ";
+  std::string why = ring ? describe_ring(shape) : describe_ps(shape);
   why += "partition " + format_bytes(config.knobs.partition_bytes) +
-         (config.partition_set ? " (set)" : " (automatic)") + ", credit " +
+         (config.partition_set ? " (set)" : ring ? " (automatic)" : " (automatic: incast against per-message cost)") +
+         ", credit " +
          describe_knob(registered_knob("credit_bytes"), config.knobs) +
          (config.credit_set ? " (set)" : " (automatic: " + credit_why + ")");
   if (fusion_automatic)
@@ -88,7 +101,7 @@ MessageCost ring_allreduce_cost(int workers, double link_bps, double step_latenc
 AutoKnobs auto_knobs(const ClusterShape& shape) {
   if (shape.workers <= 1) return AutoKnobs{};
   if (has_servers(shape)) {
-    const uint64_t partition = ps_partition(shape.workers);
+    const uint64_t partition = ps_partition(shape);
     return {Knobs{partition, ps_credit_for(partition, shape.workers), 0}};
   }
   const uint64_t partition = ring_partition(shape);

@@ -18,17 +18,25 @@
 //     workers too; hence the cap, which leaves 256 workers at (W + 1). PS grid (5 profiles x 1-100 Gbit/s x 2-256
 //     workers): within 1.10x of the dependency bound in 110 of 120 cells instead of 101, >= 0.98x the best baseline
 //     in all 120 (bench/RESULTS.md, issue 12, item 1);
-//   - partitions are small, 256 KiB up to 16 workers and halving per doubling beyond (64 KiB from 64 workers on),
-//     so that the incast latency W * partition / rate, which every tensor pays at least once, stays small and a
-//     model's bytes spread evenly over many servers. In the simulator's grid (5 profiles x 1-100 Gbit/s, every
-//     worker simulated up to 16 workers) 256 KiB was never worse than 1 MiB or 4 MiB at 2-16 workers and up to 1.16x
-//     better; at 64 workers 64 KiB reached the dependency bound within 10% in 20 of 20 cells, 128 KiB in 18, and
-//     with a 256 KiB floor ResNet-50 at 256 workers was 2.0x the bound (1.3x at 64 KiB). The simulator does not
-//     charge per-message CPU, which the floor guards against (bench/RESULTS.md, issue 12). 64 KiB at every W (the
-//     every-worker simulation's choice in issue 26: ResNet-50 at 16 workers 1.21x -> 1.04x the bound) was tried and
-//     not kept: on the real PS (ResNet-50 profile, 4 workers, 2 servers, emulated 2 Gbit/s, three rounds side by
-//     side) 64 KiB was 4.5% slower than 256 KiB in every round (1002 against 959 ms/step), the per-message cost the
-//     simulator does not model. Revisit once small messages cost less (issue 26, item 2) or the simulator charges them.
+//   - the partition weighs incast against the per-message cost (kPsMessageS, m: each message costs each end m beside
+//     its bytes / rate R). With S servers a partition's round takes its server's downlink W (p / R + m): the incast
+//     latency a tensor needed first pays before its sum can come back. For B gradient bytes a step, a worker's link
+//     carries B / p messages each way and a server's W / S times as many, so the busier end pays about
+//     max(1, W / S) B m / p in per-message cost. Their sum, max(1, W / S) B m / p + W p / R, is least at
+//         p = sqrt(B m R / min(W, S)),
+//     taken to the nearest power of two within [16 KiB, 4 MiB] (4 MiB: the PS backend's chunk), with
+//     B = kPsReferenceBytes (below; the knobs are chosen before the model's tensors are known). A faster link and
+//     fewer servers afford larger partitions; more workers ask for smaller ones. The earlier rule (256 KiB up to 16
+//     workers, halved per doubling down to 64 KiB, rate ignored) left the many-tensor models at 1.14-1.21x the bound
+//     at 16-64 workers with every worker simulated, where 32-64 KiB reached 1.02-1.06x, but with no per-message cost
+//     in the model; on the real PS (ResNet-50 profile, 4 workers, 2 servers, emulated 2 Gbit/s) 64 KiB was 4.5%
+//     slower than 256 KiB (1002 against 959 ms/step). The simulator now charges m (simulator/network.h) and both
+//     sides choose by this rule: in the PS grid at 8-64 workers it beat the earlier rule in 20 of 80 cells (up to
+//     7.8%) and lost 1% in one. On the real PS at that shape with 4 servers (the rule's 128 KiB against 256 KiB)
+//     128 KiB was 1.0% slower at the median of 24 rounds on a shared 2-core machine (2.9% slower at load 7-18, 1.6%
+//     faster at load 3-11): inside the spread. Were it real, a message would cost 6-18 us end to end there, and at 18
+//     us the rule keeps 256 KiB. Open: measure m where the server has cores of its own (bench/RESULTS.md, session
+//     18).
 //   - no small-tensor fusion (small_tensor_bytes 0), decided by real runs: the PS does carry a fused batch's small
 //     partitions as one message each way (push_pull_batch), but fusing tensors of up to 32 KiB did not measurably
 //     help the torch plugin on a local PS (examples/pytorch_profile_benchmark.py --profile resnet50, 1 server,
@@ -67,13 +75,31 @@ namespace commsched {
 struct ClusterShape {
   int workers = 1;
   int servers = 0;  // 0: no parameter server (all-reduce or loopback)
-  // The all-reduce link: rate per worker (bits/s) and latency per ring step. 0: unknown, the assumed values below.
+  // The link: rate per worker (bits/s; both rules) and latency per ring step (all-reduce). 0: unknown, the assumed
+  // values below.
   double link_bps = 0;
   double step_latency_s = 0;
 };
 
 inline constexpr double kAssumedLinkBps = 10e9;       // when ClusterShape::link_bps is 0
 inline constexpr double kAssumedStepLatencyS = 5e-6;  // when ClusterShape::step_latency_s is 0
+
+// The real parameter server's fixed cost of one message at one end (sending or receiving it: framing, system calls,
+// the server's bookkeeping), beside its bytes / rate. Measured with build/bench/ps/ps_goodput on loopback, 1 KiB
+// push_pulls with a window in flight, where the bytes cost under 1 us (bench/RESULTS.md, session 18): ZeroMQ, the
+// default transport, 11.7 us per push_pull with 1 worker and 7.5 us per push_pull at the server with 4 workers; a
+// push_pull is two messages at each end, so 4-6 us a message (UCX over TCP: 7-10 us). Taken on a shared 2-core
+// machine, so an upper end for a server with cores of its own. The PS partition rule weighs it against incast, and the
+// simulator charges it on every real link a message crosses (simulator/network.h, PsParams::message_s), so the two
+// agree.
+inline constexpr double kPsMessageS = 5e-6;
+
+// B in the PS partition rule: the gradient bytes a step is taken to carry per incast it exposes. In the simulator
+// (every worker simulated, 5 us per message, partitions 32 KiB-512 KiB side by side) the fastest partition at 16
+// workers was 128 KiB at 10 Gbit/s for ResNet-50 and BERT-base (Transformer-base: 64 KiB, 1% ahead of 128 KiB) and
+// 256-512 KiB at 25 Gbit/s, and at 64 workers and 10 Gbit/s 64 KiB (ResNet-50, BERT-base): what 64 MiB gives
+// (bench/RESULTS.md, session 18).
+inline constexpr double kPsReferenceBytes = 64.0 * 1024 * 1024;
 
 // One message's cost on a network: alpha + beta * bytes (MG-WFBP's planner and the simulator use the same form).
 struct MessageCost {

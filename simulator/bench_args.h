@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -28,6 +29,7 @@ struct BenchArgs {
   std::string network = "ps";
   std::string latency = "25us";
   std::string ps_chunk = "4MiB";
+  std::string ps_message_cost = std::to_string(int(std::lround(kPsMessageS * 1e9))) + "ns";
   std::string ring_alpha = "5us";
   std::vector<std::string> policies = policy_names();  // every registered policy
   // Per knob row (options/knobs.h), its grid flag's values; empty: the network's default grid.

@@ -65,6 +65,7 @@ sim::GridSpec to_spec(const BenchArgs& a) {
   s.network = a.network == "ps" ? sim::NetworkKind::ps : sim::NetworkKind::allreduce;
   s.latency_s = parse_seconds("--latency", a.latency);
   s.ps_chunk_bytes = a.ps_chunk == "0" ? 0 : parse_bytes("--ps-chunk", a.ps_chunk);
+  s.ps_message_s = parse_seconds("--ps-message-cost", a.ps_message_cost);
   s.ring_alpha_s = parse_seconds("--ring-alpha", a.ring_alpha);
   s.policies = parse_all<PolicyKind>(a.policies, [](const std::string& v) { return parse_policy("--policies", v); });
   sim::use_default_knob_grid(s);
@@ -177,6 +178,10 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   b->add_option("--network", args->network, "ps, or allreduce (alias ring: ring all-reduce)")->capture_default_str();
   b->add_option("--latency", args->latency, "PS one-way latency per message")->capture_default_str();
   b->add_option("--ps-chunk", args->ps_chunk, "PS messages above this stream in chunks (0: never)")
+      ->capture_default_str();
+  b->add_option("--ps-message-cost", args->ps_message_cost,
+                 "PS, real NICs (fifo): fixed cost of one message on each NIC it crosses (0: none; the default was "
+                 "measured on the real PS with ps_goodput: kPsMessageS, scheduler/auto_knobs.h)")
       ->capture_default_str();
   b->add_option("--ring-alpha", args->ring_alpha, "all-reduce latency per ring step")->capture_default_str();
   b->add_option("--policies", args->policies, "policies to compare (registered: " + join_names(policy_names()) + ")")

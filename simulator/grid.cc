@@ -56,6 +56,7 @@ PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers) {
   PsParams p{workers, servers, bandwidth_bps, bandwidth_bps, spec.latency_s, spec.ps_chunk_bytes, true,
              spec.ps_ingress_limited};
   p.fair_share = spec.ps_fair_share;
+  p.message_s = spec.ps_message_s;
   return p;
 }
 
@@ -281,7 +282,7 @@ bool has_auto_knobs(PolicyKind policy) {
 std::string auto_row_label(PolicyKind policy) { return row_name(policy_name(policy), KnobSource::automatic); }
 
 ClusterShape cluster_shape(const GridSpec& spec, double bandwidth_bps, int workers) {
-  if (spec.network == NetworkKind::ps) return {workers, ps_params(spec, bandwidth_bps, workers).servers};
+  if (spec.network == NetworkKind::ps) return {workers, ps_params(spec, bandwidth_bps, workers).servers, bandwidth_bps};
   return {workers, 0, bandwidth_bps, spec.ring_alpha_s};
 }
 

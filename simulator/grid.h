@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/auto_knobs.h"
 #include "simulator/compression_model.h"
 #include "simulator/network.h"
 #include "workload/profile.h"
@@ -39,6 +40,7 @@ struct GridSpec {
   double latency_s = 25e-6;     // PS one-way latency per message
   uint64_t ps_chunk_bytes = 4ull << 20;  // PS messages above this are streamed in chunks (as the PS backend does)
   bool ps_ingress_limited = true;        // false: model the EMULATED links (senders paced, receivers not)
+  double ps_message_s = kPsMessageS;     // PS: fixed cost per message on each real NIC it crosses (PsParams)
   bool ps_fair_share = false;            // real NICs, every worker simulated: links shared max-min fairly (flow_net.h)
   // PS cells with at most this many workers run simulate_each_worker (ps_cluster.h), every worker on its own (cost
   // grows with W); bigger ones one representative of symmetric workers (simulate(), PsNetwork).

@@ -38,13 +38,19 @@ PsNetwork::PsNetwork(PsParams p) : p_(p), latency_(seconds_to_ns(p.latency_s)) {
   check_positive("worker bandwidth", p.worker_bps);
   check_positive("server bandwidth", p.server_bps);
   if (!(p.latency_s >= 0)) throw InvalidArgument("network model: latency must be >= 0 s");
+  if (!(p.message_s >= 0)) throw InvalidArgument("network model: per-message cost must be >= 0 s");
   servers_.resize(p_.sharded ? static_cast<size_t>(p_.servers) : 1);
 }
 
-Nanos PsNetwork::worker_time(uint64_t bytes) const { return seconds_to_ns(bytes * 8.0 / p_.worker_bps); }
+// Each message also costs its fixed per-message time on every real NIC it crosses (PsParams::message_s).
+double PsNetwork::message_s() const { return p_.server_ingress_limited ? p_.message_s : 0; }
+
+Nanos PsNetwork::worker_time(uint64_t bytes) const {
+  return seconds_to_ns(bytes * 8.0 / p_.worker_bps + message_s());
+}
 
 Nanos PsNetwork::server_time(uint64_t bytes, double share) const {
-  return seconds_to_ns(bytes * 8.0 * p_.workers * share / p_.server_bps);
+  return seconds_to_ns(p_.workers * share * (bytes * 8.0 / p_.server_bps + message_s()));
 }
 
 PsNetwork::Server& PsNetwork::owner(int32_t key, uint64_t offset, uint64_t bytes) {
@@ -112,7 +118,9 @@ double PsNetwork::comm_lower_bound_s(uint64_t bytes) const {
 
 CostModel PsNetwork::cost_model() const {
   const double per_byte = 8.0 * std::max(1.0 / p_.worker_bps, double(p_.workers) / p_.servers / p_.server_bps);
-  return {2 * p_.latency_s, 2 * per_byte};
+  // A message's fixed cost, like its bytes, counts where it is largest: a server gets W/S messages for each one sent.
+  const double per_message = message_s() * std::max(1.0, double(p_.workers) / p_.servers);
+  return {2 * (p_.latency_s + per_message), 2 * per_byte};
 }
 
 std::string PsNetwork::describe() const {
@@ -121,6 +129,7 @@ std::string PsNetwork::describe() const {
     << gbit(p_.server_bps) << ", latency " << p_.latency_s * 1e6 << " us"
     << (p_.sharded ? ", keys sharded whole" : ", keys spread evenly")
     << (p_.server_ingress_limited ? "" : ", server ingress unlimited (emulated links)");
+  if (message_s() > 0) s << ", " << message_s() * 1e6 << " us per message";
   return s.str();
 }
 

@@ -91,6 +91,12 @@ struct PsParams {
   // Real NICs (server_ingress_limited) in simulate_each_worker only: every link shared max-min fairly among the
   // connections with bytes on it, as TCP shares a NIC (flow_net.h), instead of FIFO, one message at a time.
   bool fair_share = false;
+  // Real NICs only (server_ingress_limited, FIFO links; not fair_share, not emulated): every message also holds each
+  // link it crosses for this long, the fixed CPU cost of sending or receiving one message (framing, system calls, the
+  // server's bookkeeping), so a push_pull costs its server 2 * message_s beside its bytes. 0 here; the grid and
+  // `commsched bench` (GridSpec::ps_message_s, --ps-message-cost) default to the real PS's measured cost
+  // (scheduler/auto_knobs.h, kPsMessageS, which the automatic PS partition weighs too).
+  double message_s = 0;
 };
 
 class PsNetwork final : public NetworkModel {
@@ -107,6 +113,7 @@ class PsNetwork final : public NetworkModel {
     Link in, out;
     uint64_t load = 0;  // bytes assigned (the Sharder's measure)
   };
+  double message_s() const;                            // the per-message cost this link model charges
   Nanos worker_time(uint64_t bytes) const;            // on the worker NIC
   Nanos server_time(uint64_t bytes, double share) const;  // on one server NIC: `share` of every worker's bytes
   // One message (or chunk) through push, receipt and pull, on `server` carrying `share` of it.

@@ -30,8 +30,9 @@ PsClusterFabric::PsClusterFabric(PsParams p, CompressionModel compression)
     : p_(p),
       c_(compression),
       latency_(static_cast<Nanos>(std::llround(p.latency_s * 1e9))),
-      into_server_(p.server_bps),
-      into_worker_(p.worker_bps) {
+      message_ns_(p.server_ingress_limited && !p.fair_share ? static_cast<Nanos>(std::llround(p.message_s * 1e9)) : 0),
+      into_server_(p.server_bps, message_ns_),
+      into_worker_(p.worker_bps, message_ns_) {
   PsNetwork check(p);  // the same parameters must be valid for the symmetric model (and give the bounds)
   (void)check;
 }
@@ -41,9 +42,9 @@ void PsClusterFabric::start(EventLoop& loop, BatchSink& sink) {
   sink_ = &sink;
   const bool paced = !p_.server_ingress_limited;
   workers_.assign(size_t(p_.workers),
-                  WorkerState{{Sender(p_.worker_bps, double(p_.emulated_burst_bytes), paced), {}}, {}, {}, 0});
+                  WorkerState{{Sender(p_.worker_bps, double(p_.emulated_burst_bytes), paced, message_ns_), {}}, {}, {}, 0});
   servers_.assign(size_t(p_.servers),
-                  ServerState{{Sender(p_.server_bps, double(p_.emulated_burst_bytes), paced), {}}, {}, {}, 0, 0});
+                  ServerState{{Sender(p_.server_bps, double(p_.emulated_burst_bytes), paced, message_ns_), {}}, {}, {}, 0, 0});
   chunk_ids_.clear();
   chunks_.clear();
   flows_.reset();

@@ -44,22 +44,24 @@
 
 namespace commsched::sim {
 
-// A message's time on a link of `bps`: bytes / rate in nanoseconds, rounded to the nearest. The last answer is kept:
+// A message's time on a link of `bps`: bytes / rate in nanoseconds, rounded to the nearest, plus the link's fixed cost
+// per message (PsParams::message_s; 0 on emulated links). The last answer is kept:
 // one link's messages mostly have one size (a partition, a chunk, one sum to every worker in turn), and the division
 // is a good part of a message's cost with hundreds of workers.
 class WireTime {
  public:
-  explicit WireTime(double bps) : bps_(bps) {}
+  explicit WireTime(double bps, Nanos per_message = 0) : bps_(bps), per_message_(per_message) {}
   Nanos operator()(uint64_t bytes) const {
     if (bytes != bytes_) {
       bytes_ = bytes;
-      ns_ = static_cast<Nanos>(std::llround(double(bytes) * 8e9 / bps_));
+      ns_ = static_cast<Nanos>(std::llround(double(bytes) * 8e9 / bps_)) + per_message_;
     }
     return ns_;
   }
 
  private:
   double bps_;
+  Nanos per_message_;
   mutable uint64_t bytes_ = ~uint64_t(0);
   mutable Nanos ns_ = 0;
 };
@@ -67,8 +69,9 @@ class WireTime {
 // One process's sends: FIFO; paced by a token bucket, or a store-and-forward link.
 class Sender {
  public:
-  Sender(double bps, double burst_bytes, bool paced)
-      : Bps_(bps / 8.0), burst_(burst_bytes), paced_(paced), wire_(Bps_ * 8.0) {}
+  // `per_message`: the link's fixed cost per message (link model only; a paced sender's messages leave whole).
+  Sender(double bps, double burst_bytes, bool paced, Nanos per_message = 0)
+      : Bps_(bps / 8.0), burst_(burst_bytes), paced_(paced), wire_(Bps_ * 8.0, paced ? 0 : per_message) {}
   // A message of `bytes` queued at `ready` (calls in non-decreasing `ready`): when it starts to leave.
   // Paced: when it leaves whole; the bucket then owes `bytes`. Link: the link is busy until start + bytes / rate.
   Nanos send(Nanos ready, uint64_t bytes);
@@ -204,6 +207,7 @@ class PsClusterFabric final : public Fabric {
   PsParams p_;
   CompressionModel c_;
   Nanos latency_;
+  Nanos message_ns_;  // PsParams::message_s where the link model charges it (FIFO links of real NICs), else 0
   WireTime into_server_, into_worker_;  // a message's time on a server's and on a worker's downlink
   EventLoop* loop_ = nullptr;
   BatchSink* sink_ = nullptr;

@@ -11,12 +11,14 @@
 //                                                   (a message each way apiece), every transport, rounds back to back
 //   ps_goodput workers [--workers W] [--mib-per-size M] [--reps R]
 //                                                   W workers (each its own PsBackend, in this process) and one
-//                                                   server, zmq and UCX shared memory: each worker push_pulls rounds
+//                                                   server, zmq, UCX shared memory and UCX TCP: each worker push_pulls rounds
 //                                                   of partitions, one message each; the workers' goodputs summed
 //   ps_goodput ps-server --bind ADDR --port P        one PS server (1 worker) on ADDR:P      (for netns_bench.sh)
 //   ps_goodput ps-worker --root ADDR --port P        PS goodput against that server
 //   ps_goodput raw-server --bind ADDR --port P       raw TCP echo/discard server
 //   ps_goodput raw-client --root ADDR --port P       raw TCP goodput against it
+//
+// Every mode takes --only BYTES[,BYTES...]: those partition sizes instead of 64 KiB .. 64 MiB.
 //
 // PS goodput = partition bytes push_pulled per second (each partition goes to the server and its sum comes back),
 // with a window of partitions in flight. Raw echo = the same traffic on a bare TCP socket (send, peer echoes back,
@@ -428,7 +430,10 @@ int compare_workers(int workers, uint64_t mib, int reps) {
   const int base = 20000 + static_cast<int>(getpid() % 20000);
   std::vector<std::unique_ptr<MultiPs>> clusters;
   clusters.push_back(start_multi_ps("zmq", "zmq", nullptr, base, workers));
-  if (ps::ucx_built_in()) clusters.push_back(start_multi_ps("ucx shm", "ucx", "sm,self", base + 1, workers));
+  if (ps::ucx_built_in()) {
+    clusters.push_back(start_multi_ps("ucx shm", "ucx", "sm,self", base + 1, workers));
+    clusters.push_back(start_multi_ps("ucx tcp", "ucx", "tcp", base + 2, workers));
+  }
   std::printf("%d worker(s), 1 server: the workers' push_pull goodputs summed\n| partition |", workers);
   for (auto& c : clusters) std::printf(" %s MB/s |", c->name.c_str());
   std::printf("\n|---|");
@@ -478,7 +483,14 @@ int main(int argc, char** argv) {
                                             {"--mib-per-size", "256"}};
   for (int i = 2; i + 1 < argc; i += 2) opt[argv[i]] = argv[i + 1];
   const int port = std::stoi(opt["--port"]);
-  if (opt.count("--only")) kSizes = {std::stoull(opt["--only"])};
+  if (opt.count("--only")) {  // bytes, comma-separated: these partition sizes only
+    kSizes.clear();
+    for (size_t at = 0; at <= opt["--only"].size();) {
+      const size_t end = std::min(opt["--only"].find(',', at), opt["--only"].size());
+      kSizes.push_back(std::stoull(opt["--only"].substr(at, end - at)));
+      at = end + 1;
+    }
+  }
   const uint64_t mib = std::stoull(opt["--mib-per-size"]);
   const int reps = opt.count("--reps") ? std::stoi(opt["--reps"]) : 3;
   try {

@@ -66,6 +66,28 @@ def test_simulated_grid_prints_progress_with_time_left(tmp_path):
     assert text.count("s left") == 4, text
 
 
+def test_ps_message_cost_is_charged_by_default_and_can_be_set(tmp_path):
+    """Real NICs: the measured 5 us per message (the default) makes the PS slower than no per-message cost."""
+    profile = tiny_profile(tmp_path / "tiny.json")
+
+    def step_ms(name, extra):
+        out = tmp_path / name
+        rc, text = run_process([commsched_bin(), "bench", "--models", str(profile), "--bandwidths", "10gbit",
+                                "--workers", "4", "--network", "ps", "--policies", "wfbp", "--ps-workers", "each",
+                                *extra, "--out", str(out)], child_env({}), timeout=120)
+        assert rc == 0, text
+        return float(next(csv.DictReader(open(out / "results.csv")))["iteration_ms"]), (out / "results.md").read_text()
+
+    default_ms, report = step_ms("default", [])
+    free_ms, _ = step_ms("free", ["--ps-message-cost", "0"])
+    dear_ms, _ = step_ms("dear", ["--ps-message-cost", "1ms"])
+    assert "5 us per message" in report
+    assert free_ms < default_ms < dear_ms, (free_ms, default_ms, dear_ms)
+    rc, text = run_process([commsched_bin(), "bench", "--models", str(profile), "--ps-message-cost", "fast",
+                            "--out", str(tmp_path / "bad")], child_env({}), timeout=60)
+    assert rc != 0 and "--ps-message-cost" in text, text
+
+
 def test_cluster_mode_refuses_what_it_cannot_run(tmp_path):
     profile = tiny_profile(tmp_path / "tiny.json")
     base = [commsched_bin(), "bench", "--mode", "cluster", "--models", str(profile), "--out", str(tmp_path / "o")]

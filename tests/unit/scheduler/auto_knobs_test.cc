@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 
 namespace commsched {
@@ -9,22 +10,63 @@ namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
 
-TEST(AutoKnobs, PartitionShrinksWithWorkersAndCreditCoversTwoRoundsUpToACap) {
+// The PS partition is the power of two nearest sqrt(B m R / min(W, S)) (B = kPsReferenceBytes, m = kPsMessageS),
+// within [16 KiB, 4 MiB]; the credit 2(W + 1) partitions up to 16 MiB, at least (W + 1).
+TEST(AutoKnobs, PsPartitionWeighsIncastAgainstPerMessageCostAndCreditCoversTwoRoundsUpToACap) {
   struct Case {
     int workers;
+    double bps;
     uint64_t partition;
-    uint64_t credit;  // 2(W + 1) partitions up to 16 MiB, at least (W + 1)
+    uint64_t credit;
   };
-  for (const Case& c : {Case{2, 256 * KiB, 6 * 256 * KiB}, Case{3, 256 * KiB, 8 * 256 * KiB},
-                        Case{16, 256 * KiB, 34 * 256 * KiB}, Case{31, 256 * KiB, 16 * MiB},
-                        Case{32, 128 * KiB, 66 * 128 * KiB}, Case{64, 64 * KiB, 130 * 64 * KiB},
-                        Case{128, 64 * KiB, 16 * MiB}, Case{256, 64 * KiB, 257 * 64 * KiB},
-                        Case{1024, 64 * KiB, 1025 * 64 * KiB}}) {
-    const AutoKnobs k = auto_knobs({c.workers, c.workers});
-    EXPECT_EQ(k.knobs.partition_bytes, c.partition) << c.workers << " workers";
-    EXPECT_EQ(k.knobs.credit_bytes, c.credit) << c.workers << " workers";
+  for (const Case& c : {Case{2, 10e9, 512 * KiB, 6 * 512 * KiB}, Case{8, 10e9, 256 * KiB, 18 * 256 * KiB},
+                        Case{16, 10e9, 128 * KiB, 34 * 128 * KiB}, Case{64, 10e9, 64 * KiB, 130 * 64 * KiB},
+                        Case{256, 10e9, 32 * KiB, 16 * MiB}, Case{16, 1e9, 64 * KiB, 34 * 64 * KiB},
+                        Case{16, 25e9, 256 * KiB, 34 * 256 * KiB}, Case{16, 100e9, 512 * KiB, 16 * MiB},
+                        Case{256, 1e9, 16 * KiB, 514 * 16 * KiB}, Case{1024, 1e9, 16 * KiB, 1025 * 16 * KiB},
+                        Case{2, 1600e9, 4 * MiB, 16 * MiB}}) {
+    SCOPED_TRACE(std::to_string(c.workers) + " workers, " + std::to_string(c.bps / 1e9) + " Gbit/s");
+    const AutoKnobs k = auto_knobs({c.workers, c.workers, c.bps});
+    EXPECT_EQ(k.knobs.partition_bytes, c.partition);
+    EXPECT_EQ(k.knobs.credit_bytes, c.credit);
     EXPECT_EQ(k.knobs.small_tensor_bytes, 0u) << "the parameter server keeps its fusion off";
   }
+}
+
+// The rule's cost, max(1, W / S) B m / p + W p / R, is least at the chosen partition among the powers of two in range.
+TEST(AutoKnobs, PsPartitionIsTheCheapestPowerOfTwoUnderItsCostModel) {
+  for (int workers : {2, 4, 8, 16, 64, 256}) {
+    for (int servers : {1, workers / 2, workers}) {
+      for (double bps : {1e9, 10e9, 25e9, 100e9}) {
+        SCOPED_TRACE(std::to_string(workers) + " workers, " + std::to_string(servers) + " servers, " +
+                     std::to_string(bps / 1e9) + " Gbit/s");
+        const auto cost = [&](double p) {
+          return std::max(1.0, double(workers) / servers) * kPsReferenceBytes * kPsMessageS / p +
+                 workers * p / (bps / 8);
+        };
+        const uint64_t chosen = auto_knobs({workers, servers, bps}).knobs.partition_bytes;
+        EXPECT_TRUE(std::has_single_bit(chosen));
+        for (uint64_t p = 16 * KiB; p <= 4 * MiB; p *= 2)
+          EXPECT_LE(cost(double(chosen)), cost(double(p)) * 1.0001) << p;
+      }
+    }
+  }
+}
+
+TEST(AutoKnobs, PsPartitionGrowsWithTheLinkAndShrinksWithTheFanIn) {
+  for (int workers : {2, 8, 32, 128}) {
+    uint64_t previous = 0;
+    for (double bps : {1e9, 10e9, 25e9, 100e9}) {
+      const uint64_t p = auto_knobs({workers, workers, bps}).knobs.partition_bytes;
+      EXPECT_GE(p, previous) << workers << " workers, " << bps / 1e9 << " Gbit/s";
+      previous = p;
+    }
+  }
+  // The fan-in is min(W, S): 64 workers into 4 servers pay the per-message cost 16 times over at each server.
+  EXPECT_EQ(auto_knobs({64, 4, 10e9}).knobs.partition_bytes, auto_knobs({4, 4, 10e9}).knobs.partition_bytes);
+  EXPECT_GT(auto_knobs({64, 4, 10e9}).knobs.partition_bytes, auto_knobs({64, 64, 10e9}).knobs.partition_bytes);
+  // An unknown link is the assumed one.
+  EXPECT_EQ(auto_knobs({16, 16}).knobs.partition_bytes, auto_knobs({16, 16, kAssumedLinkBps}).knobs.partition_bytes);
 }
 
 TEST(AutoKnobs, WithOneWorkerTheDefaultsStay) {
@@ -97,9 +139,13 @@ TEST(AutoKnobs, ExplicitKnobsAreKeptAndAnExplicitPartitionGetsItsCredit) {
   EXPECT_NE(why.find("credit 17 MiB (17x) (automatic"), std::string::npos) << why;
 
   EngineConfig none;
-  apply_auto_knobs(none, {16, 4});
-  EXPECT_EQ(none.knobs.partition_bytes, 256 * KiB);
+  const std::string auto_why = apply_auto_knobs(none, {16, 4});
+  EXPECT_EQ(none.knobs.partition_bytes, 256 * KiB);  // fan-in 4 at the assumed 10 Gbit/s
   EXPECT_EQ(none.knobs.credit_bytes, 34 * 256 * KiB);
+  EXPECT_NE(auto_why.find("16 workers x 4 servers (5 us per message, link assumed 10 Gbit/s)"), std::string::npos)
+      << auto_why;
+  EXPECT_NE(auto_why.find("partition 256 KiB (automatic: incast against per-message cost)"), std::string::npos)
+      << auto_why;
 }
 
 TEST(AutoKnobs, AllReduceKeepsWhatWasSet) {

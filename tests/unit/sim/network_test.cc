@@ -73,6 +73,23 @@ TEST(PsNetwork, EmulatedLinksPaceSendsOnly) {
   EXPECT_EQ(t.end, 3000);   // the server still sends 2 sums of 1000 bytes
 }
 
+// A message's fixed cost (PsParams::message_s) holds every real NIC it crosses: a server takes W pushes and sends W
+// sums of each partition, so one partition costs 2 W messages' worth more; emulated links leave it out.
+TEST(PsNetwork, PerMessageCostHoldsEveryRealLinkItCrosses) {
+  PsParams p{2, 1, 8e9, 8e9, 0};  // 1 byte per ns, two workers into one server
+  p.message_s = 100e-9;
+  PsNetwork net(p);
+  // Pushes: 2 x (1000 + 100) ns into the server; sums: 2 x (1000 + 100) ns out of it.
+  EXPECT_EQ(net.transfer(one(1000), 0).end, 4400);
+  EXPECT_NEAR(net.cost_model().alpha_s, 2 * 2 * 100e-9, 1e-15) << "the server's two messages per one a worker sends";
+  EXPECT_NE(net.describe().find("0.1 us per message"), std::string::npos) << net.describe();
+
+  p.server_ingress_limited = false;  // emulated links: the calibrated pacing model, no per-message cost
+  PsNetwork emulated(p);
+  EXPECT_EQ(emulated.transfer(one(1000), 0).end, 3000);
+  EXPECT_EQ(emulated.cost_model().alpha_s, 0);
+}
+
 TEST(RingAllreduceNetwork, AlphaBetaCost) {
   RingAllreduceNetwork net({4, 8e9, 1e-6});
   // 2(W-1)/W * bytes / B + 2(W-1) alpha = 1.5 * 1000 ns + 6 us
@@ -86,6 +103,9 @@ TEST(RingAllreduceNetwork, AlphaBetaCost) {
 TEST(NetworkModels, RejectBadParameters) {
   EXPECT_THROW(PsNetwork({0, 1, 1e9, 1e9, 0}), InvalidArgument);
   EXPECT_THROW(PsNetwork({1, 1, 0, 1e9, 0}), InvalidArgument);
+  PsParams negative{1, 1, 1e9, 1e9, 0};
+  negative.message_s = -1e-6;
+  EXPECT_THROW(PsNetwork{negative}, InvalidArgument);
   EXPECT_THROW(RingAllreduceNetwork({2, -1, 0}), InvalidArgument);
 }
 

@@ -155,6 +155,7 @@ TEST(SimulateEachWorkerCompression, GridCellsUseTheScheme) {
   spec.servers = 1;
   spec.latency_s = 0;
   spec.ps_chunk_bytes = 0;
+  spec.ps_message_s = 0;  // the times below are bytes / rate only
   spec.ps_each_worker_max = 1 << 30;
   const CellResult none = run_cell(spec, spec.models[0], 8e9, 2, PolicyKind::wfbp);
   spec.compression = {{Scheme::fp16}, 0, 0};

@@ -37,21 +37,38 @@ struct Recorder final : BatchSink {
 
 Batch one_part(int32_t key, uint64_t bytes) { return {PartRef{0, 0, key, 0, 0, bytes}}; }
 
-// The server sums a chunk once every worker has pushed it and answers in the order the pushes arrived; each push is
-// acknowledged as soon as it is in.
-TEST(PsClusterFabric, SumWaitsForEveryWorkerAndAnswersInArrivalOrder) {
-  PsClusterFabric fabric({2, 1, 8e9, 8e9, 0, 0, true, true});  // 1 byte per ns everywhere, no latency, real NICs
+using Events = std::vector<std::tuple<char, int, size_t, Nanos>>;
+using E = Events::value_type;
+
+// Two workers, one server, 1 byte per ns everywhere, no latency: worker 1 pushes 1000 bytes of key 7 at 0 and worker
+// 0 at 500. What the fabric reported, and the fabric (for its link use).
+Events two_pushes(PsClusterFabric& fabric) {
   EventLoop loop;
   Recorder sink;
   fabric.start(loop, sink);
   EXPECT_EQ(fabric.dispatch(1, 0, one_part(7, 1000), 0), 0);
-  // Worker 0 starts sending at 500 but its bytes queue behind worker 1's at the server's downlink until 1000.
   loop.at(500, [&] { EXPECT_EQ(fabric.dispatch(0, 0, one_part(7, 1000), 500), 500); });
   loop.run();
-  using E = std::tuple<char, int, size_t, Nanos>;
-  const std::vector<E> want = {E{'s', 1, 0, 1000}, E{'s', 0, 0, 2000},   // receipts on arrival
-                               E{'d', 1, 0, 3000}, E{'d', 0, 0, 4000}};  // sums: worker 1 pushed first
-  EXPECT_EQ(sink.events, want);
+  return sink.events;
+}
+
+// The server sums a chunk once every worker has pushed it and answers in the order the pushes arrived; each push is
+// acknowledged as soon as it is in. Worker 0's bytes queue behind worker 1's at the server's downlink until 1000.
+TEST(PsClusterFabric, SumWaitsForEveryWorkerAndAnswersInArrivalOrder) {
+  PsClusterFabric fabric({2, 1, 8e9, 8e9, 0, 0, true, true});  // real NICs
+  const Events want = {E{'s', 1, 0, 1000}, E{'s', 0, 0, 2000},   // receipts on arrival
+                       E{'d', 1, 0, 3000}, E{'d', 0, 0, 4000}};  // sums: worker 1 pushed first
+  EXPECT_EQ(two_pushes(fabric), want);
+}
+
+// The same with a fixed cost of 100 ns per message on every link: each message holds its sender's link and its
+// receiver's downlink for 1100 ns, so the second push is in at 2200 and the sums leave one after another from there.
+TEST(PsClusterFabric, PerMessageCostHoldsEachLinkItCrosses) {
+  PsParams p{2, 1, 8e9, 8e9, 0, 0, true, true};
+  p.message_s = 100e-9;
+  PsClusterFabric fabric(p);
+  const Events want = {E{'s', 1, 0, 1100}, E{'s', 0, 0, 2200}, E{'d', 1, 0, 3300}, E{'d', 0, 0, 4400}};
+  EXPECT_EQ(two_pushes(fabric), want);
 }
 
 // The same pushes with links shared fairly (TCP): worker 1 alone until 500, then both at half the server's downlink,
@@ -61,15 +78,8 @@ TEST(PsClusterFabric, FairSharingAcknowledgesIncastPushesLaterAndSendsSumsTogeth
   PsParams p{2, 1, 8e9, 8e9, 0, 0, true, true};
   p.fair_share = true;
   PsClusterFabric fabric(p);
-  EventLoop loop;
-  Recorder sink;
-  fabric.start(loop, sink);
-  fabric.dispatch(1, 0, one_part(7, 1000), 0);
-  loop.at(500, [&] { fabric.dispatch(0, 0, one_part(7, 1000), 500); });
-  loop.run();
-  using E = std::tuple<char, int, size_t, Nanos>;
-  const std::vector<E> want = {E{'s', 1, 0, 1500}, E{'s', 0, 0, 2000}, E{'d', 1, 0, 4000}, E{'d', 0, 0, 4000}};
-  EXPECT_EQ(sink.events, want);
+  const Events want = {E{'s', 1, 0, 1500}, E{'s', 0, 0, 2000}, E{'d', 1, 0, 4000}, E{'d', 0, 0, 4000}};
+  EXPECT_EQ(two_pushes(fabric), want);
   const LinkUse use = fabric.link_use(4000);
   EXPECT_DOUBLE_EQ(use.server_in.max, 0.5);   // 2000 bytes in 4000 ns
   EXPECT_DOUBLE_EQ(use.server_out.max, 0.5);
@@ -89,8 +99,7 @@ TEST(PsClusterFabric, EmulatedLinksDeliverOnDepartureAndPaceTheSender) {
   fabric.dispatch(1, 1, one_part(2, 1000), 0);
   loop.run();
   // Key 1 is summed at 0: the server's sends (receipt, receipt, sum, sum) leave as its bucket allows.
-  using E = std::tuple<char, int, size_t, Nanos>;
-  const std::vector<E> want = {E{'s', 0, 0, 0},    E{'s', 1, 0, 0},    E{'d', 0, 0, 0},    E{'d', 1, 0, 1000},
+  const Events want = {E{'s', 0, 0, 0},    E{'s', 1, 0, 0},    E{'d', 0, 0, 0},    E{'d', 1, 0, 1000},
                                E{'s', 0, 1, 2000}, E{'s', 1, 1, 2000}, E{'d', 0, 1, 2000}, E{'d', 1, 1, 3000}};
   EXPECT_EQ(sink.events, want);
 }
