@@ -51,7 +51,7 @@ class CompletionWaiter {
   // outstanding after the limit. Polls for up to kSpin before sleeping: work that ends within microseconds of the
   // wait (a small collective) then costs its caller no wake-up.
   Status wait(std::chrono::nanoseconds limit, size_t may_remain = 0) {
-    spin_until([&] { return settled_.load() + may_remain >= expected_.load(); }, std::min<std::chrono::nanoseconds>(kSpin, limit));
+    spin_until_alone([&] { return settled_.load() + may_remain >= expected_.load(); }, std::min<std::chrono::nanoseconds>(kSpin, limit));
     std::unique_lock lock(mu_);
     wake_at_ = std::max(wake_at_, may_remain);
     if (!cv_.wait_for(lock, limit, [&] { return settled_ + may_remain >= expected_; }))

@@ -281,7 +281,7 @@ void Negotiator::wait_events(std::vector<pollfd>& fds, int timeout_ms) const {
     return rc > 0;
   };
   const auto spin = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(opts_.spin_s));
-  if (spin_until([&] { return poll_for(0); }, timeout_ms == 0 ? std::chrono::nanoseconds::zero() : spin)) return;
+  if (spin_until_alone([&] { return poll_for(0); }, timeout_ms == 0 ? std::chrono::nanoseconds::zero() : spin)) return;
   if (timeout_ms > 0) poll_for(timeout_ms);
 }
 

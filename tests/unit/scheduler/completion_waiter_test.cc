@@ -81,5 +81,29 @@ TEST(SpinUntil, SeesAnotherThreadsEventAndGivesUpAfterItsBudget) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 2ms);
 }
 
+// One spinner per process: while one thread spins, another's spin_until_alone asks once and gives up at once; once
+// the first is done, the next may spin again.
+TEST(SpinUntilAlone, ASecondSpinnerAsksOnceAndSleepsInstead) {
+  std::atomic<bool> spinning{false}, release{false};
+  std::thread first([&] {
+    EXPECT_TRUE(spin_until_alone([&] {
+      spinning = true;
+      return release.load();
+    }, 60s));
+  });
+  while (!spinning) std::this_thread::yield();
+  int asked = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(spin_until_alone([&] { return ++asked < 0; }, 10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "did not give up at once";
+  EXPECT_EQ(asked, 1);
+  EXPECT_TRUE(spin_until_alone([] { return true; }, 10s)) << "an event already there is seen without spinning";
+  release = true;
+  first.join();
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(spin_until_alone([] { return false; }, 2ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - t1, 2ms) << "the spinner's slot was given back";
+}
+
 }  // namespace
 }  // namespace commsched
