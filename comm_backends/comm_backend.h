@@ -48,7 +48,7 @@ class OpDeviceSet {
   uint32_t bits_ = 0;
 };
 
-// What a backend can do beyond start/done: one row, asked once.
+// What a backend can do beyond start/sent/done: one row, asked once.
 struct BackendCapabilities {
   // What it moves. CommBackend::capabilities() fills it from the backend's row of the backend registry (the one list
   // of what a backend moves); only a backend without a row (a test double) or one whose row depends on how it was
