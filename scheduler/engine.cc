@@ -121,8 +121,10 @@ const char* device_word(Device d) { return d == Device::cpu ? "CPU" : "CUDA"; }
 
 // Walks the task through the stages it will take: each must accept it on the device it holds there (the compression
 // codecs read host memory), and the backend must carry what the last one hands on (a device-to-host copy stage lets
-// a host-only backend carry CUDA tensors).
-void check_route(const TaskDesc& t, const std::vector<std::shared_ptr<Stage>>& stages, const CommBackend& backend) {
+// a host-only backend carry CUDA tensors). `carries`: the backend's capability row, asked once (this runs on every
+// submit).
+void check_route(const TaskDesc& t, const std::vector<std::shared_ptr<Stage>>& stages, const CommBackend& backend,
+                 const OpDeviceSet& carries) {
   auto task = [&] { return "task '" + t.name + "': "; };  // built only for an error: this runs on every submit
   Device at = t.buffer.device;
   for (const auto& st : stages) {
@@ -134,7 +136,7 @@ void check_route(const TaskDesc& t, const std::vector<std::shared_ptr<Stage>>& s
     if (std::string why = st->refusal(t, backend); !why.empty()) throw InvalidArgument(task() + why);
     at = st->output_device(t).value_or(at);
   }
-  if (backend.supports(t.op, at)) return;
+  if (carries.has(t.op, at)) return;
   std::string msg = task() + "backend '" + std::string(backend.name()) + "' cannot carry " + std::string(op_name(t.op)) +
                     " on " + device_word(at) + " buffers";
   if (at == Device::cuda)
@@ -168,7 +170,7 @@ uint64_t Engine::submit(Task task) {
   t->desc.buffer = task.buffer;
   t->desc.root = task.root;
   t->desc.compression = resolve_compression(task, m.config.compression);
-  check_route(t->desc, m.graph.stages(), *m.backend);
+  check_route(t->desc, m.graph.stages(), *m.backend, m.caps.carries);
   {
     std::lock_guard lk(m.marks_mu);
     std::tie(t->desc.id, t->desc.round) = m.registry.admit(t->desc.name);
