@@ -1,7 +1,6 @@
 // Every backend's row and factory; the one file that includes every backend.
 #include "comm_backends/backend_registry.h"
 
-#include <algorithm>
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/collective_backend.h"
@@ -119,11 +118,6 @@ const std::vector<BackendInfo>& registrations() {
 }  // namespace
 
 std::span<const BackendInfo> backend_registry() { return registrations(); }
-
-bool BackendInfo::carries(Op op, Device device) const {
-  return std::find(ops.begin(), ops.end(), op) != ops.end() &&
-         std::find(devices.begin(), devices.end(), device) != devices.end();
-}
 
 const BackendInfo* find_backend(std::string_view name) {
   for (const BackendInfo& b : registrations())

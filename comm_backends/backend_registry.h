@@ -23,9 +23,11 @@ struct BackendInfo {
   std::string_view description;
   bool available = false;        // built into this build
   std::string_view missing;      // when not available: what to install and rebuild
-  std::vector<Op> ops;           // operations it carries (CommBackend::supports answers from these two)
+  std::vector<Op> ops;           // operations it carries (every one on every device below)
   std::vector<Device> devices;   // buffers it carries
-  bool carries(Op op, Device device) const;
+  // ops x devices, as CommBackend::capabilities() hands it on (and CommBackend::supports answers from it).
+  OpDeviceSet row() const { return OpDeviceSet(ops, devices); }
+  bool carries(Op op, Device device) const { return row().has(op, device); }
   // Connects this process (blocks for the rendezvous); throws InvalidArgument when the cluster does not fit it or the
   // build lacks it. `engine` is the engines' config: a collective backend's rank 0 runs the same policy over every
   // rank's ready partitions.

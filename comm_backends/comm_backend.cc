@@ -5,9 +5,10 @@
 
 namespace commsched {
 
-bool CommBackend::supports(Op op, Device device) const {
-  const BackendInfo* row = find_backend(name());
-  return row && row->carries(op, device);
+BackendCapabilities CommBackend::capabilities() const {
+  BackendCapabilities c;
+  if (const BackendInfo* row = find_backend(name())) c.carries = row->row();  // no row (a test double): carries nothing
+  return c;
 }
 
 }  // namespace commsched

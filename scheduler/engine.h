@@ -1,8 +1,9 @@
 // Engine: the scheduling core. Framework threads submit tasks and wait; a oneTBB flow graph (scheduler/engine_graph.h)
 // partitions them (in parallel for big tasks), one serial node owns the Policy and dispatches batches through a chain
 // of stage nodes (compression, ...) to the CommBackend's async gateway, and completions come back along edges into
-// the serial node. The pieces: engine_tasks (task table), engine_graph (nodes and edges), engine_timer (policy
-// wake-ups), engine_trace (timeline records).
+// the serial node. The pieces: engine.cc (these calls, admission of a task), engine_loop.cc (the serial node's work),
+// engine_impl.h (the state they share), engine_tasks (task table), engine_graph (nodes and edges), engine_timer
+// (policy wake-ups), engine_trace (timeline records).
 //
 // An exception anywhere inside (policy, backend, stage, callback) never leaves a task unfinished: a stage's or the
 // backend's fails its batch; a policy's stops scheduling for good and fails every pending and later task with a

@@ -71,11 +71,6 @@ void CollectiveBackend::start_negotiation(NegotiatorOptions opts, control::Store
 
 void CollectiveBackend::execute_inline(std::vector<uint64_t>&& group) { run_group(group); }
 
-int CollectiveBackend::join() {
-  if (!capabilities().joins) return CommBackend::join();  // throws: names the backend
-  return negotiator_ ? negotiator_->join() : 0;
-}
-
 uint64_t CollectiveBackend::stand_in(const PartitionDesc& d) {
   struct Zeros {
     TaskDesc task;
@@ -128,7 +123,7 @@ Submission CollectiveBackend::submission(uint64_t token, const PartitionView& p)
   return s;
 }
 
-void CollectiveBackend::start(std::vector<PartitionView> batch, BatchDone done) {
+void CollectiveBackend::do_start(std::vector<PartitionView> batch, BatchDone /*sent*/, BatchDone done) {
   for (const auto& p : batch)
     if (std::string why = check(p); !why.empty()) {
       done(Status::Error(why, Status::Code::invalid));
@@ -265,18 +260,15 @@ void CollectiveBackend::shutdown() {
 void CollectiveBackend::stop_base() { shutdown(); }
 
 BackendCapabilities CollectiveBackend::capabilities() const {
-  BackendCapabilities c;
+  BackendCapabilities c = CommBackend::capabilities();
   c.global_order = negotiator_ ? &negotiator_->order_inbox() : nullptr;
-  c.joins = supports(Op::allreduce, Device::cpu);
+  c.joins = c.carries.has(Op::allreduce, Device::cpu) ? negotiator_.get() : nullptr;
+  c.stragglers = negotiator_.get();
   return c;
 }
 
 NegotiatorStats CollectiveBackend::negotiation_stats() const {
   return negotiator_ ? negotiator_->stats() : NegotiatorStats{};
-}
-
-std::vector<Straggler> CollectiveBackend::stragglers() const {
-  return negotiator_ ? negotiator_->stragglers() : std::vector<Straggler>{};
 }
 
 }  // namespace commsched::collective

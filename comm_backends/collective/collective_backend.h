@@ -60,7 +60,6 @@ class CollectiveBackend : public CommBackend {
   ~CollectiveBackend() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void start(std::vector<PartitionView> batch, BatchDone done) override;
   void shutdown() override;
   // global_order: the order, and so the credit, is decided in the order negotiation (one global credit on rank 0,
   // scheduler/global_order.h), not in each rank's engine: an engine hands its own policy to the negotiator's
@@ -68,12 +67,10 @@ class CollectiveBackend : public CommBackend {
   // reach that policy's set_knobs whole on rank 0; COMMSCHED_COLLECTIVE_CREDIT_BYTES is the credit until then. Without
   // an engine (a backend driven directly) rank 0 orders with bytescheduler (GlobalOrder::flush). joins (Horovod's) where this
   // backend's buffers are host memory (Gloo): a joined rank runs the others' partitions with zeros of the ordered
-  // size until every rank has joined (see Negotiator::join).
+  // size until every rank has joined (see Negotiator::join). stragglers: who lags, as rank 0's negotiator sees the
+  // ranks report ready (Negotiator::stragglers).
   BackendCapabilities capabilities() const override;
-  int join() override;
   NegotiatorStats negotiation_stats() const;
-  // Who lags, as rank 0's negotiator sees the ranks report ready (Negotiator::stragglers).
-  std::vector<Straggler> stragglers() const override;
 
  protected:
   using GroupDone = std::function<void(const Status&)>;
@@ -92,6 +89,8 @@ class CollectiveBackend : public CommBackend {
   void stop_base();
 
  private:
+  void do_start(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override;  // never calls `sent`
+
   struct BatchState {
     BatchDone done;
     size_t remaining = 0;

@@ -108,7 +108,7 @@ struct NegotiatorStats {
   uint64_t groups = 0;          // groups executed
 };
 
-class Negotiator {
+class Negotiator final : public RankJoin, public StragglerReport {
  public:
   // Joins every rank through `store` (blocks up to join_timeout_s); throws std::runtime_error naming missing ranks.
   Negotiator(NegotiatorOptions opts, control::Store& store, NegotiatorCallbacks callbacks);
@@ -125,7 +125,7 @@ class Negotiator {
   // Horovod's join: this rank has no more data. Until every rank has joined it runs the others' partitions with
   // zeros (NegotiatorCallbacks::stand_in); returns the rank that joined last. Throws std::runtime_error when the
   // group breaks or shuts down meanwhile. Call with nothing of this rank pending; no time limit (a lost peer ends it).
-  int join();
+  int join() override;
   // Where the policy that orders and its knobs are handed over (credit_bytes: the global credit, 0: no limit;
   // small_tensor_bytes 0: NegotiatorOptions::auto_fusion_bytes), from any thread; rank 0 takes them at its next step,
   // the others keep them unused.
@@ -135,7 +135,7 @@ class Negotiator {
   void shutdown();
   NegotiatorStats stats() const;
   // The ranks that lag, as rank 0 last reported them (on rank 0: as it sees them). Thread-safe.
-  std::vector<Straggler> stragglers() const;
+  std::vector<Straggler> stragglers() const override;
   int rank() const { return opts_.rank; }
   int size() const { return opts_.size; }
 

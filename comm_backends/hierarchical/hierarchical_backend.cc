@@ -120,9 +120,13 @@ void HierarchicalBackend::shutdown() {
   });
 }
 
-bool HierarchicalBackend::supports(Op op, Device device) const {
-  const BackendInfo* ps = find_backend("ps");
-  return ps && ps->carries(op, Device::cpu) && device == local_->memory();
+BackendCapabilities HierarchicalBackend::capabilities() const {
+  BackendCapabilities c = CollectiveBackend::capabilities();
+  if (const BackendInfo* ps = find_backend("ps"))
+    for (Op op : ps->ops)
+      if (ps->carries(op, Device::cpu)) c.carries.add(op, local_->memory());
+  c.cuda_device = local_->device_index();
+  return c;
 }
 
 Status HierarchicalBackend::through_ps_staged(const std::vector<PartitionView>& batch) {

@@ -59,13 +59,8 @@ class HierarchicalBackend final : public collective::CollectiveBackend {
   ~HierarchicalBackend() override;
 
   std::string_view name() const override { return "hierarchical"; }
-  // The parameter server's operations (push_pull, broadcast), on the local collective's memory.
-  bool supports(Op op, Device device) const override;
-  BackendCapabilities capabilities() const override {
-    BackendCapabilities c = CollectiveBackend::capabilities();
-    c.cuda_device = local_->device_index();
-    return c;
-  }
+  // Carries the parameter server's operations (push_pull, broadcast), on the local collective's memory.
+  BackendCapabilities capabilities() const override;
   void shutdown() override;
   int machines() const { return machines_; }
 

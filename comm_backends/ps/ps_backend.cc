@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iostream>
 #include <string_view>
 #include <utility>
 
@@ -23,6 +22,7 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
   cfg_.validate(env_.timeout_s);
   if (env_.role != Role::worker) throw InvalidArgument("PsBackend needs COMMSCHED_ROLE=worker");
   if (env_.num_servers < 1) throw InvalidArgument("COMMSCHED_NUM_SERVERS must be at least 1 for the parameter server");
+  caps_ = make_capabilities();
   transport_ = make_transport(cfg_.transport, cfg_.transport_options(env_));
   van_ = std::make_unique<control::Van>(cfg_.van_options(env_), *transport_, static_cast<control::VanProtocol&>(*this));
   transport_->set_payload_sink([this](PeerId peer, std::span<const std::byte> header, size_t bytes) {
@@ -43,10 +43,11 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
 
 PsBackend::~PsBackend() { shutdown(); }
 
-BackendCapabilities PsBackend::capabilities() const {
-  BackendCapabilities c;
+BackendCapabilities PsBackend::make_capabilities() {
+  BackendCapabilities c = CommBackend::capabilities();
   c.reports_sent = true;
-  c.joins = true;
+  c.joins = this;
+  c.stragglers = this;
   if (cfg_.mode != "sync") return c;  // AsyncTable refuses encoded pushes (async_table.h says why)
   for (const compression::Codec& codec : compression::codecs())  // SlotTable decodes what the codec registry says
     if (codec.summing == compression::Summing::server_decodes)
@@ -54,11 +55,7 @@ BackendCapabilities PsBackend::capabilities() const {
   return c;
 }
 
-void PsBackend::start(std::vector<PartitionView> batch, BatchDone done) {
-  start_with_sent(std::move(batch), nullptr, std::move(done));
-}
-
-void PsBackend::start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) {
+void PsBackend::do_start(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) {
   Status refused;
   {
     std::lock_guard lock(mu_);
@@ -70,21 +67,6 @@ void PsBackend::start_with_sent(std::vector<PartitionView> batch, BatchDone sent
   }
   if (refused.ok()) transport_->wake();
   else if (done) done(refused);
-}
-
-int PsBackend::join() {
-  std::unique_lock lock(mu_);
-  if (state_ != State::ready || stopping_)
-    throw std::runtime_error("ps backend cannot join: " + (state_ == State::failed ? failure_.message : "it is shut down"));
-  join_asked_ = true;
-  join_done_ = false;
-  lock.unlock();
-  transport_->wake();
-  lock.lock();
-  state_cv_.wait(lock, [&] { return join_done_ || state_ != State::ready || stopping_; });
-  if (!join_done_)
-    throw std::runtime_error("join failed: " + (state_ == State::failed ? failure_.message : "the ps backend shut down"));
-  return join_last_;
 }
 
 void PsBackend::shutdown() {
@@ -413,42 +395,6 @@ bool PsBackend::from_server_asked(int server, uint64_t id, const Request& r, con
                          (r.server < 0 ? std::string("was not sent yet (its owner is unknown)")
                                        : "was sent to " + server_name(r.server))));
   return false;
-}
-
-void PsBackend::send_join_if_asked() {
-  {
-    std::lock_guard lock(mu_);
-    if (!std::exchange(join_asked_, false)) return;
-  }
-  joined_answers_ = 0;
-  for (PeerId id : van_->peers(PeerRole::server)) van_->send(id, header(MsgType::join));
-}
-
-void PsBackend::on_joined(int server, const Header& h) {
-  std::lock_guard lock(mu_);
-  if (server == 0) join_last_ = static_cast<int>(h.aux);  // join() reads it only once join_done_ is set
-  if (++joined_answers_ < env_.num_servers) return;
-  join_done_ = true;
-  state_cv_.notify_all();
-}
-
-void PsBackend::on_lags(int server, const Payload* payload) {
-  auto lags = decode_stragglers(payload_text(payload), env_.num_workers);
-  if (!lags) return fail_all(Status::Error(server_name(server) + " sent a malformed lag report"));
-  std::vector<std::string> lines;
-  {
-    std::lock_guard lock(lags_mu_);
-    lines = lags_.report(static_cast<size_t>(server), std::move(*lags), Clock::now());
-  }
-  for (const std::string& line : lines)
-    std::cerr << ("[commsched worker " + std::to_string(env_.rank) + "] " + line + " (reported by " +
-                  server_name(server) + ")\n")
-              << std::flush;
-}
-
-std::vector<Straggler> PsBackend::stragglers() const {
-  std::lock_guard lock(lags_mu_);
-  return lags_.current(Clock::now());
 }
 
 void PsBackend::mark_received(Request& r) {

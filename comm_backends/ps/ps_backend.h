@@ -30,7 +30,7 @@
 
 namespace commsched {
 
-class PsBackend final : public CommBackend, private control::VanProtocol {
+class PsBackend final : public CommBackend, private control::VanProtocol, private RankJoin, private StragglerReport {
  public:
   // Connects to the cluster described by `env` (a worker) and waits for the rendezvous. Throws std::runtime_error
   // naming the root and the reason when it fails or times out; InvalidArgument for a bad configuration.
@@ -40,16 +40,8 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   std::string_view name() const override { return "ps"; }
   int rank() const override { return env_.rank; }
   int size() const override { return env_.num_workers; }
-  void start(std::vector<PartitionView> batch, BatchDone done) override;
-  // `sent` fires when a server has received every byte of the batch (a `received` message per request), which is
-  // before the sum: the other workers' pushes are not waited for.
-  void start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override;
-  // reports_sent, joins, and the encoded schemes the servers decode and sum (sync mode).
-  BackendCapabilities capabilities() const override;
-  // Tells every server this worker has joined (they stand in for it with zeros) and waits until each says every
-  // worker has; returns the rank that joined last (as server 0 saw it). Throws std::runtime_error when the backend
-  // fails or stops meanwhile. No time limit: the others may train for long; a lost peer still ends it.
-  int join() override;
+  // reports_sent, joins, stragglers, and the encoded schemes the servers decode and sum (sync mode).
+  BackendCapabilities capabilities() const override { return caps_; }
   // Hierarchical mode (comm_backends/hierarchical): from now on every push_pull is a lane, one machine's slice that
   // one worker per machine pushes, summed over `machines` contributors instead of every worker (ps::kFlagLane).
   // Broadcasts stay whole-cluster. Call before the first start().
@@ -57,10 +49,18 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
   // Says goodbye to every server (so they may exit 0) and stops once each has answered it (at most COMMSCHED_TIMEOUT);
   // answers arriving before that complete their batches, the others are cancelled. Do not call from a `done` callback.
   void shutdown() override;
-  // The servers' latest lag reports, merged (MsgType::lags).
-  std::vector<Straggler> stragglers() const override;
 
  private:
+  // `sent` fires when a server has received every byte of the batch (a `received` message per request), which is
+  // before the sum: the other workers' pushes are not waited for.
+  void do_start(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override;
+  // RankJoin: tells every server this worker has joined (they stand in for it with zeros) and waits until each says
+  // every worker has; returns the rank that joined last (as server 0 saw it). Throws std::runtime_error when the
+  // backend fails or stops meanwhile. No time limit: the others may train for long; a lost peer still ends it.
+  int join() override;
+  // StragglerReport: the servers' latest lag reports, merged (MsgType::lags).
+  std::vector<Straggler> stragglers() const override;
+
   using Clock = std::chrono::steady_clock;
   struct BatchState {
     BatchDone done;
@@ -86,6 +86,9 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
     BatchDone done;
   };
   enum class State { connecting, ready, failed, stopped };
+
+  // Made once, in the constructor (dispatch() asks supports() of every partition).
+  BackendCapabilities make_capabilities();
 
   // control::VanProtocol (on the I/O thread)
   void on_message(ps::PeerId from, const control::Roster::Member& sender, const ps::Header& h,
@@ -126,6 +129,7 @@ class PsBackend final : public CommBackend, private control::VanProtocol {
 
   ClusterEnv env_;
   PsConfig cfg_;
+  BackendCapabilities caps_;
   uint32_t lane_contributors_ = 0;  // 0: push_pulls are summed over every worker
   std::unique_ptr<ps::Transport> transport_;
   std::unique_ptr<control::Van> van_;  // drives transport_ on the I/O thread

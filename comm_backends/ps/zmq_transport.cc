@@ -13,20 +13,18 @@
 #include <zmq.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <stdexcept>
 #include <unordered_map>
 #include <utility>
 
-#include "comm_backends/cluster_auth.h"
 #include "comm_backends/control/socket.h"
 #include "comm_backends/ps/token_bucket.h"
-#include "scheduler/tsan_handoff.h"
 #include "comm_backends/ps/transport.h"
+#include "comm_backends/ps/zmq_auth.h"
+#include "comm_backends/ps/zmq_message.h"
 
 namespace commsched::ps {
 namespace {
@@ -34,87 +32,6 @@ namespace {
 constexpr PeerId kRouterPeerBase = 1ull << 32;
 // How long a graceful close() may spend delivering last words (bye, peer_lost) to a live peer.
 constexpr int kGracefulLingerMs = 500;
-
-std::string zmq_err(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
-
-// ZeroMQ's authentication hook: the handshake of every CURVE connection to a bound socket waits for our verdict here.
-constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
-constexpr int kHandshakeFailed =
-    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
-
-// The run's CURVE key pair, Z85 text as ZeroMQ's socket options want it.
-struct CurveKeys {
-  char public_z85[41] = {};
-  char secret_z85[41] = {};
-  std::array<uint8_t, 32> public_raw{};
-
-  explicit CurveKeys(const std::string& secret) {
-    auto sk = ClusterAuth::derive(secret, "commsched zmq curve v1");
-    if (!zmq_z85_encode(secret_z85, sk.data(), sk.size()) || zmq_curve_public(public_z85, secret_z85) != 0)
-      throw std::runtime_error(zmq_err("cannot derive the CURVE key pair"));
-    zmq_z85_decode(public_raw.data(), public_z85);
-  }
-};
-
-// What a failed handshake most likely means, for the log line of the refused connection.
-std::string handshake_reason(uint16_t event, int32_t value, bool curve) {
-  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return "authentication refused (no or wrong shared secret)";
-  char code[32];
-  std::snprintf(code, sizeof code, " (ZeroMQ protocol error 0x%x)", static_cast<unsigned>(value));
-  if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-    return std::string(curve ? "the peer does not authenticate" : "the server requires authentication") +
-           ": no shared secret on one side (COMMSCHED_SECRET / COMMSCHED_KEY_FILE)" + code;
-  if (curve) return std::string("CURVE handshake failed: the peer has no or a wrong shared secret") + code;
-  // Without keys the other side cannot be told apart: a CURVE server cuts the handshake of a plain client short.
-  return std::string("ZMTP handshake failed: the peer may require a shared secret this process lacks "
-                     "(COMMSCHED_SECRET / COMMSCHED_KEY_FILE), or it sent foreign or malformed bytes") + code;
-}
-
-class ZmqPayload final : public Payload {
- public:
-  explicit ZmqPayload(zmq_msg_t* m) {
-    zmq_msg_init(&msg_);
-    zmq_msg_move(&msg_, m);
-  }
-  ~ZmqPayload() override { zmq_msg_close(&msg_); }
-  std::span<const std::byte> bytes() const override {
-    auto* m = const_cast<zmq_msg_t*>(&msg_);
-    return {static_cast<const std::byte*>(zmq_msg_data(m)), zmq_msg_size(m)};
-  }
-
- private:
-  zmq_msg_t msg_;
-};
-
-// ZeroMQ calls release_payload on its I/O thread, after a hand-off through its own pipe that TSan cannot see.
-void release_payload(void* /*data*/, void* hint) {
-  taken_over(hint);
-  auto* fn = static_cast<std::function<void()>*>(hint);
-  if (*fn) (*fn)();
-  delete fn;
-}
-
-// Wraps an OutPayload in a zmq message without copying; the release runs when ZeroMQ lets go of it.
-void init_out_msg(zmq_msg_t* msg, OutPayload& p) {
-  if (!p.pieces.empty()) {  // a frame is one range: gathered here, where the caller would have copied them anyway
-    if (zmq_msg_init_size(msg, p.size) != 0) throw std::runtime_error(zmq_err("zmq_msg_init_size"));
-    auto* at = static_cast<std::byte*>(zmq_msg_data(msg));
-    for (const auto& s : p.pieces) at = std::copy(s.begin(), s.end(), at);
-    if (p.release) std::exchange(p.release, nullptr)();
-    return;
-  }
-  if (p.size == 0) {
-    zmq_msg_init(msg);
-    if (p.release) p.release();
-    return;
-  }
-  auto* hint = new std::function<void()>(std::move(p.release));
-  handed_over(hint);
-  if (zmq_msg_init_data(msg, const_cast<std::byte*>(p.data), p.size, release_payload, hint) != 0) {
-    release_payload(nullptr, hint);
-    throw std::runtime_error(zmq_err("zmq_msg_init_data"));
-  }
-}
 
 struct Pending {  // a message waiting for the emulated link
   PeerId peer;
@@ -144,7 +61,7 @@ class ZmqTransport final : public Transport {
 
   std::string bind(const std::string& host, int port) override {
     if (router_) throw std::runtime_error("transport already bound");
-    if (keys_) start_zap();
+    if (keys_) zap_ = bind_zap_handler(ctx_, kGracefulLingerMs);
     router_ = make_socket(ZMQ_ROUTER);
     int one = 1;
     zmq_setsockopt(router_, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -262,51 +179,6 @@ class ZmqTransport final : public Transport {
     std::string endpoint;
     bool authenticated = false;  // a handshake succeeded at least once
   };
-
-  void start_zap() {
-    zap_ = zmq_socket(ctx_, ZMQ_REP);
-    if (!zap_) throw std::runtime_error(zmq_err("zmq_socket"));
-    set_linger(zap_);
-    if (zmq_bind(zap_, kZapEndpoint) != 0) throw std::runtime_error(zmq_err("cannot bind the ZAP handler"));
-  }
-
-  // Answers pending ZAP requests (RFC 27): accept exactly our own client key, refuse and report anything else.
-  void serve_zap() {
-    for (;;) {
-      std::vector<std::string> req;
-      bool more = true;
-      while (more) {
-        zmq_msg_t part;
-        zmq_msg_init(&part);
-        if (zmq_msg_recv(&part, zap_, req.empty() ? ZMQ_DONTWAIT : 0) < 0) {
-          zmq_msg_close(&part);
-          return;
-        }
-        req.emplace_back(static_cast<char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
-        more = zmq_msg_more(&part);
-        zmq_msg_close(&part);
-      }
-      // version, request id, domain, address, identity, mechanism, credentials...
-      const bool ok = req.size() >= 7 && req[5] == "CURVE" && req[6].size() == keys_->public_raw.size() &&
-                      std::memcmp(req[6].data(), keys_->public_raw.data(), req[6].size()) == 0;
-      const std::string id = req.size() > 1 ? req[1] : "";
-      const std::string code = ok ? "200" : "400";
-      const std::string text = ok ? "OK" : "client key is not this run's";
-      zmq_send(zap_, "1.0", 3, ZMQ_SNDMORE);
-      zmq_send(zap_, id.data(), id.size(), ZMQ_SNDMORE);
-      zmq_send(zap_, code.data(), code.size(), ZMQ_SNDMORE);
-      zmq_send(zap_, text.data(), text.size(), ZMQ_SNDMORE);
-      zmq_send(zap_, "", 0, ZMQ_SNDMORE);
-      zmq_send(zap_, "", 0, 0);
-      if (!ok) {
-        Incoming e;
-        e.kind = Incoming::Kind::dropped;
-        e.detail = "connection from " + (req.size() > 3 ? req[3] : std::string("?")) +
-                   " refused: its CURVE key is not this run's (no or wrong shared secret)";
-        events_.push_back(std::move(e));
-      }
-    }
-  }
 
   void* make_socket(int type) {
     void* s = zmq_socket(ctx_, type);
@@ -439,7 +311,13 @@ class ZmqTransport final : public Transport {
         return m;
       }
     }
-    if (zap_) serve_zap();
+    if (zap_)
+      for (std::string& why : serve_zap(zap_, *keys_)) {
+        Incoming e;
+        e.kind = Incoming::Kind::dropped;
+        e.detail = std::move(why);
+        events_.push_back(std::move(e));
+      }
     if (router_mon_) drain_monitor(router_mon_, 0);
     for (size_t i = 0; i < conns_.size(); ++i) drain_monitor(conns_[i].mon, i + 1);
     return std::nullopt;

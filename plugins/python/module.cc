@@ -256,7 +256,8 @@ PYBIND11_MODULE(_C, m) {
            "backward_done); the iteration does not advance")
       .def("stragglers", [](Context& c) {
              py::list out;
-             for (const Straggler& s : c.engine().backend().stragglers()) {
+             const StragglerReport* report = c.engine().backend().capabilities().stragglers;
+             for (const Straggler& s : report ? report->stragglers() : std::vector<Straggler>{}) {
                py::dict d;
                d["rank"] = s.rank;
                d["iterations_behind"] = s.iterations;
@@ -267,7 +268,7 @@ PYBIND11_MODULE(_C, m) {
            },
            "the ranks that lag, most seconds behind first, as this rank last heard it (dicts: rank, "
            "iterations_behind, seconds_behind)")
-      .def_property_readonly("joins", [](Context& c) { return c.engine().backend().capabilities().joins; },
+      .def_property_readonly("joins", [](Context& c) { return c.engine().backend().capabilities().joins != nullptr; },
                              "whether the backend stands in with zeros for ranks that have joined (the PS does)")
       .def("join", [](Context& c) { return c.engine().join(); }, py::call_guard<py::gil_scoped_release>(),
            "Horovod's join: waits for this rank's tasks, then until every rank has joined, standing in with zeros "

@@ -37,16 +37,11 @@ class Recording final : public CommBackend {
   std::string_view name() const override { return inner_->name(); }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  void start(std::vector<PartitionView> batch, BatchDone done) override {
+  void do_start(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override {
     note(batch);
-    inner_->start(std::move(batch), std::move(done));
-  }
-  void start_with_sent(std::vector<PartitionView> batch, BatchDone sent, BatchDone done) override {
-    note(batch);
-    inner_->start_with_sent(std::move(batch), std::move(sent), std::move(done));
+    inner_->start(std::move(batch), std::move(sent), std::move(done));
   }
   BackendCapabilities capabilities() const override { return inner_->capabilities(); }
-  bool supports(Op op, Device d) const override { return inner_->supports(op, d); }
   void shutdown() override { inner_->shutdown(); }
   bool saw_mixed_batch() const {
     std::lock_guard lock(mu_);

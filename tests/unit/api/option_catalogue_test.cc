@@ -72,7 +72,7 @@ class NamedOnly final : public CommBackend {
   std::string_view name() const override { return name_; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void start(std::vector<PartitionView>, BatchDone done) override { done(Status::Ok()); }
+  void do_start(std::vector<PartitionView>, BatchDone /*sent*/, BatchDone done) override { done(Status::Ok()); }
   void shutdown() override {}
 
  private:

@@ -149,8 +149,12 @@ class Capture final : public CommBackend {
   std::string_view name() const override { return "capture"; }
   int rank() const override { return 0; }
   int size() const override { return 2; }
-  bool supports(Op, Device) const override { return true; }
-  void start(std::vector<PartitionView> batch, BatchDone done) override {
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.carries = OpDeviceSet({Op::push_pull, Op::allreduce, Op::broadcast}, {Device::cpu, Device::cuda});
+    return c;
+  }
+  void do_start(std::vector<PartitionView> batch, BatchDone /*sent*/, BatchDone done) override {
     {
       std::lock_guard lk(mu);
       for (auto& v : batch) seen.push_back({v.task->dtype, v.payload, v.data(), v.offset, v.bytes});

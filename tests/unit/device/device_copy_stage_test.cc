@@ -331,8 +331,12 @@ class CudaTakingBackend final : public CommBackend {
   std::string_view name() const override { return "cuda-taking"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  bool supports(Op, Device) const override { return true; }
-  void start(std::vector<PartitionView>, BatchDone done) override { done(Status::Ok()); }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.carries = OpDeviceSet({Op::push_pull, Op::allreduce, Op::broadcast}, {Device::cpu, Device::cuda});
+    return c;
+  }
+  void do_start(std::vector<PartitionView>, BatchDone /*sent*/, BatchDone done) override { done(Status::Ok()); }
   void shutdown() override {}
 };
 

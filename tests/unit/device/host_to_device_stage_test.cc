@@ -32,15 +32,13 @@ class DeviceOnlyBackend final : public CommBackend {
   std::string_view name() const override { return "device-only"; }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  bool supports(Op op, Device device) const override {
-    return device == Device::cuda && (op == Op::allreduce || op == Op::broadcast);
-  }
   BackendCapabilities capabilities() const override {
     BackendCapabilities c;
+    c.carries = OpDeviceSet({Op::allreduce, Op::broadcast}, {Device::cuda});
     c.cuda_device = kBackendDevice;
     return c;
   }
-  void start(std::vector<PartitionView> batch, BatchDone done) override {
+  void do_start(std::vector<PartitionView> batch, BatchDone /*sent*/, BatchDone done) override {
     for (const PartitionView& p : batch) {
       if (p.task->buffer.device != Device::cuda || p.task->buffer.device_index != kBackendDevice)
         return done(Status::Error("device-only backend got a partition of '" + p.task->name + "' that is not on cuda:" +

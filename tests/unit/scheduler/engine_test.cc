@@ -378,5 +378,65 @@ TEST(Engine, FlushReleasesHeldTasksWithoutEndingTheIteration) {
   EXPECT_EQ(engine.iteration(), 1u);
 }
 
+// A backend that offers Horovod's join (through its capability row) and completes every batch inline; it records how
+// many partitions it had been given when join() came.
+class JoiningBackend final : public CommBackend, private RankJoin {
+ public:
+  std::string_view name() const override { return "joining"; }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.carries = OpDeviceSet({Op::push_pull}, {Device::cpu});
+    c.joins = const_cast<JoiningBackend*>(this);
+    return c;
+  }
+  void shutdown() override {}
+  std::atomic<int> started{0};
+  int started_at_join = -1;
+
+ private:
+  void do_start(std::vector<PartitionView> batch, BatchDone, BatchDone done) override {
+    started += static_cast<int>(batch.size());
+    done(Status::Ok());
+  }
+  int join() override {
+    started_at_join = started.load();
+    return 1;
+  }
+};
+
+TEST(Engine, JoinReachesTheBackendsRankJoinAfterThisRanksTasks) {
+  auto backend = std::make_shared<JoiningBackend>();
+  Engine engine(std::make_unique<FifoPolicy>(), backend, config_with(1024, 0));
+  std::vector<float> a(256), b(512);
+  engine.submit(make_task("a", 0, a));
+  engine.submit(make_task("b", 0, b));
+  EXPECT_EQ(engine.join(), 1) << "the rank that joined last, as the backend said";
+  EXPECT_EQ(backend->started_at_join, 2) << "both tasks of this rank (one partition each: FIFO does not split) were "
+                                           "started before join";
+}
+
+TEST(Engine, JoinOverABackendWithoutItNamesTheBackend) {
+  Engine engine(std::make_unique<FifoPolicy>(), std::make_shared<RecordingBackend>(), config_with(1024, 0));
+  try {
+    engine.join();
+    FAIL() << "join over a backend that cannot join returned";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("recording backend cannot stand in"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BackendCapabilities, CarriesExactlyThePairsOfItsRow) {
+  OpDeviceSet row({Op::allreduce, Op::broadcast}, {Device::cuda});
+  EXPECT_TRUE(row.has(Op::allreduce, Device::cuda));
+  EXPECT_TRUE(row.has(Op::broadcast, Device::cuda));
+  EXPECT_FALSE(row.has(Op::allreduce, Device::cpu));
+  EXPECT_FALSE(row.has(Op::push_pull, Device::cuda));
+  row.add(Op::push_pull, Device::cpu);
+  EXPECT_TRUE(row.has(Op::push_pull, Device::cpu));
+  EXPECT_FALSE(row.has(Op::push_pull, Device::cuda)) << "adding one pair adds no other";
+}
+
 }  // namespace
 }  // namespace commsched

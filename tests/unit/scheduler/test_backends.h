@@ -37,9 +37,13 @@ class RecordingBackend : public CommBackend {
   std::string_view name() const override { return "recording"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  bool supports(Op, Device d) const override { return d == Device::cpu; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.carries = OpDeviceSet({Op::push_pull, Op::allreduce, Op::broadcast}, {Device::cpu});
+    return c;
+  }
 
-  void start(std::vector<PartitionView> batch, BatchDone done) override {
+  void do_start(std::vector<PartitionView> batch, BatchDone /*sent*/, BatchDone done) override {
     uint64_t bytes = 0;
     std::lock_guard lk(mu_);
     for (const auto& v : batch) {
@@ -164,9 +168,9 @@ class HeldBackend final : public CommBackend {
   std::string_view name() const override { return "held"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  bool supports(Op, Device d) const override { return d == Device::cpu; }
   BackendCapabilities capabilities() const override {
     BackendCapabilities c;
+    c.carries = OpDeviceSet({Op::push_pull, Op::allreduce, Op::broadcast}, {Device::cpu});
     c.reports_sent = sent_notices_;
     if (global_order_) c.global_order = &inbox_;
     return c;
@@ -202,8 +206,7 @@ class HeldBackend final : public CommBackend {
     std::lock_guard lk(mu_);
     return credits_;
   }
-  void start(std::vector<PartitionView> batch, BatchDone done) override { start_with_sent(std::move(batch), {}, std::move(done)); }
-  void start_with_sent(std::vector<PartitionView>, BatchDone sent, BatchDone done) override {
+  void do_start(std::vector<PartitionView>, BatchDone sent, BatchDone done) override {
     {
       std::lock_guard lk(mu_);
       held_.push_back(std::move(done));
@@ -244,8 +247,12 @@ class ThrowingBackend final : public CommBackend {
   std::string_view name() const override { return "throwing"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  bool supports(Op, Device) const override { return true; }
-  void start(std::vector<PartitionView> batch, BatchDone done) override {
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.carries = OpDeviceSet({Op::push_pull, Op::allreduce, Op::broadcast}, {Device::cpu, Device::cuda});
+    return c;
+  }
+  void do_start(std::vector<PartitionView> batch, BatchDone /*sent*/, BatchDone done) override {
     if (batch.front().task->name == "victim") throw std::runtime_error("injected backend failure");
     done(Status::Ok());
   }
