@@ -1,5 +1,5 @@
-// What the negotiator's files share (negotiator.cc: connections, liveness, shutdown; negotiator_order.cc: the order's
-// path). Not part of the interface.
+// What the negotiator's files share (negotiator.cc: connections and the loop; negotiator_order.cc: the order's path;
+// negotiator_faults.cc: a peer's loss, keep-alive, the goodbye barrier, stragglers). Not part of the interface.
 #pragma once
 
 #include <unistd.h>
