@@ -39,8 +39,9 @@ inline std::atomic<bool> g_lone_spinner{false};
 // (collective_bench, 4 KiB, quiet): with the caller's wait and the negotiator thread both spinning, a rank's two
 // spinners yielded to each other on one core while its Gloo thread queued on the other core behind the other rank's
 // threads (a spinner counts as load, so nothing moved it). Side by side, quiet, 4 KiB: 2.31x plain Gloo (median of 5,
-// 1.86-5.17) with both spinning, 1.36x (0.76-2.42) with one spinner per process; at load ~10 0.08-0.20x and
-// 0.13-0.55x (a spinner still keeps a core for the process; plain Gloo loses its core to the load).
+// 1.86-5.17) with both spinning, 1.36x (0.76-2.42) with one spinner per process (1.77x over 30 quiet runs in four
+// sets); at load ~10 0.08-0.20x and 0.13-0.55x (a spinner still keeps a core for the process; plain Gloo loses its
+// core to the load).
 template <class Ready>
 bool spin_until_alone(Ready&& ready, std::chrono::nanoseconds budget) {
   if (ready()) return true;
