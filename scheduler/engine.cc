@@ -76,12 +76,10 @@ void Engine::Impl::post_done(uint64_t id, const Status& s) {
 void Engine::Impl::partition_and_post(TaskState* t) {
   try {
     const uint64_t pbytes = splits ? active_partition_bytes.load(std::memory_order_relaxed) : 0;
-    const uint32_t n = partition_count(t->desc.count, t->desc.dtype, pbytes);
-    t->parts.reserve(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      const ByteRange r = partition_range(t->desc.count, t->desc.dtype, pbytes, i);
+    t->parts.reserve(partition_count(t->desc.count, t->desc.dtype, pbytes));
+    for_each_partition(t->desc.count, t->desc.dtype, pbytes, [t](uint32_t i, ByteRange r) {
       t->parts.push_back(PartRef{t->desc.id, i, t->desc.priority, t->desc.id, r.offset, r.bytes});
-    }
+    });
   } catch (const std::exception& ex) {
     t->parts.clear();
     t->status = Status::Error("partitioning task '" + t->desc.name + "' failed: " + ex.what());

@@ -13,35 +13,24 @@ uint64_t task_key(std::string_view name) {
   return h;
 }
 
-namespace {
-uint64_t effective_partition_bytes(DType dtype, uint64_t partition_bytes) {
+uint64_t partition_stride(DType dtype, uint64_t partition_bytes) {
   const uint64_t esz = dtype_size(dtype);
   if (partition_bytes == 0) return std::numeric_limits<uint64_t>::max();
   const uint64_t whole = partition_bytes / esz * esz;
   return whole == 0 ? esz : whole;
 }
-}  // namespace
 
 uint32_t partition_count(uint64_t count, DType dtype, uint64_t partition_bytes) {
   const uint64_t total = count * dtype_size(dtype);
   if (total == 0) return 0;
-  const uint64_t p = effective_partition_bytes(dtype, partition_bytes);
+  const uint64_t p = partition_stride(dtype, partition_bytes);
   return static_cast<uint32_t>(total / p + (total % p != 0));
 }
 
-ByteRange partition_range(uint64_t count, DType dtype, uint64_t partition_bytes, uint32_t index) {
-  const uint64_t total = count * dtype_size(dtype);
-  const uint64_t p = effective_partition_bytes(dtype, partition_bytes);
-  const uint64_t off = p * index;
-  return {off, std::min(p, total - off)};
-}
-
 std::vector<ByteRange> partition_ranges(uint64_t count, DType dtype, uint64_t partition_bytes) {
-  const uint64_t total = count * dtype_size(dtype);
-  const uint64_t p = effective_partition_bytes(dtype, partition_bytes);
   std::vector<ByteRange> out;
   out.reserve(partition_count(count, dtype, partition_bytes));
-  for (uint64_t off = 0; off < total; off += p) out.push_back({off, std::min(p, total - off)});
+  for_each_partition(count, dtype, partition_bytes, [&](uint32_t, ByteRange r) { out.push_back(r); });
   return out;
 }
 

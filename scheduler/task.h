@@ -1,6 +1,7 @@
 // A Task is one tensor's communication for one iteration; a PartitionView is a contiguous byte range of it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -79,10 +80,19 @@ struct ByteRange {
   uint64_t offset;
   uint64_t bytes;
 };
+// The longest range partition_ranges cuts: partition_bytes rounded down to whole elements, at least one element;
+// unlimited for 0.
+uint64_t partition_stride(DType dtype, uint64_t partition_bytes);
+// Calls f(index, range) for each of partition_ranges' ranges in order, without building the list: the engine fills
+// a task's partitions with it (one allocation fewer per task).
+template <class F>
+void for_each_partition(uint64_t count, DType dtype, uint64_t partition_bytes, F&& f) {
+  const uint64_t total = count * dtype_size(dtype);
+  const uint64_t p = partition_stride(dtype, partition_bytes);
+  uint32_t i = 0;
+  for (uint64_t off = 0; off < total; off += p) f(i++, ByteRange{off, std::min(p, total - off)});
+}
 std::vector<ByteRange> partition_ranges(uint64_t count, DType dtype, uint64_t partition_bytes);
-// The `index`-th of those ranges (index < partition_count), without building the others: the engine fills a task's
-// partitions with it, one allocation fewer per task than partition_ranges.
-ByteRange partition_range(uint64_t count, DType dtype, uint64_t partition_bytes, uint32_t index);
 // Number of ranges partition_ranges would produce, without allocating.
 uint32_t partition_count(uint64_t count, DType dtype, uint64_t partition_bytes);
 // Validates a task at the API boundary; throws InvalidArgument naming the task and the problem.

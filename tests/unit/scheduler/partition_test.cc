@@ -30,15 +30,19 @@ TEST_P(PartitionCover, CoversEveryByteExactlyOnceAligned) {
   for (size_t i = 0; i + 1 < ranges.size(); ++i) EXPECT_EQ(ranges[i].bytes, cap);
 }
 
-// The engine fills partitions one at a time (partition_range): the same ranges as the list.
-TEST_P(PartitionCover, OneRangeAtATimeIsTheList) {
+// The engine fills partitions without the list (for_each_partition): the same ranges, indexed in order.
+TEST_P(PartitionCover, EachPartitionInTurnIsTheList) {
   const auto [dtype, count, pbytes] = GetParam();
   const auto ranges = partition_ranges(count, dtype, pbytes);
-  for (uint32_t i = 0; i < ranges.size(); ++i) {
-    const ByteRange r = partition_range(count, dtype, pbytes, i);
+  uint32_t seen = 0;
+  for_each_partition(count, dtype, pbytes, [&](uint32_t i, ByteRange r) {
+    ASSERT_EQ(i, seen) << "in order";
+    ASSERT_LT(i, ranges.size());
     EXPECT_EQ(r.offset, ranges[i].offset) << i;
     EXPECT_EQ(r.bytes, ranges[i].bytes) << i;
-  }
+    ++seen;
+  });
+  EXPECT_EQ(seen, ranges.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(
