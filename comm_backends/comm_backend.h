@@ -20,6 +20,7 @@ namespace commsched {
 using BatchDone = std::function<void(const Status&)>;
 
 class GlobalOrderInbox;  // scheduler/global_order.h
+class WaitHelper;        // scheduler/wait_helper.h
 
 // Which operations a backend carries on which buffers: a bit per (operation, device) pair. Data, so that supports()
 // is answered from a backend's capability row and no backend writes it.
@@ -71,6 +72,9 @@ struct BackendCapabilities {
   RankJoin* joins = nullptr;
   // Non-null: who lags, as the backend last learned it (comm_backends/membership.h). Valid while the backend lives.
   const StragglerReport* stragglers = nullptr;
+  // Non-null: a caller about to wait for this backend's completions may do its pending work on its own thread
+  // instead (scheduler/wait_helper.h; CompletionWaiter::wait takes it). Valid while the backend lives.
+  WaitHelper* wait_helper = nullptr;
   // The encoded schemes whose reduction this backend understands (a parameter server that decodes, sums and encodes
   // the pull), a bit per compression::Scheme. Casts (fp16/bf16) need no such support: their sum is defined on the wire.
   uint32_t reduces_encoded = 0;

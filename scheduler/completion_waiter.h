@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "scheduler/spin_wait.h"
+#include "scheduler/wait_helper.h"
 #include "base/types.h"
 
 namespace commsched {
@@ -49,9 +50,12 @@ class CompletionWaiter {
   // Waits until at most `may_remain` expected completions are outstanding (by default: every one has settled) or
   // `limit` passes. Returns the first failure so far, ok when none failed, or an error saying how many are still
   // outstanding after the limit. Polls for up to kSpin before sleeping: work that ends within microseconds of the
-  // wait (a small collective) then costs its caller no wake-up.
-  Status wait(std::chrono::nanoseconds limit, size_t may_remain = 0) {
-    spin_until_alone([&] { return settled_.load() + may_remain >= expected_.load(); }, std::min<std::chrono::nanoseconds>(kSpin, limit));
+  // wait (a small collective) then costs its caller no wake-up. With a `helper` (the backend's
+  // BackendCapabilities::wait_helper) this thread first does the backend's work itself while there is some.
+  Status wait(std::chrono::nanoseconds limit, size_t may_remain = 0, WaitHelper* helper = nullptr) {
+    const auto ready = [&] { return settled_.load() + may_remain >= expected_.load(); };
+    if (helper && !ready()) helper->help_until(ready, std::min<std::chrono::nanoseconds>(kHelpIdle, limit));
+    spin_until_alone(ready, std::min<std::chrono::nanoseconds>(kSpin, limit));
     std::unique_lock lock(mu_);
     wake_at_ = std::max(wake_at_, may_remain);
     if (!cv_.wait_for(lock, limit, [&] { return settled_ + may_remain >= expected_; }))
@@ -78,6 +82,8 @@ class CompletionWaiter {
 
  private:
   static constexpr std::chrono::microseconds kSpin{50};
+  // How long a helping waiter polls for the backend's next piece of work (an order is a round trip to rank 0 away).
+  static constexpr std::chrono::microseconds kHelpIdle{200};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -294,6 +294,10 @@ EngineStats Engine::stats() const {
 uint64_t Engine::iteration() const { return impl_->iteration.load(); }
 std::string_view Engine::policy_name() const { return impl_->policy->name(); }
 CommBackend& Engine::backend() const { return *impl_->backend; }
+Engine::Helper Engine::wait_helper() const {
+  if (!impl_->caps.wait_helper) return {};
+  return {impl_->caps.wait_helper, impl_->backend};
+}
 Nanos Engine::now() const { return impl_->now(); }
 
 }  // namespace commsched

@@ -87,6 +87,14 @@ class Engine final : public KnobControl {
   uint64_t iteration() const;
   std::string_view policy_name() const;
   CommBackend& backend() const;
+  // What a waiter for this engine's tasks lends its thread to (BackendCapabilities::wait_helper, for
+  // CompletionWaiter::wait) and, beside it, the backend that owns it, to be locked while helping: a waiter may outlive
+  // the engine. Null when the backend has no helper.
+  struct Helper {
+    WaitHelper* helper = nullptr;
+    std::weak_ptr<CommBackend> owner;
+  };
+  Helper wait_helper() const;
   // Nanoseconds since the engine started (the clock of its Policy and timeline).
   Nanos now() const;
 

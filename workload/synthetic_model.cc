@@ -47,6 +47,7 @@ void store_value(DType dtype, std::byte* b, size_t k, double x) {
 SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& profile, const SyntheticOptions& opts) {
   const int rank = engine.backend().rank();
   const int size = engine.backend().size();
+  WaitHelper* const helper = engine.wait_helper().helper;  // the engine (and its backend) outlive this call
   const size_t n = profile.tensors.size();
   std::vector<std::vector<std::byte>> buffers(n);
   for (size_t i = 0; i < n; ++i) buffers[i].resize(profile.tensors[i].bytes());
@@ -118,7 +119,8 @@ SyntheticResult run_synthetic_model(Engine& engine, const sim::ModelProfile& pro
       if (it > 0) {
         bool waited = false;
         for (size_t ti : layer.tensors) {
-          if (const Status st = completions[ti].wait(opts.completion_limit); !st.ok()) {
+          // As a training loop waiting in synchronize() does: the waiting thread runs the backend's work meanwhile.
+          if (const Status st = completions[ti].wait(opts.completion_limit, 0, helper); !st.ok()) {
             result.error = "tensor '" + profile.tensors[ti].name + "' of iteration " + std::to_string(it - 1) + ": " +
                            st.message;
             engine.wait_all_for(opts.completion_limit);  // the rest still write into the buffers

@@ -1,7 +1,7 @@
 // Gloo all-reduce through commsched's GlooBackend (negotiation + executor + fusion) against plain Gloo on the same
 // connected context, for the same bytes, measured side by side in one run.
 //
-//   collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown] [--wait-spin US]
+//   collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown] [--wait-spin US] [--no-help]
 //
 // launches N rank processes on loopback (default 2); --case (repeatable) runs only the named cases (4KiB, 64KiB, 1MiB,
 // 16MiB, 64x4KiB, 16x64KiB); --breakdown also prints where each rank's backend step goes (negotiation, collectives,
@@ -10,6 +10,8 @@
 // --wait-spin US makes the caller poll for its step's completion up to US microseconds before it waits as usual
 // (CompletionWaiter, which polls 50 us): whether the excess over plain Gloo is the caller's wake-up at the end of a
 // collective longer than that, which on an idle machine may have to wake a halted core.
+// By default the caller waits as a user's synchronize() does: it receives the order and runs its own collectives
+// (BackendCapabilities::wait_helper); --no-help makes it sleep while the negotiator thread runs them (as before).
 //
 // Each case alternates blocks of plain and backend runs (A B A B ...) and reports the median block, so drift on a busy
 // machine hits both sides alike. Each block also times a plain Gloo allreduce of 4 bytes: a small-message round trip
@@ -91,14 +93,14 @@ class BackendStep {
     }
   }
   // Returns the step's microseconds. The caller polls for completion up to `spin` before it waits.
-  double run(TimedGlooBackend& backend, Breakdown& phases, std::chrono::microseconds spin) {
+  double run(TimedGlooBackend& backend, Breakdown& phases, std::chrono::microseconds spin, bool help) {
     waiter_.reset();
     backend.first_execute = {};
     const auto t0 = Clock::now();
     for (auto& t : tasks_) backend.start({PartitionView{&t, 0, 0, t.bytes()}}, waiter_.callback());
     spin_until([&] { return waiter_.outstanding() == 0; }, spin);
     // A peer lost mid-step fails the batch well within this; the limit only turns a bug into an error.
-    const Status st = waiter_.wait(std::chrono::seconds(120));
+    const Status st = waiter_.wait(std::chrono::seconds(120), 0, help ? backend.capabilities().wait_helper : nullptr);
     const auto t1 = Clock::now();
     if (!st.ok()) throw std::runtime_error("GlooBackend step of case " + label_ + ": " + st.message);
     using us = std::chrono::duration<double, std::micro>;
@@ -161,6 +163,7 @@ struct Options {
   std::vector<std::string> only;  // --case: these cases only
   bool breakdown = false;
   std::chrono::microseconds wait_spin{0};
+  bool help = true;  // --no-help: the caller sleeps while the negotiator thread runs its collectives
 };
 
 int run_rank(const Options& o) {
@@ -209,7 +212,7 @@ int run_rank(const Options& o) {
       barrier(backend, plain_tag++);
       start = Usage::now();
       t0 = Clock::now();
-      for (int i = 0; i < n; ++i) backend_steps.push_back(step.run(backend, phases[b], o.wait_spin));
+      for (int i = 0; i < n; ++i) backend_steps.push_back(step.run(backend, phases[b], o.wait_spin, o.help));
       backend_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
       backend_use.add_since(start);
     }
@@ -284,10 +287,11 @@ int main(int argc, char** argv) {
     else if (a == "--case") o.only.push_back(next());
     else if (a == "--breakdown") o.breakdown = true;
     else if (a == "--wait-spin") o.wait_spin = std::chrono::microseconds(number());
+    else if (a == "--no-help") o.help = false;
     else if (a == "--rank-process") is_rank = true;
     else {
       std::cerr << "usage: collective_bench [--ranks N] [--iters K] [--blocks B] [--case LABEL]... [--breakdown] "
-                   "[--wait-spin US]\n";
+                   "[--wait-spin US] [--no-help]\n";
       return 64;
     }
   } catch (const std::exception& e) {
@@ -296,14 +300,16 @@ int main(int argc, char** argv) {
   }
   try {
     if (is_rank) return run_rank(o);
-    std::printf("Gloo allreduce (f32 sum), %d ranks on loopback, %d steps per block, median of %d blocks%s\n\n", o.ranks,
+    std::printf("Gloo allreduce (f32 sum), %d ranks on loopback, %d steps per block, median of %d blocks%s%s\n\n", o.ranks,
                 o.iters, o.blocks,
-                o.wait_spin.count() ? (", caller polls " + std::to_string(o.wait_spin.count()) + " us").c_str() : "");
+                (o.wait_spin.count() ? (", caller polls " + std::to_string(o.wait_spin.count()) + " us").c_str() : ""),
+                o.help ? "" : ", the caller does not help");
     std::fflush(stdout);
     std::vector<std::string> args = {"--rank-process", "--iters", std::to_string(o.iters), "--blocks",
                                      std::to_string(o.blocks), "--wait-spin", std::to_string(o.wait_spin.count())};
     for (const auto& c : o.only) args.insert(args.end(), {"--case", c});
     if (o.breakdown) args.push_back("--breakdown");
+    if (!o.help) args.push_back("--no-help");
     RankProcesses procs("/proc/self/exe", args, o.ranks);
     int rc = 0;
     for (const auto& e : procs.wait(std::chrono::seconds(600)))

@@ -264,6 +264,7 @@ BackendCapabilities CollectiveBackend::capabilities() const {
   c.global_order = negotiator_ ? &negotiator_->order_inbox() : nullptr;
   c.joins = c.carries.has(Op::allreduce, Device::cpu) ? negotiator_.get() : nullptr;
   c.stragglers = negotiator_.get();
+  c.wait_helper = negotiator_.get();
   return c;
 }
 

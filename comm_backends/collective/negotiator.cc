@@ -167,13 +167,6 @@ void Negotiator::heartbeat_loop() {
   }
 }
 
-void Negotiator::completed() {
-  if (!coordinator_) return;
-  ++completed_groups_;
-  // On the negotiator thread itself (a blocking execute) the loop sees the count before it sleeps; no wake-up needed.
-  if (std::this_thread::get_id() != thread_.get_id()) wake(wake_.get());
-}
-
 void Negotiator::shutdown() {
   {
     std::lock_guard lock(mu_);
@@ -215,95 +208,6 @@ void Negotiator::finish_join(int last) {
 
 NegotiatorStats Negotiator::stats() const {
   return {submitted_.load(), cached_reports_.load(), orders_.load(), groups_.load()};
-}
-
-void Negotiator::run() {
-  ::pthread_setname_np(::pthread_self(), "cs-negotiator");  // visible in top -H, perf sched, gdb
-  StateLock state(*this);
-  try {
-    loop(state);
-  } catch (const std::exception& e) {
-    // Malformed input, a broken invariant: the others are told too, rather than finding this rank silent later.
-    fail_group(Status::Error("negotiator rank " + std::to_string(opts_.rank) + ": " + e.what()), std::nullopt);
-  }
-  run_ready_groups(state);  // already ordered on every rank: run them (the backend fails them fast after a fatal error)
-  state.unlock();
-  fail_all_pending(Status::Error("negotiator rank " + std::to_string(opts_.rank) + " shut down", Status::Code::cancelled));
-  std::vector<Submission> late;
-  {
-    std::lock_guard lock(mu_);
-    if (!dead_) {
-      dead_ = true;
-      dead_status_ = Status::Error("negotiator rank " + std::to_string(opts_.rank) + " shut down", Status::Code::cancelled);
-    }
-    late.swap(inbox_);
-  }
-  join_cv_.notify_all();
-  for (const auto& s : late) cb_.fail(s.token, dead_status_);
-}
-
-void Negotiator::loop(StateLock& state) {
-  std::vector<pollfd> fds;
-  std::vector<int> fd_rank;
-  while (!finished_) {
-    fds.assign(1, pollfd{wake_.get(), POLLIN, 0});
-    fd_rank.assign(1, -1);
-    for (size_t i = 0; i < peers_.size(); ++i)
-      if (peers_[i].fd.valid() && !peers_[i].closed) {
-        fds.push_back({peers_[i].fd.get(), POLLIN, 0});
-        fd_rank.push_back(static_cast<int>(i));
-      }
-    const int timeout_ms = poll_timeout_ms();
-    state.unlock();  // rank 0's submitting threads may run a step meanwhile
-    wait_events(fds, timeout_ms);
-    state.lock();
-    if (fds[0].revents) {
-      uint64_t v;
-      [[maybe_unused]] const ssize_t n = ::read(wake_.get(), &v, sizeof v);
-    }
-    take_inbox();
-    for (size_t i = 1; i < fds.size() && !finished_; ++i)
-      if (fds[i].revents) read_peer_guarded(fd_rank[i]);
-    if (coordinator_ && !finished_) coordinator_round();
-    const auto now = Clock::now();
-    if (!finished_) keep_alive(now);
-    if (!finished_) progress_shutdown(now);
-    // Last: with execute_blocks this runs the collectives; whatever peers sent meanwhile is read (and refreshes
-    // their liveness) at the top of the next round, before any silence is judged.
-    run_ready_groups(state);
-  }
-}
-
-void Negotiator::wait_events(std::vector<pollfd>& fds, int timeout_ms) const {
-  auto poll_for = [&](int ms) {
-    const int rc = ::poll(fds.data(), fds.size(), ms);
-    if (rc < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
-    return rc > 0;
-  };
-  const auto spin = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(opts_.spin_s));
-  if (spin_until_alone([&] { return poll_for(0); }, timeout_ms == 0 ? std::chrono::nanoseconds::zero() : spin)) return;
-  if (timeout_ms > 0) poll_for(timeout_ms);
-}
-
-int Negotiator::poll_timeout_ms() const {
-  if (completed_groups_.load() > 0) return 0;  // the policy may dispatch more now
-  int64_t ms = heartbeat_.count() / 2;
-  if (coordinator_)
-    if (const auto at = coordinator_->next_wakeup()) {
-      const int64_t left_ns = *at - now_ns();
-      ms = std::min<int64_t>(ms, left_ns <= 0 ? 0 : (left_ns + 999'999) / 1'000'000);
-    }
-  return static_cast<int>(ms);
-}
-
-void Negotiator::run_ready_groups(StateLock& state) {
-  while (!ready_groups_.empty()) {
-    auto groups = std::move(ready_groups_);
-    ready_groups_.clear();
-    state.unlock();  // only this thread runs groups, so they still run in order
-    for (auto& g : groups) cb_.execute(std::move(g));
-    state.lock();
-  }
 }
 
 void Negotiator::take_inbox() {

@@ -25,7 +25,11 @@
 // - a backend may run the groups it is given on the negotiator thread itself (execute_blocks: no hand-off to an
 //   executor thread; a heartbeat thread then keeps the connections alive while a collective runs);
 // - the negotiator thread polls without sleeping for spin_s before each sleep (back-to-back collectives: the next
-//   report or order usually comes within microseconds of the last collective's end).
+//   report or order usually comes within microseconds of the last collective's end);
+// - a caller about to wait for its groups does the negotiator thread's rounds itself (help_until, the backend's
+//   WaitHelper): it reads the order and runs the groups on its own thread, as plain Gloo's caller would, so neither
+//   the order's arrival nor the collective's end needs a wake-up. Meanwhile the negotiator thread waits on its
+//   eventfd alone, and the caller wakes it when it stops; run_mu_ keeps the groups in order whoever runs them.
 #pragma once
 
 #include <poll.h>
@@ -45,6 +49,7 @@
 #include <vector>
 
 #include "scheduler/global_order.h"
+#include "scheduler/wait_helper.h"
 #include "comm_backends/collective/kv_store.h"
 #include "comm_backends/collective/protocol.h"
 #include "comm_backends/collective/wire.h"
@@ -108,7 +113,7 @@ struct NegotiatorStats {
   uint64_t groups = 0;          // groups executed
 };
 
-class Negotiator final : public RankJoin, public StragglerReport {
+class Negotiator final : public RankJoin, public StragglerReport, public WaitHelper {
  public:
   // Joins every rank through `store` (blocks up to join_timeout_s); throws std::runtime_error naming missing ranks.
   Negotiator(NegotiatorOptions opts, control::Store& store, NegotiatorCallbacks callbacks);
@@ -133,6 +138,9 @@ class Negotiator final : public RankJoin, public StragglerReport {
   // Goodbye barrier: waits (up to timeout_s) until every rank has said bye, then fails anything still pending with
   // Status::Code::cancelled. Idempotent.
   void shutdown();
+  // A caller about to wait for its groups receives the order and runs them itself (scheduler/wait_helper.h): only
+  // where the groups run on the negotiator thread (execute_blocks), and not from inside a callback.
+  void help_until(const std::function<bool()>& done, std::chrono::nanoseconds idle) override;
   NegotiatorStats stats() const;
   // The ranks that lag, as rank 0 last reported them (on rank 0: as it sees them). Thread-safe.
   std::vector<Straggler> stragglers() const override;
@@ -163,6 +171,16 @@ class Negotiator final : public RankJoin, public StragglerReport {
   class StateLock;
   void run();
   void loop(StateLock& state);
+  // The descriptors a round waits on: [0] the wake eventfd, then every open peer (fd_rank: its rank).
+  void poll_set(std::vector<pollfd>& fds, std::vector<int>& fd_rank) const;
+  // One round after the wait: what the wake-up and the peers brought, rank 0's ordering, keep-alive, shutdown, and
+  // the groups ordered (run on this thread).
+  void handle_events(StateLock& state, const std::vector<pollfd>& fds, const std::vector<int>& fd_rank);
+  // Empties the wake-up eventfd.
+  void drain_wake();
+  // A helping caller's round: handle_events when anything came or waits; idle when nothing did (or the state is busy).
+  enum class HelpResult { worked, idle, finished };
+  HelpResult help_round();
   // Polls `fds` (spinning for up to spin_s first, then sleeping up to timeout_ms).
   void wait_events(std::vector<pollfd>& fds, int timeout_ms) const;
   // Rank 0: runs the coordinator's step for `subs` (and this rank's iteration mark after them, when given: true for
@@ -192,7 +210,8 @@ class Negotiator final : public RankJoin, public StragglerReport {
   // Sends a frame to rank 0 from any thread (rank != 0); a failure is left for the negotiator thread to report.
   void send_to_coordinator_async(const std::string& frame);
   void heartbeat_loop();
-  // Runs the ordered groups with state_mu_ released (held on entry and return).
+  // Runs the ordered groups with state_mu_ released (held on entry and return), one thread at a time (run_mu_), so
+  // they run in order whichever thread (the negotiator's or a helping caller) takes them.
   void run_ready_groups(StateLock& state);
   void publish(GlobalOrderOutput& out);
   void apply_order(const OrderMsg& m);
@@ -248,6 +267,13 @@ class Negotiator final : public RankJoin, public StragglerReport {
   // sleeps in poll or runs groups; rank 0's submitting threads take it for a step of their own (step_on_caller).
   // Lock order: state_mu_, mu_, send_mu_.
   std::mutex state_mu_;
+  // Held by the thread running ordered groups. Lock order: run_mu_, then state_mu_.
+  std::mutex run_mu_;
+  // Callers helping (help_until) right now: the negotiator thread does not spin meanwhile (one spinner per process,
+  // scheduler/spin_wait.h; the helper is the one that needs the core).
+  std::atomic<int> helping_{0};
+  std::vector<pollfd> help_fds_;  // help_round's, under state_mu_
+  std::vector<int> help_fd_rank_;
   std::atomic<std::thread::id> state_owner_{};
   std::vector<Peer> peers_;  // rank 0: indexed by rank (entry 0 unused); others: [0] is the coordinator
   // Silence of peers_ by rank. A closed socket is judged where it is read (TCP delivers a peer's last frames before

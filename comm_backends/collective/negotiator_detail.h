@@ -1,5 +1,6 @@
-// What the negotiator's files share (negotiator.cc: connections and the loop; negotiator_order.cc: the order's path;
-// negotiator_faults.cc: a peer's loss, keep-alive, the goodbye barrier, stragglers). Not part of the interface.
+// What the negotiator's files share (negotiator.cc: connections and messages; negotiator_rounds.cc: the loop and a
+// helping caller's rounds; negotiator_order.cc: the order's path; negotiator_faults.cc: a peer's loss, keep-alive, the
+// goodbye barrier, stragglers). Not part of the interface.
 #pragma once
 
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // A rank's failure path and upkeep: a lost peer named and every other rank told (the loss relay), the group's fatal
 // stop, keep-alive and silence judged, the goodbye barrier at shutdown, and rank 0's straggler reports. The
-// connections and the loop are negotiator.cc's, the order's path negotiator_order.cc's.
+// connections are negotiator.cc's, the rounds negotiator_rounds.cc's, the order's path negotiator_order.cc's.
 #include <algorithm>
 #include <cstdio>
 #include <utility>

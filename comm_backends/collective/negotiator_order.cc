@@ -1,7 +1,8 @@
 // The order's path through a rank's negotiator: submissions reported to rank 0 (from the submitting thread, or as one
 // burst from the negotiator thread), iteration marks counted behind them, rank 0's ordering round (the policy handed
 // over, its knobs, completions, the order published to every rank), and orders and errors applied here. Connections
-// and the loop are negotiator.cc's; a peer's loss, keep-alive and shutdown negotiator_faults.cc's.
+// are negotiator.cc's, the rounds (the loop, or a helping caller) negotiator_rounds.cc's; a peer's loss, keep-alive
+// and shutdown negotiator_faults.cc's.
 #include "comm_backends/collective/negotiator.h"
 
 #include <utility>

@@ -36,7 +36,7 @@ namespace {
 // Completion of one submitted task, shared between the engine's callback and Python.
 class Handle {
  public:
-  Handle() { waiter_.expect(1); }
+  explicit Handle(Engine::Helper helper = {}) : helper_(std::move(helper)) { waiter_.expect(1); }
   void complete(const Status& s) { waiter_.settle(s); }
   bool poll() const { return waiter_.outstanding() == 0; }
   // Waits (GIL released by the binding) up to timeout_s seconds (negative: until it completes, in bounded slices, the
@@ -45,7 +45,7 @@ class Handle {
     const auto slice = timeout_s < 0 ? std::chrono::nanoseconds(std::chrono::hours(1))
                                      : std::chrono::duration_cast<std::chrono::nanoseconds>(
                                            std::chrono::duration<double>(timeout_s));
-    do waiter_.wait(slice);
+    do wait_slice(slice);
     while (timeout_s < 0 && !poll());
     return poll();
   }
@@ -69,6 +69,13 @@ class Handle {
   }
 
  private:
+  // The waiting thread does the backend's work meanwhile (it receives the collective's order and runs it: no
+  // hand-off to the negotiator thread and back), while the backend lives.
+  void wait_slice(std::chrono::nanoseconds slice) {
+    if (const std::shared_ptr<CommBackend> alive = helper_.owner.lock()) waiter_.wait(slice, 0, helper_.helper);
+    else waiter_.wait(slice);
+  }
+
   // The task's status once it has completed.
   std::optional<Status> settled() const {
     if (!poll()) return std::nullopt;
@@ -76,6 +83,7 @@ class Handle {
     return failed.empty() ? Status::Ok() : failed.front();
   }
 
+  Engine::Helper helper_;
   CompletionWaiter waiter_;
 };
 
@@ -89,7 +97,8 @@ std::shared_ptr<Handle> submit(Context& ctx, std::string name, int32_t priority,
                                const std::string& dtype, uintptr_t data, uint64_t count, const std::string& device,
                                int device_index, int root, const std::optional<std::string>& compression,
                                uintptr_t ready_event) {
-  auto handle = std::make_shared<Handle>();
+  Engine& engine = ctx.engine();
+  auto handle = std::make_shared<Handle>(engine.wait_helper());
   Task t;
   t.name = std::move(name);
   t.priority = priority;
@@ -100,7 +109,6 @@ std::shared_ptr<Handle> submit(Context& ctx, std::string name, int32_t priority,
   t.root = root;
   if (compression) t.compression = compression::parse_spec("compression", *compression);
   t.on_done = [handle](const Status& s) { handle->complete(s); };  // scheduler thread: C++ only
-  Engine& engine = ctx.engine();
   py::gil_scoped_release release;  // submit may take the engine's locks; never hold the GIL there
   engine.submit(std::move(t));
   return handle;
