@@ -192,13 +192,15 @@ int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   return r.get<int64_t>();
 }
 
+// Workers may start well before rank 0; give them several timeouts to find it.
 Rendezvous::Rendezvous(const ClusterEnv& env, std::string scope)
+    : Rendezvous(env, std::move(scope), env.rank == 0, to_ms(std::max(30.0, 3 * env.timeout_s))) {}
+
+Rendezvous::Rendezvous(const ClusterEnv& env, std::string scope, bool serves, std::chrono::milliseconds connect_timeout)
     : scope_(env.generation == 0 ? std::move(scope) : scope + "gen" + std::to_string(env.generation) + "/") {
   const std::string secret = ClusterAuth::from_env().secret_for(env.root_addr);  // the store binds the root address
-  if (env.rank == 0) server_ = std::make_unique<TcpStoreServer>(env.root_addr, env.root_port, secret);
-  // Workers may start well before rank 0; give them several timeouts to find it.
-  client_ = std::make_unique<TcpStoreClient>(env.root_addr, env.root_port, to_ms(std::max(30.0, 3 * env.timeout_s)),
-                                             secret);
+  if (serves) server_ = std::make_unique<TcpStoreServer>(env.root_addr, env.root_port, secret);
+  client_ = std::make_unique<TcpStoreClient>(env.root_addr, env.root_port, connect_timeout, secret);
 }
 
 }  // namespace commsched::collective

@@ -1,6 +1,6 @@
-// Rendezvous key-value store for collective backends. Rank 0 serves it at COMMSCHED_ROOT_ADDR:COMMSCHED_ROOT_PORT
-// (the ClusterEnv contract shared with the parameter server); every rank, rank 0 included, is a client. Gloo's
-// connectFullMesh, NCCL's unique id and the negotiator's endpoint all meet here.
+// The rendezvous key-value store (control::Store over TCP). Rank 0 serves it at COMMSCHED_ROOT_ADDR:COMMSCHED_ROOT_PORT
+// (the ClusterEnv contract; in a parameter-server job, server 0 does); every rank, rank 0 included, is a client.
+// Gloo's connectFullMesh, NCCL's unique id, the negotiator's endpoint and the PS servers' endpoints all meet here.
 //
 // Authentication (a non-empty shared secret, comm_backends/cluster_auth.h): before any request, server and client
 // prove to each other that they know the secret (HMAC-SHA256 over fresh nonces of both sides, with a key derived from
@@ -78,6 +78,9 @@ class TcpStoreClient : public control::Store {
 class Rendezvous {
  public:
   Rendezvous(const ClusterEnv& env, std::string scope);
+  // The same with the server owned by whoever `serves` (the parameter server's: server 0, not rank 0 of each role),
+  // and clients that wait `connect_timeout` for it to come up.
+  Rendezvous(const ClusterEnv& env, std::string scope, bool serves, std::chrono::milliseconds connect_timeout);
   control::Store& store() { return *client_; }
   // Prefix applied to every key of this rendezvous.
   const std::string& scope() const { return scope_; }

@@ -1,6 +1,7 @@
 // The store every rendezvous meets at (as gloo's and c10d's do): a few keys and values, served by one process of a
-// group and written by all. The collective ranks' order negotiation, Gloo's full mesh, NCCL's unique id, the
-// hierarchical backend's local groups, process sets and elastic generations all bootstrap through it: a member
+// group and written by all. The parameter server's Van (servers' endpoints), the collective ranks' order negotiation,
+// Gloo's full mesh, NCCL's unique id, the hierarchical backend's local groups, process sets, elastic generations and
+// the multi-node launcher all bootstrap through it: a member
 // publishes what others need (its address) under a key and waits for theirs, and sockets that must stay for latency
 // (the negotiation's per-step reports and orders) are dialled from what it found there.
 //

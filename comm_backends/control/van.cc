@@ -14,14 +14,6 @@ using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
 std::string port_of(const std::string& endpoint) { return endpoint.substr(endpoint.rfind(':') + 1); }
-
-std::vector<std::string> split_lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream is(s);
-  for (std::string line; std::getline(is, line);)
-    if (!line.empty()) out.push_back(line);
-  return out;
-}
 }  // namespace
 
 std::string payload_text(const ps::Payload* p) {
@@ -36,48 +28,104 @@ VanOptions VanOptions::from(const ClusterEnv& env) {
   o.rank = static_cast<uint32_t>(env.rank);
   o.num_workers = env.num_workers;
   o.num_servers = env.num_servers;
-  o.root_endpoint = "tcp://" + env.root_addr + ":" + std::to_string(env.root_port);
-  o.root_port = env.root_port;
   o.timeout_s = env.timeout_s;
   if (o.role == PeerRole::server) {
     o.bind_host = control::bind_host(env);
-    if (o.rank != 0) o.advertised_host = control::advertised_host(env);
+    o.advertised_host = control::advertised_host(env);
   }
   return o;
 }
 
-Van::Van(VanOptions opts, Transport& transport, VanProtocol& protocol)
+Van::Van(VanOptions opts, Transport& transport, VanProtocol& protocol, Store& store)
     : opts_(std::move(opts)),
       transport_(transport),
       protocol_(protocol),
+      store_(store),
       live_(opts_.timeout_s),
-      server_endpoints_(static_cast<size_t>(std::max(1, opts_.num_servers))),
       heartbeat_(heartbeat_interval(opts_.timeout_s, opts_.heartbeat_s)) {}
 
 std::string Van::start() {
   started_ = Clock::now();
   next_tick_ = started_ + heartbeat_;
+  next_store_check_ = started_;
+  const Deadline deadline = started_ + duration_cast<Clock::duration>(duration<double>(opts_.rendezvous_timeout_s));
   if (opts_.role == PeerRole::worker) {
-    say_hello_to_root({});
+    // Every endpoint before any dial: a worker that is a member of some servers must answer their pings, which it
+    // cannot while it waits here.
+    std::vector<std::string> endpoints;
+    for (uint32_t s = 0; s < static_cast<uint32_t>(opts_.num_servers); ++s) {
+      auto endpoint = endpoint_of(s, deadline);
+      if (!endpoint) return {};
+      endpoints.push_back(std::move(*endpoint));
+    }
+    for (uint32_t s = 0; s < endpoints.size(); ++s) dial(s, endpoints[s]);
     return {};
   }
   roster_.expect(PeerRole::worker, 0, static_cast<uint32_t>(opts_.num_workers));
+  const std::string endpoint = "tcp://" + opts_.advertised_host + ":" + port_of(transport_.bind(opts_.bind_host, 0));
   if (opts_.rank == 0) {
     roster_.expect(PeerRole::server, 1, static_cast<uint32_t>(opts_.num_servers - 1));
-    return transport_.bind(opts_.bind_host, opts_.root_port);
+  } else {
+    // The root first, then our own endpoint: no worker dials us before we can answer its pings.
+    auto root = endpoint_of(0, deadline);
+    if (!root) return endpoint;
+    dial(0, *root);
   }
-  const std::string endpoint = "tcp://" + opts_.advertised_host + ":" + port_of(transport_.bind(opts_.bind_host, 0));
-  say_hello_to_root(endpoint);
+  publish("server/" + std::to_string(opts_.rank), endpoint);
   return endpoint;
 }
 
-// Workers and servers >= 1: the root is a member from the start; its silence counts once it has spoken.
-void Van::say_hello_to_root(const std::string& endpoint) {
-  const PeerId root = transport_.connect(opts_.root_endpoint);
-  roster_.add(root, {PeerRole::server, 0});
-  watch(root, {});
-  if (endpoint.empty()) send(root, hello());  // a worker advertises nothing
-  else send_text(root, hello(), endpoint);
+std::optional<std::string> Van::endpoint_of(uint32_t server, Deadline deadline) {
+  const std::string k = key("server/" + std::to_string(server));
+  try {
+    return store_.get(k, deadline);
+  } catch (const std::exception& e) {
+    if (Clock::now() < deadline) store_failed(e);
+    else fail(rendezvous_timeout("server " + std::to_string(server) + " to publish its endpoint ('" + k + "' in the " +
+                                 store_.where() + ")"));
+    return std::nullopt;
+  }
+}
+
+// A dialed server is a member from the start: this node knows who is there, and its silence counts from now.
+void Van::dial(uint32_t server, const std::string& endpoint) {
+  const PeerId id = transport_.connect(endpoint);
+  roster_.add(id, {PeerRole::server, server});
+  watch(id, Clock::now());
+  send(id, hello());
+}
+
+void Van::publish(const std::string& name, const std::string& value) {
+  try {
+    store_.set(key(name), value);
+  } catch (const std::exception& e) {
+    store_failed(e);
+  }
+}
+
+// The store's errors name it (an answer that never came, a connection that ended).
+void Van::store_failed(const std::exception& e) { fail(Status::Error(std::string("rendezvous failed: ") + e.what())); }
+
+// Workers: ready once the root has published that the whole job has come.
+void Van::check_assembled(Clock::time_point now) {
+  if (now < next_store_check_) return;
+  try {
+    if (store_.try_get(key("assembled"))) {
+      ready_ = true;
+      return protocol_.on_ready();
+    }
+  } catch (const std::exception& e) {
+    return store_failed(e);
+  }
+  store_backoff_ = std::min(store_backoff_ * 2, milliseconds(20));
+  next_store_check_ = now + store_backoff_;
+}
+
+Status Van::rendezvous_timeout(const std::string& waiting_for) const {
+  std::ostringstream os;
+  os << "rendezvous timed out after " << opts_.rendezvous_timeout_s << " s waiting for " << waiting_for
+     << " (COMMSCHED_PS_RENDEZVOUS_TIMEOUT)";
+  return Status::Error(os.str());
 }
 
 Header Van::hello() const {
@@ -99,18 +147,19 @@ void Van::check_settings(PeerId id, const Header& h) {
 bool Van::poll(milliseconds max_wait) {
   if (failed()) return false;
   auto now = Clock::now();
-  const auto to_tick = next_tick_ > now ? duration_cast<milliseconds>(next_tick_ - now) : milliseconds(0);
-  if (auto in = transport_.receive(live_.poll_wait(std::min(max_wait, to_tick), now))) handle(*in);
+  const bool awaiting_store = !ready_ && opts_.role == PeerRole::worker;
+  auto until = next_tick_;
+  if (awaiting_store) until = std::min(until, next_store_check_);
+  const auto wait = until > now ? duration_cast<milliseconds>(until - now) : milliseconds(0);
+  if (auto in = transport_.receive(live_.poll_wait(std::min(max_wait, wait), now))) handle(*in);
   if (failed()) return false;
   now = Clock::now();
   if (auto loss = live_.check(now)) lost(loss->peer, loss->explain([this](PeerId id) { return name(id); }));
-  if (!failed() && !ready_ && now - started_ > duration<double>(opts_.rendezvous_timeout_s)) {
-    const std::string missing = opts_.role == PeerRole::worker ? "the peer table from server 0" : names(roster_.missing());
-    std::ostringstream os;
-    os << "rendezvous timed out after " << opts_.rendezvous_timeout_s << " s waiting for " << missing
-       << " (COMMSCHED_PS_RENDEZVOUS_TIMEOUT)";
-    fail(Status::Error(os.str()));
-  }
+  if (!failed() && awaiting_store) check_assembled(now);
+  if (!failed() && !ready_ && now - started_ > duration<double>(opts_.rendezvous_timeout_s))
+    fail(rendezvous_timeout(opts_.role == PeerRole::worker ? "server 0 to see every worker and server ('" +
+                                                                 key("assembled") + "' in the " + store_.where() + ")"
+                                                           : names(roster_.missing())));
   if (!failed() && now >= next_tick_) tick(now);
   return !failed();
 }
@@ -190,7 +239,7 @@ void Van::handle(Incoming& in) {
   const Header& h = *d.header;
   if (!member) {
     if (h.type != MsgType::hello) return drop(in.peer, "first message is " + std::string(msg_type_name(h.type)) + ", not hello");
-    return on_hello(in.peer, h, payload_text(in.payload.get()));
+    return on_hello(in.peer, h);
   }
   if (h.sender_role != member->role || h.sender_rank != member->rank)
     return malformed(in.peer, "sender changed from " + peer_name(member->role, member->rank) + " to " +
@@ -211,54 +260,24 @@ void Van::on_member_message(PeerId id, const Roster::Member& m, const Header& h,
     case MsgType::hello: return malformed(id, "said hello twice");
     case MsgType::peer_lost:
       return stop(relay_.reported(payload_text(p.get()), id, name(id), live_.expected()), Status::Code::peer_lost);
-    case MsgType::peers:
-      if (opts_.role == PeerRole::worker && m.role == PeerRole::server && m.rank == 0 && !ready_)
-        return on_peers(h, payload_text(p.get()));
-      return malformed(id, "unexpected peers message");
     default: return protocol_.on_message(id, m, h, std::move(p));
   }
 }
 
-void Van::on_hello(PeerId id, const Header& h, const std::string& text) {
-  std::optional<std::string> why;
-  const bool server = h.sender_role == PeerRole::server;
-  if (server && text.rfind("tcp://", 0) != 0) why = "no endpoint to advertise ('" + text + "')";
-  else why = roster_.admit(id, {h.sender_role, h.sender_rank});
-  if (why) return drop(id, "hello from " + peer_name(h.sender_role, h.sender_rank) + " refused: " + *why);
+void Van::on_hello(PeerId id, const Header& h) {
+  if (auto why = roster_.admit(id, {h.sender_role, h.sender_rank}))
+    return drop(id, "hello from " + peer_name(h.sender_role, h.sender_rank) + " refused: " + *why);
   watch(id, Clock::now());
   check_settings(id, h);
   if (failed()) return;
-  if (server) server_endpoints_[h.sender_rank] = text;
   maybe_ready();
 }
 
-// Servers: once every awaited member has said hello. The root then hands every worker the peer table.
+// Servers: once every awaited member has said hello. The root then tells the workers that the job has come.
 void Van::maybe_ready() {
   if (ready_ || !roster_.complete()) return;
-  if (opts_.rank == 0) {
-    std::string list;
-    for (int s = 1; s < opts_.num_servers; ++s) list += server_endpoints_[static_cast<size_t>(s)] + "\n";
-    Header h = header(MsgType::peers);
-    h.aux = static_cast<uint32_t>(opts_.num_servers);
-    for (PeerId w : roster_.ids(PeerRole::worker)) send_text(w, h, list);
-  }
-  ready_ = true;
-  protocol_.on_ready();
-}
-
-// Workers: the root's peer table; dial every other server and say hello there.
-void Van::on_peers(const Header& h, const std::string& text) {
-  const auto endpoints = split_lines(text);
-  if (h.aux != static_cast<uint32_t>(opts_.num_servers) || endpoints.size() + 1 != static_cast<size_t>(opts_.num_servers))
-    return fail(Status::Error("the root has " + std::to_string(h.aux) + " servers (" +
-                              std::to_string(endpoints.size() + 1) + " endpoints) but COMMSCHED_NUM_SERVERS=" +
-                              std::to_string(opts_.num_servers)));
-  for (size_t s = 1; s <= endpoints.size(); ++s) {
-    const PeerId id = transport_.connect(endpoints[s - 1]);
-    roster_.add(id, {PeerRole::server, static_cast<uint32_t>(s)});
-    watch(id, Clock::now());
-    send(id, hello());
-  }
+  if (opts_.rank == 0) publish("assembled", std::to_string(opts_.num_workers));
+  if (failed()) return;
   ready_ = true;
   protocol_.on_ready();
 }

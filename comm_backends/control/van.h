@@ -3,12 +3,16 @@
 // for the server and the worker alike. They are protocols on top: every other message (push_pull, sums, sharding,
 // join) passes through to them, from a member whose identity the Van has checked.
 //
-// Rendezvous (README.md): server 0 is the root and binds COMMSCHED_ROOT_PORT. Servers 1..S-1 bind an ephemeral
-// port, dial the root and say hello with the endpoint they advertise. Workers dial the root and say hello. Once every
-// worker and server has, the root sends each worker the peer table (the other servers' endpoints); workers dial every
-// other server and say hello there too; a server >= 1 is ready once every worker has said hello to it. Ranks come from
-// the environment contract (COMMSCHED_RANK); the Roster admits each rank once. A peer is authenticated by the
-// transport (TransportOptions::auth_secret) before any of its messages reaches the Van.
+// Rendezvous (README.md) goes through the job's rendezvous store (control::Store; server 0's process serves it at
+// COMMSCHED_ROOT_ADDR:COMMSCHED_ROOT_PORT): every server binds an ephemeral port and publishes the endpoint it
+// advertises under "<scope>server/<rank>"; servers 1..S-1 first read server 0's and dial it, workers read every
+// server's and dial them all. A dialing node says hello on each connection (its role, rank and settings), so the
+// transport's connection gets its member; the Roster admits each rank once. Server 0 is ready once every worker and
+// server has said hello and then publishes "<scope>assembled"; a worker is ready once it reads that key (so nobody
+// talks to a server before the whole job has come), a server >= 1 once every worker has said hello to it. Ranks come
+// from the environment contract (COMMSCHED_RANK). The store proves the run's secret both ways before any key is read
+// or written (collective/link_auth.h); a peer's connection is authenticated by the transport
+// (TransportOptions::auth_secret) before any of its messages reaches the Van.
 //
 // Liveness (comm_backends/liveness.h): every connection carries a ping each heartbeat in both directions; a member is
 // lost when its connection ends with no goodbye within the grace, or it is silent for COMMSCHED_TIMEOUT. The node that
@@ -31,8 +35,10 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -42,6 +48,7 @@
 #include "comm_backends/control/goodbye_barrier.h"
 #include "comm_backends/control/loss_relay.h"
 #include "comm_backends/control/roster.h"
+#include "comm_backends/control/store.h"
 #include "comm_backends/liveness.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/transport.h"
@@ -53,10 +60,9 @@ struct VanOptions {
   uint32_t rank = 0;
   int num_workers = 1;
   int num_servers = 1;
-  std::string root_endpoint;         // "tcp://host:port" of server 0
-  // Servers: the host to bind (an address, an interface name, '*') and the host to advertise (servers >= 1).
+  std::string store_scope = "ps/";  // prefix of this job's keys in the rendezvous store
+  // Servers: the host to bind (an address, an interface name, '*') and the host to advertise.
   std::string bind_host;
-  int root_port = 0;                 // server 0 binds it
   std::string advertised_host;
   double heartbeat_s = 0.25;         // COMMSCHED_PS_HEARTBEAT (0: liveness.h's automatic interval)
   double timeout_s = 10;             // COMMSCHED_TIMEOUT
@@ -68,21 +74,22 @@ struct VanOptions {
   uint32_t settings = 0;
   std::function<std::string(uint32_t)> describe_settings;
 
-  // The environment contract's part (role, rank, sizes, root, bind and advertised hosts, COMMSCHED_TIMEOUT).
+  // The environment contract's part (role, rank, sizes, bind and advertised hosts, COMMSCHED_TIMEOUT).
   static VanOptions from(const ClusterEnv& env);
 };
 
-// A text payload (an error, a peer table) as a string ("" without one).
+// A text payload (an error, a loss report) as a string ("" without one).
 std::string payload_text(const ps::Payload* p);
 
 // What a protocol on top of the Van sees.
 class VanProtocol {
  public:
   virtual ~VanProtocol() = default;
-  // A protocol message from a member (never hello, ping, bye, peer_lost or peers: the Van's own).
+  // A protocol message from a member (never hello, ping, bye or peer_lost: the Van's own).
   virtual void on_message(ps::PeerId from, const Roster::Member& sender, const ps::Header& h,
                           std::unique_ptr<ps::Payload> payload) = 0;
-  // The rendezvous is complete: every member this node talks to is known (worker: dialed every server).
+  // The rendezvous is complete: every member this node talks to is known (worker: every server dialed, and the
+  // whole job has come).
   virtual void on_ready() {}
   // Called once when this node fails (a lost peer, a report of one, malformed input, a rendezvous timeout); the
   // survivors have been told. The Van closes the transport right after this returns, so do not release callers'
@@ -92,10 +99,13 @@ class VanProtocol {
 
 class Van {
  public:
-  Van(VanOptions opts, ps::Transport& transport, VanProtocol& protocol);
+  // `store` is the job's rendezvous store; it must outlive the Van.
+  Van(VanOptions opts, ps::Transport& transport, VanProtocol& protocol, Store& store);
 
-  // Binds (servers), dials the root and says hello. Returns the endpoint this node advertises ("" for workers).
-  // Throws std::runtime_error when the bind fails.
+  // Binds (servers), reads the endpoints this node dials from the store (waiting for them at most
+  // COMMSCHED_PS_RENDEZVOUS_TIMEOUT), dials them and says hello, and publishes its own (servers). Returns the
+  // endpoint this node advertises ("" for workers). Throws std::runtime_error when the bind fails; a server that
+  // does not publish in time, or a store that fails, fails the node (on_failed names it) instead.
   std::string start();
   // One round of the control loop: waits at most `max_wait` for an event and handles it, judges liveness, sends the
   // heartbeats that are due. False once the node has failed (the transport is closed then).
@@ -131,13 +141,19 @@ class Van {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void say_hello_to_root(const std::string& endpoint);
+  std::string key(const std::string& name) const { return opts_.store_scope + name; }
+  // Server `rank`'s endpoint from the store, waiting until `deadline`; none once the node has failed (naming it).
+  std::optional<std::string> endpoint_of(uint32_t server, Deadline deadline);
+  void dial(uint32_t server, const std::string& endpoint);
+  void publish(const std::string& name, const std::string& value);
+  void store_failed(const std::exception& e);
+  void check_assembled(Clock::time_point now);
+  Status rendezvous_timeout(const std::string& waiting_for) const;
   ps::Header hello() const;
   void check_settings(ps::PeerId id, const ps::Header& h);
   void handle(ps::Incoming& in);
   void on_member_message(ps::PeerId id, const Roster::Member& m, const ps::Header& h, std::unique_ptr<ps::Payload> p);
-  void on_hello(ps::PeerId id, const ps::Header& h, const std::string& text);
-  void on_peers(const ps::Header& h, const std::string& text);
+  void on_hello(ps::PeerId id, const ps::Header& h);
   void maybe_ready();
   void drop(ps::PeerId id, const std::string& why);
   void watch(ps::PeerId id, Clock::time_point heard);
@@ -149,15 +165,18 @@ class Van {
   VanOptions opts_;
   ps::Transport& transport_;
   VanProtocol& protocol_;
+  Store& store_;
   Roster roster_;
   Liveness live_;
   GoodbyeBarrier bye_;  // every member is awaited; a member that said bye is no longer watched by live_
   LossRelay relay_;     // failed once it has stopped
-  std::unordered_set<ps::PeerId> dropped_;     // strangers: ignored from now on
-  std::vector<std::string> server_endpoints_;  // root: by rank (0 unused)
+  std::unordered_set<ps::PeerId> dropped_;  // strangers: ignored from now on
   std::chrono::milliseconds heartbeat_;
   Clock::time_point started_;
   Clock::time_point next_tick_;
+  // Workers: when to look for "assembled" next (backing off, so a long wait costs the store little).
+  Clock::time_point next_store_check_;
+  std::chrono::milliseconds store_backoff_{1};
   bool ready_ = false;
 };
 

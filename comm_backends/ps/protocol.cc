@@ -30,7 +30,7 @@ bool is_data_type(MsgType t) {
 }
 bool is_batch_type(MsgType t) { return t == MsgType::push_pull_batch || t == MsgType::sum_batch; }
 bool is_text_type(MsgType t) {
-  return t == MsgType::hello || t == MsgType::peers || t == MsgType::error || t == MsgType::peer_lost ||
+  return t == MsgType::error || t == MsgType::peer_lost ||
          t == MsgType::lags;
 }
 
@@ -77,7 +77,6 @@ std::string check_payload(const Header& h, std::optional<uint64_t> payload) {
 std::string_view msg_type_name(MsgType t) {
   switch (t) {
     case MsgType::hello: return "hello";
-    case MsgType::peers: return "peers";
     case MsgType::assign_req: return "assign_req";
     case MsgType::assign_rep: return "assign_rep";
     case MsgType::push_pull: return "push_pull";
@@ -177,7 +176,9 @@ Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> 
   if (const auto v = get<uint16_t>(frame, 4); v != kVersion)
     return fail("protocol version " + std::to_string(v) + " not supported (expected " + std::to_string(kVersion) + ")");
   const auto type = get<uint8_t>(frame, 6);
-  if (type == 0 || type > kMaxMsgType) return fail("unknown message type " + std::to_string(type));
+  // A number no type has any more (2, the old peer table) is as unknown as one never used.
+  if (type == 0 || type > kMaxMsgType || msg_type_name(static_cast<MsgType>(type)) == "unknown")
+    return fail("unknown message type " + std::to_string(type));
   const auto role = get<uint8_t>(frame, 8);
   if (role > static_cast<uint8_t>(PeerRole::tool)) return fail("unknown sender role " + std::to_string(role));
   if (get<uint8_t>(frame, 11) != 0) return fail("reserved header bytes not zero");

@@ -20,14 +20,15 @@
 namespace commsched::ps {
 
 inline constexpr uint32_t kMagic = 0x53505343;  // "CSPS" read as little-endian bytes
-// 2: `received` and kFlagAckReceipt; 3: codec and elements; 4: kFlagAsync, lags; 5: push_pull_batch, sum_batch
-inline constexpr uint16_t kVersion = 5;
+// 2: `received` and kFlagAckReceipt; 3: codec and elements; 4: kFlagAsync, lags; 5: push_pull_batch, sum_batch;
+// 6: servers' endpoints through the rendezvous store (no peers message, hellos carry no text)
+inline constexpr uint16_t kVersion = 6;
 inline constexpr size_t kHeaderBytes = 80;
 
 enum class MsgType : uint8_t {
-  hello = 1,         // rendezvous/introduction: sender_role, sender_rank; payload: endpoint text (servers) or empty;
+  hello = 1,         // introduction on a connection the sender dialed: sender_role, sender_rank; no payload;
                      // aux: the settings every process must share (PsConfig::mode_word), checked by the receiver
-  peers = 2,         // root -> worker: payload = newline-separated server endpoints, aux = number of servers
+                     // (2 was the root's peer table, before the endpoints went through the rendezvous store)
   assign_req = 3,    // worker -> root: which server owns (key, offset)? length = partition bytes (load estimate)
   assign_rep = 4,    // root -> worker: aux = owning server rank
   push_pull = 5,     // worker -> server: payload = this worker's partition; answered by sum

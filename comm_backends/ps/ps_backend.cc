@@ -5,6 +5,8 @@
 #include <string_view>
 #include <utility>
 
+#include "comm_backends/collective/kv_store.h"
+
 namespace commsched {
 namespace {
 using namespace ps;
@@ -24,11 +26,13 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
   if (env_.num_servers < 1) throw InvalidArgument("COMMSCHED_NUM_SERVERS must be at least 1 for the parameter server");
   caps_ = make_capabilities();
   transport_ = make_transport(cfg_.transport, cfg_.transport_options(env_));
-  van_ = std::make_unique<control::Van>(cfg_.van_options(env_), *transport_, static_cast<control::VanProtocol&>(*this));
+  rendezvous_ = cfg_.rendezvous(env_);
+  van_ = std::make_unique<control::Van>(cfg_.van_options(env_, rendezvous_->scope()), *transport_,
+                                        static_cast<control::VanProtocol&>(*this), rendezvous_->store());
   transport_->set_payload_sink([this](PeerId peer, std::span<const std::byte> header, size_t bytes) {
     return landing_for(peer, header, bytes);
   });
-  van_->start();  // dials the root and says hello; the I/O thread takes the Van from here
+  van_->start();  // finds the servers in the store, dials them and says hello; the I/O thread takes it from here
   io_ = std::thread([this] { io_main(); });
   std::unique_lock lock(mu_);
   state_cv_.wait(lock, [&] { return state_ != State::connecting; });

@@ -132,6 +132,7 @@ class PsBackend final : public CommBackend, private control::VanProtocol, privat
   BackendCapabilities caps_;
   uint32_t lane_contributors_ = 0;  // 0: push_pulls are summed over every worker
   std::unique_ptr<ps::Transport> transport_;
+  std::unique_ptr<collective::Rendezvous> rendezvous_;  // the store the Van found the servers in
   std::unique_ptr<control::Van> van_;  // drives transport_ on the I/O thread
 
   // Shared with callers of start()/shutdown().

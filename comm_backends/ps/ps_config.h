@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,9 @@
 #include "options/option_table.h"
 
 namespace commsched {
+namespace collective {
+class Rendezvous;
+}
 
 struct PsConfig {
   bool deterministic = false;
@@ -39,7 +43,12 @@ struct PsConfig {
   // What the server and the worker of `env` build their transport and control plane with (the same rules for
   // both: workers authenticate exactly when the servers of the run do).
   ps::TransportOptions transport_options(const ClusterEnv& env) const;
-  control::VanOptions van_options(const ClusterEnv& env) const;
+  // The job's rendezvous store: server 0 serves it at COMMSCHED_ROOT_ADDR:COMMSCHED_ROOT_PORT, and every process
+  // connects, waiting for it at most COMMSCHED_PS_RENDEZVOUS_TIMEOUT. Throws std::runtime_error naming the store and
+  // this process when the bind or the connection fails, or the store refuses it (another secret).
+  std::unique_ptr<collective::Rendezvous> rendezvous(const ClusterEnv& env) const;
+  // `store_scope`: the prefix of the job's keys in that store (Rendezvous::scope()).
+  control::VanOptions van_options(const ClusterEnv& env, std::string store_scope) const;
   // The mode and staleness as one word every process of a job must share (checked at the rendezvous).
   uint32_t mode_word() const;
   static std::string describe_mode_word(uint32_t word);  // "COMMSCHED_PS_MODE=ssp COMMSCHED_STALENESS=2"

@@ -1,6 +1,10 @@
 // What a validated PsConfig hands the transport and the Van. Apart from ps_config.cc (parsing and validation), so
 // that the parsers link without the keys, the Van and the transports (the config fuzzer, tests/fuzz, builds them alone).
+#include <stdexcept>
+
+#include "base/types.h"
 #include "comm_backends/cluster_auth.h"
+#include "comm_backends/collective/kv_store.h"
 #include "comm_backends/control/socket.h"
 #include "comm_backends/ps/ps_config.h"
 
@@ -15,8 +19,23 @@ ps::TransportOptions PsConfig::transport_options(const ClusterEnv& env) const {
   return opts;
 }
 
-control::VanOptions PsConfig::van_options(const ClusterEnv& env) const {
+std::unique_ptr<collective::Rendezvous> PsConfig::rendezvous(const ClusterEnv& env) const {
+  const bool root = env.role == Role::server && env.rank == 0;
+  const auto wait = std::chrono::milliseconds(static_cast<int64_t>(rendezvous_timeout_s * 1000));
+  try {
+    return std::make_unique<collective::Rendezvous>(env, "ps/", root, wait);
+  } catch (const InvalidArgument&) {
+    throw;  // a configuration error (no secret beyond loopback) says what to set
+  } catch (const std::exception& e) {
+    throw std::runtime_error("parameter-server rendezvous at " + env.root_addr + ":" + std::to_string(env.root_port) +
+                             " failed for " + (env.role == Role::server ? "server " : "worker ") +
+                             std::to_string(env.rank) + (root ? "" : " (server 0 serves the store)") + ": " + e.what());
+  }
+}
+
+control::VanOptions PsConfig::van_options(const ClusterEnv& env, std::string store_scope) const {
   control::VanOptions o = control::VanOptions::from(env);
+  o.store_scope = std::move(store_scope);
   o.heartbeat_s = heartbeat_s;
   o.rendezvous_timeout_s = rendezvous_timeout_s;
   o.max_message_bytes = max_message_bytes;

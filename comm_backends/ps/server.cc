@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm_backends/collective/kv_store.h"
 #include "comm_backends/straggler.h"
 
 namespace commsched {
@@ -17,8 +18,9 @@ using std::chrono::duration;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-control::VanOptions van_options(const ClusterEnv& env, const PsConfig& cfg, std::function<void(const std::string&)> log) {
-  control::VanOptions o = cfg.van_options(env);
+control::VanOptions van_options(const ClusterEnv& env, const PsConfig& cfg, std::string store_scope,
+                                std::function<void(const std::string&)> log) {
+  control::VanOptions o = cfg.van_options(env, std::move(store_scope));
   o.log = std::move(log);
   return o;
 }
@@ -37,7 +39,9 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
     : env_(env),
       cfg_(cfg),
       transport_(std::move(transport)),
-      van_(van_options(env, cfg, [this](const std::string& line) { log(line); }), *transport_, *this),
+      rendezvous_(cfg.rendezvous(env)),
+      van_(van_options(env, cfg, rendezvous_->scope(), [this](const std::string& line) { log(line); }), *transport_,
+           *this, rendezvous_->store()),
       pool_(BufferPool::create()),
       summer_(cfg.server_threads, cfg.parallel_sum_bytes),
       engine_(engine_options(env, cfg), summer_, pool_, [this] { transport_->wake(); }),
@@ -53,12 +57,13 @@ void Server::log(const std::string& line) const {
 
 int Server::run() {
   const std::string endpoint = van_.start();
-  log("listening on " + endpoint + "; " + env_.describe() +
-      (authentication_.empty() ? "" : "; authenticated (" + authentication_ + ")") +
-      (cfg_.deterministic ? "; deterministic sums" : "") +
-      (cfg_.mode == "sync" ? "" : "; gradients " + PsConfig::describe_mode_word(cfg_.mode_word())) +
-      (cfg_.emulate_rate_bps > 0 ? "; EMULATED link rate " + std::to_string(cfg_.emulate_rate_bps / 1e9) + " Gbit/s"
-                                 : ""));
+  if (!van_.failed())  // else on_failed has said why
+    log("listening on " + endpoint + "; " + env_.describe() +
+        (authentication_.empty() ? "" : "; authenticated (" + authentication_ + ")") +
+        (cfg_.deterministic ? "; deterministic sums" : "") +
+        (cfg_.mode == "sync" ? "" : "; gradients " + PsConfig::describe_mode_word(cfg_.mode_word())) +
+        (cfg_.emulate_rate_bps > 0 ? "; EMULATED link rate " + std::to_string(cfg_.emulate_rate_bps / 1e9) + " Gbit/s"
+                                   : ""));
   const auto hb = van_.heartbeat();
   while (van_.poll(hb)) {
     send_outcomes();

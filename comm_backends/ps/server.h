@@ -68,6 +68,7 @@ class Server final : public control::VanProtocol {
   ClusterEnv env_;
   PsConfig cfg_;
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<collective::Rendezvous> rendezvous_;  // server 0 serves it; the Van publishes our endpoint there
   control::Van van_;
   std::shared_ptr<BufferPool> pool_;
   Summer summer_;

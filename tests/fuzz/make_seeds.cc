@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     return h;
   };
   int i = 0;
-  for (MsgType t : {MsgType::hello, MsgType::peers, MsgType::assign_req, MsgType::assign_rep, MsgType::push_pull,
+  for (MsgType t : {MsgType::hello, MsgType::assign_req, MsgType::assign_rep, MsgType::push_pull,
                     MsgType::sum, MsgType::bcast, MsgType::bcast_data, MsgType::ping, MsgType::error,
                     MsgType::peer_lost, MsgType::bye, MsgType::received, MsgType::join, MsgType::joined,
                     MsgType::lags}) {

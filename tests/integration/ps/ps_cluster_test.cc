@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "comm_backends/cluster_auth.h"
+#include "comm_backends/collective/kv_store.h"
 #include "comm_backends/control/socket.h"
 #include "comm_backends/ps/protocol.h"
 #include "comm_backends/ps/transport.h"
@@ -85,6 +86,21 @@ void expect_all_ok(LocalCluster& c) {
     EXPECT_EQ(p.exit_code.value_or(-1), 0) << p.name << "\n" << all_logs(c);
     EXPECT_EQ(c.read_log(p.name).find("UCX  ERROR"), std::string::npos) << p.name << "\n" << all_logs(c);
   }
+}
+
+// The port of server 0's transport, from its "listening on tcp://HOST:PORT;" line (within 10 s; 0 when it never
+// says): the root port is the rendezvous store's, the data port is any free one.
+int server0_data_port(LocalCluster& c) {
+  const std::string said = "listening on tcp://";
+  for (int i = 0; i < 2000; ++i) {
+    const std::string log = c.read_log("server 0");
+    if (const auto at = log.find(said); at != std::string::npos) {
+      const auto colon = log.find(':', at + said.size());
+      return std::atoi(log.c_str() + colon + 1);
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return 0;
 }
 
 std::string read_file(const std::string& path) {
@@ -300,26 +316,26 @@ TEST_P(PsCluster, MismatchedSizesNameKeyAndSizes) {
   }
 }
 
-// Foreign bytes on a server port (raw TCP garbage, and ZeroMQ peers sending bad headers) are dropped and logged;
-// the server keeps serving the real workers, whose sums stay exact.
+// Foreign bytes on a server port (raw TCP garbage, and ZeroMQ peers sending bad headers) are dropped and logged, and
+// garbage at the rendezvous store is dropped too; the server keeps serving the real workers, whose sums stay exact.
 TEST_P(PsCluster, MalformedMessagesAreDroppedAndServingContinues) {
   LocalCluster c(kExe, 2, 1,
                  {"--tensors", "20", "--iterations", "400", "--max-bytes", "200000", "--mode", "exact"}, env());
   c.start();
-  for (int i = 0; i < 500 && c.read_log("server 0").find("listening") == std::string::npos; ++i)
-    std::this_thread::sleep_for(10ms);
-  // 1. Raw TCP garbage.
-  {
-    const commsched::control::Fd fd = commsched::control::connect_tcp("127.0.0.1", c.root_port(), std::chrono::steady_clock::now() + 5s);
+  const int data_port = server0_data_port(c);
+  ASSERT_GT(data_port, 0) << all_logs(c);
+  // 1. Raw TCP garbage, at server 0's transport and at the rendezvous store on the root port.
+  for (const int port : {data_port, c.root_port()}) {
+    const commsched::control::Fd fd = commsched::control::connect_tcp("127.0.0.1", port, std::chrono::steady_clock::now() + 5s);
     const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\xff\xff\xff garbage garbage";
     commsched::control::send_bytes(fd.get(), std::string_view(junk, sizeof junk));
     ::shutdown(fd.get(), SHUT_WR);  // the junk, then end of stream: nothing here needs to wait for the server
   }
   // 2. A peer of the same transport with a bad magic, and one with a truncated header.
   if (is_ucx(GetParam())) {
-    send_bad_headers_ucx(c.root_port());
+    send_bad_headers_ucx(data_port);
   } else {
-    send_bad_headers_zmq(c.root_port());
+    send_bad_headers_zmq(data_port);
   }
   ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
   expect_all_ok(c);
@@ -395,7 +411,7 @@ TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact"},
                  {{"COMMSCHED_SECRET", secret}, {"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", "sm,self"}});
   const auto hello = start_until_listening(c);
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(c.root_port());
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(server0_data_port(c));
   commsched::ps::TransportOptions wrong;
   wrong.auth_secret = "some-other-secret-0123456789";
   auto plain = commsched::ps::make_ucx_transport({});
@@ -416,14 +432,30 @@ TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
 
 // With a shared secret, processes that do not have it cannot take a rank: a plain ZeroMQ peer and a CURVE peer with
 // its own key pair (knowing the server's public key) both say a well-formed hello as worker 1, as soon as server 0
-// listens. Both are refused during the handshake and logged with their reason; the real workers get every rank and
-// finish with exact sums.
+// listens. Both are refused during the handshake and logged with their reason, as are store clients without the
+// secret or with another one; the real workers get every rank and finish with exact sums.
 TEST(PsClusterAuth, PeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   const std::string secret = "integration-test-secret-0123456789";
   LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact"},
                  {{"COMMSCHED_SECRET", secret}});
   const auto hello = start_until_listening(c);
-  const std::string ep = "tcp://127.0.0.1:" + std::to_string(c.root_port());
+  // At the rendezvous store (the root port): a client without the secret reads nothing, one with another secret is
+  // refused before it can ask, each told why with the store named.
+  using commsched::collective::TcpStoreClient;
+  try {
+    TcpStoreClient("127.0.0.1", c.root_port(), 5s).try_get("ps/server/0");
+    ADD_FAILURE() << "a store client without the secret read a key";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("rendezvous store at 127.0.0.1:" + std::to_string(c.root_port()) +
+                                         " requires the run's shared secret"), std::string::npos) << e.what();
+  }
+  try {
+    TcpStoreClient("127.0.0.1", c.root_port(), 5s, "some-other-secret-0123456789");
+    ADD_FAILURE() << "a store client with another secret was admitted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("refused us: the shared secret differs"), std::string::npos) << e.what();
+  }
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(server0_data_port(c));
   void* ctx = zmq_ctx_new();
   void* plain = zmq_socket(ctx, ZMQ_DEALER);
   zmq_connect(plain, ep.c_str());
@@ -447,6 +479,7 @@ TEST(PsClusterAuth, PeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
               log.find("no or a wrong shared secret") != std::string::npos) << log;
   EXPECT_NE(log.find("CURVE key is not this run's"), std::string::npos) << log;        // the stranger
   EXPECT_EQ(log.find("already connected"), std::string::npos) << log;                  // no rank was taken
+  EXPECT_NE(log.find("rendezvous store refused 127.0.0.1:"), std::string::npos) << log;  // the plain store client
   int zero = 0;
   for (void* s : {plain, stranger}) zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero), zmq_close(s);
   zmq_ctx_term(ctx);

@@ -109,10 +109,17 @@ class Recorder final : public VanProtocol {
   std::optional<Status> failure;
 };
 
-// The scripted transport connects nowhere: the root's endpoint is only a name.
 VanOptions options(PeerRole role, uint32_t rank, int workers, int servers) {
-  return test_support::van_test_options(role, rank, workers, servers, "tcp://127.0.0.1:1");
+  return test_support::van_test_options(role, rank, workers, servers);
 }
+
+// A store where server 0 has published its endpoint (only a name: the scripted transport connects nowhere) and, when
+// `assembled`, that the whole job has come.
+struct PublishedRoot {
+  test_support::TestStore store;
+  std::unique_ptr<Store> client = store.client();
+  explicit PublishedRoot(bool assembled) { store.publish({"tcp://127.0.0.1:1"}, assembled); }
+};
 
 void poll_until_empty(Van& van, ScriptedTransport& t) {
   for (int i = 0; i < 100 && !t.inbox.empty(); ++i) van.poll(1ms);
@@ -120,14 +127,15 @@ void poll_until_empty(Van& van, ScriptedTransport& t) {
 
 // A worker of a one-server cluster, past the rendezvous: the root (server 0) is its peer 1.
 struct Worker {
+  PublishedRoot root{true};
   ScriptedTransport t;
   Recorder proto;
   std::vector<std::string> logs;  // before the Van, which logs into it
   Van van;
-  explicit Worker(double timeout_s = 2) : van(with_timeout(options(PeerRole::worker, 0, 1, 1), timeout_s, logs), t, proto) {
+  explicit Worker(double timeout_s = 2)
+      : van(with_timeout(options(PeerRole::worker, 0, 1, 1), timeout_s, logs), t, proto, *root.client) {
     van.start();
-    t.deliver(1, MsgType::peers, PeerRole::server, 0, std::string(), 1);
-    poll_until_empty(van, t);
+    for (int i = 0; i < 1000 && !van.ready(); ++i) van.poll(1ms);  // until it reads "assembled"
   }
   static VanOptions with_timeout(VanOptions o, double s, std::vector<std::string>& logs) {
     o.timeout_s = s;
@@ -157,9 +165,11 @@ TEST(VanGoodbye, LeaveWaitsForTheAnsweringByeAndTakesWhatArrivesBeforeIt) {
 
 // A node told bye by a member answers with its own bye, once: the answer the leaving member waits for.
 TEST(VanGoodbye, AServerAnswersAWorkersByeWithItsOwn) {
+  test_support::TestStore store;
+  const auto client = store.client();
   ScriptedTransport t;
   Recorder proto;
-  Van van(options(PeerRole::server, 0, 2, 1), t, proto);
+  Van van(options(PeerRole::server, 0, 2, 1), t, proto, *client);
   van.start();
   t.deliver(100, MsgType::hello, PeerRole::worker, 0);
   t.deliver(101, MsgType::hello, PeerRole::worker, 1);
@@ -242,9 +252,10 @@ TEST(VanLossReport, ALossRelayedTwiceNamesTheLostPeerAndItsFirstReporterOnce) {
 // The first hop: a server told by the root passes the report on to its workers with the root as reporter, and not
 // back to the root.
 TEST(VanLossReport, AServerRelaysTheRootsReportNamingTheRoot) {
+  PublishedRoot root(false);
   ScriptedTransport t;
   Recorder proto;
-  Van van(options(PeerRole::server, 1, 2, 2), t, proto);
+  Van van(options(PeerRole::server, 1, 2, 2), t, proto, *root.client);
   van.start();  // dials the root: peer 1
   t.deliver(100, MsgType::hello, PeerRole::worker, 0);
   t.deliver(101, MsgType::hello, PeerRole::worker, 1);

@@ -1,6 +1,7 @@
-// The control plane alone, in one process over the ZeroMQ transport on loopback: rendezvous with two servers and the
-// peer table, protocol messages passed through, the goodbye barrier, a vanished or frozen node named to every
-// survivor (and nobody else named), strangers dropped while the members are served.
+// The control plane alone, in one process over the ZeroMQ transport on loopback: rendezvous with two servers through
+// the rendezvous store, protocol messages passed through, the goodbye barrier, a vanished or frozen node named to
+// every survivor (and nobody else named), strangers dropped while the members are served, a server that never comes
+// named by the workers.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -27,11 +28,11 @@ class Node final : public VanProtocol {
  public:
   enum class Mode { serve, leave_when_ready, vanish_when_ready, freeze_when_ready, garble_when_ready };
 
-  Node(VanOptions o, Mode mode) : mode_(mode) {
+  Node(VanOptions o, Mode mode, test_support::TestStore& store) : mode_(mode), store_(store.client()) {
     o.heartbeat_s = 0.05;
     o.log = [this](const std::string& line) { record(logs_, line); };
     transport_ = ps::make_zmq_transport({});
-    van_ = std::make_unique<Van>(std::move(o), *transport_, *this);
+    van_ = std::make_unique<Van>(std::move(o), *transport_, *this, *store_);
   }
   ~Node() override {
     stop_ = true;
@@ -117,6 +118,7 @@ class Node final : public VanProtocol {
   }
 
   Mode mode_;
+  std::unique_ptr<Store> store_;
   std::unique_ptr<ps::Transport> transport_;
   std::unique_ptr<Van> van_;
   std::thread thread_;
@@ -126,8 +128,15 @@ class Node final : public VanProtocol {
   std::vector<std::string> messages_, logs_;
 };
 
-VanOptions options(PeerRole role, uint32_t rank, int workers, int servers, const std::string& root = {}) {
-  return test_support::van_test_options(role, rank, workers, servers, root);
+VanOptions options(PeerRole role, uint32_t rank, int workers, int servers) {
+  return test_support::van_test_options(role, rank, workers, servers);
+}
+
+// A node that gives up on the rendezvous after half a second.
+VanOptions impatient(PeerRole role, uint32_t rank, int workers, int servers) {
+  VanOptions o = options(role, rank, workers, servers);
+  o.rendezvous_timeout_s = 0.5;
+  return o;
 }
 
 template <typename Pred>
@@ -141,24 +150,26 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
 }
 
 struct Cluster {
+  test_support::TestStore store;
   std::unique_ptr<Node> root, server1;
   std::vector<std::unique_ptr<Node>> workers;
 };
 
 // Server 0 (root), server 1 and `modes.size()` workers, started in that order.
-Cluster start_cluster(const std::vector<Node::Mode>& worker_modes, Node::Mode server1_mode = Node::Mode::serve) {
+std::unique_ptr<Cluster> start_cluster(const std::vector<Node::Mode>& worker_modes, Node::Mode server1_mode = Node::Mode::serve) {
   const int w = static_cast<int>(worker_modes.size());
-  Cluster c;
-  c.root = std::make_unique<Node>(options(PeerRole::server, 0, w, 2), Node::Mode::serve);
-  const std::string root = c.root->start();
-  c.server1 = std::make_unique<Node>(options(PeerRole::server, 1, w, 2, root), server1_mode);
+  auto owned = std::make_unique<Cluster>();  // the nodes hold clients of its store: it stays where it is
+  Cluster& c = *owned;
+  c.root = std::make_unique<Node>(options(PeerRole::server, 0, w, 2), Node::Mode::serve, c.store);
+  c.root->start();
+  c.server1 = std::make_unique<Node>(options(PeerRole::server, 1, w, 2), server1_mode, c.store);
   c.server1->start();
   for (int r = 0; r < w; ++r) {
     c.workers.push_back(
-        std::make_unique<Node>(options(PeerRole::worker, static_cast<uint32_t>(r), w, 2, root), worker_modes[r]));
+        std::make_unique<Node>(options(PeerRole::worker, static_cast<uint32_t>(r), w, 2), worker_modes[r], c.store));
     c.workers.back()->start();
   }
-  return c;
+  return owned;
 }
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
@@ -167,10 +178,11 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 
 }  // namespace
 
-// Both workers learn server 1 from the root's peer table, reach both servers with a protocol message, and leave;
+// Both workers find both servers in the rendezvous store, reach them with a protocol message, and leave;
 // both servers pass the goodbye barrier and leave too, nobody failing.
 TEST(Van, RendezvousPeerTablePassThroughAndGoodbye) {
-  Cluster c = start_cluster({Node::Mode::leave_when_ready, Node::Mode::leave_when_ready});
+  const auto cluster = start_cluster({Node::Mode::leave_when_ready, Node::Mode::leave_when_ready});
+  Cluster& c = *cluster;
   ASSERT_TRUE(eventually([&] { return c.root->exited() && c.server1->exited(); })) << c.root->logs();
   for (Node* n : {c.root.get(), c.server1.get(), c.workers[0].get(), c.workers[1].get()}) {
     EXPECT_TRUE(n->ready());
@@ -186,7 +198,8 @@ TEST(Van, RendezvousPeerTablePassThroughAndGoodbye) {
 // A worker that vanishes (no goodbye) is named by every survivor, directly or as reported, and nobody else is named
 // lost (reporters are named as such).
 TEST(Van, AVanishedWorkerIsNamedToEverySurvivor) {
-  Cluster c = start_cluster({Node::Mode::serve, Node::Mode::vanish_when_ready, Node::Mode::serve});
+  const auto cluster = start_cluster({Node::Mode::serve, Node::Mode::vanish_when_ready, Node::Mode::serve});
+  Cluster& c = *cluster;
   const auto start = std::chrono::steady_clock::now();
   std::vector<Node*> survivors{c.root.get(), c.server1.get(), c.workers[0].get(), c.workers[2].get()};
   ASSERT_TRUE(eventually([&] {
@@ -209,7 +222,8 @@ TEST(Van, AVanishedWorkerIsNamedToEverySurvivor) {
 
 // A frozen server 1 (connections open, silent) is found by the silence limit and named by everybody.
 TEST(Van, AFrozenServerIsFoundBySilenceAndNamed) {
-  Cluster c = start_cluster({Node::Mode::serve, Node::Mode::serve}, Node::Mode::freeze_when_ready);
+  const auto cluster = start_cluster({Node::Mode::serve, Node::Mode::serve}, Node::Mode::freeze_when_ready);
+  Cluster& c = *cluster;
   std::vector<Node*> survivors{c.root.get(), c.workers[0].get(), c.workers[1].get()};
   ASSERT_TRUE(eventually([&] {
     for (Node* n : survivors)
@@ -228,7 +242,8 @@ TEST(Van, AFrozenServerIsFoundBySilenceAndNamed) {
 // Strangers on the root's port (a hello for a rank out of range, a message before any hello) get an error and are
 // ignored; the real members complete the rendezvous.
 TEST(Van, StrangersAreDroppedAndTheMembersServed) {
-  Node root(options(PeerRole::server, 0, 1, 1), Node::Mode::serve);
+  test_support::TestStore store;
+  Node root(options(PeerRole::server, 0, 1, 1), Node::Mode::serve, store);
   const std::string ep = root.start();
   auto stranger = ps::make_zmq_transport({});
   std::array<std::byte, ps::kHeaderBytes> hello, ping;
@@ -242,7 +257,7 @@ TEST(Van, StrangersAreDroppedAndTheMembersServed) {
   while (errors < 2 && std::chrono::steady_clock::now() < end)
     if (auto in = stranger->receive(10ms); in && in->kind == ps::Incoming::Kind::message) ++errors;
   EXPECT_EQ(errors, 2) << "every stranger gets an error reply\n" << root.logs();
-  Node worker(options(PeerRole::worker, 0, 1, 1, ep), Node::Mode::leave_when_ready);
+  Node worker(options(PeerRole::worker, 0, 1, 1), Node::Mode::leave_when_ready, store);
   worker.start();
   ASSERT_TRUE(eventually([&] { return root.exited(); })) << root.logs();
   EXPECT_TRUE(root.left_cleanly());
@@ -255,7 +270,8 @@ TEST(Van, StrangersAreDroppedAndTheMembersServed) {
 
 // A member that sends a malformed frame stops the cluster, named as the culprit by every survivor.
 TEST(Van, AMemberSendingGarbageIsNamedAndStopsTheCluster) {
-  Cluster c = start_cluster({Node::Mode::serve, Node::Mode::garble_when_ready});
+  const auto cluster = start_cluster({Node::Mode::serve, Node::Mode::garble_when_ready});
+  Cluster& c = *cluster;
   std::vector<Node*> survivors{c.root.get(), c.server1.get(), c.workers[0].get()};
   ASSERT_TRUE(eventually([&] {
     for (Node* n : survivors)
@@ -271,14 +287,33 @@ TEST(Van, AMemberSendingGarbageIsNamedAndStopsTheCluster) {
 
 // A rank that never comes: the root gives up after the rendezvous timeout naming it, and tells those who came.
 TEST(Van, ARendezvousTimeoutNamesWhoIsMissing) {
-  VanOptions o = options(PeerRole::server, 0, 2, 1);
-  o.rendezvous_timeout_s = 0.5;
-  Node root(o, Node::Mode::serve);
-  const std::string ep = root.start();
-  Node worker(options(PeerRole::worker, 0, 2, 1, ep), Node::Mode::serve);
+  test_support::TestStore store;
+  Node root(impatient(PeerRole::server, 0, 2, 1), Node::Mode::serve, store);
+  root.start();
+  Node worker(options(PeerRole::worker, 0, 2, 1), Node::Mode::serve, store);
   worker.start();
   ASSERT_TRUE(eventually([&] { return root.failure() && worker.failure(); }));
   EXPECT_NE(root.failure()->message.find("rendezvous timed out after 0.5"), std::string::npos) << root.failure()->message;
   EXPECT_NE(root.failure()->message.find("waiting for worker 1"), std::string::npos) << root.failure()->message;
   EXPECT_NE(worker.failure()->message.find("waiting for worker 1"), std::string::npos) << worker.failure()->message;
+}
+
+// A server that never comes: the workers give up after the rendezvous timeout naming it and the store key they
+// waited for (no hang, nothing dialed), and the root names it too.
+TEST(Van, AServerThatNeverComesIsNamedByTheWorkers) {
+  test_support::TestStore store;
+  Node root(impatient(PeerRole::server, 0, 1, 3), Node::Mode::serve, store);
+  root.start();
+  Node worker(impatient(PeerRole::worker, 0, 1, 3), Node::Mode::serve, store);
+  const auto t0 = std::chrono::steady_clock::now();
+  worker.start();
+  ASSERT_TRUE(eventually([&] { return root.failure() && worker.failure(); }));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  const std::string said = worker.failure()->message;
+  EXPECT_NE(said.find("rendezvous timed out after 0.5 s waiting for server 1 to publish its endpoint"),
+            std::string::npos) << said;
+  EXPECT_NE(said.find("'ps/server/1' in the rendezvous store at 127.0.0.1:"), std::string::npos) << said;
+  EXPECT_FALSE(worker.ready());
+  EXPECT_NE(root.failure()->message.find("server 1, server 2"), std::string::npos)
+      << root.failure()->message;
 }

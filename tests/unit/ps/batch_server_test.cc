@@ -15,9 +15,11 @@
 #include <thread>
 #include <vector>
 
+#include "comm_backends/collective/kv_store.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/server.h"
 #include "tests/integration/harness/local_cluster.h"
+#include "tests/unit/control/test_store.h"
 
 using namespace std::chrono_literals;
 using namespace commsched;
@@ -42,12 +44,14 @@ class OneServer {
     env_.root_port = commsched::testing::free_tcp_port();
     env_.timeout_s = 20;
     done_ = std::async(std::launch::async, [this] { return run_server(env_, PsConfig{}); });
+    // The worker's rendezvous: server 0's endpoint from its store, a hello, and the store's word that all have come.
+    collective::TcpStoreClient store("127.0.0.1", env_.root_port, 10s);
     t_ = make_transport("zmq", {});
-    server_ = t_->connect("tcp://127.0.0.1:" + std::to_string(env_.root_port));
+    server_ = t_->connect(store.get("ps/server/0", 10s));
     Header hello = make_header(MsgType::hello, PeerRole::worker, 0);
     hello.aux = PsConfig{}.mode_word();
     send(*t_, server_, hello);
-    EXPECT_TRUE(next(MsgType::peers)) << "no rendezvous";
+    EXPECT_NO_THROW(store.get("ps/assembled", 10s)) << "no rendezvous";
   }
   ~OneServer() {
     send(*t_, server_, make_header(MsgType::bye, PeerRole::worker, 0));
@@ -137,11 +141,12 @@ TEST(PsBatchServer, AMalformedBatchFailsTheServerNamingTheSenderAndEntry) {
 
 namespace {
 
-// One server played by hand for a real worker (PsBackend): the rendezvous, then every data message is counted by
-// type and answered with its own floats plus one (a sum_batch for a batch, a sum otherwise), and a bye with a bye.
+// One server played by hand for a real worker (PsBackend): its endpoint in the rendezvous store, then every data
+// message is counted by type and answered with its own floats plus one (a sum_batch for a batch, a sum otherwise), and a bye with a bye.
 class ScriptedServer {
  public:
   ScriptedServer() : t_(make_transport("zmq", {})), endpoint_(t_->bind("127.0.0.1", 0)) {
+    store_.publish({endpoint_}, true);
     thread_ = std::thread([this] {
       while (!stop_)
         if (auto in = t_->receive(2ms); in && in->kind == Incoming::Kind::message) serve(*in);
@@ -152,7 +157,7 @@ class ScriptedServer {
     thread_.join();
     t_->close(false);
   }
-  int port() const { return std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1)); }
+  int port() const { return store_.port(); }  // the root port: where the store is
   std::vector<std::pair<MsgType, uint32_t>> seen() {  // data messages: type and entries
     std::lock_guard lock(mu_);
     return seen_;
@@ -168,10 +173,6 @@ class ScriptedServer {
     r.sender_rank = 0;
     r.flags = 0;
     switch (d.header->type) {
-      case MsgType::hello:
-        r = make_header(MsgType::peers, PeerRole::server, 0);
-        r.aux = 1;  // no other server: an empty list
-        return send(*t_, in.peer, r);
       case MsgType::bye: return send(*t_, in.peer, make_header(MsgType::bye, PeerRole::server, 0));
       case MsgType::push_pull_batch: r.type = MsgType::sum_batch; break;
       case MsgType::push_pull: r.type = MsgType::sum; break;
@@ -198,6 +199,7 @@ class ScriptedServer {
       }
   }
 
+  control::test_support::TestStore store_;
   std::unique_ptr<Transport> t_;
   std::string endpoint_;
   std::atomic<bool> stop_{false};

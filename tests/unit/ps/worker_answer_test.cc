@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm_backends/ps/ps_backend.h"
+#include "tests/unit/control/test_store.h"
 
 using namespace std::chrono_literals;
 using namespace commsched;
@@ -23,21 +24,14 @@ using ps::PeerRole;
 
 namespace {
 
-int port_of(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
-
 void send(ps::Transport& t, ps::PeerId to, const ps::Header& h, ps::OutPayload p = {}) {
   std::array<std::byte, ps::kHeaderBytes> buf;
   ps::encode_header(h, buf);
   t.send(to, buf, std::move(p));
 }
 
-void send_text(ps::Transport& t, ps::PeerId to, const ps::Header& h, const std::string& text) {
-  auto owned = std::make_shared<std::string>(text);
-  send(t, to, h, ps::OutPayload{reinterpret_cast<const std::byte*>(owned->data()), owned->size(), [owned] {}});
-}
-
-// Server 0 (the root) and server 1, played by hand on one thread: the rendezvous, then the root assigns every range
-// to server 1, and when server 1 receives a push_pull the root answers it with a sum of 7s.
+// Server 0 (the root) and server 1, played by hand on one thread: their endpoints in the rendezvous store, then the
+// root assigns every range to server 1, and when server 1 receives a push_pull the root answers it with a sum of 7s.
 class ScriptedServers {
  public:
   explicit ScriptedServers(const std::string& kind) {
@@ -45,7 +39,7 @@ class ScriptedServers {
     s1_ = ps::make_transport(kind, {});
     root_ep_ = root_->bind("127.0.0.1", 0);
     s1_ep_ = s1_->bind("127.0.0.1", 0);
-    send_text(*s1_, s1_->connect(root_ep_), ps::make_header(MsgType::hello, PeerRole::server, 1), s1_ep_);
+    store_.publish({root_ep_, s1_ep_}, true);
     thread_ = std::thread([this] { loop(); });
   }
   ~ScriptedServers() {
@@ -54,7 +48,7 @@ class ScriptedServers {
     root_->close(false);
     s1_->close(false);
   }
-  int root_port() const { return port_of(root_ep_); }
+  int root_port() const { return store_.port(); }
 
  private:
   void loop() {
@@ -74,9 +68,6 @@ class ScriptedServers {
     if (!h) return;
     if (h->type == MsgType::hello && h->sender_role == PeerRole::worker) {
       worker_at_root_ = in.peer;
-      ps::Header peers = ps::make_header(MsgType::peers, PeerRole::server, 0);
-      peers.aux = 2;
-      send_text(*root_, in.peer, peers, s1_ep_ + "\n");
     } else if (h->type == MsgType::assign_req) {
       ps::Header r = ps::make_header(MsgType::assign_rep, PeerRole::server, 0);
       r.key = h->key;
@@ -98,6 +89,7 @@ class ScriptedServers {
          ps::OutPayload{reinterpret_cast<const std::byte*>(data->data()), h->length, [data] {}});
   }
 
+  control::test_support::TestStore store_;
   std::unique_ptr<ps::Transport> root_, s1_;
   std::string root_ep_, s1_ep_;
   ps::PeerId worker_at_root_ = 0;
