@@ -10,7 +10,8 @@ namespace commsched::ps {
 
 bool ucx_shared_memory_only(const char* tls) {
   if (!tls || !*tls || *tls == '^') return false;
-  static const std::set<std::string, std::less<>> kShm = {"sm", "shm", "mm", "posix", "sysv", "xpmem", "knem", "cma", "self"};
+  static const std::set<std::string, std::less<>> kShm = {"sm",    "shm",  "mm",  "posix", "sysv",
+                                                          "xpmem", "knem", "cma", "self"};
   for (std::string_view rest = tls;;) {
     const size_t comma = std::min(rest.find(','), rest.size());
     if (!kShm.contains(rest.substr(0, comma))) return false;

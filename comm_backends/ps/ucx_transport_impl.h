@@ -26,7 +26,7 @@
 // networks that can be snooped. Without a secret the same handshake runs with empty proofs, and both sides must agree.
 //
 // Threading: the worker is UCS_THREAD_MODE_SERIALIZED (made on one thread, then driven by the I/O thread only);
-// every UCX callback runs inside ucp_worker_progress() on that thread. wake() touches only our own eventfd.
+// every UCX callback runs inside ucp_worker_progress() on that thread. wake() touches only our own flag and eventfd.
 // Receive buffers come from a BufferPool, so after the first rounds the same addresses recur and UCX's registration
 // cache (used by RDMA rendezvous) hits; send buffers are the callers' tensors, registered through the same cache.
 // With a PayloadSink (the PS worker's pulls), a payload lands in the owner's memory instead: a rendezvous message is

@@ -6,7 +6,8 @@
 using commsched::ps::ucx_shared_memory_only;
 
 TEST(PsUcxDefaults, SharedMemoryOnlyTransportListsAreRecognised) {
-  for (const char* tls : {"sm,self", "sm", "posix,cma", "sysv,cma,self", "shm"}) EXPECT_TRUE(ucx_shared_memory_only(tls)) << tls;
+  for (const char* tls : {"sm,self", "sm", "posix,cma", "sysv,cma,self", "shm"})
+    EXPECT_TRUE(ucx_shared_memory_only(tls)) << tls;
 }
 
 TEST(PsUcxDefaults, NetworkTransportsUnsetAndExclusionListsAreNot) {
