@@ -9,7 +9,7 @@
 //                                                   N small partitions (4..256 KiB, each its own tensor) per round as
 //                                                   one fused batch (one message each way) against N batches of one
 //                                                   (a message each way apiece), every transport, rounds back to back
-//   ps_goodput workers [--workers W] [--mib-per-size M] [--reps R]
+//   ps_goodput workers [--workers W] [--mib-per-size M] [--reps R] [--transports zmq,shm,tcp]
 //                                                   W workers (each its own PsBackend, in this process) and one
 //                                                   server, zmq, UCX shared memory and UCX TCP: each worker push_pulls rounds
 //                                                   of partitions, one message each; the workers' goodputs summed
@@ -426,13 +426,17 @@ double multi_goodput(MultiPs& ps, uint64_t part, uint64_t mib) {
   return sum;
 }
 
+// --transports zmq,shm,tcp (default: all three): which clusters the workers mode measures.
+std::string g_transports = "zmq,shm,tcp";
+bool wanted(const std::string& t) { return ("," + g_transports + ",").find("," + t + ",") != std::string::npos; }
+
 int compare_workers(int workers, uint64_t mib, int reps) {
   const int base = 20000 + static_cast<int>(getpid() % 20000);
   std::vector<std::unique_ptr<MultiPs>> clusters;
-  clusters.push_back(start_multi_ps("zmq", "zmq", nullptr, base, workers));
+  if (wanted("zmq")) clusters.push_back(start_multi_ps("zmq", "zmq", nullptr, base, workers));
   if (ps::ucx_built_in()) {
-    clusters.push_back(start_multi_ps("ucx shm", "ucx", "sm,self", base + 1, workers));
-    clusters.push_back(start_multi_ps("ucx tcp", "ucx", "tcp", base + 2, workers));
+    if (wanted("shm")) clusters.push_back(start_multi_ps("ucx shm", "ucx", "sm,self", base + 1, workers));
+    if (wanted("tcp")) clusters.push_back(start_multi_ps("ucx tcp", "ucx", "tcp", base + 2, workers));
   }
   std::printf("%d worker(s), 1 server: the workers' push_pull goodputs summed\n| partition |", workers);
   for (auto& c : clusters) std::printf(" %s MB/s |", c->name.c_str());
@@ -493,6 +497,7 @@ int main(int argc, char** argv) {
   }
   const uint64_t mib = std::stoull(opt["--mib-per-size"]);
   const int reps = opt.count("--reps") ? std::stoi(opt["--reps"]) : 3;
+  if (opt.count("--transports")) g_transports = opt["--transports"];
   try {
     if (mode == "ps-server") return run_server(env_for(Role::server, opt["--bind"], port), PsConfig::from_env(), true);
     if (mode == "raw-server") {

@@ -5,7 +5,7 @@
 namespace commsched::ps {
 
 SumEngine::SumEngine(const Options& opts, Summer& summer, std::shared_ptr<BufferPool> pool, std::function<void()> ready)
-    : inline_bytes_(opts.inline_bytes), ready_(std::move(ready)) {
+    : inline_bytes_(opts.inline_bytes), sole_worker_(opts.num_workers == 1), ready_(std::move(ready)) {
   const int n = std::max(1, opts.shards);
   for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<Shard>(opts, summer, pool));
   for (auto& s : shards_) s->thread = std::thread([this, sp = s.get()] { loop(*sp); });
@@ -25,8 +25,9 @@ void SumEngine::push(bool async, const Header& h, PeerId peer, std::unique_ptr<P
   Shard& s = shard_of(h, async);
   Work w{async ? Work::Kind::async_push : Work::Kind::sync_push, h, peer, std::move(payload), entry, 0};
   // Inline only behind nothing: the shard's thread pops work under state_mu, so an empty queue seen under it means
-  // every earlier push of this shard has been summed.
-  if (h.length <= inline_bytes_) {
+  // every earlier push of this shard has been summed. A sole worker's sync push is its own sum (SlotTable answers
+  // with it, zero-copy, encoded or not), so at any size handing it to a shard would only add two thread hand-offs.
+  if (h.length <= inline_bytes_ || (sole_worker_ && !async)) {
     std::unique_lock state(s.state_mu, std::try_to_lock);
     if (state.owns_lock()) {
       std::unique_lock queue(s.queue_mu);

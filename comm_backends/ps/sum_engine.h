@@ -7,7 +7,8 @@
 // (deterministic mode still sums in rank order). Joins reach every shard, behind the pushes that arrived before them.
 //
 // Small pushes are summed inline, on the I/O thread, when their shard has nothing queued: handing a few KiB to another
-// thread and its answer back costs more than summing them (and, on a loaded machine, two waits for a core).
+// thread and its answer back costs more than summing them (and, on a loaded machine, two waits for a core). So are a
+// sole worker's sync pushes of any size, which need no summing at all.
 //
 // Threading: every call but the constructor's `ready` comes from one thread (the server's I/O thread). Answers of work
 // done on a shard's thread are kept for drain(); `ready` runs on that thread each time some are added, so the I/O
@@ -89,6 +90,7 @@ class SumEngine {
   void everywhere(Work::Kind kind, uint32_t rank);
 
   uint64_t inline_bytes_;
+  bool sole_worker_;  // one worker: a sync push is answered with itself, nothing to sum
   std::function<void()> ready_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::mutex done_mu_;

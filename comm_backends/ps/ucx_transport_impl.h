@@ -26,7 +26,7 @@
 // networks that can be snooped. Without a secret the same handshake runs with empty proofs, and both sides must agree.
 //
 // Threading: the worker is UCS_THREAD_MODE_SERIALIZED (made on one thread, then driven by the I/O thread only);
-// every UCX callback runs inside ucp_worker_progress() on that thread. wake() touches only our own eventfd.
+// every UCX callback runs inside ucp_worker_progress() on that thread. wake() touches only our own flag and eventfd.
 // Receive buffers come from a BufferPool, so after the first rounds the same addresses recur and UCX's registration
 // cache (used by RDMA rendezvous) hits; send buffers are the callers' tensors, registered through the same cache.
 // With a PayloadSink (the PS worker's pulls), a payload lands in the owner's memory instead: a rendezvous message is
@@ -43,6 +43,7 @@
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -77,6 +78,8 @@ constexpr size_t kPrefix = 16;  // before each message's header frame: the recei
 // Messages a connection may have sent before it finished proving itself (the dialer's first words race its proof).
 constexpr size_t kMaxUnprovenMessages = 4096;
 constexpr const char* kProofPurpose = "commsched ucx hello v2";
+constexpr auto kSocketPollEvery = std::chrono::milliseconds(1);
+
 
 inline std::string ucs_err(const std::string& what, ucs_status_t s) { return what + ": " + ucs_status_string(s); }
 
@@ -202,6 +205,7 @@ class UcxTransport final : public Transport {
   void progress();
   void progress_or_nap();
   void poll_sockets(long timeout_ms);
+  bool took_wake();
 
   TransportOptions opts_;
   TokenBucket bucket_;
@@ -211,7 +215,7 @@ class UcxTransport final : public Transport {
   int listen_fd_ = -1;
   int efd_ = -1;
   int wake_fd_ = -1;
-  bool woken_ = false;  // wake() was called since receive() last returned
+  std::atomic<bool> wake_flag_{false};  // wake() was called since the I/O thread last looked (took_wake)
   PeerId next_peer_ = 1;
   std::unordered_map<PeerId, Peer> peers_;
   std::vector<ucp_ep_h> retiring_;
@@ -228,6 +232,7 @@ class UcxTransport final : public Transport {
   std::string last_lanes_;
   bool redial_pending_ = false;
   Clock::time_point last_progress_{};
+  Clock::time_point last_socket_poll_{};
   static constexpr std::chrono::microseconds spin_{100};
 };
 

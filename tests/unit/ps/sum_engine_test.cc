@@ -182,9 +182,10 @@ TEST(PsSumEngine, StopDropsQueuedWorkAndTheReadyCallbackWakesTheOwner) {
   Summer summer(1, 1ull << 40);
   std::atomic<int> ready{0};
   {
-    SumEngine engine(SumEngine::Options{2, 1, false, std::nullopt, 0}, summer, BufferPool::create(), [&] { ++ready; });
+    // Two workers: a sole worker's pushes need no summing and never queue (ASoleWorkersBigPush... below).
+    SumEngine engine(SumEngine::Options{2, 2, false, std::nullopt, 0}, summer, BufferPool::create(), [&] { ++ready; });
     std::vector<Outcome> out;
-    const auto pushes = random_pushes(1, 30, 4, DType::f32, false, 5);
+    const auto pushes = random_pushes(2, 30, 4, DType::f32, false, 5);
     for (const Push& p : pushes) engine.push(false, p.h, 1, std::make_unique<VecPayload>(p.data), out);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (ready.load() == 0 && std::chrono::steady_clock::now() < end) std::this_thread::yield();
@@ -193,6 +194,24 @@ TEST(PsSumEngine, StopDropsQueuedWorkAndTheReadyCallbackWakesTheOwner) {
     engine.stop();  // idempotent
     engine.drain(out);
     EXPECT_GT(out.size(), 0u);
-    EXPECT_LE(out.size(), pushes.size());  // what ran before the stop; the rest was dropped
+    EXPECT_LE(out.size(), pushes.size() / 2);  // what ran before the stop (a sum per two pushes); the rest was dropped
+  }
+}
+
+// A sole worker's push needs no summing: at any size it is answered at once, on the caller's thread, with the pushed
+// bytes themselves (no copy), even when the inline size would send it to a shard.
+TEST(PsSumEngine, ASoleWorkersBigPushIsAnsweredAtOnceWithItself) {
+  Summer summer(1, 1ull << 40);
+  SumEngine engine(SumEngine::Options{2, 1, false, std::nullopt, 0}, summer, BufferPool::create(), [] {});
+  const auto pushes = random_pushes(1, 3, 2, DType::f32, false, 5);  // 96 KiB and 4 KiB partitions
+  for (const Push& p : pushes) {
+    std::vector<Outcome> out;
+    auto payload = std::make_unique<VecPayload>(p.data);
+    const std::byte* pushed = payload->bytes().data();
+    engine.push(false, p.h, 1, std::move(payload), out);
+    ASSERT_EQ(out.size(), 1u) << "key " << p.h.key << " offset " << p.h.offset;
+    ASSERT_TRUE(out[0].error.empty()) << out[0].error;
+    EXPECT_EQ(out[0].data.get(), pushed);
+    EXPECT_EQ(std::memcmp(out[0].data.get(), p.data.data(), p.data.size()), 0);
   }
 }

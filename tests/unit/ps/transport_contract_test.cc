@@ -92,7 +92,7 @@ TEST_P(TransportContract, ExactBytesInOrderAndEveryPayloadReleased) {
   auto client = make();
   const PeerId to_server = client->connect(ep);
   // Sizes across eager and rendezvous thresholds, interleaved so a big message is followed by small ones.
-  const std::vector<size_t> sizes = {0, 1, 100, 8192, 65536, 1 << 20, 3, 16 << 20, 0, 70000, 5 << 20, 17};
+  const std::vector<size_t> sizes = {0, 1, 100, 8192, 65536, 1 << 20, 3, 16 << 20, 0, 70000, 5 << 20, 17, 40000};
   std::vector<std::vector<std::byte>> bodies;
   for (size_t i = 0; i < sizes.size(); ++i) bodies.push_back(pattern(sizes[i], static_cast<int>(i)));
   std::atomic<int> released{0};
@@ -168,7 +168,8 @@ TEST_P(TransportContract, PayloadsLandWhereTheSinkSays) {
   const std::string ep = server->bind("127.0.0.1", 0);
   auto client = make();
   const PeerId to_server = client->connect(ep);
-  const std::vector<size_t> sizes = {100, 65536, 4 << 20, 8192, 1 << 20, 0, 16 << 20, 3, 5 << 20, 70000};
+  // 40000 and 30000: eager in several fragments over shared memory (rendezvous from 64 KiB there), landing or not.
+  const std::vector<size_t> sizes = {100, 65536, 4 << 20, 8192, 1 << 20, 0, 16 << 20, 3, 5 << 20, 70000, 40000, 30000};
   std::vector<std::vector<std::byte>> bodies, dests;
   for (size_t i = 0; i < sizes.size(); ++i) {
     bodies.push_back(pattern(sizes[i], static_cast<int>(i) + 1));
@@ -319,6 +320,19 @@ TEST_P(TransportContract, WakeBeforeReceiveIsNotLost) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(t->receive(10s));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+// Several wakes before a receive end that receive only: the next one waits for its own wake or its timeout.
+TEST_P(TransportContract, WakesBeforeReceiveEndOnlyTheNextOne) {
+  auto t = make();
+  t->bind("127.0.0.1", 0);
+  for (int i = 0; i < 3; ++i) t->wake();
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t->receive(10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t->receive(300ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
 }
 
 TransportOptions with_secret(const std::string& secret) {
