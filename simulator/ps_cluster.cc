@@ -231,7 +231,9 @@ LinkUse PsClusterFabric::link_use(Nanos until) const {
 Nanos PsClusterFabric::min_push_ns(uint64_t bytes, uint64_t parts) const {
   if (!p_.server_ingress_limited || compressed(c_)) return 0;
   const double messages = double(parts) + (p_.chunk_bytes > 0 ? double(bytes) / double(p_.chunk_bytes) : 0.0);
-  const double ns = double(bytes) * 8e9 / p_.worker_bps * (1 - 1e-12) - 0.5 * messages - 1;
+  // Each partition is one message at least, and each message also holds the link for message_ns_ (exact: added after
+  // the rounding).
+  const double ns = double(bytes) * 8e9 / p_.worker_bps * (1 - 1e-12) - 0.5 * messages - 1 + double(parts * message_ns_);
   return ns > 0 ? static_cast<Nanos>(ns) : 0;
 }
 
