@@ -1,21 +1,25 @@
 #include "scheduler/priority_credit_policy.h"
 
+#include <algorithm>
+
 namespace commsched {
 
 PriorityCreditPolicy::PriorityCreditPolicy(uint64_t credit_bytes, uint64_t small_tensor_bytes, bool stall_guard)
     : credit_(credit_bytes), small_(small_tensor_bytes), stall_guard_(stall_guard) {}
 
 void PriorityCreditPolicy::on_task_arrived(const TaskArrival& task, Nanos /*now*/) {
-  for (const PartRef& p : task.parts) queue_.push(Entry{p, task.bytes});
+  queue_.push(task.parts, task.bytes);
 }
 
 void PriorityCreditPolicy::on_batch_done(const Batch& batch, Nanos now) {
   for (const PartRef& p : batch) in_flight_ -= p.bytes;
   last_progress_ = now;
   if (batch.empty()) return;
-  auto it = dispatched_at_.find({batch.front().task_id, batch.front().index});
+  const PartRef& first = batch.front();
+  auto it = std::find_if(dispatched_at_.begin(), dispatched_at_.end(),
+                         [&](const InFlight& f) { return f.task_id == first.task_id && f.index == first.index; });
   if (it != dispatched_at_.end()) {
-    const double took = static_cast<double>(now - it->second);
+    const double took = static_cast<double>(now - it->at);
     batch_time_ewma_ = batch_time_ewma_ == 0 ? took : 0.875 * batch_time_ewma_ + 0.125 * took;
     dispatched_at_.erase(it);
   }
@@ -52,7 +56,7 @@ void PriorityCreditPolicy::dispatch_head(Nanos now, std::vector<Batch>& out) {
     }
     if (in_flight_ == 0) last_progress_ = now;  // an idle policy has not stalled
     in_flight_ += batch_bytes;
-    if (stall_guard_) dispatched_at_[{batch.front().task_id, batch.front().index}] = now;
+    if (stall_guard_) dispatched_at_.push_back({batch.front().task_id, batch.front().index, now});
     out.push_back(std::move(batch));
   }
 }

@@ -50,7 +50,11 @@ void CompressedNetwork::reset() {
   encoder_free_ = 0;
 }
 
-double CompressedNetwork::comm_lower_bound_s(uint64_t bytes) const { return inner_->comm_lower_bound_s(wire_bytes(m_, bytes)); }
+// The messages counted are the base class's one per tensor: a compressed tensor's chunks are cut from its compressed
+// partitions, which the tensor's size alone does not tell.
+double CompressedNetwork::comm_lower_bound_s(uint64_t bytes, uint64_t messages) const {
+  return inner_->comm_lower_bound_s(wire_bytes(m_, bytes), messages);
+}
 
 CostModel CompressedNetwork::cost_model() const {
   CostModel c = inner_->cost_model();

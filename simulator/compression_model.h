@@ -45,7 +45,7 @@ class CompressedNetwork final : public NetworkModel {
   CompressedNetwork(std::unique_ptr<NetworkModel> inner, CompressionModel model, int ps_workers = 0);
   Transfer transfer(const Batch& batch, Nanos start) override;
   void reset() override;
-  double comm_lower_bound_s(uint64_t bytes) const override;
+  double comm_lower_bound_s(uint64_t bytes, uint64_t messages) const override;
   CostModel cost_model() const override;
   std::string describe() const override;
 

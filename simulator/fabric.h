@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -106,6 +107,43 @@ class EventLoop {
   uint64_t next_seq_ = 0;
   Nanos now_ = 0;
   bool stopped_ = false;
+};
+
+// Future events of one source that fall due in order, (at, turn) never decreasing (a server's arrivals through its
+// FIFO downlink, its receipts, a worker's sums): one event on the loop at a time serves them all, so the loop's heap
+// holds one per source instead of one per event in flight (hundreds of thousands at 256 workers, out of every cache).
+// Each still runs at its own (at, turn): the same order as posting every one. T has `Nanos at` and `uint64_t turn`.
+template <class T>
+class InOrder {
+ public:
+  using Fire = void (*)(void* owner, const T& item);
+  // Queues `item` if it falls due after the last one queued, to be handed to fire(owner, item) then; false if it
+  // falls due earlier (the caller posts it on the loop itself).
+  bool add(EventLoop& loop, const T& item, void* owner, Fire fire) {
+    if (!items_.empty() && !(item.at > items_.back().at || (item.at == items_.back().at && item.turn > items_.back().turn)))
+      return false;
+    loop_ = &loop;
+    owner_ = owner;
+    fire_ = fire;
+    items_.push_back(item);
+    if (items_.size() == 1) post_head();
+    return true;
+  }
+
+ private:
+  void post_head() {
+    loop_->post_in_turn(items_.front().at, items_.front().turn, [](void* q, uint64_t, uint64_t) {
+      auto& self = *static_cast<InOrder*>(q);
+      const T item = self.items_.front();
+      self.items_.pop_front();
+      if (!self.items_.empty()) self.post_head();
+      self.fire_(self.owner_, item);
+    }, this);
+  }
+  std::deque<T> items_;
+  EventLoop* loop_ = nullptr;
+  void* owner_ = nullptr;
+  Fire fire_ = nullptr;
 };
 
 // Where a fabric reports a batch's progress (the simulator's workers).

@@ -111,9 +111,26 @@ void PsNetwork::reset() {
   owner_.clear();
 }
 
-double PsNetwork::comm_lower_bound_s(uint64_t bytes) const {
-  // Each direction of the worker NIC carries every byte once; each server NIC carries W/S of them.
-  return std::max(bytes * 8.0 / p_.worker_bps, bytes * 8.0 * p_.workers / p_.servers / p_.server_bps);
+// Why no schedule beats it. Each of a worker's messages holds that worker's uplink for its bytes / rate plus the
+// per-message cost m (both link models with FIFO links: this one and ps_cluster.h; m is 0 on emulated links and
+// with fair sharing, which do not charge it), and its pull holds the worker's downlink as long. A partition never
+// spans two tensors and travels as its own request, cut into chunks of at most chunk_bytes, so a tensor of b bytes
+// is at least ceil(b / chunk) messages (min_messages), whatever the partition, credit or fusion: the worker's link is
+// busy at least bytes / rate + messages * m per iteration. Every worker's message (a chunk) lands on one server's
+// downlink for as long (and its sum leaves that server's uplink for as long), so the S servers together are busy at
+// least W (bytes / rate + messages * m), and the busiest of them at least the mean, W / S of that. Each message's
+// time is rounded to the nanosecond (its bytes' time and m, each up to half a nanosecond short), which the per-message
+// term gives up.
+double PsNetwork::comm_lower_bound_s(uint64_t bytes, uint64_t messages) const {
+  const double m = p_.fair_share ? 0.0 : std::max(0.0, message_s() - 1e-9);
+  const double worker = bytes * 8.0 / p_.worker_bps + double(messages) * m;
+  const double server = double(p_.workers) / p_.servers * (bytes * 8.0 / p_.server_bps + double(messages) * m);
+  return std::max(worker, server);
+}
+
+uint64_t PsNetwork::min_messages(uint64_t tensor_bytes) const {
+  if (tensor_bytes == 0) return 0;
+  return p_.chunk_bytes == 0 ? 1 : (tensor_bytes + p_.chunk_bytes - 1) / p_.chunk_bytes;
 }
 
 CostModel PsNetwork::cost_model() const {
@@ -145,8 +162,13 @@ Transfer RingAllreduceNetwork::transfer(const Batch& batch, Nanos start) {
   return {begin, ring_.reserve(start, seconds_to_ns(c.alpha_s + c.beta_s_per_byte * batch_bytes(batch)))};
 }
 
-double RingAllreduceNetwork::comm_lower_bound_s(uint64_t bytes) const {
-  return cost_model().beta_s_per_byte * bytes;
+// Collectives run one at a time, each paying alpha beside its bytes. No collective mixes two iterations' gradients
+// (the next backward, which produces the next gradients, follows a forward that waits for every sum of this
+// iteration), so an iteration's gradients, any `messages` > 0 of them, take at least one alpha (less the half
+// nanosecond the collective's time may round short).
+double RingAllreduceNetwork::comm_lower_bound_s(uint64_t bytes, uint64_t messages) const {
+  const CostModel c = cost_model();
+  return c.beta_s_per_byte * bytes + (messages > 0 ? std::max(0.0, c.alpha_s - 0.5e-9) : 0.0);
 }
 
 // The automatic knobs size all-reduce partitions by this same cost (scheduler/auto_knobs.h).

@@ -56,8 +56,12 @@ class NetworkModel {
   virtual Transfer transfer(const Batch& batch, Nanos start) = 0;
   // Forgets all reservations (a new run).
   virtual void reset() = 0;
-  // Least time the network needs for `bytes` of gradients per iteration, whatever the schedule.
-  virtual double comm_lower_bound_s(uint64_t bytes) const = 0;
+  // Least time the network needs for `bytes` of one worker's gradients sent as at least `messages` messages (the sum
+  // of min_messages over their tensors), whatever the schedule: the fixed costs every message or collective pays
+  // count at that fewest number, so no batching or partitioning can get below it.
+  virtual double comm_lower_bound_s(uint64_t bytes, uint64_t messages) const = 0;
+  // The fewest messages a tensor of `bytes` can travel in (0 for an empty one): one, unless the network cuts it.
+  virtual uint64_t min_messages(uint64_t tensor_bytes) const { return tensor_bytes > 0 ? 1 : 0; }
   virtual CostModel cost_model() const = 0;
   virtual std::string describe() const = 0;
 };
@@ -104,7 +108,8 @@ class PsNetwork final : public NetworkModel {
   explicit PsNetwork(PsParams p);
   Transfer transfer(const Batch& batch, Nanos start) override;
   void reset() override;
-  double comm_lower_bound_s(uint64_t bytes) const override;
+  double comm_lower_bound_s(uint64_t bytes, uint64_t messages) const override;
+  uint64_t min_messages(uint64_t tensor_bytes) const override;
   CostModel cost_model() const override;
   std::string describe() const override;
 
@@ -141,7 +146,7 @@ class RingAllreduceNetwork final : public NetworkModel {
   explicit RingAllreduceNetwork(RingParams p);
   Transfer transfer(const Batch& batch, Nanos start) override;
   void reset() override { ring_.reset(); }
-  double comm_lower_bound_s(uint64_t bytes) const override;
+  double comm_lower_bound_s(uint64_t bytes, uint64_t messages) const override;
   CostModel cost_model() const override;
   std::string describe() const override;
 

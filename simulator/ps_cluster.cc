@@ -160,28 +160,14 @@ void PsClusterFabric::start_next(Queue& from, bool to_server) {
 }
 
 void PsClusterFabric::arrive(bool to_server, const Outgoing& m, Nanos at) {
-  if (!to_server) return sum_known(m.worker, m.batch, at, loop_->take_turn());
+  if (!to_server) return sum_known(m.worker, m.batch, at, loop_->take_turn(), workers_[size_t(m.worker)].sums);
   ServerState& server = servers_[chunks_[m.chunk].server];
-  if (server.arriving.empty() || at >= server.arriving.back().start) {
-    server.arriving.push_back({at, loop_->take_turn(), m.bytes, m.chunk, m.worker, m.batch});
-    if (server.arriving.size() == 1) post_arrival(server);
-    return;
-  }
-  loop_->post(at, [](void* f, uint64_t a, uint64_t b) {
-    static_cast<PsClusterFabric*>(f)->on_push(uint32_t(a >> 32), int(uint32_t(a)), size_t(b));
-  }, this, uint64_t(m.chunk) << 32 | uint32_t(m.worker), m.batch);
-}
-
-void PsClusterFabric::post_arrival(ServerState& server) {
-  const Outgoing& head = server.arriving.front();
-  loop_->post_in_turn(head.start, head.turn, [](void* f, uint64_t s, uint64_t) {
-    auto& self = *static_cast<PsClusterFabric*>(f);
-    ServerState& server = *reinterpret_cast<ServerState*>(s);
-    const Outgoing m = server.arriving.front();
-    server.arriving.pop_front();
-    if (!server.arriving.empty()) self.post_arrival(server);
-    self.on_push(m.chunk, m.worker, m.batch);
-  }, this, reinterpret_cast<uintptr_t>(&server));
+  const Arrival a{at, loop_->take_turn(), m.chunk, m.worker, m.batch};
+  auto on_push = [](void* f, const Arrival& a) { static_cast<PsClusterFabric*>(f)->on_push(a.chunk, a.worker, a.batch); };
+  if (server.arriving.add(*loop_, a, this, on_push)) return;
+  loop_->post_in_turn(a.at, a.turn, [](void* f, uint64_t c, uint64_t b) {
+    static_cast<PsClusterFabric*>(f)->on_push(uint32_t(c >> 32), int(uint32_t(c)), size_t(b));
+  }, this, uint64_t(a.chunk) << 32 | uint32_t(a.worker), a.batch);
 }
 
 namespace {
@@ -231,7 +217,9 @@ LinkUse PsClusterFabric::link_use(Nanos until) const {
 Nanos PsClusterFabric::min_push_ns(uint64_t bytes, uint64_t parts) const {
   if (!p_.server_ingress_limited || compressed(c_)) return 0;
   const double messages = double(parts) + (p_.chunk_bytes > 0 ? double(bytes) / double(p_.chunk_bytes) : 0.0);
-  const double ns = double(bytes) * 8e9 / p_.worker_bps * (1 - 1e-12) - 0.5 * messages - 1;
+  // Each partition is one message at least, and each message also holds the link for message_ns_ (exact: added after
+  // the rounding).
+  const double ns = double(bytes) * 8e9 / p_.worker_bps * (1 - 1e-12) - 0.5 * messages - 1 + double(parts * message_ns_);
   return ns > 0 ? static_cast<Nanos>(ns) : 0;
 }
 
@@ -245,7 +233,8 @@ void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch) {
     flows_->send(to_worker(c.server, worker), 0, latency_, [this, worker, batch] { on_receipt(worker, batch); });
   } else {
     Sender& out = server.out.sender;
-    receipt_known(worker, batch, (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_, loop_->take_turn());
+    receipt_known(worker, batch, (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_, loop_->take_turn(),
+                  server.receipts);
   }
   const bool recode = server_recodes(c_) && c.dense > 0;
   if (recode) server.cpu_free = std::max(now, server.cpu_free) + decode_ns(c_, c.dense);  // decode_add
@@ -271,23 +260,33 @@ void PsClusterFabric::send_sums(uint32_t chunk) {
   c.waiting.clear();
 }
 
-void PsClusterFabric::receipt_known(int worker, size_t batch, Nanos at, uint64_t turn) {
+void PsClusterFabric::receipt_known(int worker, size_t batch, Nanos at, uint64_t turn, DueQueue& via) {
   BatchState& b = workers_[size_t(worker)].batches[batch];
   b.last_receipt.take(at, turn);
-  if (--b.receipts != 0) return;
-  loop_->post_in_turn(b.last_receipt.at, b.last_receipt.turn, [](void* f, uint64_t w, uint64_t id) {
-    auto& self = *static_cast<PsClusterFabric*>(f);
-    self.sink_->batch_sent(int(w), size_t(id), self.loop_->now());
-  }, this, uint64_t(worker), batch);
+  if (--b.receipts == 0) fall_due(via, {b.last_receipt.at, b.last_receipt.turn, worker, batch});
 }
 
-void PsClusterFabric::sum_known(int worker, size_t batch, Nanos at, uint64_t turn) {
+void PsClusterFabric::sum_known(int worker, size_t batch, Nanos at, uint64_t turn, DueQueue& via) {
   BatchState& b = workers_[size_t(worker)].batches[batch];
   b.last_sum.take(at, turn);
-  if (--b.sums != 0) return;
-  loop_->post_in_turn(b.last_sum.at, b.last_sum.turn, [](void* f, uint64_t w, uint64_t id) {
-    static_cast<PsClusterFabric*>(f)->sums_in(int(w), size_t(id));
-  }, this, uint64_t(worker), batch);
+  if (--b.sums == 0) fall_due(via, {b.last_sum.at, b.last_sum.turn, worker, batch});
+}
+
+// A server's receipts leave its send queue in order, and a worker's sums mostly arrive in order (its downlink is
+// FIFO); a batch whose last one came through another queue, or a sum that overtakes (a slower sender), goes on the
+// loop itself.
+void PsClusterFabric::fall_due(DueQueue& via, const Due& d) {
+  auto fire = via.sums ? +[](void* f, const Due& d) { static_cast<PsClusterFabric*>(f)->on_due(true, d.worker, d.batch); }
+                       : +[](void* f, const Due& d) { static_cast<PsClusterFabric*>(f)->on_due(false, d.worker, d.batch); };
+  if (via.due.add(*loop_, d, this, fire)) return;
+  loop_->post_in_turn(d.at, d.turn, [](void* f, uint64_t w, uint64_t id) {
+    static_cast<PsClusterFabric*>(f)->on_due(w >> 32 != 0, int(uint32_t(w)), size_t(id));
+  }, this, uint64_t(via.sums) << 32 | uint32_t(d.worker), d.batch);
+}
+
+void PsClusterFabric::on_due(bool sum, int worker, size_t batch) {
+  if (sum) return sums_in(worker, batch);
+  sink_->batch_sent(worker, batch, loop_->now());
 }
 
 void PsClusterFabric::on_receipt(int worker, size_t batch) {

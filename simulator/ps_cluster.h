@@ -153,14 +153,35 @@ class PsClusterFabric final : public Fabric {
     Sender sender;
     std::deque<Outgoing> pending;  // link model: started in order, one start event on the loop at a time
   };
+  // A push arriving at its server at (at, turn).
+  struct Arrival {
+    Nanos at;
+    uint64_t turn;
+    uint32_t chunk;
+    int worker;
+    size_t batch;
+  };
+  // A batch's last receipt or last sum, due at (at, turn).
+  struct Due {
+    Nanos at;
+    uint64_t turn;
+    int worker;
+    size_t batch;
+  };
+  // The batches whose last receipt one server sends, or whose last sum one worker's downlink delivers, in order.
+  struct DueQueue {
+    InOrder<Due> due;
+    bool sums = false;  // what falls due: the batch's last sum (else its last receipt)
+  };
   struct ServerState {
     Queue out;
     Downlink in;        // link model only
-    // Pushes on their way in whose arrival times never decrease: one arrival event on the loop at a time serves them
-    // (with equal link rates a downlink's FIFO delivers in order; any other arrival goes on the loop itself).
-    std::deque<Outgoing> arriving;
+    // Pushes on their way in, in order (with equal link rates a downlink's FIFO delivers in order; any other arrival
+    // goes on the loop itself).
+    InOrder<Arrival> arriving;
     uint64_t load = 0;  // bytes assigned (the Sharder's measure)
     Nanos cpu_free = 0; // when its decode and encode work so far is done (recoding schemes)
+    DueQueue receipts;  // the batches whose last receipt this server sends, in the order they fall due
   };
   // Where a batch stands. With the link models a receipt's and a sum's arrival time are known before they happen, so
   // only the last of each is put on the loop: the latest (time, turn) so far is kept until every one is known.
@@ -181,6 +202,7 @@ class PsClusterFabric final : public Fabric {
     Downlink down;                    // link model only
     std::vector<BatchState> batches;  // per batch id
     Nanos encoder_free = 0;           // its encode stage (one encoder)
+    DueQueue sums{{}, true};          // the batches whose last sum its downlink delivers, in the order they fall due
   };
 
   uint32_t chunk_id(int32_t key, uint64_t offset, uint64_t bytes, uint64_t dense);
@@ -193,9 +215,13 @@ class PsClusterFabric final : public Fabric {
   void post_start(Queue& from, bool to_server);  // the link model's start event for the head of `from`
   void start_next(Queue& from, bool to_server);
   void arrive(bool to_server, const Outgoing& m, Nanos at);
-  void post_arrival(ServerState& server);  // for the head of server.arriving
-  void receipt_known(int worker, size_t batch, Nanos at, uint64_t turn);
-  void sum_known(int worker, size_t batch, Nanos at, uint64_t turn);
+  // A receipt (sent by `via`'s server) or a sum (arriving through `via`, the worker's downlink) will arrive at
+  // (at, turn); the batch's event is posted once its last one is known.
+  void receipt_known(int worker, size_t batch, Nanos at, uint64_t turn, DueQueue& via);
+  void sum_known(int worker, size_t batch, Nanos at, uint64_t turn, DueQueue& via);
+  // The batch's event at d: through `via` while it falls due in order there, else on the loop itself.
+  void fall_due(DueQueue& via, const Due& d);
+  void on_due(bool sum, int worker, size_t batch);
   void on_receipt(int worker, size_t batch);  // fair sharing: a receipt is in
   void on_sum(int worker, size_t batch);      // fair sharing: a sum is in
   void sums_in(int worker, size_t batch);     // the batch's last sum is in

@@ -358,7 +358,7 @@ SimResult Run::go(const NetworkModel& bounds) {
   loop_.run();
   result.iteration_start_s = workers_.front().iteration_starts();
   result.compute_s = model_.compute_per_iteration() * 1e-9;
-  result.comm_bound_s = bounds.comm_lower_bound_s(model_.total_bytes());
+  result.comm_bound_s = comm_bound_s(model_, model_.layers.size(), bounds);
   result.lower_bound_s = std::max(result.compute_s, result.comm_bound_s);
   result.dependency_bound_s = dependency_bound_s(model_, bounds);
   result.batches = workers_.front().batches();
@@ -388,15 +388,23 @@ SimResult Run::go(const NetworkModel& bounds) {
 
 }  // namespace
 
+double comm_bound_s(const ModelProfile& model, size_t layers, const NetworkModel& network) {
+  uint64_t bytes = 0, messages = 0;
+  for (size_t i = 0; i < layers; ++i)
+    for (size_t t : model.layers[i].tensors) {
+      bytes += model.tensors[t].bytes();
+      messages += network.min_messages(model.tensors[t].bytes());
+    }
+  return network.comm_lower_bound_s(bytes, messages);
+}
+
 double dependency_bound_s(const ModelProfile& model, const NetworkModel& network) {
   const double compute = model.compute_per_iteration() * 1e-9;
-  double bound = std::max(compute, network.comm_lower_bound_s(model.total_bytes()));
-  uint64_t bytes = 0;      // gradients of layers 0..i
+  double bound = std::max(compute, comm_bound_s(model, model.layers.size(), network));
   double overlap = 0;      // backward + forward of layers 0..i-1, in seconds
-  for (const LayerProfile& l : model.layers) {
-    for (size_t t : l.tensors) bytes += model.tensors[t].bytes();
-    bound = std::max(bound, compute + network.comm_lower_bound_s(bytes) - overlap);
-    overlap += (l.forward + l.backward) * 1e-9;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    bound = std::max(bound, compute + comm_bound_s(model, i + 1, network) - overlap);
+    overlap += (model.layers[i].forward + model.layers[i].backward) * 1e-9;
   }
   return bound;
 }

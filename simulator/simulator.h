@@ -65,10 +65,14 @@ struct SimResult {
 // A lower bound that also respects the iteration's dependencies: the gradients of layers 0..i are all produced no
 // earlier than layer i's backward ends and must be synchronised before the next forward reaches layer i, so
 //   period >= compute + max(0, comm(bytes of layers 0..i) - (backward + forward of layers 0..i-1))   for every i,
-// and period >= comm(all bytes). comm() is the network's bandwidth-only bound (no latency), so no schedule beats it.
+// and period >= comm(all bytes). comm() is the network's bound for those bytes at their fewest messages (no latency), so
+// no schedule beats it.
 // It exceeds max(compute, comm) when a big tensor is needed first and produced last (BERT's and Transformer's
 // embeddings), which no scheduler can overlap.
 double dependency_bound_s(const ModelProfile& model, const NetworkModel& network);
+// comm() above: the network's bound (NetworkModel::comm_lower_bound_s) for the gradients of layers 0..layers-1, at
+// the fewest messages their tensors can travel in.
+double comm_bound_s(const ModelProfile& model, size_t layers, const NetworkModel& network);
 
 // Runs one simulation. The policy must be fresh (never told an event); the network is reset first.
 SimResult simulate(const ModelProfile& model, NetworkModel& network, Policy& policy, const SimOptions& options);

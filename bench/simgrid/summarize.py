@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Judges the simulator grid that run_grid.sh wrote: per cell (network, model, link rate, workers) the scheduler at its
 automatic knobs (the `bytescheduler-auto` row) against the best baseline (speed ratio, target >= 0.98) and against the
-lower bounds (time ratio, target <= 1.10 in >= 95% of cells), then the shares.
+lower bounds (time ratio, target <= 1.10 in >= 95% of cells), then the shares, and every row of any policy that came in
+below its bound (the bound must hold for all: simulator.h, dependency_bound_s).
 
     python3 bench/simgrid/summarize.py OUT_DIR          (reads OUT_DIR/<network>-w<workers>/results.csv)
 """
@@ -37,6 +38,15 @@ def judge(rows):
             t / float(auto["lower_bound_ms"]), t / float(auto["dependency_bound_ms"]))
 
 
+def below_bound(found):
+    """Every row (any policy, any knobs) that came in below its cell's dependency bound, and how many rows there are.
+    The CSV gives milliseconds to 3 decimals, so a row equal to the bound may read up to 0.001 ms below it."""
+    rows = [(key, r) for key, cell in found.items() for r in cell.values()]
+    below = [(key, r["policy"]) for key, r in rows
+             if float(r["iteration_ms"]) < float(r["dependency_bound_ms"]) - 0.0011]
+    return below, len(rows)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -67,6 +77,9 @@ def main():
         print(f"\n{network or 'all'}: {n} cells; auto >= 0.98x best baseline in {base_ok} ({100 * base_ok / n:.0f}%);"
               f" <= 1.10x the bound in {bound_ok} ({100 * bound_ok / n:.0f}%),"
               f" the dependency bound in {dep_ok} ({100 * dep_ok / n:.0f}%)")
+    below, rows = below_bound(found)
+    print(f"\nrows below their dependency bound (any policy): {len(below)} of {rows}"
+          + "".join(f"\n  {key} {policy}" for key, policy in below))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,27 @@ TEST(PsNetwork, OneMessageTakesPushPlusPull) {
   PsNetwork net({8, 2, 10e9, 10e9, 10e-6, 0, false});
   const uint64_t bytes = 1'250'000;  // 1 ms at 10 Gbit/s
   EXPECT_EQ(net.transfer(one(bytes), 0).end, 2 * (4'000'000 + 10'000));
-  EXPECT_DOUBLE_EQ(net.comm_lower_bound_s(bytes), 4e-3);
+  EXPECT_DOUBLE_EQ(net.comm_lower_bound_s(bytes, 1), 4e-3);
+}
+
+// The bound counts the per-message cost at the fewest messages: a tensor is at least one message per chunk, and the
+// busier end (here the servers, W / S of every message) pays it.
+TEST(PsNetwork, LowerBoundChargesTheFewestMessages) {
+  PsParams p{8, 2, 8e9, 8e9, 0, 250};  // 1 byte per ns, chunks of 250 bytes
+  p.message_s = 5e-6;
+  const PsNetwork net(p);
+  EXPECT_EQ(net.min_messages(0), 0u);
+  EXPECT_EQ(net.min_messages(250), 1u);
+  EXPECT_EQ(net.min_messages(251), 2u);
+  const double m = 5e-6 - 1e-9;  // each message's time may round a nanosecond short
+  EXPECT_DOUBLE_EQ(net.comm_lower_bound_s(1000, 4), 4 * (1e-6 + 4 * m));
+  p.servers = 8;  // the worker's link and each server's carry the same
+  EXPECT_DOUBLE_EQ(PsNetwork(p).comm_lower_bound_s(1000, 4), 1e-6 + 4 * m);
+  p.fair_share = true;  // the fair link model charges no per-message cost
+  EXPECT_DOUBLE_EQ(PsNetwork(p).comm_lower_bound_s(1000, 4), 1e-6);
+  p.fair_share = false;
+  p.server_ingress_limited = false;  // nor do emulated links
+  EXPECT_DOUBLE_EQ(PsNetwork(p).comm_lower_bound_s(1000, 4), 1e-6);
 }
 
 TEST(PsNetwork, PushOfTheNextMessageOverlapsThePullOfThePrevious) {
@@ -97,7 +117,10 @@ TEST(RingAllreduceNetwork, AlphaBetaCost) {
   const Transfer second = net.transfer(one(1000), 0);  // collectives run one at a time
   EXPECT_EQ(second.begin, 7500);
   EXPECT_EQ(second.end, 2 * 7500);
-  EXPECT_DOUBLE_EQ(net.comm_lower_bound_s(1000), 1.5e-6);
+  // An iteration's gradients take at least one collective: its alpha counts once, however many tensors.
+  EXPECT_DOUBLE_EQ(net.comm_lower_bound_s(1000, 3), 1.5e-6 + 6e-6 - 0.5e-9);  // less the rounding
+  EXPECT_EQ(net.min_messages(1000), 1u);
+  EXPECT_DOUBLE_EQ(net.comm_lower_bound_s(0, 0), 0);
 }
 
 TEST(NetworkModels, RejectBadParameters) {
