@@ -226,6 +226,9 @@ void ClusterEnv::validate() const {
     throw InvalidArgument("COMMSCHED_LOCAL_RANK=" + std::to_string(local_rank) + " is invalid: must be in [0, " +
                           std::to_string(local_size) + ")");
   if (timeout_s <= 0) throw InvalidArgument("COMMSCHED_TIMEOUT must be positive");
+  if (!store_scope.empty() && num_servers > 0)
+    throw InvalidArgument("store_scope '" + store_scope + "' is for a process set's sub-cluster, which has no servers (" +
+                          std::to_string(num_servers) + " given)");
   if (max_workers > 0 && min_workers > max_workers)
     throw InvalidArgument("COMMSCHED_MIN_WORKERS=" + std::to_string(min_workers) + " is above COMMSCHED_MAX_WORKERS=" +
                           std::to_string(max_workers));

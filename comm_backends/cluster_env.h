@@ -61,6 +61,10 @@ struct ClusterEnv {
   int min_workers = 0;        // elastic: fewer workers than this end the job (0: not elastic)
   int max_workers = 0;        // elastic: joiners beyond this wait (0: no bound)
   std::string elastic_store;  // elastic: HOST:PORT of the membership store (`commsched launch --min-workers` serves it)
+  // A process set's sub-cluster (python/commsched/torch/process_sets.py) meets in the job's one store, which the
+  // global group already serves at root_addr:root_port: no member serves one, and every key is under this prefix
+  // ("pset/<id>/"). Empty: the group's rank 0 (server 0 in a PS job) serves its own store. Not an environment variable.
+  std::string store_scope;
 
   static ClusterEnv from_env();
   // What from_env() detects and derives, field by field with its source, for `commsched env`; throws as it does.

@@ -7,11 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <span>
 #include <stdexcept>
 
+#include "base/types.h"
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/link_auth.h"
@@ -23,6 +25,9 @@ namespace {
 enum class StoreOp : uint8_t { set = 1, get = 2, add = 3 };
 
 std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+// How long a member waits for the store and for the others: the slowest member may still be starting its process.
+std::chrono::milliseconds rendezvous_wait(const ClusterEnv& env) { return to_ms(std::max(30.0, 3 * env.timeout_s)); }
 
 }  // namespace
 
@@ -194,13 +199,25 @@ int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
 
 // Workers may start well before rank 0; give them several timeouts to find it.
 Rendezvous::Rendezvous(const ClusterEnv& env, std::string scope)
-    : Rendezvous(env, std::move(scope), env.rank == 0, to_ms(std::max(30.0, 3 * env.timeout_s))) {}
+    : Rendezvous(env, std::move(scope), env.rank == 0, rendezvous_wait(env)) {}
 
 Rendezvous::Rendezvous(const ClusterEnv& env, std::string scope, bool serves, std::chrono::milliseconds connect_timeout)
-    : scope_(env.generation == 0 ? std::move(scope) : scope + "gen" + std::to_string(env.generation) + "/") {
+    : scope_(env.store_scope + (env.generation == 0 ? std::string() : "gen" + std::to_string(env.generation) + "/") +
+             scope) {
   const std::string secret = ClusterAuth::from_env().secret_for(env.root_addr);  // the store binds the root address
-  if (serves) server_ = std::make_unique<TcpStoreServer>(env.root_addr, env.root_port, secret);
+  if (serves && env.store_scope.empty()) server_ = std::make_unique<TcpStoreServer>(env.root_addr, env.root_port, secret);
   client_ = std::make_unique<TcpStoreClient>(env.root_addr, env.root_port, connect_timeout, secret);
+}
+
+void place_on_hosts(ClusterEnv& env) {
+  if (env.store_scope.empty())
+    throw InvalidArgument("place_on_hosts: the cluster has no store_scope (only a process set's members meet this way)");
+  Rendezvous rendezvous(env, "host/");
+  const std::string mine = control::advertised_host(env);
+  const auto hosts = control::exchange(rendezvous.store(), rendezvous.scope(), env.rank, env.num_workers, mine,
+                                       std::chrono::steady_clock::now() + rendezvous_wait(env));
+  env.local_rank = static_cast<int>(std::count(hosts.begin(), hosts.begin() + env.rank, mine));
+  env.local_size = static_cast<int>(std::count(hosts.begin(), hosts.end(), mine));
 }
 
 }  // namespace commsched::collective

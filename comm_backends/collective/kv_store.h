@@ -74,7 +74,9 @@ class TcpStoreClient : public control::Store {
 
 // The store every rank of a collective backend uses: rank 0 also owns the server. Keys are prefixed with `scope` so two
 // backends (or two test cases) sharing a root port do not collide; an elastic job's later generations
-// (ClusterEnv::generation) add "genN/", so a re-formed group never reads the keys of an earlier one.
+// (ClusterEnv::generation) add "genN/", so a re-formed group never reads the keys of an earlier one. A process set's
+// sub-cluster (ClusterEnv::store_scope set) serves nothing: its members are clients of the job's one store, under
+// "<store_scope>[genN/]<scope>".
 class Rendezvous {
  public:
   Rendezvous(const ClusterEnv& env, std::string scope);
@@ -90,5 +92,11 @@ class Rendezvous {
   std::unique_ptr<TcpStoreClient> client_;
   std::string scope_;
 };
+
+// A process set's members (ClusterEnv::store_scope set) learn which of them share a host: each publishes the address
+// it reaches the store from under "<store_scope>[genN/]host/<rank>", and local_rank / local_size count the members
+// with its own address. Throws naming the store and the members missing at the deadline; InvalidArgument without a
+// store_scope.
+void place_on_hosts(ClusterEnv& env);
 
 }  // namespace commsched::collective

@@ -48,8 +48,6 @@ void bind_elastic(py::module_& m) {
   m.def("cluster_env", &cluster_env_dict, "the cluster contract this process derives from its environment");
   m.def("free_port", &control::free_port, py::arg("host") = "127.0.0.1",
         "a TCP port on host nobody listens on, below the kernel's ephemeral range (for a rendezvous store to bind)");
-  m.def("local_address_towards", &control::local_address_towards, py::arg("host"), py::arg("port"),
-        "the local address of the route towards host:port; raises RuntimeError naming it when there is none");
   py::class_<collective::TcpStoreServer>(m, "StoreServer", "a rendezvous store served from a background thread")
       .def(py::init([](const std::string& host, int port) {
              return std::make_unique<collective::TcpStoreServer>(host, port, store_secret(host));

@@ -17,6 +17,7 @@
 #include "base/stats.h"
 #include "plugins/api/context.h"
 #include "comm_backends/backend_registry.h"
+#include "comm_backends/collective/kv_store.h"
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/launcher_env.h"
 #include "plugins/api/live_tuner.h"
@@ -146,7 +147,8 @@ int c_submit(void* context, const char* name, int32_t priority, const char* op, 
 }
 
 // A sub-cluster for a process set: this environment's cluster with the fields in `d` replaced (rank, num_workers,
-// root_addr, root_port, local_rank, local_size); never any servers.
+// root_addr, root_port, local_rank, local_size, store_scope); never any servers. With a store_scope the members meet
+// in the job's store at root_addr:root_port, where place_on_hosts (after this) finds local_rank and local_size.
 ClusterEnv cluster_from_dict(const std::map<std::string, py::object>& d) {
   ClusterEnv e = ClusterEnv::from_env();
   e.num_servers = 0;
@@ -157,9 +159,13 @@ ClusterEnv cluster_from_dict(const std::map<std::string, py::object>& d) {
     else if (k == "root_port") e.root_port = v.cast<int>();
     else if (k == "local_rank") e.local_rank = v.cast<int>();
     else if (k == "local_size") e.local_size = v.cast<int>();
+    else if (k == "store_scope") e.store_scope = v.cast<std::string>();
     else throw InvalidArgument("cluster field '" + k + "' is unknown (rank, num_workers, root_addr, root_port, "
-                               "local_rank, local_size)");
+                               "local_rank, local_size, store_scope)");
   }
+  if (!e.store_scope.empty() && (d.count("local_rank") || d.count("local_size")))
+    throw InvalidArgument("cluster: local_rank and local_size come from the store when store_scope is set");
+  if (!e.store_scope.empty()) e.local_rank = 0, e.local_size = 1;  // until place_on_hosts reads them
   e.validate();
   return e;
 }
@@ -208,6 +214,7 @@ PYBIND11_MODULE(_C, m) {
              ContextOptions o{std::move(engine), std::move(backend), tune, std::nullopt, {}, {}};
              if (cluster) o.cluster = cluster_from_dict(*cluster);
              py::gil_scoped_release release;  // the rendezvous blocks
+             if (o.cluster && !o.cluster->store_scope.empty()) collective::place_on_hosts(*o.cluster);
              return std::make_unique<Context>(o);
            }),
            py::arg("engine") = std::map<std::string, std::string>{}, py::arg("backend") = std::string(),
@@ -219,6 +226,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("local_rank", &Context::local_rank)
       .def_property_readonly("local_size", &Context::local_size)
       .def_property_readonly("root_addr", [](const Context& c) { return c.cluster().root_addr; })
+      .def_property_readonly("root_port", [](const Context& c) { return c.cluster().root_port; },
+                             "where the job's one rendezvous store listens (with root_addr; a process set meets there)")
       .def_property_readonly("num_servers", [](const Context& c) { return c.cluster().num_servers; })
       .def_property_readonly("backend", [](const Context& c) { return std::string(backend_kind_name(c.backend_kind())); })
       .def_property_readonly("policy", [](Context& c) { return std::string(c.engine().policy_name()); })

@@ -1,11 +1,14 @@
 """Horovod's process sets: collectives over a subset of the workers.
 
 Design: every process set with more than one member gets its own commsched Context (engine + Gloo backend) over a
-sub-cluster of its members, ranks renumbered 0..k-1 in the order of their global ranks, meeting at a rendezvous that
-the set's first member serves on a port it picked. So a set's collectives are scheduled like any others (partitions,
-credit, priorities), on the PS cluster too (the PS sums over every worker, so a subset cannot use the servers).
-A one-member set gets a loopback Context. add_process_set is collective over every global rank, as in Horovod: the
-members' addresses and the first member's port are exchanged over the global set first.
+sub-cluster of its members, ranks renumbered 0..k-1 in the order of their global ranks. The members meet in the job's
+one rendezvous store, which the global Context already has served at root_addr:root_port (rank 0 for Gloo and NCCL,
+server 0 for the PS), under the keys pset/<id>/ (cluster field store_scope): they publish their hosts there (for
+local_rank / local_size) and bootstrap the set's mesh there, authenticated with the run's secret as every rendezvous
+is. So a set's collectives are scheduled like any others (partitions, credit, priorities), on the PS cluster too (the
+PS sums over every worker, so a subset cannot use the servers). A one-member set (every set of a one-process run,
+which has no store) gets a loopback Context. add_process_set is called by every rank in the same order, as in
+Horovod, so every rank numbers the sets alike; only the members meet.
 
 Static sets (init(process_sets=[...])) and add_process_set / remove_process_set at any point where every rank calls
 them are supported.
@@ -110,21 +113,11 @@ def resolve(process_set):
     return process_set
 
 
-def _own_address():
-    """The address other workers reach this one at: the local end of a route to the rendezvous root."""
-    root = runtime.context().root_addr or "127.0.0.1"
-    try:
-        return _C.local_address_towards(root, 9)
-    except RuntimeError:
-        return "127.0.0.1"
-
-
 def add_process_set(process_set):
     """Registers a process set (a ProcessSet or a list of global ranks) on every rank; returns the ProcessSet.
 
     Collective: every global rank must call it, in the same order. Members connect to each other before it returns.
     """
-    from commsched.torch import functions  # allgather_object goes through the global set
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     size = runtime.size()
     if not ps.ranks or ps.ranks[0] < 0 or ps.ranks[-1] >= size:
@@ -137,14 +130,10 @@ def add_process_set(process_set):
         set_id = _next_id[0]
         _next_id[0] += 1
     me = runtime.rank()
-    addr = _own_address()
-    port = _C.free_port(addr) if me == ps.ranks[0] else 0  # the set's rendezvous store binds it
-    peers = functions.allgather_object((addr, port), name=f"process_set.{set_id}.join")
     if me in ps.ranks and len(ps.ranks) > 1:
-        root_addr, root_port = peers[ps.ranks[0]]
-        local = [r for r in ps.ranks if peers[r][0] == addr]
-        cluster = {"rank": ps.ranks.index(me), "num_workers": len(ps.ranks), "root_addr": root_addr,
-                   "root_port": int(root_port), "local_rank": local.index(me), "local_size": len(local)}
+        glob = runtime.context()
+        cluster = {"rank": ps.ranks.index(me), "num_workers": len(ps.ranks), "root_addr": glob.root_addr,
+                   "root_port": glob.root_port, "store_scope": f"pset/{set_id}/"}
         ps._ctx = _C.Context(engine={"timeline": ""}, backend="gloo", tune=False, cluster=cluster)
     elif me in ps.ranks:
         cluster = {"rank": 0, "num_workers": 1, "local_rank": 0, "local_size": 1}

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/kv_store.h"
 
 using namespace std::chrono_literals;
@@ -22,7 +23,24 @@ using commsched::collective::TcpStoreServer;
 
 namespace {
 const std::string kSecret = "store-secret-0123456789";
+
+// The run's secret as ClusterAuth::from_env reads it, for the tests that build a Rendezvous from a ClusterEnv.
+struct SecretGuard {
+  explicit SecretGuard(const std::string& secret) { ::setenv("COMMSCHED_SECRET", secret.c_str(), 1); }
+  ~SecretGuard() { ::unsetenv("COMMSCHED_SECRET"); }
+};
+
+// Member `rank` of a `size`-member process set that meets in the job's store at 127.0.0.1:`port`.
+commsched::ClusterEnv set_member(int rank, int size, int port) {
+  commsched::ClusterEnv env;
+  env.rank = rank;
+  env.num_workers = size;
+  env.root_addr = "127.0.0.1";
+  env.root_port = port;
+  env.store_scope = "pset/7/";
+  return env;
 }
+}  // namespace
 
 TEST(KvStoreAuth, MembersWithTheSecretShareKeys) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
@@ -166,4 +184,57 @@ TEST(StoreRendezvous, AMissingMemberIsNamedAtTheDeadline) {
     EXPECT_NE(std::string(e.what()).find("key 'never' did not appear"), std::string::npos) << e.what();
   }
   EXPECT_EQ(client.try_get("group/1"), std::optional<std::string>("x"));
+}
+
+// A process set's members are clients of the job's one store (the global group serves it): they publish their hosts
+// under the set's prefix and count who shares theirs; none of them serves a store of its own.
+TEST(ProcessSetStore, MembersMeetInTheJobsStoreUnderTheSetsKeys) {
+  SecretGuard secret(kSecret);
+  TcpStoreServer job_store("127.0.0.1", 0, kSecret);
+  constexpr int kSize = 3;
+  std::vector<commsched::ClusterEnv> envs;
+  for (int r = 0; r < kSize; ++r) envs.push_back(set_member(r, kSize, job_store.port()));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kSize; ++r) threads.emplace_back([&, r] { commsched::collective::place_on_hosts(envs[r]); });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kSize; ++r) {
+    EXPECT_EQ(envs[r].local_rank, r);  // every member is on this host
+    EXPECT_EQ(envs[r].local_size, kSize);
+  }
+  TcpStoreClient reader("127.0.0.1", job_store.port(), 5000ms, kSecret);
+  EXPECT_EQ(reader.try_get("pset/7/host/2"), std::optional<std::string>("127.0.0.1"));
+  commsched::ClusterEnv later = set_member(0, kSize, job_store.port());
+  later.generation = 3;
+  EXPECT_EQ(commsched::collective::Rendezvous(later, "gloo/").scope(), "pset/7/gen3/gloo/");
+}
+
+TEST(ProcessSetStore, TheSetsFirstMemberServesNoStore) {
+  SecretGuard secret(kSecret);
+  const int port = commsched::control::free_port("127.0.0.1");
+  try {
+    commsched::collective::Rendezvous(set_member(0, 2, port), "gloo/", /*serves=*/true, 300ms);
+    FAIL() << "a process set's rank 0 served a store of its own at port " << port;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProcessSetStore, AMemberWithAWrongSecretIsRefusedNamingTheStore) {
+  TcpStoreServer job_store("127.0.0.1", 0, kSecret);
+  SecretGuard secret("not-the-secret-of-this-run");
+  commsched::ClusterEnv env = set_member(1, 2, job_store.port());
+  try {
+    commsched::collective::place_on_hosts(env);
+    FAIL() << "a member with a wrong secret joined the set";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rendezvous store at 127.0.0.1:" + std::to_string(job_store.port())), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("shared secret differs"), std::string::npos) << what;
+  }
+}
+
+TEST(ProcessSetStore, PlacingNeedsTheSetsScope) {
+  commsched::ClusterEnv env;
+  EXPECT_THROW(commsched::collective::place_on_hosts(env), commsched::InvalidArgument);
 }
