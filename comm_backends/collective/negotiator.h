@@ -272,6 +272,7 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // Callers helping (help_until) right now: the negotiator thread does not spin meanwhile (one spinner per process,
   // scheduler/spin_wait.h; the helper is the one that needs the core).
   std::atomic<int> helping_{0};
+  std::atomic<int64_t> helped_at_ns_{INT64_MIN / 2};  // steady_clock, when a caller last stopped helping
   std::vector<pollfd> help_fds_;  // help_round's, under state_mu_
   std::vector<int> help_fd_rank_;
   std::atomic<std::thread::id> state_owner_{};
