@@ -220,6 +220,8 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   void peer_lost(int rank, const std::string& why);
   // Fails the group: tells the members the relay names (not `culprit`), then fails locally. Once.
   void fail_group(const Status& st, std::optional<int> culprit);
+  // A round (on the negotiator thread, a submitter or a helping caller) threw: fails the group naming this rank.
+  void fail_broken(const std::exception& e);
   void reported(int from, const std::string& text);
   // The relay's verdict: sent to whom it names (raw sends: a second failure cannot recurse), then failed locally.
   void stop(const std::optional<control::LossRelay::Verdict>& verdict, Status::Code code, int culprit);

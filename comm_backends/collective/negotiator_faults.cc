@@ -26,6 +26,11 @@ void Negotiator::fail_group(const Status& st, std::optional<int> culprit) {
   stop(relay_.noticed(st.message, id, open_peers()), st.code, culprit.value_or(-1));
 }
 
+void Negotiator::fail_broken(const std::exception& e) {
+  // Malformed input, a broken invariant: the others are told too, rather than finding this rank silent later.
+  fail_group(Status::Error("negotiator rank " + std::to_string(opts_.rank) + ": " + e.what()), std::nullopt);
+}
+
 void Negotiator::reported(int from, const std::string& text) {
   stop(relay_.reported(text, static_cast<control::LossRelay::Id>(from), "rank " + std::to_string(from), open_peers()),
        Status::Code::peer_lost, -1);

@@ -72,8 +72,8 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs, std::optional<boo
     // before the running collective ends.
     read_waiting_peers();
     if (!finished_) coordinator_round();
-  } catch (const std::exception& e) {  // as on the negotiator thread (run())
-    fail_group(Status::Error("negotiator rank 0: " + std::string(e.what())), std::nullopt);
+  } catch (const std::exception& e) {
+    fail_broken(e);
   }
   // The negotiator thread runs rank 0's copy of the order (the peers have theirs already).
   const bool for_thread = !ready_groups_.empty() || finished_;

@@ -43,8 +43,7 @@ void Negotiator::run() {
   try {
     loop(state);
   } catch (const std::exception& e) {
-    // Malformed input, a broken invariant: the others are told too, rather than finding this rank silent later.
-    fail_group(Status::Error("negotiator rank " + std::to_string(opts_.rank) + ": " + e.what()), std::nullopt);
+    fail_broken(e);
   }
   run_ready_groups(state);  // already ordered on every rank: run them (the backend fails them fast after a fatal error)
   state.unlock();
@@ -136,8 +135,8 @@ Negotiator::HelpResult Negotiator::help_round() {
   const bool worked = came || !ready_groups_.empty() || completed_groups_.load() > 0;
   try {  // every round: the negotiator thread, while a caller helps, takes neither its inbox nor the peers' frames
     handle_events(state, help_fds_, help_fd_rank_);
-  } catch (const std::exception& e) {  // as on the negotiator thread (run())
-    fail_group(Status::Error("negotiator rank " + std::to_string(opts_.rank) + ": " + e.what()), std::nullopt);
+  } catch (const std::exception& e) {
+    fail_broken(e);
   }
   if (!finished_) return worked ? HelpResult::worked : HelpResult::idle;
   wake(wake_.get());  // what ended the group may have been read here: the negotiator thread winds up
