@@ -8,9 +8,11 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <utility>
 
+#include "base/cpu_usage.h"
 #include "base/stats.h"
 #include "simulator/bench_args.h"
 #include "simulator/report.h"
@@ -27,6 +29,10 @@ struct Row {
   int workers = 0, servers = 0;
   std::vector<double> trials_s;
   MeanCi real;                // of the trial means, seconds
+  // What the trials used of the machine (means over trials; -1 where unknown, e.g. an older cluster.csv): the share of
+  // all cores busy (the kernel's packet work included) and the cores the cluster's processes used. A cell whose
+  // machine was near full measured the CPU as well as the links, which the simulator does not model.
+  double machine_busy = -1, trial_cores = -1;
   sim::CellResult each, one;  // predicted: every worker simulated; one representative of symmetric workers
 };
 
@@ -89,19 +95,54 @@ struct Predictor {
   }
 };
 
+// One trial's mean iteration and what it used of the machine.
+struct TrialResult {
+  double mean_s = 0;
+  std::optional<double> machine_busy;
+  double cores = 0;
+};
+
 // One run of a cell, started again on failure up to --attempts times; the mean of its measured iterations.
-double run_trial(const BenchArgs& a, const ClusterTrial& trial, const ClusterTrialSpec& t, int index) {
+TrialResult run_trial(const BenchArgs& a, const ClusterTrial& trial, const ClusterTrialSpec& t, int index) {
   for (int attempt = 1;; ++attempt) {
     try {
+      const CpuMeter cpu;
       const std::vector<double> its = trial(t);
       if (its.empty()) throw std::runtime_error("no iterations measured");
-      return std::accumulate(its.begin(), its.end(), 0.0) / double(its.size());
+      return {std::accumulate(its.begin(), its.end(), 0.0) / double(its.size()), cpu.machine_busy(),
+              cpu.children_cores()};
     } catch (const std::exception& e) {
       if (attempt >= a.attempts) throw;
       std::cerr << "commsched bench: trial " << index + 1 << " of " << t.model << " / " << t.bandwidth << " / "
                 << t.workers << " workers / " << t.policy << " failed (" << e.what() << "); running it again\n";
     }
   }
+}
+
+// "machine 85% busy, cluster 1.62 cores": what a reader needs to tell a network measurement from a CPU one. A machine
+// busier than kCpuBoundShare of its cores is flagged: its processes queued for cores the simulator assumes free.
+constexpr double kCpuBoundShare = 0.8;
+std::string cpu_text(const Row& r) {
+  if (r.machine_busy < 0) return "not measured";
+  char text[96];
+  std::snprintf(text, sizeof text, "machine %.0f%% busy, cluster %.2f cores%s", r.machine_busy * 100, r.trial_cores,
+                r.machine_busy >= kCpuBoundShare ? " (CPU-bound)" : "");
+  return text;
+}
+
+// Runs the cell's trials into `r`: the iteration times and the machine's use, averaged.
+void add_trials(const BenchArgs& a, const ClusterTrial& trial, const ClusterTrialSpec& t, Row& r) {
+  double busy = 0, cores = 0;
+  int busy_known = 0;
+  for (int i = 0; i < a.trials; ++i) {
+    const TrialResult tr = run_trial(a, trial, t, i);
+    r.trials_s.push_back(tr.mean_s);
+    cores += tr.cores;
+    if (tr.machine_busy) busy += *tr.machine_busy, ++busy_known;
+  }
+  r.real = mean_ci95(r.trials_s);
+  r.trial_cores = cores / a.trials;
+  if (busy_known) r.machine_busy = busy / busy_known;
 }
 
 std::vector<Row> run_cells(const BenchArgs& a, const ClusterTrial& trial, Predictor& predictor) {
@@ -117,13 +158,12 @@ std::vector<Row> run_cells(const BenchArgs& a, const ClusterTrial& trial, Predic
                              std::to_string(predictor.knob("partition_bytes")), std::to_string(predictor.credit()),
                              std::to_string(predictor.knob("small_tensor_bytes")), a.trial_iterations,
                              a.trial_warmup, a.links, a.auth == "on"};
-          for (int i = 0; i < a.trials; ++i) r.trials_s.push_back(run_trial(a, trial, t, i));
-          r.real = mean_ci95(r.trials_s);
+          add_trials(a, trial, t, r);
           predictor.predict(r);
           std::cout << "commsched bench: " << model << " " << bandwidth << " " << w << " workers " << policy << ": "
                     << r.real.mean * 1e3 << " ms real, " << r.each.iteration_s * 1e3 << " ms simulated, "
-                    << r.one.iteration_s * 1e3 << " ms symmetric (" << progress(rows.size() + 1, total, t0) << ")"
-                    << std::endl;
+                    << r.one.iteration_s * 1e3 << " ms symmetric; " << cpu_text(r) << " ("
+                    << progress(rows.size() + 1, total, t0) << ")" << std::endl;
           rows.push_back(std::move(r));
         }
   return rows;
@@ -163,6 +203,10 @@ std::vector<Row> resimulate(const BenchArgs& a, Predictor& predictor) {
     std::istringstream trials(f[col["trials_ms"]]);
     for (double ms; trials >> ms;) r.trials_s.push_back(ms / 1e3);
     r.real = {parse_double(where, f[col["cluster_ms"]], 0, 1e12) / 1e3, std::atof(f[col["ci95_ms"]].c_str()) / 1e3};
+    if (col.count("machine_busy") && col.count("trial_cores")) {  // absent before December 2026's CPU accounting
+      r.machine_busy = std::atof(f[col["machine_busy"]].c_str());
+      r.trial_cores = std::atof(f[col["trial_cores"]].c_str());
+    }
     predictor.predict(r);
     rows.push_back(std::move(r));
   }
@@ -171,26 +215,26 @@ std::vector<Row> resimulate(const BenchArgs& a, Predictor& predictor) {
 
 void write_cluster_csv(std::ostream& o, const std::vector<Row>& rows) {
   o << "model,bandwidth,workers,servers,policy,knobs,cluster_ms,ci95_ms,sim_ms,sim_over_real,sim_one_ms,"
-       "sim_one_over_real,trials_ms\n";
+       "sim_one_over_real,trials_ms,machine_busy,trial_cores\n";
   for (const Row& r : rows) {
     o << r.model << "," << r.bandwidth << "," << r.workers << "," << r.servers << "," << r.policy << ",\""
       << r.each.knobs << "\"," << r.real.mean * 1e3 << "," << r.real.half_width * 1e3 << ","
       << r.each.iteration_s * 1e3 << "," << r.each.iteration_s / r.real.mean << "," << r.one.iteration_s * 1e3 << ","
       << r.one.iteration_s / r.real.mean << ",";
     for (size_t i = 0; i < r.trials_s.size(); ++i) o << (i ? " " : "") << r.trials_s[i] * 1e3;
-    o << "\n";
+    o << "," << r.machine_busy << "," << r.trial_cores << "\n";
   }
 }
 
 void write_cluster_md(std::ostream& o, const std::vector<Row>& rows) {
   o << "| model | rate | workers | servers | policy | real ms (95% CI) | sim ms, each worker | sim / real "
-       "| sim ms, symmetric | sim / real |\n|---|---|---:|---:|---|---:|---:|---:|---:|---:|\n";
+       "| sim ms, symmetric | sim / real | CPU |\n|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|\n";
   char line[512];
   for (const Row& r : rows) {
-    std::snprintf(line, sizeof line, "| %s | %s | %d | %d | %s | %.1f ± %.1f | %.1f | %.3f | %.1f | %.3f |\n",
+    std::snprintf(line, sizeof line, "| %s | %s | %d | %d | %s | %.1f ± %.1f | %.1f | %.3f | %.1f | %.3f | %s |\n",
                   r.model.c_str(), r.bandwidth.c_str(), r.workers, r.servers, r.policy.c_str(), r.real.mean * 1e3,
                   r.real.half_width * 1e3, r.each.iteration_s * 1e3, r.each.iteration_s / r.real.mean,
-                  r.one.iteration_s * 1e3, r.one.iteration_s / r.real.mean);
+                  r.one.iteration_s * 1e3, r.one.iteration_s / r.real.mean, cpu_text(r).c_str());
     o << line;
   }
 }

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "base/cpu_usage.h"
 #include "comm_backends/gloo/gloo_backend.h"
 #include "plugins/launch/process_group.h"
 #include "scheduler/completion_waiter.h"
@@ -132,20 +133,13 @@ long context_switches() {
   return u.ru_nvcsw;
 }
 
-// CPU time (user + system) of this process so far, in microseconds: what the negotiation, its hand-offs and its spins
-// add to a step, which unlike wall time does not grow with the load from other processes.
-double cpu_us() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  const auto us = [](const timeval& t) { return t.tv_sec * 1e6 + t.tv_usec; };
-  return us(u.ru_utime) + us(u.ru_stime);
-}
-
 // Context switches and CPU time of this process over one side of a block.
 struct Usage {
   long csw = 0;
   double cpu = 0;
-  static Usage now() { return {context_switches(), cpu_us()}; }
+  // CPU time is what the negotiation, its hand-offs and its spins add to a step, which unlike wall time does not grow
+  // with the load from other processes.
+  static Usage now() { return {context_switches(), process_cpu_s(/*children=*/false) * 1e6}; }
   void add_since(const Usage& start) {
     const Usage end = now();
     csw += end.csw - start.csw;

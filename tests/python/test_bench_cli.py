@@ -47,6 +47,9 @@ def test_cluster_mode_measures_each_cell_beside_the_simulator(tmp_path):
         assert real > 0.9 * link_s * 1e3, r
         assert 0.5 < sim / real < 2.0, r
         assert r["knobs"].startswith("partition 256 KiB, credit 1 MiB") or r["policy"] != "bytescheduler", r
+        # What the trials used of the machine: a share of all cores, and some CPU of the cluster's own processes.
+        assert 0 < float(r["machine_busy"]) <= 1 and float(r["trial_cores"]) > 0, r
+    assert "% busy, cluster " in (out / "cluster.md").read_text()
     # The measured cells are written in the simulator's formats too (speedups over WFBP filled in).
     with open(out / "results.csv") as f:
         cells = {r["policy"]: r for r in csv.DictReader(f)}
@@ -124,6 +127,8 @@ def resimulate_one_cell(tmp_path, executable):
     assert rc == 0, text
     rows = list(csv.DictReader(open(tmp_path / "out" / "cluster.csv")))
     assert len(rows) == 1, rows
+    assert rows[0]["machine_busy"] == "-1", rows  # an older cluster.csv has no CPU columns: unknown, not zero
+    assert "not measured" in (tmp_path / "out" / "cluster.md").read_text()
     return profile, rows[0]
 
 
