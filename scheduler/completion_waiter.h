@@ -82,9 +82,9 @@ class CompletionWaiter {
 
  private:
   static constexpr std::chrono::microseconds kSpin{50};
-  // How long a helping waiter polls for the backend's next piece of work: an order is a round trip to rank 0 away,
-  // plus the other ranks' own lateness (collective_bench, quiet, 64 KiB and 1 MiB: with 200 us the waiter often gave
-  // up just before the order came, and the negotiator thread then had to be woken to run it).
+  // How long a helping waiter waits (asleep in poll) for the backend's next piece of work: an order is a round trip
+  // to rank 0 away, plus the other ranks' own lateness (collective_bench, quiet, 64 KiB and 1 MiB: with 200 us the
+  // waiter often gave up just before the order came, and the negotiator thread then had to be woken to run it).
   static constexpr std::chrono::microseconds kHelpIdle{1000};
 
   mutable std::mutex mu_;

@@ -42,7 +42,8 @@ Negotiator::Negotiator(NegotiatorOptions opts, control::Store& store, Negotiator
   // Heartbeats several times per timeout, so one late packet never looks like a death.
   heartbeat_ = heartbeat_interval(opts_.timeout_s);
   wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake_.valid()) throw std::runtime_error("negotiator: eventfd failed");
+  helper_left_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_.valid() || !helper_left_.valid()) throw std::runtime_error("negotiator: eventfd failed");
   const auto deadline = Clock::now() + seconds_to_ms(opts_.join_timeout_s);
   if (opts_.rank == 0) {
     coordinator_ = std::make_unique<GlobalOrder>(opts_.size);  // its policy comes through order_inbox_

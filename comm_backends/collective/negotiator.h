@@ -179,8 +179,16 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // Empties the wake-up eventfd.
   void drain_wake();
   // A helping caller's round: handle_events when anything came or waits; idle when nothing did (or the state is busy).
+  // When idle, `wait` gets what to sleep on until the next piece of work could come: the wake-up and the peers
+  // (revents cleared), and for at most how long (the coordinator's next timer).
   enum class HelpResult { worked, idle, finished };
-  HelpResult help_round();
+  struct HelpWait {
+    std::vector<pollfd> fds;
+    int max_ms = 0;
+  };
+  HelpResult help_round(HelpWait& wait);
+  // Sleeps in poll on `wait` for up to `left` (shorter where the coordinator's timer is due sooner).
+  static void sleep_for_work(HelpWait& wait, std::chrono::nanoseconds left);
   // Polls `fds` (spinning for up to spin_s first, then sleeping up to timeout_ms).
   void wait_events(std::vector<pollfd>& fds, int timeout_ms) const;
   // Rank 0: runs the coordinator's step for `subs` (and this rank's iteration mark after them, when given: true for
@@ -260,6 +268,9 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   std::unordered_map<Slot, CacheSlot, SlotHash> cache_;
   std::vector<Slot> cache_slots_;  // cache id -> slot
   Fd wake_;                 // eventfd: wakes the thread for new submissions and shutdown
+  // eventfd: the last helping caller stopped. While callers help the thread sleeps on this alone, and leaves wake_
+  // to the callers, who may sleep on it and on the peers (help_until).
+  Fd helper_left_;
 
   // Serialises writes to one socket from several threads (lock order: mu_, then send_mu_).
   std::mutex send_mu_;
@@ -271,8 +282,8 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   std::mutex state_mu_;
   // Held by the thread running ordered groups. Lock order: run_mu_, then state_mu_.
   std::mutex run_mu_;
-  // Callers helping (help_until) right now: the negotiator thread does not spin meanwhile (one spinner per process,
-  // scheduler/spin_wait.h; the helper is the one that needs the core).
+  // Callers helping (help_until) right now: meanwhile the negotiator thread neither spins nor reads the peers; it
+  // sleeps on helper_left_.
   std::atomic<int> helping_{0};
   std::atomic<int64_t> helped_at_ns_{INT64_MIN / 2};  // steady_clock, when a caller last stopped helping
   std::vector<pollfd> help_fds_;  // help_round's, under state_mu_
