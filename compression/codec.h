@@ -45,7 +45,7 @@ enum class Summing {
 struct Codec {
   Scheme scheme;
   std::string_view name;                      // canonical (scheme_name, to_string)
-  std::span<const std::string_view> aliases;  // also accepted by parse_spec
+  std::span<const std::string_view> aliases = {};  // also accepted by parse_spec
   bool takes_ratio = false;                   // NAME:RATIO (RATIO in (0, 1]) sets Spec::ratio
   Summing summing = Summing::dense;
   DType wire_dtype = DType::f32;              // on_wire: the narrow dtype an encoded partition is carried as

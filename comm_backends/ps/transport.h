@@ -60,7 +60,7 @@ struct OutPayload {
   const std::byte* data = nullptr;
   size_t size = 0;
   std::function<void()> release;
-  std::vector<std::span<const std::byte>> pieces;
+  std::vector<std::span<const std::byte>> pieces = {};
 };
 
 // A payload of several ranges (size: their total); `release` runs once none of them is read any more.
