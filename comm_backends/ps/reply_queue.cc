@@ -24,17 +24,23 @@ void ReplyQueue::add(PeerId peer, const Header& h, OutPayload payload) {
 }
 
 void ReplyQueue::flush() {
-  while (ready_ && !ready_->empty() && shared_->in_flight.load(std::memory_order_acquire) < window_)
-    hand_over(ready_->pop());
+  while (ready_ && !ready_->empty() && transport_has_room()) hand_over(ready_->pop());
+}
+
+bool ReplyQueue::transport_has_room() const {
+  return shared_->in_flight.load(std::memory_order_acquire) < window_ ||
+         shared_->payloads.load(std::memory_order_acquire) < kMinInFlight;
 }
 
 void ReplyQueue::hand_over(Reply r) {
   const uint64_t bytes = r.payload.size;
   if (ready_ && bytes > 0) {  // counted until the transport lets go of it, which wakes the I/O thread to send more
     shared_->in_flight.fetch_add(bytes, std::memory_order_acq_rel);
+    shared_->payloads.fetch_add(1, std::memory_order_acq_rel);
     r.payload.release = [shared = shared_, bytes, inner = std::move(r.payload.release)] {
       if (inner) inner();
       shared->in_flight.fetch_sub(bytes, std::memory_order_acq_rel);
+      shared->payloads.fetch_sub(1, std::memory_order_acq_rel);
       std::lock_guard<std::mutex> lock(shared->mu);
       if (shared->wake) shared->wake();
     };
