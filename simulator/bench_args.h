@@ -13,6 +13,7 @@
 
 #include "options/knobs.h"
 #include "scheduler/policy_factory.h"
+#include "scheduler/reply_order.h"
 #include "simulator/bench_cli.h"
 #include "simulator/grid.h"
 
@@ -37,6 +38,7 @@ struct BenchArgs {
   int tune = 0;
   bool emulated_links = false;
   std::string link_model = "fifo";
+  uint64_t ps_reply_bound = ReplyOrder<int>::kDefaultMaxOvertakes;
   std::string ps_workers = "auto";
   std::string compression = "none";
   std::vector<std::string> stage_costs;  // encode, decode per MiB; empty: measured_compression's

@@ -77,6 +77,7 @@ sim::GridSpec to_spec(const BenchArgs& a) {
   if (a.link_model != "fifo" && a.link_model != "fair")
     throw InvalidArgument("--link-model: '" + a.link_model + "' (allowed: fifo, fair)");
   s.ps_fair_share = a.link_model == "fair";
+  s.ps_reply_overtakes = a.ps_reply_bound;
   if (s.ps_fair_share && a.emulated_links)
     throw InvalidArgument("--link-model fair models real NICs; --emulated-links has no receiving limit to share");
   if (s.ps_fair_share && a.ps_workers == "one")
@@ -194,9 +195,13 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
                  "PS with every worker simulated, real NICs: 'fifo' (each link carries one message at a time, in "
                  "arrival order) or 'fair' (links shared max-min fairly among connections, as TCP shares a NIC)")
       ->capture_default_str();
+  b->add_option("--ps-reply-bound", args->ps_reply_bound,
+                 "PS, every worker simulated (fifo or emulated links): each server sends its most urgent ready reply "
+                 "first (receipts, then the lowest priority), a reply at the latest once this many have left since it "
+                 "was ready, as the real server does (COMMSCHED_PS_REPLY_BOUND); 0: arrival order")
+      ->capture_default_str();
   b->add_option("--ps-workers", args->ps_workers,
-                 "PS: 'each' simulates every worker on its own (its own policy; the servers answer in arrival order; cost "
-                 "grows with W), 'one' a single representative of symmetric workers (cost independent of W), 'auto' "
+                 "PS: 'each' simulates every worker on its own (its own policy; cost grows with W), 'one' a single representative of symmetric workers (cost independent of W), 'auto' "
                  "each up to 16 workers")
       ->capture_default_str();
   b->add_option("--tune", args->tune,

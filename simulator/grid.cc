@@ -57,6 +57,7 @@ PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers) {
              spec.ps_ingress_limited};
   p.fair_share = spec.ps_fair_share;
   p.message_s = spec.ps_message_s;
+  p.reply_overtakes = spec.ps_reply_overtakes;
   return p;
 }
 

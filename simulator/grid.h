@@ -42,6 +42,7 @@ struct GridSpec {
   bool ps_ingress_limited = true;        // false: model the EMULATED links (senders paced, receivers not)
   double ps_message_s = kPsMessageS;     // PS: fixed cost per message on each real NIC it crosses (PsParams)
   bool ps_fair_share = false;            // real NICs, every worker simulated: links shared max-min fairly (flow_net.h)
+  uint64_t ps_reply_overtakes = ReplyOrder<int>::kDefaultMaxOvertakes;  // every worker simulated (PsParams)
   // PS cells with at most this many workers run simulate_each_worker (ps_cluster.h), every worker on its own (cost
   // grows with W); bigger ones one representative of symmetric workers (simulate(), PsNetwork).
   int ps_each_worker_max = 16;

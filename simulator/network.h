@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "scheduler/policy.h"
+#include "scheduler/reply_order.h"
 
 namespace commsched::sim {
 
@@ -101,6 +102,10 @@ struct PsParams {
   // `commsched bench` (GridSpec::ps_message_s, --ps-message-cost) default to the real PS's measured cost
   // (scheduler/auto_knobs.h, kPsMessageS, which the automatic PS partition weighs too).
   double message_s = 0;
+  // Every worker simulated, FIFO links or emulated ones (not fair_share): the order a server sends its ready replies
+  // in. >0: the product's rule (scheduler/reply_order.h: receipts first, then the most urgent partition), a reply
+  // sent at the latest once this many replies have left since it became ready; 0: arrival order.
+  uint64_t reply_overtakes = ReplyOrder<int>::kDefaultMaxOvertakes;
 };
 
 class PsNetwork final : public NetworkModel {

@@ -49,6 +49,7 @@ void PsClusterFabric::start(EventLoop& loop, BatchSink& sink) {
   chunks_.clear();
   flows_.reset();
   if (p_.fair_share && p_.server_ingress_limited) build_flows(loop);
+  for (ServerState& s : servers_) s.ready = ReplyOrder<Reply>(std::max<uint64_t>(1, p_.reply_overtakes));
 }
 
 void PsClusterFabric::build_flows(EventLoop& loop) {
@@ -77,7 +78,7 @@ uint32_t PsClusterFabric::chunk_id(int32_t key, uint64_t offset, uint64_t bytes,
                          [](const ServerState& a, const ServerState& b) { return a.load < b.load; }) -
         servers_.begin());
     servers_[s].load += bytes;
-    chunks_.push_back({s, bytes, dense, {}});
+    chunks_.push_back({s, bytes, dense, key, {}});  // the key is the partition's priority (dispatch)
   } else if (chunks_[it->second].bytes != bytes || chunks_[it->second].dense != dense) {
     throw std::logic_error("PsClusterFabric: chunk (" + std::to_string(key) + ", " + std::to_string(offset) +
                            ") changed size within a run");
@@ -153,7 +154,11 @@ void PsClusterFabric::start_next(Queue& from, bool to_server) {
   const Outgoing m = from.pending.front();
   from.pending.pop_front();
   if (!from.pending.empty()) post_start(from, to_server);
-  const Nanos send_end = m.start + from.sender.duration(m.bytes);
+  deliver(from.sender, to_server, m);
+}
+
+void PsClusterFabric::deliver(const Sender& from, bool to_server, const Outgoing& m) {
+  const Nanos send_end = m.start + from.duration(m.bytes);
   Downlink& into = to_server ? servers_[chunks_[m.chunk].server].in : workers_[size_t(m.worker)].down;
   const Nanos in = to_server ? into_server_(m.bytes) : into_worker_(m.bytes);
   arrive(to_server, m, std::max(send_end, into.reserve(m.start, in)) + latency_);
@@ -227,10 +232,13 @@ void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch) {
   const Nanos now = loop_->now();
   Chunk& c = chunks_[chunk];
   ServerState& server = servers_[c.server];
-  // The receipt first: it leaves behind whatever is already in the server's send queue (its size is negligible), or,
-  // with fair sharing, behind what is queued on the connection to that worker.
+  // The receipt first (its size is negligible): into the server's reply queue, where the rule sends it ahead of data;
+  // in arrival order, behind whatever is already in the server's send queue; with fair sharing, behind what is queued
+  // on the connection to that worker.
   if (flows_) {
     flows_->send(to_worker(c.server, worker), 0, latency_, [this, worker, batch] { on_receipt(worker, batch); });
+  } else if (ordered_replies()) {
+    queue_reply(c.server, {true, chunk, worker, batch});
   } else {
     Sender& out = server.out.sender;
     receipt_known(worker, batch, (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_, loop_->take_turn(),
@@ -254,10 +262,49 @@ void PsClusterFabric::send_sums(uint32_t chunk) {
   for (const Waiter& w : c.waiting) {  // the sum goes to each worker in the order their pushes arrived
     if (flows_)
       flows_->send(to_worker(c.server, w.worker), c.bytes, latency_, [this, w] { on_sum(w.worker, w.batch); });
+    else if (ordered_replies())
+      queue_reply(c.server, {false, chunk, w.worker, w.batch});
     else
       transmit(servers_[c.server].out, false, {now, 0, c.bytes, chunk, w.worker, w.batch});
   }
   c.waiting.clear();
+}
+
+// The send happens in an event at the moment the link can take a message, not at once: replies that become ready at
+// the same instant (a receipt and the sums its push completed) are all in the queue when the rule picks.
+void PsClusterFabric::queue_reply(size_t server, const Reply& r) {
+  ServerState& s = servers_[server];
+  s.ready.push(r, r.receipt, chunks_[r.chunk].priority);
+  if (!s.send_posted) post_send(server);
+}
+
+void PsClusterFabric::post_send(size_t server) {
+  ServerState& s = servers_[server];
+  s.send_posted = true;
+  loop_->post_in_turn(s.out.sender.start_of(loop_->now()), loop_->take_turn(), [](void* f, uint64_t server, uint64_t) {
+    static_cast<PsClusterFabric*>(f)->send_replies(size_t(server));
+  }, this, server);
+}
+
+// Receipts take no time on the link (header-only, as before), so every receipt the rule puts first goes now; the
+// first sum then holds the link, and the next pick waits until the sender can take another message.
+void PsClusterFabric::send_replies(size_t server) {
+  ServerState& s = servers_[server];
+  s.send_posted = false;
+  const Nanos now = loop_->now();
+  while (!s.ready.empty()) {
+    const Reply r = s.ready.pop();
+    if (r.receipt) {
+      receipt_known(r.worker, r.batch, now + latency_, loop_->take_turn(), s.receipts);
+      continue;
+    }
+    const Outgoing m{s.out.sender.send(now, chunks_[r.chunk].bytes), 0, chunks_[r.chunk].bytes, r.chunk, r.worker,
+                     r.batch};
+    if (s.out.sender.paced()) arrive(false, m, m.start + latency_);
+    else deliver(s.out.sender, false, m);
+    break;
+  }
+  if (!s.ready.empty()) post_send(server);
 }
 
 void PsClusterFabric::receipt_known(int worker, size_t batch, Nanos at, uint64_t turn, DueQueue& via) {

@@ -4,12 +4,14 @@
 // first to push is first to get the sum, starts its next forward earlier, and the workers drift apart; under
 // ByteScheduler each then dispatches in its own order, and a sum waits for the slowest push of it.
 //
-// Per worker: an uplink (its pushes, FIFO in dispatch order) and a downlink. Per server: a send queue (receipts and sums,
-// FIFO) and a downlink. Each partition of a batch is its own request, cut into chunks of at most chunk_bytes; each
+// Per worker: an uplink (its pushes, FIFO in dispatch order) and a downlink. Per server: a send queue (receipts and sums)
+// and a downlink. The send queue holds the ready replies and, each time its link can take a message, sends the one the
+// product's rule picks (scheduler/reply_order.h: receipts first, then the most urgent partition, nothing starving), as
+// comm_backends/ps/server.cc does; PsParams::reply_overtakes = 0 sends them in arrival order instead. With fair
+// sharing the replies go in arrival order, each on its connection. Each partition of a batch is its own request, cut into chunks of at most chunk_bytes; each
 // chunk (key, offset) lives whole on the server the root's Sharder gives it (least loaded by bytes, on first sight).
-// A server acknowledges a push the moment it has arrived (`received`, queued in its send queue behind what is already
-// there; the worker's engine releases credit when every chunk of the batch is acknowledged) and, once all W workers'
-// pushes of that chunk's round are in, sends the sum to each of them in arrival order.
+// A server acknowledges a push the moment it has arrived (`received`, queued in its send queue; the worker's engine releases credit when every chunk of the batch is acknowledged) and, once all W workers'
+// pushes of that chunk's round are in, queues the sum to each of them in arrival order.
 //
 // Two link models:
 // - server_ingress_limited (real NICs): a message leaves its sender's link in FIFO order, taking bytes / rate; when it
@@ -138,6 +140,7 @@ class PsClusterFabric final : public Fabric {
     size_t server;
     uint64_t bytes;          // on the wire
     uint64_t dense;          // gradient bytes the server decodes (recoding schemes), else 0
+    int32_t priority;        // its partition's (the server's reply order)
     std::vector<Waiter> waiting;  // the pushes of the current round that are in, in arrival order
   };
   // A message queued on a link-model sender, to start moving at `start` (its place among ties taken at enqueue).
@@ -152,6 +155,13 @@ class PsClusterFabric final : public Fabric {
   struct Queue {
     Sender sender;
     std::deque<Outgoing> pending;  // link model: started in order, one start event on the loop at a time
+  };
+  // A server's ready reply: a receipt (bytes 0) or a sum, to `worker` for its batch `batch`.
+  struct Reply {
+    bool receipt;
+    uint32_t chunk;
+    int worker;
+    size_t batch;
   };
   // A push arriving at its server at (at, turn).
   struct Arrival {
@@ -182,6 +192,8 @@ class PsClusterFabric final : public Fabric {
     uint64_t load = 0;  // bytes assigned (the Sharder's measure)
     Nanos cpu_free = 0; // when its decode and encode work so far is done (recoding schemes)
     DueQueue receipts;  // the batches whose last receipt this server sends, in the order they fall due
+    ReplyOrder<Reply> ready{1};  // replies waiting for the send queue (PsParams::reply_overtakes > 0)
+    bool send_posted = false;    // an event to send the next of them is on the loop
   };
   // Where a batch stands. With the link models a receipt's and a sum's arrival time are known before they happen, so
   // only the last of each is put on the loop: the latest (time, turn) so far is kept until every one is known.
@@ -209,11 +221,19 @@ class PsClusterFabric final : public Fabric {
   // Worker `worker`'s push of `chunk` (batch `batch`) has arrived at the chunk's server.
   void on_push(uint32_t chunk, int worker, size_t batch);
   void send_sums(uint32_t chunk);
+  // Whether a server's replies wait in its ReplyOrder (else each is queued on its sender as it becomes ready).
+  bool ordered_replies() const { return p_.reply_overtakes > 0 && !flows_; }
+  void queue_reply(size_t server, const Reply& r);
+  void post_send(size_t server);  // send_replies once the server's sender can take a message
+  // The server's link can take a message: sends its receipts and the next sum the rule picks.
+  void send_replies(size_t server);
   // Queues a push (to_server) or a sum on `from` now; its arrival is handled by on_push or sum_known.
   // Returns when the message starts to leave.
   Nanos transmit(Queue& from, bool to_server, const Outgoing& m);
   void post_start(Queue& from, bool to_server);  // the link model's start event for the head of `from`
   void start_next(Queue& from, bool to_server);
+  // Link model: `m` starts to leave `from` now; it arrives once the receiver's downlink has taken it too.
+  void deliver(const Sender& from, bool to_server, const Outgoing& m);
   void arrive(bool to_server, const Outgoing& m, Nanos at);
   // A receipt (sent by `via`'s server) or a sum (arriving through `via`, the worker's downlink) will arrive at
   // (at, turn); the batch's event is posted once its last one is known.

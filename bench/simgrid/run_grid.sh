@@ -10,6 +10,7 @@
 # scheduler's searched row runs one knob setting (its automatic row is always there); FULL_GRID=1 searches the
 # whole default knob grid as well (about ten times the CPU). NETWORKS="ps ring" by default. PER_MODEL=1: one run per
 # model too (folders <network>-w<workers>-<model>), so that a large worker count keeps every model it finished.
+# EXTRA_ARGS: more flags for every run (e.g. "--ps-reply-bound 0": the servers' replies in arrival order).
 # Runs under nice.
 set -euo pipefail
 if [ $# -lt 2 ]; then
@@ -40,7 +41,7 @@ for w in "${workers[@]}"; do
       fi
       TIMEFORMAT="%R s wall, %U s user, %S s system"
       { time nice -n 10 "$sim" bench --models "$m" --bandwidths 1Gbit,10Gbit,25Gbit,100Gbit --workers "$w" \
-          --network "$net" --ps-workers each "${knobs[@]}" --out "$dir.partial" >"$out/$name.log" 2>&1; } \
+          --network "$net" --ps-workers each "${knobs[@]}" ${EXTRA_ARGS:-} --out "$dir.partial" >"$out/$name.log" 2>&1; } \
         2>"$out/$name.time"
       mv "$dir.partial" "$dir"
       echo "$dir: $(cat "$out/$name.time")"

@@ -124,6 +124,7 @@ void encode_header(const Header& h, std::span<std::byte, kHeaderBytes> out) {
   put<uint32_t>(out, 72, h.aux);
   put<uint8_t>(out, 10, h.codec);
   put<uint32_t>(out, 76, h.elements);
+  put<int32_t>(out, 80, h.priority);
 }
 
 namespace {
@@ -181,7 +182,7 @@ Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> 
     return fail("unknown message type " + std::to_string(type));
   const auto role = get<uint8_t>(frame, 8);
   if (role > static_cast<uint8_t>(PeerRole::tool)) return fail("unknown sender role " + std::to_string(role));
-  if (get<uint8_t>(frame, 11) != 0) return fail("reserved header bytes not zero");
+  if (get<uint8_t>(frame, 11) != 0 || get<uint32_t>(frame, 84) != 0) return fail("reserved header bytes not zero");
   Header h;
   h.type = static_cast<MsgType>(type);
   h.sender_role = static_cast<PeerRole>(role);
@@ -198,6 +199,7 @@ Decoded decode_header(std::span<const std::byte> frame, std::optional<uint64_t> 
   h.aux = get<uint32_t>(frame, 72);
   h.codec = get<uint8_t>(frame, 10);
   h.elements = get<uint32_t>(frame, 76);
+  h.priority = get<int32_t>(frame, 80);
   if (auto why = check_codec(h); !why.empty()) return fail(why);
   const auto dtype = get<uint8_t>(frame, 7);
   if (is_batch_type(h.type)) {

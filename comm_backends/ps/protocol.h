@@ -1,10 +1,11 @@
-// Parameter-server wire protocol: a fixed, versioned 80-byte header frame followed (for data messages) by one payload
+// Parameter-server wire protocol: a fixed, versioned 88-byte header frame followed (for data messages) by one payload
 // frame. Pure byte manipulation; no transport header is included here, so ZeroMQ and RDMA share it.
 //
 // Layout (little-endian):
 //   0 magic u32 'CSPS' | 4 version u16 | 6 type u8 | 7 dtype u8 | 8 sender_role u8 | 9 flags u8 | 10 codec u8
 //  11 reserved u8 (0)  | 12 sender_rank u32 | 16 key u64 | 24 offset u64 | 32 length u64 | 40 tensor_bytes u64
-//  48 iteration u64    | 56 round u64 | 64 request_id u64 | 72 aux u32 | 76 elements u32
+//  48 iteration u64    | 56 round u64 | 64 request_id u64 | 72 aux u32 | 76 elements u32 | 80 priority i32
+//  84 reserved u32 (0)
 #pragma once
 
 #include <cstddef>
@@ -21,9 +22,9 @@ namespace commsched::ps {
 
 inline constexpr uint32_t kMagic = 0x53505343;  // "CSPS" read as little-endian bytes
 // 2: `received` and kFlagAckReceipt; 3: codec and elements; 4: kFlagAsync, lags; 5: push_pull_batch, sum_batch;
-// 6: servers' endpoints through the rendezvous store (no peers message, hellos carry no text)
-inline constexpr uint16_t kVersion = 6;
-inline constexpr size_t kHeaderBytes = 80;
+// 6: servers' endpoints through the rendezvous store (no peers message, hellos carry no text); 7: priority
+inline constexpr uint16_t kVersion = 7;
+inline constexpr size_t kHeaderBytes = 88;
 
 enum class MsgType : uint8_t {
   hello = 1,         // introduction on a connection the sender dialed: sender_role, sender_rank; no payload;
@@ -87,6 +88,10 @@ struct Header {
   // as plain data of the narrow dtype. `dtype` stays the tensor's.
   uint8_t codec = 0;
   uint32_t elements = 0;       // with a codec: the range's element count before encoding (0 without)
+  // push_pull/bcast and their batch: the partition's priority (Task::priority, lower is more urgent; a batch's: its
+  // most urgent entry's), echoed in the answer; the server sends its most urgent ready reply first
+  // (scheduler/reply_order.h).
+  int32_t priority = 0;
 };
 
 // A header of type `t` from this sender; the other fields are zero.

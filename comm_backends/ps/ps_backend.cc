@@ -269,6 +269,8 @@ void PsBackend::send_batch(uint64_t id, int server) {
   h.request_id = id;
   h.aux = static_cast<uint32_t>(es.size());
   h.length = bytes;
+  h.priority = r.part.task->priority;
+  for (const PartitionView& p : r.fused) h.priority = std::min(h.priority, p.task->priority);
   if (r.batch->sent) h.flags |= kFlagAckReceipt;
   van_->send(van_->peer(PeerRole::server, static_cast<uint32_t>(server)), h,
              gathered(batch_pieces(es, std::span(buf.get(), table), data, bytes), [buf] {}));
@@ -323,6 +325,7 @@ void PsBackend::send_request(uint64_t id, int server) {
   h.iteration = t.iteration;
   h.round = t.round;
   h.request_id = id;
+  h.priority = t.priority;
   h.aux = bcast ? static_cast<uint32_t>(t.root) : 0;
   if (r.part.dense_bytes && !bcast) {  // the server decodes, sums and encodes it again (SlotTable)
     h.codec = static_cast<uint8_t>(t.compression.scheme);

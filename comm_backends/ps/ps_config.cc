@@ -54,6 +54,9 @@ OptionTable<PsConfig> build_ps_table() {
          "slowest worker); the same on every process");
   t.bind("staleness", "COMMSCHED_STALENESS", [](C& c) -> int& { return c.staleness; }, int_value(0, 1000000),
          "ssp: how many rounds a worker may run ahead of the slowest (0: as sync)");
+  t.bind("reply_bound", "COMMSCHED_PS_REPLY_BOUND", [](C& c) -> int& { return c.reply_bound; }, int_value(0, 1000000),
+         "a server sends receipts, then the most urgent partition's sums first, a reply at the latest once this many "
+         "have left since it was ready (0: every reply at once, in arrival order)");
   return t;
 }
 

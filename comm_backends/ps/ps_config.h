@@ -12,6 +12,7 @@
 #include "comm_backends/control/van.h"
 #include "comm_backends/ps/transport.h"
 #include "options/option_table.h"
+#include "scheduler/reply_order.h"
 
 namespace commsched {
 namespace collective {
@@ -33,6 +34,9 @@ struct PsConfig {
   // once with the running sum since the caller's last pull) or "ssp" (async, at most `staleness` rounds ahead).
   std::string mode = "sync";
   int staleness = 1;
+  // A server sends its most urgent ready reply first, each at the latest once this many have left since it was
+  // ready (scheduler/reply_order.h); 0: every reply at once, in arrival order.
+  int reply_bound = static_cast<int>(ReplyOrder<int>::kDefaultMaxOvertakes);
 
   // Applies one option by its variable name without the prefix, lower case ("deterministic", "emulate_rate", ...).
   void set(std::string_view option, std::string_view value, std::string_view var = {});

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -45,6 +46,7 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       pool_(BufferPool::create()),
       summer_(cfg.server_threads, cfg.parallel_sum_bytes),
       engine_(engine_options(env, cfg), summer_, pool_, [this] { transport_->wake(); }),
+      replies_(van_, static_cast<uint64_t>(cfg.reply_bound), [t = transport_.get()] { t->wake(); }),
       sharder_(std::max(1, env.num_servers)),
       lag_(env.num_workers),
       lag_warned_(static_cast<size_t>(env.num_workers)) {}
@@ -128,7 +130,8 @@ void Server::ack_receipt(PeerId id, const Header& h) {
   r.key = h.key;
   r.offset = h.offset;
   r.request_id = h.request_id;
-  van_.send(id, r);
+  r.priority = h.priority;
+  replies_.add(id, r);
 }
 
 void Server::on_data(PeerId id, const Header& h, std::unique_ptr<Payload> payload) {
@@ -193,8 +196,9 @@ void Server::answer_batch(PeerId peer, const OpenBatch& b) {
   for (const auto& s : b.sums) data.push_back(s.get());
   h.aux = static_cast<uint32_t>(b.entries.size());
   h.length = bytes;
-  van_.send(peer, h,
-            gathered(batch_pieces(b.entries, std::span(buf.get(), table), data, bytes), [buf, keep = b.sums] {}));
+  h.priority = b.request.priority;
+  replies_.add(peer, h,
+               gathered(batch_pieces(b.entries, std::span(buf.get(), table), data, bytes), [buf, keep = b.sums] {}));
 }
 
 // The worker stands in with zeros from now on; once every worker has joined, each hears `joined` (naming the last)
@@ -208,7 +212,8 @@ void Server::on_join(uint32_t worker) {
   engine_.end_joins();
   Header h = van_.header(MsgType::joined);
   h.aux = worker;
-  for (PeerId w : van_.peers(PeerRole::worker)) van_.send(w, h);
+  h.priority = std::numeric_limits<int32_t>::max();  // behind every sum the joins released, which may still wait
+  for (PeerId w : van_.peers(PeerRole::worker)) replies_.add(w, h);
   log("every worker has joined (worker " + std::to_string(worker) + " last)");
 }
 
@@ -216,6 +221,7 @@ void Server::send_outcomes() {
   engine_.drain(outcomes_);
   for (Outcome& o : outcomes_) send_outcome(o);
   outcomes_.clear();
+  replies_.flush();  // the transport may have let go of payloads meanwhile
 }
 
 void Server::send_outcome(Outcome& o) {
@@ -232,9 +238,9 @@ void Server::send_outcome(Outcome& o) {
     if (!o.error.empty()) {
       van_.send_text(w.peer, h, o.error);
     } else if (w.gets_data) {
-      van_.send(w.peer, h, OutPayload{o.data.get(), h.length, [keep = o.data] {}, {}});
+      replies_.add(w.peer, h, OutPayload{o.data.get(), h.length, [keep = o.data] {}, {}});
     } else {
-      van_.send(w.peer, h);
+      replies_.add(w.peer, h);
     }
   }
 }

@@ -15,6 +15,7 @@
 #include "comm_backends/ps/async_table.h"
 #include "comm_backends/lag_tracker.h"
 #include "comm_backends/ps/ps_config.h"
+#include "comm_backends/ps/reply_queue.h"
 #include "comm_backends/ps/sharder.h"
 #include "comm_backends/ps/slot_table.h"
 #include "comm_backends/ps/sum_engine.h"
@@ -75,6 +76,9 @@ class Server final : public control::VanProtocol {
   // Broadcasts and every push_pull of a sync run (its SlotTables); gradients (kFlagAsync) of an async or ssp run (its
   // AsyncTables). After transport_: its threads end (stop) before the transport goes.
   SumEngine engine_;
+  // Receipts, sums, batch answers and `joined`, most urgent first (errors, lags and heartbeats go at once). Declared
+  // after the transport and the Van, so destroyed before them (the transport may release payloads while it closes).
+  ReplyQueue replies_;
   Sharder sharder_;
   std::string authentication_;
   std::function<void()> failure_hook_;

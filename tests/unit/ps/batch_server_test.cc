@@ -20,68 +20,15 @@
 #include "comm_backends/ps/server.h"
 #include "tests/integration/harness/local_cluster.h"
 #include "tests/unit/control/test_store.h"
+#include "tests/unit/ps/one_server.h"
 
 using namespace std::chrono_literals;
 using namespace commsched;
 using namespace commsched::ps;
+using commsched::ps::harness::OneServer;
+using commsched::ps::harness::send;
 
 namespace {
-
-void send(Transport& t, PeerId to, const Header& h, OutPayload p = {}) {
-  std::array<std::byte, kHeaderBytes> buf;
-  encode_header(h, buf);
-  t.send(to, buf, std::move(p));
-}
-
-// One server with one worker (this test): the server runs on its own thread until the worker says bye or it fails.
-class OneServer {
- public:
-  OneServer() {
-    env_.role = Role::server;
-    env_.num_workers = 1;
-    env_.num_servers = 1;
-    env_.root_addr = env_.bind = "127.0.0.1";
-    env_.root_port = commsched::testing::free_tcp_port();
-    env_.timeout_s = 20;
-    done_ = std::async(std::launch::async, [this] { return run_server(env_, PsConfig{}); });
-    // The worker's rendezvous: server 0's endpoint from its store, a hello, and the store's word that all have come.
-    collective::TcpStoreClient store("127.0.0.1", env_.root_port, 10s);
-    t_ = make_transport("zmq", {});
-    server_ = t_->connect(store.get("ps/server/0", 10s));
-    Header hello = make_header(MsgType::hello, PeerRole::worker, 0);
-    hello.aux = PsConfig{}.mode_word();
-    send(*t_, server_, hello);
-    EXPECT_NO_THROW(store.get("ps/assembled", 10s)) << "no rendezvous";
-  }
-  ~OneServer() {
-    send(*t_, server_, make_header(MsgType::bye, PeerRole::worker, 0));
-    if (done_.valid() && done_.wait_for(20s) == std::future_status::ready) done_.get();
-    t_->close(false);
-  }
-  // The next message of type `t` from the server (others skipped), within 10 s.
-  std::optional<Incoming> next(MsgType t) {
-    const auto end = std::chrono::steady_clock::now() + 10s;
-    while (std::chrono::steady_clock::now() < end) {
-      auto in = t_->receive(50ms);
-      if (!in || in->kind != Incoming::Kind::message) continue;
-      const Decoded d = decode_header(in->header, in->payload ? std::optional<uint64_t>(in->payload->bytes().size())
-                                                              : std::nullopt);
-      if (d.header && d.header->type == t) return in;
-    }
-    return std::nullopt;
-  }
-  void send_batch(const Header& h, std::vector<std::byte>& payload) {
-    send(*t_, server_, h, OutPayload{payload.data(), payload.size(), {}});
-  }
-  // The server's exit status, once it has stopped (within 20 s).
-  int exit_status() { return done_.wait_for(20s) == std::future_status::ready ? done_.get() : -1; }
-
- private:
-  ClusterEnv env_;
-  std::future<int> done_;
-  std::unique_ptr<Transport> t_;
-  PeerId server_ = 0;
-};
 
 // Two f32 ranges and an i64 range, their bytes counting up (one worker: no arithmetic on them).
 struct Batch {
@@ -105,7 +52,7 @@ struct Batch {
 TEST(PsBatchServer, AnswersABatchOnceInItsLayout) {
   OneServer s;
   Batch b;
-  s.send_batch(b.h, b.payload);
+  s.push(b.h, b.payload);
   auto in = s.next(MsgType::sum_batch);
   ASSERT_TRUE(in) << "no sum_batch";
   const Decoded d = decode_header(in->header, in->payload->bytes().size());
@@ -129,7 +76,7 @@ TEST(PsBatchServer, AMalformedBatchFailsTheServerNamingTheSenderAndEntry) {
     OneServer s;
     Batch b;
     b.payload[kBatchEntryBytes + 45] = std::byte{1};  // entry 1's reserved bytes
-    s.send_batch(b.h, b.payload);
+    s.push(b.h, b.payload);
     status = s.exit_status();
   }
   const std::string log = ::testing::internal::GetCapturedStderr();

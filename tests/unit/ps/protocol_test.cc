@@ -27,6 +27,7 @@ Header data_header() {
   h.round = 9;
   h.request_id = 42;
   h.aux = 5;
+  h.priority = -17;
   return h;
 }
 
@@ -62,6 +63,7 @@ TEST(PsProtocol, RoundTripsEveryField) {
   EXPECT_EQ(d.header->aux, 5u);
   EXPECT_EQ(d.header->codec, 0u);
   EXPECT_EQ(d.header->elements, 0u);
+  EXPECT_EQ(d.header->priority, -17);
   Header c = h;  // a compressed push: the codec and the element count before encoding travel too
   c.codec = static_cast<uint8_t>(commsched::compression::Scheme::topk);
   c.elements = 2048;
@@ -89,10 +91,10 @@ TEST(PsProtocol, RejectsCodecsWhereNoServerDecodesThem) {
 TEST(PsProtocol, RejectsTruncatedAndOversizedFrames) {
   auto b = encode(data_header());
   for (size_t n : {size_t{0}, size_t{1}, size_t{4}, kHeaderBytes - 1})
-    EXPECT_NE(error_of(std::span(b.data(), n), 1024).find("expected 80"), std::string::npos) << n;
+    EXPECT_NE(error_of(std::span(b.data(), n), 1024).find("expected 88"), std::string::npos) << n;
   std::vector<std::byte> big(kHeaderBytes + 1);
   std::memcpy(big.data(), b.data(), kHeaderBytes);
-  EXPECT_NE(error_of(big, 1024).find("81 bytes"), std::string::npos);
+  EXPECT_NE(error_of(big, 1024).find("89 bytes"), std::string::npos);
 }
 
 TEST(PsProtocol, RejectsBadMagicVersionTypeRoleReserved) {
@@ -118,6 +120,9 @@ TEST(PsProtocol, RejectsBadMagicVersionTypeRoleReserved) {
   EXPECT_TRUE(decode_header(bad, 1024).header.has_value());
   bad = b;
   bad[11] = std::byte{1};
+  EXPECT_NE(error_of(bad, 1024).find("reserved"), std::string::npos);
+  bad = b;
+  bad[87] = std::byte{1};
   EXPECT_NE(error_of(bad, 1024).find("reserved"), std::string::npos);
 }
 

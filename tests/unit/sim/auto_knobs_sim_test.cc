@@ -98,6 +98,10 @@ TEST_P(PsAutoKnobs, ReachTheBoundWhereOnePartitionPerWorkerDidNot) {
   // The credit rule was judged in the model without a per-message cost; with the measured one (5 us) the automatic
   // knobs sit at 1.10-1.13x the dependency bound in these cells (bench/RESULTS.md, session 18).
   spec.ps_message_s = 0;
+  // And with servers answering in arrival order, the receipts behind the sums that the rule is about. With the
+  // servers' reply order (scheduler/reply_order.h) and no message cost the receipts come back at once, and (W + 1)
+  // partitions beat 2(W + 1): ResNet-50, 8 workers, 93.3 against 102.1 ms (bench/RESULTS.md, session 20).
+  spec.ps_reply_overtakes = 0;
   spec.sim.iterations = 8;
   spec.sim.warmup = 2;
   const CellResult automatic = run_auto_cell(spec, spec.models[0], c.bps, c.workers);

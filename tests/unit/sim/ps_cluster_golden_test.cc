@@ -34,6 +34,7 @@ struct GoldenCase {
 PsParams params(int workers, int servers, double bps, bool ingress_limited = true, bool fair = false) {
   PsParams p{workers, servers, bps, bps, 25e-6, 4 * MiB, true, ingress_limited};
   p.fair_share = fair;
+  p.reply_overtakes = 0;  // these values are of the servers' arrival order (the reply rule has its own test)
   return p;
 }
 

@@ -98,10 +98,59 @@ TEST(PsClusterFabric, EmulatedLinksDeliverOnDepartureAndPaceTheSender) {
   fabric.dispatch(1, 0, one_part(1, 1000), 0);
   fabric.dispatch(1, 1, one_part(2, 1000), 0);
   loop.run();
-  // Key 1 is summed at 0: the server's sends (receipt, receipt, sum, sum) leave as its bucket allows.
-  const Events want = {E{'s', 0, 0, 0},    E{'s', 1, 0, 0},    E{'d', 0, 0, 0},    E{'d', 1, 0, 1000},
-                               E{'s', 0, 1, 2000}, E{'s', 1, 1, 2000}, E{'d', 0, 1, 2000}, E{'d', 1, 1, 3000}};
+  // Key 1 is summed at 0: the server's sends leave as its bucket allows, receipts ahead of sums (scheduler/
+  // reply_order.h): key 1's receipts and worker 0's sum at 0; at 1000 key 2's receipts, in by then, go before worker
+  // 1's sum of key 1; key 2's sums at 2000 and 3000.
+  const Events want = {E{'s', 0, 0, 0},    E{'s', 1, 0, 0},    E{'d', 0, 0, 0},    E{'s', 0, 1, 1000},
+                       E{'s', 1, 1, 1000}, E{'d', 1, 0, 1000}, E{'d', 0, 1, 2000}, E{'d', 1, 1, 3000}};
   EXPECT_EQ(sink.events, want);
+}
+
+// The server's reply order is the product's rule (scheduler/reply_order.h). One worker (each push is its own sum at
+// once), one server, 1 byte per ns everywhere: the first push (4000 bytes, priority 5) is in at 4000 and its sum holds
+// the server's link until 8000, while pushes of 1000 bytes and priorities 3, 9 and 1 arrive at 5000, 6000 and 7000;
+// then the rule picks among them.
+// Its order is replayed on the rule itself: the sums arrive in the order the rule pops them.
+std::vector<size_t> sim_sum_order(uint64_t bound) {
+  PsParams p{1, 1, 8e9, 8e9, 0, 0, true, true};
+  p.reply_overtakes = bound;
+  PsClusterFabric fabric(p);
+  EventLoop loop;
+  Recorder sink;
+  fabric.start(loop, sink);
+  const int32_t priorities[] = {5, 3, 9, 1};
+  for (size_t b = 0; b < 4; ++b) fabric.dispatch(0, b, one_part(priorities[b], b == 0 ? 4000 : 1000), 0);
+  loop.run();
+  std::vector<size_t> done;
+  for (const auto& [what, worker, batch, at] : sink.events)
+    if (what == 'd') done.push_back(batch);
+  return done;
+}
+
+std::vector<size_t> rule_sum_order(uint64_t bound) {
+  ReplyOrder<std::pair<bool, size_t>> q(bound);  // (receipt, batch)
+  const int32_t priorities[] = {5, 3, 9, 1};
+  std::vector<size_t> sums;
+  auto pop_until_sum = [&] {
+    while (!q.empty())
+      if (auto [receipt, batch] = q.pop(); !receipt) return sums.push_back(batch);
+  };
+  q.push({true, 0}, true, 5);  // at 4000: the first push's receipt and sum, sent at once
+  q.push({false, 0}, false, 5);
+  pop_until_sum();
+  for (size_t b = 1; b < 4; ++b) {  // 5000..7000: the others, while the link is busy
+    q.push({true, b}, true, priorities[b]);
+    q.push({false, b}, false, priorities[b]);
+  }
+  while (!q.empty()) pop_until_sum();  // from 8000: one sum each time the link frees
+  return sums;
+}
+
+TEST(PsClusterFabric, ServerSendsItsReadyRepliesInTheRulesOrder) {
+  EXPECT_EQ(sim_sum_order(ReplyOrder<int>::kDefaultMaxOvertakes), (std::vector<size_t>{0, 3, 1, 2}));
+  for (uint64_t bound : {uint64_t{1}, uint64_t{2}, uint64_t{3}, ReplyOrder<int>::kDefaultMaxOvertakes})
+    EXPECT_EQ(sim_sum_order(bound), rule_sum_order(bound)) << "bound " << bound;
+  EXPECT_EQ(sim_sum_order(0), (std::vector<size_t>{0, 1, 2, 3}));  // 0: arrival order
 }
 
 EngineConfig config(PolicyKind kind, uint64_t credit) {
@@ -118,10 +167,11 @@ SimOptions mib_partitions() {
 }
 
 // With one worker and one server there is nothing to be asymmetric about: the per-worker simulation must agree with
-// the symmetric model exactly.
+// the symmetric model exactly, when its servers answer in arrival order as the symmetric model does.
 TEST(SimulateEachWorker, OneWorkerAgreesWithTheSymmetricModel) {
   const auto m = testing::vgg_like();
-  const PsParams p{1, 1, 2e9, 2e9, 30e-6, 1 << 20, true, true};
+  PsParams p{1, 1, 2e9, 2e9, 30e-6, 1 << 20, true, true};
+  p.reply_overtakes = 0;  // the symmetric model's server answers in arrival order
   for (PolicyKind kind : {PolicyKind::wfbp, PolicyKind::bytescheduler, PolicyKind::fusion, PolicyKind::mgwfbp}) {
     const EngineConfig c = config(kind, 3 << 20);
     PsNetwork net(p);
