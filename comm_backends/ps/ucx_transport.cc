@@ -208,9 +208,8 @@ std::optional<Incoming> UcxTransport::receive(std::chrono::milliseconds timeout)
     // Stuck: nothing moved for a spin's length and UCX still cannot sleep because sends wait for room in a peer's
     // shared FIFO. Only that peer's progress makes room and no event says when, so nap briefly instead of spinning:
     // spinning senders took the cores the receiving server needed (4 workers over shared memory at 4-16 KiB: ~10x
-    // slower than ZeroMQ).
-    // UCX's event fd stays out of that nap: unarmed, it can be readable all along (peers signal each message they
-    // put in our FIFO), and the nap would end at once (4.6 million polls a second, as busy as the spin).
+    // slower than ZeroMQ). UCX's event fd stays out of that nap: unarmed, it can be readable all along (peers signal
+    // each message they put in our FIFO), and the nap would end at once (4.6 million polls a second, a spin again).
     const auto most = std::chrono::microseconds(wait * 1000);
     if (armed == UCS_ERR_BUSY) poll_sockets(std::min(most, kStuckNap), false);
     else poll_sockets(armed == UCS_OK ? most : std::min(most, std::chrono::microseconds(1000)));
@@ -321,8 +320,8 @@ void UcxTransport::progress_or_nap() {
 }
 
 // Handles whatever the sockets have (accepts, hellos, ends); waits up to `timeout`, or until wake() or (with
-// ucx_events, after an arm) UCX has something. The eventfd is
-// only drained here: whether a wake is pending is wake_flag_'s to say (took_wake), wherever it is looked at.
+// ucx_events, after an arm) UCX has something. The eventfd is only drained here: whether a wake is pending is
+// wake_flag_'s to say (took_wake), wherever it is looked at.
 void UcxTransport::poll_sockets(std::chrono::microseconds timeout, bool ucx_events) {
   last_socket_poll_ = Clock::now();
   fds_.clear();
