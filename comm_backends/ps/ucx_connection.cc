@@ -236,7 +236,7 @@ void UcxTransport::stand_up(PeerId id, Peer& p) {
   p.was_up = true;
   log_lanes(p);
   deliver(id);
-  while (!p.waiting.empty() && p.state == Peer::State::up) post(id, p, pop_front(p.waiting));
+  post_waiting(id, p);
 }
 
 void UcxTransport::refuse(PeerId id, Peer& p, const std::string& why) {

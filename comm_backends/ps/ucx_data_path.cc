@@ -34,10 +34,27 @@ void UcxTransport::dispatch(std::unique_ptr<OutMsg> m) {
   auto it = peers_.find(m->peer);
   if (it == peers_.end()) return m->release();
   Peer& p = it->second;
-  switch (p.state) {
-    case Peer::State::failed: m->release(); return deliver(m->peer);
-    case Peer::State::up: return post(it->first, p, std::move(m));
-    default: p.waiting.push_back(std::move(m));
+  if (p.state == Peer::State::failed) {
+    m->release();
+    return deliver(m->peer);
+  }
+  p.waiting.push_back(std::move(m));
+  post_waiting(it->first, p);
+}
+
+// Posts the peer's waiting messages, in order, while it is up and UCX holds fewer than kMaxPostedPerPeer of its
+// sends: a peer that falls behind holds the rest here, where they cost nothing until its completions free room.
+void UcxTransport::post_waiting(PeerId id, Peer& p) {
+  while (!p.waiting.empty() && p.state == Peer::State::up && p.posted < kMaxPostedPerPeer)
+    post(id, p, pop_front(p.waiting));
+}
+
+// Peers whose completions freed room while UCX progressed (posting from inside its callback is not ours to do).
+void UcxTransport::post_freed() {
+  while (!freed_.empty()) {
+    const PeerId id = freed_.back();
+    freed_.pop_back();
+    if (auto it = peers_.find(id); it != peers_.end()) post_waiting(id, it->second);
   }
 }
 
@@ -59,6 +76,7 @@ void UcxTransport::post(PeerId id, Peer& p, std::unique_ptr<OutMsg> m) {
   }
   ucs_status_ptr_t r = ucp_am_send_nbx(p.ep, kAmId, m->header.data(), m->header.size(), data, count, &rp);
   if (UCS_PTR_IS_PTR(r)) {
+    ++p.posted;
     in_flight_.insert(m.release());
     return;
   }
@@ -69,6 +87,10 @@ void UcxTransport::post(PeerId id, Peer& p, std::unique_ptr<OutMsg> m) {
 void UcxTransport::on_sent(void* req, ucs_status_t /*status*/, void* user_data) {
   auto* m = static_cast<OutMsg*>(user_data);
   m->owner->in_flight_.erase(m);
+  if (auto it = m->owner->peers_.find(m->peer); it != m->owner->peers_.end()) {
+    --it->second.posted;
+    if (!it->second.waiting.empty()) m->owner->freed_.push_back(m->peer);
+  }
   m->release();
   delete m;
   ucp_request_free(req);

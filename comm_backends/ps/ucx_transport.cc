@@ -204,10 +204,20 @@ std::optional<Incoming> UcxTransport::receive(std::chrono::milliseconds timeout)
       continue;
     }
     const ucs_status_t armed = ucp_worker_arm(worker_);
-    if (armed == UCS_ERR_BUSY) continue;  // more to progress first
-    poll_sockets(armed == UCS_OK ? wait : std::min<long>(wait, 1));  // returns early when woken (took_wake)
+    if (armed == UCS_ERR_BUSY && !stuck_on_peers()) continue;  // more to progress first
+    // Stuck: nothing moved for a spin's length and UCX still cannot sleep because sends wait for room in a peer's
+    // shared FIFO. Only that peer's progress makes room and no event says when, so nap briefly instead of spinning:
+    // spinning senders took the cores the receiving server needed (4 workers over shared memory at 4-16 KiB: ~10x
+    // slower than ZeroMQ). UCX's event fd stays out of that nap: unarmed, it can be readable all along (peers signal
+    // each message they put in our FIFO), and the nap would end at once (4.6 million polls a second, a spin again).
+    const auto most = std::chrono::microseconds(wait * 1000);
+    if (armed == UCS_ERR_BUSY) poll_sockets(std::min(most, kStuckNap), false);
+    else poll_sockets(armed == UCS_OK ? most : std::min(most, std::chrono::microseconds(1000)));
   }
 }
+
+// Sends are outstanding (in UCX, or held back by the per-peer limit) and progress found nothing to do.
+bool UcxTransport::stuck_on_peers() const { return !in_flight_.empty(); }
 
 // Only the first wake() since the I/O thread last looked writes the eventfd (the PS worker wakes once per batch
 // started); the flag is what counts, the eventfd only ends a sleeping poll.
@@ -286,6 +296,7 @@ void UcxTransport::drain_ucx() {
   for (;;) {
     unsigned n = 0;
     while (ucp_worker_progress(worker_)) ++n;
+    post_freed();
     const bool fetched = !fetch_.empty();
     fetch_rendezvous();
     if (n == 0 && !fetched) break;
@@ -298,31 +309,34 @@ void UcxTransport::drain_ucx() {
 void UcxTransport::progress() {
   flush_backlog();
   drain_ucx();
-  if (Clock::now() - last_socket_poll_ >= kSocketPollEvery) poll_sockets(0);
+  if (Clock::now() - last_socket_poll_ >= kSocketPollEvery) poll_sockets(std::chrono::microseconds(0));
   close_retired();
   redial_due();
 }
 
 void UcxTransport::progress_or_nap() {
   progress();
-  if (ucp_worker_arm(worker_) == UCS_OK) poll_sockets(1);
+  if (ucp_worker_arm(worker_) == UCS_OK) poll_sockets(std::chrono::milliseconds(1));
 }
 
-// Handles whatever the sockets have (accepts, hellos, ends); waits up to timeout_ms, or until wake(). The eventfd is
-// only drained here: whether a wake is pending is wake_flag_'s to say (took_wake), wherever it is looked at.
-void UcxTransport::poll_sockets(long timeout_ms) {
+// Handles whatever the sockets have (accepts, hellos, ends); waits up to `timeout`, or until wake() or (with
+// ucx_events, after an arm) UCX has something. The eventfd is only drained here: whether a wake is pending is
+// wake_flag_'s to say (took_wake), wherever it is looked at.
+void UcxTransport::poll_sockets(std::chrono::microseconds timeout, bool ucx_events) {
   last_socket_poll_ = Clock::now();
   fds_.clear();
   fd_peer_.clear();
   fds_.push_back({wake_fd_, POLLIN, 0});
-  fds_.push_back({efd_, POLLIN, 0});
+  fds_.push_back({efd_, static_cast<short>(ucx_events ? POLLIN : 0), 0});
   fds_.push_back({listen_fd_, POLLIN, 0});
   for (auto& [id, p] : peers_) {
     if (p.fd < 0) continue;
     fds_.push_back({p.fd, static_cast<short>(p.state == Peer::State::dialing ? POLLOUT : POLLIN), 0});
     fd_peer_.push_back(id);
   }
-  if (::poll(fds_.data(), fds_.size(), static_cast<int>(std::min<long>(timeout_ms, 1 << 30))) <= 0) return;
+  const auto us = std::min<long long>(timeout.count(), 1ll << 40);
+  const timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+  if (::ppoll(fds_.data(), fds_.size(), &ts, nullptr) <= 0) return;
   if (fds_[2].revents & POLLIN) accept_all();
   for (size_t i = 3; i < fds_.size(); ++i) {
     if (!fds_[i].revents) continue;

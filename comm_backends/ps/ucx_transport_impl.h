@@ -79,6 +79,12 @@ constexpr size_t kPrefix = 16;  // before each message's header frame: the recei
 constexpr size_t kMaxUnprovenMessages = 4096;
 constexpr const char* kProofPurpose = "commsched ucx hello v2";
 constexpr auto kSocketPollEvery = std::chrono::milliseconds(1);
+// Sends of one peer UCX may hold uncompleted. A send UCX takes at once (eager, room in the peer's FIFO) is complete
+// and never counts; the rest are rendezvous waiting for the peer to fetch them, or sends waiting for room. Beyond
+// this, a peer that falls behind costs its senders nothing: they hold the rest and sleep (see kStuckNap).
+constexpr size_t kMaxPostedPerPeer = 64;
+// How long a transport whose sends wait for room in a peer's shared FIFO sleeps before trying again (receive()).
+constexpr auto kStuckNap = std::chrono::microseconds(50);
 
 
 inline std::string ucs_err(const std::string& what, ucs_status_t s) { return what + ": " + ucs_status_string(s); }
@@ -126,7 +132,9 @@ struct Peer {
   std::optional<sockaddr_in> dial;  // connections we made: redialled until they first stand
   Clock::time_point redial_at{};
   std::vector<std::byte> rx;                    // the hello, as it arrives
-  std::deque<std::unique_ptr<OutMsg>> waiting;  // sends made before the connection stood
+  // Sends not yet given to UCX: made before the connection stood, or while UCX held kMaxPostedPerPeer of ours.
+  std::deque<std::unique_ptr<OutMsg>> waiting;
+  size_t posted = 0;  // sends UCX has taken and not completed (waiting for room in the peer's FIFO, or a rendezvous)
   std::deque<std::shared_ptr<InMsg>> inbox;     // arrival order (a rendezvous may finish after a later eager message)
   std::string failure;
   bool reported = false;
@@ -188,6 +196,8 @@ class UcxTransport final : public Transport {
   void flush_backlog();
   void dispatch(std::unique_ptr<OutMsg> m);
   void post(PeerId id, Peer& p, std::unique_ptr<OutMsg> m);
+  void post_waiting(PeerId id, Peer& p);
+  void post_freed();
   static void on_sent(void* req, ucs_status_t /*status*/, void* user_data);
 
   // ---- receiving (ucx_data_path.cc) -----------------------------------------------------------------------------
@@ -204,7 +214,8 @@ class UcxTransport final : public Transport {
   void drain_ucx();
   void progress();
   void progress_or_nap();
-  void poll_sockets(long timeout_ms);
+  void poll_sockets(std::chrono::microseconds timeout, bool ucx_events = true);
+  bool stuck_on_peers() const;
   bool took_wake();
 
   TransportOptions opts_;
@@ -220,6 +231,7 @@ class UcxTransport final : public Transport {
   std::unordered_map<PeerId, Peer> peers_;
   std::vector<ucp_ep_h> retiring_;
   std::unordered_set<OutMsg*> in_flight_;
+  std::vector<PeerId> freed_;  // peers with waiting sends whose completions freed room (post_freed)
   std::deque<std::unique_ptr<OutMsg>> backlog_;
   std::deque<std::shared_ptr<InMsg>> fetch_;
   std::deque<Incoming> events_;

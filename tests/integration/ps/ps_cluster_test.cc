@@ -181,6 +181,16 @@ TEST_P(PsCluster, ExactSumsEveryDtype) {
   }
 }
 
+// 8 workers and one server, each worker sending 500 small partitions (1 byte to 16 KiB), every one its own message,
+// all at once, for 4 iterations: the senders outrun the server (over UCX shared memory they fill its FIFO) and must
+// wait for it, not starve it. Every worker finishes every round with exact sums, so none was left unserved.
+TEST_P(PsCluster, EightWorkersFloodingOneServerAllFinishWithExactSums) {
+  LocalCluster c(kExe, 8, 1, {"--tensors", "500", "--iterations", "4", "--max-bytes", "16384", "--mode", "flood"}, env());
+  c.start();
+  ASSERT_TRUE(c.wait_all(120s)) << "the cluster did not finish\n" << all_logs(c);
+  expect_all_ok(c);
+}
+
 // Per-worker credit of one partition, every worker ranking the tensors differently: without credit released on
 // receipt, each worker's credit would hold partitions the others have not sent, and the cluster would wait forever.
 TEST_P(PsCluster, EngineWithTinyCreditAndConflictingPrioritiesCompletes) {

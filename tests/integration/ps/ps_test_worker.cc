@@ -118,8 +118,8 @@ std::vector<Tensor> make_tensors(const Options& o, int rank, bool random_floats)
   return ts;
 }
 
-// Submits every partition of `ts` (batches of up to 3 partitions) and waits for all of them.
-Status run_round(CommBackend& b, std::vector<Tensor>& ts, uint64_t partition_bytes) {
+// Submits every partition of `ts` (batches of up to `per_batch` partitions) and waits for all of them.
+Status run_round(CommBackend& b, std::vector<Tensor>& ts, uint64_t partition_bytes, size_t per_batch = 3) {
   CompletionWaiter waiter;
   std::vector<PartitionView> batch;
   auto flush = [&] {
@@ -131,7 +131,7 @@ Status run_round(CommBackend& b, std::vector<Tensor>& ts, uint64_t partition_byt
     uint32_t idx = 0;
     for (auto r : partition_ranges(t.desc.count, t.desc.dtype, partition_bytes)) {
       batch.push_back(PartitionView{&t.desc, idx++, r.offset, r.bytes});
-      if (batch.size() == 3) flush();
+      if (batch.size() == per_batch) flush();
     }
   }
   flush();
@@ -379,7 +379,8 @@ int run_worker(const Options& o) {
     }
     // Partition boundaries change from one iteration to the next.
     const uint64_t part = (it % 2 == 0) ? (1ull << 20) : (384ull << 10);
-    if (Status st = run_round(backend, ts, part); !st.ok()) return fail(st, rank);
+    // flood: every partition its own message, all of them at once (many workers flooding one server).
+    if (Status st = run_round(backend, ts, part, o.mode == "flood" ? 1 : 3); !st.ok()) return fail(st, rank);
     if (o.mode != "random")
       if (int rc = check_sums(ts, rank, env.num_workers, it)) return rc;
     for (const auto& t : ts)

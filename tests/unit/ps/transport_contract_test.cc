@@ -3,7 +3,8 @@
 // sizes, every zero-copy payload released, payloads landing where a PayloadSink says (a transport may ignore sinks),
 // a closed peer reported, a dial before the listener is up redialled, oversized messages dropping their sender,
 // wake(), the shared-secret handshake (peers with the secret talk; without it, or with another one, they are refused
-// and nothing they sent is delivered), and pings that skip an emulated link's backlog. A new transport joins the suite
+// and nothing they sent is delivered), pings that skip an emulated link's backlog, and a sender far ahead of its peer
+// sleeping and losing nothing. A new transport joins the suite
 // with one row in kTransports. Transport-specific behaviour (ZeroMQ's close race) stays in <name>_transport_test.cc.
 #include <gtest/gtest.h>
 
@@ -18,6 +19,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <time.h>
 
 #include "comm_backends/ps/transport.h"
 
@@ -437,6 +440,49 @@ TEST_P(TransportContract, APingIsNotPacedBehindTheEmulatedLinksBacklog) {
   EXPECT_LE(messages(got) - 1, 1u);  // at most the first data message (it left at once) came before it
   client->close(false);
   server->close(false);
+}
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// A sender far ahead of its peer (the peer reads nothing for 300 ms): 3000 messages of 4 KiB and 64 KiB (eager and
+// rendezvous over shared memory; more than UCX's shared FIFO, a TCP socket's buffers and the per-peer send limit
+// hold) wait in the sender, which sleeps meanwhile (at most half a core: spinning senders took the cores a PS server
+// needed); once the peer reads, every message arrives whole and in order, and every payload is released.
+TEST_P(TransportContract, ASenderAheadOfItsPeerSleepsAndLosesNothing) {
+  auto server = make();
+  const std::string ep = server->bind("127.0.0.1", 0);
+  auto client = make();
+  const PeerId to_server = client->connect(ep);
+  client->send(to_server, header_of(-1));
+  ASSERT_EQ(messages(pump(*client, *server, [](auto& v) { return messages(v) == 1; })), 1u);  // connected
+  constexpr int kMessages = 3000;
+  std::vector<std::vector<std::byte>> bodies;
+  for (int i = 0; i < kMessages; ++i) bodies.push_back(pattern(i % 10 == 9 ? 65536 : 4096, i));
+  std::atomic<int> released{0};
+  for (int i = 0; i < kMessages; ++i)
+    client->send(to_server, header_of(i), OutPayload{bodies[i].data(), bodies[i].size(), [&released] { ++released; }});
+  const double cpu0 = thread_cpu_s();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < 300ms) (void)client->receive(10ms);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(thread_cpu_s() - cpu0, 0.5 * wall) << "the sender spun while its peer was not reading";
+  auto got = pump(*client, *server, [&](auto& v) { return messages(v) == kMessages; }, 60s);
+  ASSERT_EQ(messages(got), static_cast<size_t>(kMessages));
+  for (int i = 0; i < kMessages; ++i) {
+    auto h = header_of(i);
+    ASSERT_TRUE(std::equal(h.begin(), h.end(), got[i].header.begin(), got[i].header.end())) << "message " << i;
+    ASSERT_TRUE(got[i].payload) << i;
+    const auto b = got[i].payload->bytes();
+    ASSERT_TRUE(std::equal(bodies[i].begin(), bodies[i].end(), b.begin(), b.end())) << "message " << i;
+  }
+  got.clear();
+  client->close(true);
+  server->close(true);
+  EXPECT_EQ(released.load(), kMessages);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportContract, ::testing::ValuesIn(kTransports),
