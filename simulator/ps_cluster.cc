@@ -88,16 +88,21 @@ uint32_t PsClusterFabric::chunk_id(int32_t key, uint64_t offset, uint64_t bytes,
   return it->second;
 }
 
-Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos now) {
-  WorkerState& w = workers_[size_t(worker)];
-  const bool whole = p_.chunk_bytes == 0 || server_recodes(c_);
-  uint64_t gradient = 0, messages = 0;
+uint64_t PsClusterFabric::messages_of(const Batch& batch, bool whole) const {
+  uint64_t messages = 0;
   for (const PartRef& part : batch) {
-    gradient += part.bytes;
     const uint64_t bytes = compressed(c_) ? wire_bytes(c_, part.bytes) : part.bytes;
     messages += whole ? uint64_t(bytes > 0) : (bytes + p_.chunk_bytes - 1) / p_.chunk_bytes;
   }
+  return messages;
+}
+
+Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos now) {
+  WorkerState& w = workers_[size_t(worker)];
+  const bool whole = p_.chunk_bytes == 0 || server_recodes(c_);
+  const uint64_t messages = messages_of(batch, whole);
   const bool only = messages == 1 && !flows_;  // fair sharing counts every batch's receipts and sums
+  const uint64_t gradient = batch_bytes(batch);
   Nanos ready = now;  // when the pushes are encoded
   if (compressed(c_)) {
     ready = std::max(now, w.encoder_free) + encode_ns(c_, gradient);

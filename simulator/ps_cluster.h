@@ -209,6 +209,8 @@ class PsClusterFabric final : public Fabric {
   };
 
   uint32_t chunk_id(int32_t key, uint64_t offset, uint64_t bytes, uint64_t dense);
+  // How many messages dispatch sends for `batch` (`whole`: partitions are not cut into chunks).
+  uint64_t messages_of(const Batch& batch, bool whole) const;
   // Worker `worker`'s push of `chunk` (batch `batch`) has arrived at the chunk's server.
   void on_push(uint32_t chunk, int worker, size_t batch, bool only);
   void send_sums(uint32_t chunk);
