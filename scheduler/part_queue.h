@@ -48,22 +48,25 @@ class PartQueue {
       runs_.pop_back();
       return;
     }
+    r.offset = r.head().offset;
     std::push_heap(runs_.begin(), runs_.end(), LessUrgent{});
   }
 
  private:
-  // Consecutive partitions of one task: its priority and seq, offsets increasing.
+  // Consecutive partitions of one task: its priority and seq, offsets increasing. The head's order key is kept in
+  // the run itself, so that ordering the heap reads the runs only, not each run's partitions elsewhere in memory.
   struct Run {
     std::vector<PartRef> parts;
     size_t next = 0;  // the first still queued
     uint64_t task_bytes = 0;
+    int32_t priority = 0;  // the head's (every partition's) priority and seq, and the head's offset
+    uint64_t seq = 0;
+    uint64_t offset = 0;
     const PartRef& head() const { return parts[next]; }
   };
   // std heaps keep the "largest" on top, so "less urgent" compares as smaller.
   struct LessUrgent {
-    bool operator()(const Run& x, const Run& y) const {
-      const PartRef& a = x.head();
-      const PartRef& b = y.head();
+    bool operator()(const Run& a, const Run& b) const {
       if (a.priority != b.priority) return a.priority > b.priority;
       if (a.seq != b.seq) return a.seq > b.seq;
       return a.offset > b.offset;
@@ -74,7 +77,9 @@ class PartQueue {
   }
   void push_run(std::span<const PartRef> parts, uint64_t task_bytes) {
     if (parts.empty()) return;
-    runs_.push_back({std::vector<PartRef>(parts.begin(), parts.end()), 0, task_bytes});
+    const PartRef& head = parts.front();
+    runs_.push_back({std::vector<PartRef>(parts.begin(), parts.end()), 0, task_bytes, head.priority, head.seq,
+                     head.offset});
     std::push_heap(runs_.begin(), runs_.end(), LessUrgent{});
     size_ += parts.size();
   }

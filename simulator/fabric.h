@@ -118,13 +118,15 @@ class InOrder {
  public:
   using Fire = void (*)(void* owner, const T& item);
   // Queues `item` if it falls due after the last one queued, to be handed to fire(owner, item) then; false if it
-  // falls due earlier (the caller posts it on the loop itself).
-  bool add(EventLoop& loop, const T& item, void* owner, Fire fire) {
+  // falls due earlier (the caller posts it on the loop itself). `warm`, if given, is handed each item when it becomes
+  // the next to fall due, so that the owner can prefetch what fire will touch.
+  bool add(EventLoop& loop, const T& item, void* owner, Fire fire, Fire warm = nullptr) {
     if (!items_.empty() && !(item.at > items_.back().at || (item.at == items_.back().at && item.turn > items_.back().turn)))
       return false;
     loop_ = &loop;
     owner_ = owner;
     fire_ = fire;
+    warm_ = warm;
     items_.push_back(item);
     if (items_.size() == 1) post_head();
     return true;
@@ -132,6 +134,7 @@ class InOrder {
 
  private:
   void post_head() {
+    if (warm_) warm_(owner_, items_.front());
     loop_->post_in_turn(items_.front().at, items_.front().turn, [](void* q, uint64_t, uint64_t) {
       auto& self = *static_cast<InOrder*>(q);
       const T item = self.items_.front();
@@ -144,6 +147,7 @@ class InOrder {
   EventLoop* loop_ = nullptr;
   void* owner_ = nullptr;
   Fire fire_ = nullptr;
+  Fire warm_ = nullptr;
 };
 
 // Where a fabric reports a batch's progress (the simulator's workers).
@@ -154,6 +158,8 @@ class BatchSink {
   virtual void batch_sent(int worker, size_t id, Nanos now) = 0;
   // Its results are back.
   virtual void batch_done(int worker, size_t id, Nanos now) = 0;
+  // A hint: batch_sent or batch_done of this batch will come before long; the sink may prefetch what they touch.
+  virtual void upcoming(int /*worker*/, size_t /*id*/) {}
 };
 
 // How busy each kind of link was over a run: the mean busy fraction over the links of that kind, and the least and

@@ -42,9 +42,12 @@ void PsClusterFabric::start(EventLoop& loop, BatchSink& sink) {
   sink_ = &sink;
   const bool paced = !p_.server_ingress_limited;
   workers_.assign(size_t(p_.workers),
-                  WorkerState{{Sender(p_.worker_bps, double(p_.emulated_burst_bytes), paced, message_ns_), {}}, {}, {}, 0});
+                  WorkerState{{Sender(p_.worker_bps, double(p_.emulated_burst_bytes), paced, message_ns_), {}}, 0});
   servers_.assign(size_t(p_.servers),
-                  ServerState{{Sender(p_.server_bps, double(p_.emulated_burst_bytes), paced, message_ns_), {}}, {}, {}, 0, 0});
+                  ServerState{{Sender(p_.server_bps, double(p_.emulated_burst_bytes), paced, message_ns_), {}}, {}, 0, 0, {}});
+  worker_down_.assign(size_t(p_.workers), {});
+  server_in_.assign(size_t(p_.servers), {});
+  batches_.assign(size_t(p_.workers), {});
   chunk_ids_.clear();
   chunks_.clear();
   flows_.reset();
@@ -86,11 +89,21 @@ uint32_t PsClusterFabric::chunk_id(int32_t key, uint64_t offset, uint64_t bytes,
   return it->second;
 }
 
+uint64_t PsClusterFabric::messages_of(const Batch& batch, bool whole) const {
+  uint64_t messages = 0;
+  for (const PartRef& part : batch) {
+    const uint64_t bytes = compressed(c_) ? wire_bytes(c_, part.bytes) : part.bytes;
+    messages += whole ? uint64_t(bytes > 0) : (bytes + p_.chunk_bytes - 1) / p_.chunk_bytes;
+  }
+  return messages;
+}
+
 Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos now) {
   WorkerState& w = workers_[size_t(worker)];
-  if (w.batches.size() <= id) w.batches.resize(id + 1);
-  uint64_t gradient = 0;
-  for (const PartRef& part : batch) gradient += part.bytes;
+  const bool whole = p_.chunk_bytes == 0 || server_recodes(c_);
+  const uint64_t messages = messages_of(batch, whole);
+  const bool only = messages == 1 && !flows_;  // fair sharing counts every batch's receipts and sums
+  const uint64_t gradient = batch_bytes(batch);
   Nanos ready = now;  // when the pushes are encoded
   if (compressed(c_)) {
     ready = std::max(now, w.encoder_free) + encode_ns(c_, gradient);
@@ -100,7 +113,6 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
   uint32_t chunks = 0;
   for (const PartRef& part : batch) {  // one request per partition, as the PS backend sends a batch
     const uint64_t bytes = compressed(c_) ? wire_bytes(c_, part.bytes) : part.bytes;
-    const bool whole = p_.chunk_bytes == 0 || server_recodes(c_);
     const uint64_t chunk = whole ? bytes : p_.chunk_bytes;
     for (uint64_t at = 0; at < bytes; at += chunk) {
       const uint64_t n = std::min(chunk, bytes - at);
@@ -109,12 +121,12 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
       Nanos begin = ready;  // fair sharing: the timeline shows when the batch was handed to the connections
       if (flows_) {
         auto send = [this, conn = to_server(worker, chunks_[c].server), n, c, worker, id] {
-          flows_->send(conn, n, latency_, [this, c, worker, id] { on_push(c, worker, id); });
+          flows_->send(conn, n, latency_, [this, c, worker, id] { on_push(c, worker, id, false); });
         };
         if (ready > now) loop_->at(ready, std::move(send));  // after the encode stage
         else send();
       } else {
-        begin = transmit(w.up, true, {ready, 0, n, c, worker, id});
+        begin = transmit(w.up, true, {ready, 0, n, c, worker, id, only});
       }
       if (first < 0) first = begin;
       ++chunks;
@@ -124,7 +136,12 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
     loop_->at(ready, [this, worker, id] { sink_->batch_sent(worker, id, loop_->now()); });
     loop_->at(ready, [this, worker, id] { sink_->batch_done(worker, id, loop_->now()); });
   }
-  w.batches[id] = {chunks, chunks, {}, {}, gradient};
+  if (chunks != messages) throw std::logic_error("PsClusterFabric: a batch's messages miscounted");
+  if (!only || compressed(c_)) {  // what the batch's messages and its decode stage need (see BatchState)
+    std::vector<BatchState>& batches = batches_[size_t(worker)];
+    if (batches.size() <= id) batches.resize(id + 1);
+    batches[id] = {chunks, chunks, {}, {}, gradient};
+  }
   return first < 0 ? ready : first;
 }
 
@@ -138,7 +155,7 @@ Nanos PsClusterFabric::transmit(Queue& from, bool to_server, const Outgoing& m) 
   // The receiver's downlink is taken when the message starts to flow (not at enqueue time, which would hold it for a
   // message still queued at its sender and so block other senders): from then on the slower side decides. The
   // sender's messages start in order, so one start event on the loop at a time serves its queue.
-  from.pending.push_back({start, loop_->take_turn(), m.bytes, m.chunk, m.worker, m.batch});
+  from.pending.push_back({start, loop_->take_turn(), m.bytes, m.chunk, m.worker, m.batch, m.only});
   if (from.pending.size() == 1) post_start(from, to_server);
   return start;
 }
@@ -159,20 +176,23 @@ void PsClusterFabric::start_next(Queue& from, bool to_server) {
 
 void PsClusterFabric::deliver(const Sender& from, bool to_server, const Outgoing& m) {
   const Nanos send_end = m.start + from.duration(m.bytes);
-  Downlink& into = to_server ? servers_[chunks_[m.chunk].server].in : workers_[size_t(m.worker)].down;
+  Downlink& into = to_server ? server_in_[chunks_[m.chunk].server] : worker_down_[size_t(m.worker)];
   const Nanos in = to_server ? into_server_(m.bytes) : into_worker_(m.bytes);
   arrive(to_server, m, std::max(send_end, into.reserve(m.start, in)) + latency_);
 }
 
 void PsClusterFabric::arrive(bool to_server, const Outgoing& m, Nanos at) {
-  if (!to_server) return sum_known(m.worker, m.batch, at, loop_->take_turn(), workers_[size_t(m.worker)].sums);
+  if (!to_server)
+    return sum_known(m.worker, m.batch, m.only, at, loop_->take_turn(), workers_[size_t(m.worker)].sums);
   ServerState& server = servers_[chunks_[m.chunk].server];
-  const Arrival a{at, loop_->take_turn(), m.chunk, m.worker, m.batch};
-  auto on_push = [](void* f, const Arrival& a) { static_cast<PsClusterFabric*>(f)->on_push(a.chunk, a.worker, a.batch); };
+  const Arrival a{at, loop_->take_turn(), m.chunk, m.worker, m.batch, m.only};
+  auto on_push = [](void* f, const Arrival& a) {
+    static_cast<PsClusterFabric*>(f)->on_push(a.chunk, a.worker, a.batch, a.only);
+  };
   if (server.arriving.add(*loop_, a, this, on_push)) return;
   loop_->post_in_turn(a.at, a.turn, [](void* f, uint64_t c, uint64_t b) {
-    static_cast<PsClusterFabric*>(f)->on_push(uint32_t(c >> 32), int(uint32_t(c)), size_t(b));
-  }, this, uint64_t(a.chunk) << 32 | uint32_t(a.worker), a.batch);
+    static_cast<PsClusterFabric*>(f)->on_push(uint32_t(c >> 32), int(uint32_t(c)), size_t(b >> 1), (b & 1) != 0);
+  }, this, uint64_t(a.chunk) << 32 | uint32_t(a.worker), uint64_t(a.batch) << 1 | uint64_t(a.only));
 }
 
 namespace {
@@ -210,8 +230,8 @@ LinkUse PsClusterFabric::link_use(Nanos until) const {
   u.worker_up = busy_fractions(workers_, [](const WorkerState& w) { return w.up.sender.busy(); }, until);
   u.server_out = busy_fractions(servers_, [](const ServerState& s) { return s.out.sender.busy(); }, until);
   if (!p_.server_ingress_limited) return u;  // emulated links: nothing limits receiving
-  u.worker_down = busy_fractions(workers_, [](const WorkerState& w) { return w.down.busy(); }, until);
-  u.server_in = busy_fractions(servers_, [](const ServerState& s) { return s.in.busy(); }, until);
+  u.worker_down = busy_fractions(worker_down_, [](const Downlink& d) { return d.busy(); }, until);
+  u.server_in = busy_fractions(server_in_, [](const Downlink& d) { return d.busy(); }, until);
   return u;
 }
 
@@ -228,7 +248,7 @@ Nanos PsClusterFabric::min_push_ns(uint64_t bytes, uint64_t parts) const {
   return ns > 0 ? static_cast<Nanos>(ns) : 0;
 }
 
-void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch) {
+void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch, bool only) {
   const Nanos now = loop_->now();
   Chunk& c = chunks_[chunk];
   ServerState& server = servers_[c.server];
@@ -238,18 +258,18 @@ void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch) {
   if (flows_) {
     flows_->send(to_worker(c.server, worker), 0, latency_, [this, worker, batch] { on_receipt(worker, batch); });
   } else if (ordered_replies()) {
-    queue_reply(c.server, {true, chunk, worker, batch});
+    queue_reply(c.server, {true, chunk, worker, batch, only});
   } else {
     Sender& out = server.out.sender;
-    receipt_known(worker, batch, (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_, loop_->take_turn(),
-                  server.receipts);
+    receipt_known(worker, batch, only, (out.paced() ? out.send(now, 0) : out.start_of(now)) + latency_,
+                  loop_->take_turn(), server.receipts);
   }
   const bool recode = server_recodes(c_) && c.dense > 0;
   if (recode) server.cpu_free = std::max(now, server.cpu_free) + decode_ns(c_, c.dense);  // decode_add
   // A worker pushes the next round of a chunk only once it has this round's sum, so one round collects at a time.
   if (c.waiting.size() >= size_t(p_.workers))
     throw std::logic_error("PsClusterFabric: a push of the next round came early");
-  c.waiting.push_back({worker, batch});
+  c.waiting.push_back({worker, only, batch});
   if (c.waiting.size() < size_t(p_.workers)) return;
   if (!recode) return send_sums(chunk);
   server.cpu_free += encode_ns(c_, c.dense);  // encode_sum, after the last push's decode
@@ -263,9 +283,9 @@ void PsClusterFabric::send_sums(uint32_t chunk) {
     if (flows_)
       flows_->send(to_worker(c.server, w.worker), c.bytes, latency_, [this, w] { on_sum(w.worker, w.batch); });
     else if (ordered_replies())
-      queue_reply(c.server, {false, chunk, w.worker, w.batch});
+      queue_reply(c.server, {false, chunk, w.worker, w.batch, w.only});
     else
-      transmit(servers_[c.server].out, false, {now, 0, c.bytes, chunk, w.worker, w.batch});
+      transmit(servers_[c.server].out, false, {now, 0, c.bytes, chunk, w.worker, w.batch, w.only});
   }
   c.waiting.clear();
 }
@@ -295,11 +315,11 @@ void PsClusterFabric::send_replies(size_t server) {
   while (!s.ready.empty()) {
     const Reply r = s.ready.pop();
     if (r.receipt) {
-      receipt_known(r.worker, r.batch, now + latency_, loop_->take_turn(), s.receipts);
+      receipt_known(r.worker, r.batch, r.only, now + latency_, loop_->take_turn(), s.receipts);
       continue;
     }
     const Outgoing m{s.out.sender.send(now, chunks_[r.chunk].bytes), 0, chunks_[r.chunk].bytes, r.chunk, r.worker,
-                     r.batch};
+                     r.batch, r.only};
     if (s.out.sender.paced()) arrive(false, m, m.start + latency_);
     else deliver(s.out.sender, false, m);
     break;
@@ -307,14 +327,16 @@ void PsClusterFabric::send_replies(size_t server) {
   if (!s.ready.empty()) post_send(server);
 }
 
-void PsClusterFabric::receipt_known(int worker, size_t batch, Nanos at, uint64_t turn, DueQueue& via) {
-  BatchState& b = workers_[size_t(worker)].batches[batch];
+void PsClusterFabric::receipt_known(int worker, size_t batch, bool only, Nanos at, uint64_t turn, DueQueue& via) {
+  if (only) return fall_due(via, {at, turn, worker, batch});
+  BatchState& b = batches_[size_t(worker)][batch];
   b.last_receipt.take(at, turn);
   if (--b.receipts == 0) fall_due(via, {b.last_receipt.at, b.last_receipt.turn, worker, batch});
 }
 
-void PsClusterFabric::sum_known(int worker, size_t batch, Nanos at, uint64_t turn, DueQueue& via) {
-  BatchState& b = workers_[size_t(worker)].batches[batch];
+void PsClusterFabric::sum_known(int worker, size_t batch, bool only, Nanos at, uint64_t turn, DueQueue& via) {
+  if (only) return fall_due(via, {at, turn, worker, batch});
+  BatchState& b = batches_[size_t(worker)][batch];
   b.last_sum.take(at, turn);
   if (--b.sums == 0) fall_due(via, {b.last_sum.at, b.last_sum.turn, worker, batch});
 }
@@ -325,7 +347,8 @@ void PsClusterFabric::sum_known(int worker, size_t batch, Nanos at, uint64_t tur
 void PsClusterFabric::fall_due(DueQueue& via, const Due& d) {
   auto fire = via.sums ? +[](void* f, const Due& d) { static_cast<PsClusterFabric*>(f)->on_due(true, d.worker, d.batch); }
                        : +[](void* f, const Due& d) { static_cast<PsClusterFabric*>(f)->on_due(false, d.worker, d.batch); };
-  if (via.due.add(*loop_, d, this, fire)) return;
+  auto warm = +[](void* f, const Due& d) { static_cast<PsClusterFabric*>(f)->sink_->upcoming(d.worker, d.batch); };
+  if (via.due.add(*loop_, d, this, fire, warm)) return;
   loop_->post_in_turn(d.at, d.turn, [](void* f, uint64_t w, uint64_t id) {
     static_cast<PsClusterFabric*>(f)->on_due(w >> 32 != 0, int(uint32_t(w)), size_t(id));
   }, this, uint64_t(via.sums) << 32 | uint32_t(d.worker), d.batch);
@@ -337,16 +360,16 @@ void PsClusterFabric::on_due(bool sum, int worker, size_t batch) {
 }
 
 void PsClusterFabric::on_receipt(int worker, size_t batch) {
-  if (--workers_[size_t(worker)].batches[batch].receipts == 0) sink_->batch_sent(worker, batch, loop_->now());
+  if (--batches_[size_t(worker)][batch].receipts == 0) sink_->batch_sent(worker, batch, loop_->now());
 }
 
 void PsClusterFabric::on_sum(int worker, size_t batch) {
-  if (--workers_[size_t(worker)].batches[batch].sums == 0) sums_in(worker, batch);
+  if (--batches_[size_t(worker)][batch].sums == 0) sums_in(worker, batch);
 }
 
 void PsClusterFabric::sums_in(int worker, size_t batch) {
   if (!compressed(c_)) return sink_->batch_done(worker, batch, loop_->now());
-  const uint64_t gradient = workers_[size_t(worker)].batches[batch].gradient_bytes;
+  const uint64_t gradient = batches_[size_t(worker)][batch].gradient_bytes;
   loop_->at(loop_->now() + decode_ns(c_, gradient), [this, worker, batch] {
     sink_->batch_done(worker, batch, loop_->now());
   });

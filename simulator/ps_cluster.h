@@ -133,6 +133,7 @@ class PsClusterFabric final : public Fabric {
   };
   struct Waiter {
     int worker;
+    bool only;     // its batch's only message (see BatchState)
     size_t batch;  // the worker's batch its push belongs to
   };
   // A chunk (key, offset), numbered on first sight: its server, and what each push of it carries.
@@ -151,6 +152,7 @@ class PsClusterFabric final : public Fabric {
     uint32_t chunk;  // a push: the chunk; a sum: its chunk too (the sum's size)
     int worker;      // a push: from; a sum: to
     size_t batch;    // the worker's batch it belongs to
+    bool only;       // the batch's only message (see BatchState)
   };
   struct Queue {
     Sender sender;
@@ -162,6 +164,7 @@ class PsClusterFabric final : public Fabric {
     uint32_t chunk;
     int worker;
     size_t batch;
+    bool only;  // the batch's one message (see Outgoing::only)
   };
   // A push arriving at its server at (at, turn).
   struct Arrival {
@@ -170,6 +173,7 @@ class PsClusterFabric final : public Fabric {
     uint32_t chunk;
     int worker;
     size_t batch;
+    bool only;
   };
   // A batch's last receipt or last sum, due at (at, turn).
   struct Due {
@@ -185,7 +189,6 @@ class PsClusterFabric final : public Fabric {
   };
   struct ServerState {
     Queue out;
-    Downlink in;        // link model only
     // Pushes on their way in, in order (with equal link rates a downlink's FIFO delivers in order; any other arrival
     // goes on the loop itself).
     InOrder<Arrival> arriving;
@@ -204,6 +207,9 @@ class PsClusterFabric final : public Fabric {
       if (t > at || (t == at && k > turn)) at = t, turn = k;
     }
   };
+  // A batch of one message (most are: one partition of at most a chunk) keeps none: its receipt and its sum are
+  // its last, and their messages say so (`only`), so they fall due without a look here, which with hundreds of
+  // workers missed the cache on every message.
   struct BatchState {
     uint32_t receipts = 0, sums = 0;  // still to come (fair sharing) or to be known (link models)
     Latest last_receipt, last_sum;
@@ -211,15 +217,15 @@ class PsClusterFabric final : public Fabric {
   };
   struct WorkerState {
     Queue up;
-    Downlink down;                    // link model only
-    std::vector<BatchState> batches;  // per batch id
     Nanos encoder_free = 0;           // its encode stage (one encoder)
     DueQueue sums{{}, true};          // the batches whose last sum its downlink delivers, in the order they fall due
   };
 
   uint32_t chunk_id(int32_t key, uint64_t offset, uint64_t bytes, uint64_t dense);
+  // How many messages dispatch sends for `batch` (`whole`: partitions are not cut into chunks).
+  uint64_t messages_of(const Batch& batch, bool whole) const;
   // Worker `worker`'s push of `chunk` (batch `batch`) has arrived at the chunk's server.
-  void on_push(uint32_t chunk, int worker, size_t batch);
+  void on_push(uint32_t chunk, int worker, size_t batch, bool only);
   void send_sums(uint32_t chunk);
   // Whether a server's replies wait in its ReplyOrder (else each is queued on its sender as it becomes ready).
   bool ordered_replies() const { return p_.reply_overtakes > 0 && !flows_; }
@@ -237,8 +243,9 @@ class PsClusterFabric final : public Fabric {
   void arrive(bool to_server, const Outgoing& m, Nanos at);
   // A receipt (sent by `via`'s server) or a sum (arriving through `via`, the worker's downlink) will arrive at
   // (at, turn); the batch's event is posted once its last one is known.
-  void receipt_known(int worker, size_t batch, Nanos at, uint64_t turn, DueQueue& via);
-  void sum_known(int worker, size_t batch, Nanos at, uint64_t turn, DueQueue& via);
+  // `only`: the batch's only message.
+  void receipt_known(int worker, size_t batch, bool only, Nanos at, uint64_t turn, DueQueue& via);
+  void sum_known(int worker, size_t batch, bool only, Nanos at, uint64_t turn, DueQueue& via);
   // The batch's event at d: through `via` while it falls due in order there, else on the loop itself.
   void fall_due(DueQueue& via, const Due& d);
   void on_due(bool sum, int worker, size_t batch);
@@ -259,6 +266,9 @@ class PsClusterFabric final : public Fabric {
   BatchSink* sink_ = nullptr;
   std::vector<WorkerState> workers_;
   std::vector<ServerState> servers_;
+  // Apart from the per-process state above, so that these small arrays, touched by every message, stay in the cache.
+  std::vector<Downlink> worker_down_, server_in_;      // link model only
+  std::vector<std::vector<BatchState>> batches_;       // per worker, per batch id
   std::unordered_map<ChunkKey, uint32_t, ChunkHash> chunk_ids_;
   std::vector<Chunk> chunks_;
   std::unique_ptr<FlowNet> flows_;

@@ -1,5 +1,7 @@
 #include "simulator/simulator.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -59,6 +61,9 @@ class Worker final : public DispatchSink {
   void on_batch_sent(size_t index, Nanos now);
   void on_batch_done(size_t index, Nanos now);
   void pump(Nanos now);
+  // What on_batch_sent and on_batch_done read first of batch `index`: with hundreds of workers it is out of the cache
+  // by then. Only the slot itself: reading it to prefetch its parts too would wait on the miss this is to hide.
+  void prefetch(size_t index) const { __builtin_prefetch(&batches_[index]); }
 
   bool finished() const { return finished_; }
   int iteration() const { return iteration_; }
@@ -94,6 +99,9 @@ class Worker final : public DispatchSink {
 
   // Dispatched so far of the tasks of the iterations before the last (they must all be done before it ends).
   uint64_t owed_bytes_sent_ = 0, owed_parts_sent_ = 0;
+  // The first task of the last iteration (task ids follow the iterations): the tasks before it are owed. Read by
+  // dispatch instead of each task's state, which with hundreds of workers is out of the cache.
+  uint64_t first_of_last_iteration_ = UINT64_MAX;
 
   std::vector<TaskState> tasks_;  // by task id
   // The batches in flight by id. An id is free again once its batch is done (the fabric reports nothing of it after
@@ -123,6 +131,7 @@ class Run final : public BatchSink {
 
   void batch_sent(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_sent(id, now); }
   void batch_done(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_done(id, now); }
+  void upcoming(int worker, size_t id) override { workers_[size_t(worker)].prefetch(id); }
   // Keeps the lower bound of the mean period that abandoning a run needs; stops the loop once it is above the limit.
   void on_iteration_start(Nanos now);
 
@@ -216,6 +225,7 @@ void Worker::submit_layer(size_t layer, Nanos now) {
     parts_scratch_.clear();
     for (uint32_t i = 0; i < ranges.size(); ++i)
       parts_scratch_.push_back({id, i, int32_t(t), id, ranges[i].offset, ranges[i].bytes});
+    if (iteration_ == run_.opt_.iterations - 1) first_of_last_iteration_ = std::min(first_of_last_iteration_, id);
     tasks_.push_back({layer, iteration_, uint32_t(ranges.size())});
     ++layer_pending_[layer];
     driver_.arrived({id, int32_t(t), id, tp.bytes(), parts_scratch_}, now);
@@ -239,7 +249,9 @@ void Worker::on_batch_done(size_t index, Nanos now) {
     TaskState& t = tasks_.at(p.task_id);
     if (--t.parts_left == 0) --layer_pending_[t.layer];
   }
-  batches_[index].clear();  // its last use (receipts come first)
+  // Its last use (receipts come first). Its buffer is freed now, while the cache holds it, rather than when the id
+  // is reused, when freeing it would miss.
+  Batch().swap(batches_[index]);
   free_ids_.push_back(index);
   pump(now);
   try_start_compute(now);
@@ -247,7 +259,7 @@ void Worker::on_batch_done(size_t index, Nanos now) {
 
 bool Worker::dispatch(Batch& batch, Nanos now) {
   for (const PartRef& p : batch)
-    if (tasks_[p.task_id].iteration < run_.opt_.iterations - 1) owed_bytes_sent_ += p.bytes, ++owed_parts_sent_;
+    if (p.task_id < first_of_last_iteration_) owed_bytes_sent_ += p.bytes, ++owed_parts_sent_;
   size_t id = batches_.size();
   if (free_ids_.empty()) {
     batches_.emplace_back();
