@@ -194,7 +194,7 @@ class PsClusterFabric final : public Fabric {
     InOrder<Arrival> arriving;
     uint64_t load = 0;  // bytes assigned (the Sharder's measure)
     Nanos cpu_free = 0; // when its decode and encode work so far is done (recoding schemes)
-    DueQueue receipts;  // the batches whose last receipt this server sends, in the order they fall due
+    DueQueue receipts = {};  // the batches whose last receipt this server sends, in the order they fall due
     ReplyOrder<Reply> ready{1};  // replies waiting for the send queue (PsParams::reply_overtakes > 0)
     bool send_posted = false;    // an event to send the next of them is on the loop
   };

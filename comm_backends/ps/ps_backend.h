@@ -78,7 +78,7 @@ class PsBackend final : public CommBackend, private control::VanProtocol, privat
     // delivered the request is never completed on its own: only after the transport has closed (finish_*).
     bool landing = false;
     // A push_pull_batch: these partitions (two or more; `part` is the first) travel in one message each way.
-    std::vector<PartitionView> fused;
+    std::vector<PartitionView> fused = {};
   };
   struct Queued {
     std::vector<PartitionView> batch;

@@ -297,7 +297,9 @@ TEST_P(TransportContract, OversizedMessageDropsItsSender) {
     }
   }
   for (const Incoming& e : at_client)
-    if (e.kind == Incoming::Kind::disconnected) EXPECT_EQ(e.peer, p);
+    if (e.kind == Incoming::Kind::disconnected) {
+      EXPECT_EQ(e.peer, p);
+    }
 }
 
 TEST_P(TransportContract, WakeEndsAWaitingReceive) {
