@@ -216,6 +216,9 @@ void Negotiator::run_ready_groups(StateLock& state) {
     ready_groups_.clear();
     state.unlock();  // run_mu_ keeps them in order
     for (auto& g : groups) cb_.execute(std::move(g));
+    // A caller helping meanwhile may sleep in poll waiting for these very groups (this thread was running them when
+    // it began, or another helper was): wake it to look at its done() again, or it sleeps out its idle time.
+    if (helping_.load() > (t_helping == this ? 1 : 0)) wake(wake_.get());
     state.lock();
   }
 }

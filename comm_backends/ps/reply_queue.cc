@@ -17,8 +17,11 @@ ReplyQueue::~ReplyQueue() {
 
 void ReplyQueue::add(PeerId peer, const Header& h, OutPayload payload) {
   Reply r{peer, h, std::move(payload)};
-  if (!ready_) return hand_over(std::move(r));
   const bool receipt = h.type == MsgType::received;
+  // A receipt goes at once: the rule sends receipts first anyway, it holds no payload the window counts, and what the
+  // server sends straight through the Van (an error naming the culprit) must not overtake the receipt of its request
+  // (the worker fails a receipt for a request already answered as unknown).
+  if (!ready_ || receipt) return hand_over(std::move(r));
   ready_->push(std::move(r), receipt, h.priority);
   flush();
 }

@@ -42,7 +42,8 @@ class ReplyQueue {
   ReplyQueue(const ReplyQueue&) = delete;
   ReplyQueue& operator=(const ReplyQueue&) = delete;
 
-  // A reply to `peer`: a receipt (`received`, header only) releases credit and goes ahead of data.
+  // A reply to `peer`: a receipt (`received`, header only) releases credit and goes to the transport at once, ahead
+  // of data whatever the window holds.
   void add(PeerId peer, const Header& h, OutPayload payload = {});
   // Hands replies to the transport while it holds less than the window.
   void flush();
