@@ -67,7 +67,6 @@ class ReplyOrder {
 
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
-  uint64_t max_overtakes() const { return max_overtakes_; }
 
  private:
   using Rank = std::tuple<int, int32_t, uint64_t>;  // credit first, priority, arrival

@@ -47,7 +47,6 @@ class ReplyQueue {
   void add(PeerId peer, const Header& h, OutPayload payload = {});
   // Hands replies to the transport while it holds less than the window.
   void flush();
-  size_t waiting() const { return ready_ ? ready_->size() : 0; }
 
  private:
   struct Reply {
