@@ -132,6 +132,7 @@ void GlobalOrder::record(int rank, const ReadyReport& rep, const PartitionDesc& 
     return;
   }
   const Slot slot{desc.key, desc.offset};
+  if (rank == 0 ? rep.cache_id != kNoCacheId && vouch(rep, desc, name) : vouched_report(rank, slot, rep.round)) return;
   auto [it, fresh] = pending_.try_emplace(slot);
   Entry& e = it->second;
   if (fresh) {
@@ -169,6 +170,42 @@ void GlobalOrder::record(int rank, const ReadyReport& rep, const PartitionDesc& 
   else pending_.erase(it);  // every rank has been told
 }
 
+bool GlobalOrder::vouch(const ReadyReport& rep, const PartitionDesc& desc, const std::string& name) {
+  const Slot slot{desc.key, desc.offset};
+  if (!vouch_ || pending_.count(slot) || std::count(gone_.begin(), gone_.end(), true) > 0) return false;
+  std::vector<bool> expect(size_, false);
+  for (int r = 1; r < size_; ++r) expect[r] = !joined_[r];
+  if (std::count(expect.begin(), expect.end(), true) > 0 && !vouched_.try_emplace({slot, rep.round}, expect).second)
+    return false;  // the same round vouched twice: let the ordinary path report the duplicate
+  Entry& e = pending_[slot];
+  e.desc = desc;
+  e.name = name;
+  e.round = rep.round;
+  e.priority = rep.priority;
+  e.seq = next_seq_++;
+  e.reported.assign(size_, true);
+  e.count = size_;
+  complete_.push_back(slot);
+  ++stats_.vouched;
+  return true;
+}
+
+bool GlobalOrder::vouched_report(int rank, const Slot& slot, uint64_t round) {
+  auto it = vouched_.find({slot, round});
+  if (it == vouched_.end() || !it->second[rank]) return false;
+  it->second[rank] = false;
+  if (std::count(it->second.begin(), it->second.end(), true) == 0) vouched_.erase(it);
+  return true;
+}
+
+void GlobalOrder::forget_vouched(int rank) {
+  for (auto it = vouched_.begin(); it != vouched_.end();) {
+    it->second[rank] = false;
+    if (std::count(it->second.begin(), it->second.end(), true) == 0) it = vouched_.erase(it);
+    else ++it;
+  }
+}
+
 std::string GlobalOrder::mismatch_message(const Entry& e, int rank, const PartitionDesc& desc, uint64_t round) const {
   std::ostringstream os;
   os << task_label(e.name, e.desc.key) << " differs across ranks: rank " << e.first_rank << " submitted "
@@ -188,6 +225,7 @@ void GlobalOrder::poison(Entry& e, uint64_t round, std::string message, Status::
 void GlobalOrder::on_bye(int rank, GlobalOrderOutput& out) {
   if (gone_[rank]) return;
   gone_[rank] = true;
+  forget_vouched(rank);
   for (auto it = pending_.begin(); it != pending_.end();) {
     Entry& e = it->second;
     const bool complete = e.count == size_;
@@ -209,6 +247,7 @@ void GlobalOrder::on_mark(int rank, const IterationMark& mark) {
 void GlobalOrder::on_join(int rank, GlobalOrderOutput& out) {
   if (rank < 0 || rank >= size_ || joined_[rank]) return;
   joined_[rank] = true;
+  forget_vouched(rank);
   marks_waiting_[rank].clear();  // its iterations ended: the others' marks do not wait for its
   for (auto& [slot, e] : pending_) {
     if (e.reported[rank] || e.count == size_) continue;

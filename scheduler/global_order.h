@@ -27,6 +27,15 @@
 // waits in the policy, which fuses it (bytescheduler's small tensors) when the running collective ends. Two (one
 // running, the next already known to every rank) keeps the ranks busy without a round trip between collectives.
 //
+// Vouching (set_vouching): rank 0 tells the policy a partition as ready everywhere as soon as rank 0 itself reports
+// it, provided every rank ran it before under the same description (rank 0 reports it by cache id) and no rank has
+// shut down. The others' reports of it still come and are only counted off. This takes a one-way message (the
+// others' report reaching rank 0) off every step's critical path: the order reaches a rank at about the moment its own
+// submission does. The other ranks run the order as their submissions come (comm_backends/collective/negotiator.h); a
+// rank whose submission then differs fails the group, naming the partition (nothing can be sent back through a
+// collective already ordered). A rank that never submits what rank 0 vouched for leaves rank 0 waiting in the
+// collective until the transport's timeout, where without vouching the partition would never have been ordered.
+//
 // Iteration marks: a policy that waits for the end of backward (BSP) or learns from it (MG-WFBP) hears it here as the
 // end of every rank's backward. Each rank's engine sends its end of backward (and its flushes) after the partitions
 // it covers (an IterationMark: how many partitions that rank had reported by then), so once every rank's next mark
@@ -181,6 +190,7 @@ struct GlobalOrderStats {
   uint64_t ordered = 0;         // partitions ordered
   uint64_t groups = 0;          // collectives ordered (fused groups count once)
   uint64_t flushes = 0;         // order messages produced
+  uint64_t vouched = 0;         // partitions rank 0 vouched for (ordered before the others reported them)
 };
 
 class GlobalOrder final : DispatchSink {
@@ -218,6 +228,8 @@ class GlobalOrder final : DispatchSink {
   }
   // At most `groups` ordered and not yet done on rank 0 before the policy is asked for more (0: no limit).
   void limit_groups_ahead(size_t groups) { max_ahead_ = groups; }
+  // Rank 0 vouches for partitions every rank ran before under the same description (see "Vouching" above).
+  void set_vouching(bool on) { vouch_ = on; }
   // The knobs rank 0's policy uses (credit, small-tensor fusion bound, ...); the partition size is each rank's engine's.
   // Before a policy has come they wait for it. A fusion bound of 0 means auto_fusion_bytes (set_auto_fusion).
   void set_knobs(Knobs k);
@@ -257,6 +269,12 @@ class GlobalOrder final : DispatchSink {
   };
 
   void record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name, GlobalOrderOutput& out);
+  // Rank 0's cached report: ready everywhere now, when vouching may (true); the others' reports are then expected.
+  bool vouch(const ReadyReport& rep, const PartitionDesc& desc, const std::string& name);
+  // `rank`'s report of a partition rank 0 vouched for: counted off (true).
+  bool vouched_report(int rank, const Slot& slot, uint64_t round);
+  // `rank` will report nothing more (joined or gone): no vouched partition waits for its report.
+  void forget_vouched(int rank);
   void poison(Entry& e, uint64_t round, std::string message, Status::Code code, GlobalOrderOutput& out);
   std::string mismatch_message(const Entry& e, int rank, const PartitionDesc& desc, uint64_t round) const;
   uint32_t cache_id_for(const Entry& e, OrderMsg& order);
@@ -292,6 +310,17 @@ class GlobalOrder final : DispatchSink {
   bool marks_ = false;                         // the ranks send iteration marks
   std::vector<uint64_t> reported_;             // partitions each rank reported, in all
   std::vector<std::deque<IterationMark>> marks_waiting_;  // each rank's marks not yet told
+  // Vouched partitions whose reports from the other ranks have not all come: (slot, round) -> ranks still to report.
+  struct VouchKey {
+    Slot slot;
+    uint64_t round;
+    bool operator==(const VouchKey&) const = default;
+  };
+  struct VouchKeyHash {
+    size_t operator()(const VouchKey& k) const { return SlotHash{}(k.slot) ^ (k.round * 0xff51afd7ed558ccdull); }
+  };
+  bool vouch_ = false;
+  std::unordered_map<VouchKey, std::vector<bool>, VouchKeyHash> vouched_;
   GlobalOrderStats stats_;
 };
 

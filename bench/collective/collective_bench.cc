@@ -248,9 +248,10 @@ int run_rank(const Options& o) {
   }
   if (env.rank == 0) {
     const auto s = backend.negotiation_stats();
-    std::printf("\nrank 0 negotiation: %llu partitions, %llu reported by cache id, %llu collectives\n",
+    std::printf("\nrank 0 negotiation: %llu partitions, %llu reported by cache id, %llu ordered on rank 0's readiness "
+                "alone (vouched), %llu collectives\n",
                 static_cast<unsigned long long>(s.submitted), static_cast<unsigned long long>(s.cached_reports),
-                static_cast<unsigned long long>(s.groups));
+                static_cast<unsigned long long>(s.vouched), static_cast<unsigned long long>(s.groups));
   }
   backend.shutdown();
   return 0;

@@ -24,6 +24,10 @@ const OptionTable<CollectiveOptions>& CollectiveOptions::table() {
     t.bind("collective_spin", "COMMSCHED_COLLECTIVE_SPIN", [](CollectiveOptions& o) -> double& { return o.spin_s; },
            duration_value(),
            "all-reduce: how long the order negotiation polls without sleeping before it sleeps (0: sleep at once)");
+    t.bind("collective_vouch", "COMMSCHED_COLLECTIVE_VOUCH", [](CollectiveOptions& o) -> bool& { return o.vouch; },
+           bool_value(),
+           "all-reduce: rank 0 orders a partition every rank ran before as soon as it is ready there, without waiting "
+           "for the others' reports (0: wait for every rank's)");
     return t;
   }();
   return t;
@@ -48,6 +52,7 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.knobs = policy.knobs;
   o.knobs.credit_bytes = credit_bytes;
   o.spin_s = spin_s;
+  o.vouch = vouch;
   o.host = env.rank == 0 ? env.root_addr : control::advertised_host(env);
   o.secret = ClusterAuth::from_env().secret_for(env.root_addr);  // the rendezvous store's rule: one answer per run
   return o;
@@ -228,6 +233,7 @@ void CollectiveBackend::run_group(const std::vector<uint64_t>& group) {
     std::ostringstream os;
     os << name() << " rank " << rank_ << ": " << op_name(t.op) << " of task '" << t.name << "' (" << views.size()
        << " partition(s), first " << views.front().bytes << " bytes of " << dtype_name(t.dtype) << ") failed: " << e.what();
+    if (negotiator_) negotiator_->judge_peers();  // a peer the transport saw fail first is judged lost now (fatal())
     Status st;
     {
       std::lock_guard lock(mu_);

@@ -48,6 +48,7 @@ struct CollectiveOptions {
   uint64_t fusion_bytes = 1u << 20;
   uint64_t credit_bytes = 0;
   double spin_s = NegotiatorOptions{}.spin_s;  // COMMSCHED_COLLECTIVE_SPIN: see NegotiatorOptions::spin_s
+  bool vouch = NegotiatorOptions{}.vouch;       // COMMSCHED_COLLECTIVE_VOUCH: see NegotiatorOptions::vouch
   EngineConfig policy;
   static CollectiveOptions from_env();
   static const OptionTable<CollectiveOptions>& table();  // the option registry's rows

@@ -49,6 +49,7 @@ Negotiator::Negotiator(NegotiatorOptions opts, control::Store& store, Negotiator
     coordinator_ = std::make_unique<GlobalOrder>(opts_.size);  // its policy comes through order_inbox_
     lag_.emplace(opts_.size);
     coordinator_->limit_groups_ahead(kGroupsAhead);
+    coordinator_->set_vouching(opts_.vouch);
     coordinator_->set_auto_fusion(opts_.auto_fusion_bytes);
     coordinator_->set_knobs(opts_.knobs);
     join_as_coordinator(store, deadline);
@@ -208,7 +209,7 @@ void Negotiator::finish_join(int last) {
 }
 
 NegotiatorStats Negotiator::stats() const {
-  return {submitted_.load(), cached_reports_.load(), orders_.load(), groups_.load()};
+  return {submitted_.load(), cached_reports_.load(), orders_.load(), groups_.load(), vouched_.load()};
 }
 
 void Negotiator::take_inbox() {
@@ -216,7 +217,7 @@ void Negotiator::take_inbox() {
   std::vector<std::pair<uint64_t, Status>> failed;
   std::vector<ReadyReport> reports;
   std::vector<IterationMark> marks;
-  std::string send_error;
+  std::string send_error, vouch_error;
   bool stopping, join_now;
   {
     std::lock_guard lock(mu_);
@@ -233,8 +234,13 @@ void Negotiator::take_inbox() {
     inbox_marks_.clear();
     for (auto& rep : reports_locked(std::span(subs).subspan(begin), failed)) reports.push_back(std::move(rep));
     send_error.swap(async_send_error_);
+    // Groups rank 0 ordered ahead of this rank's submissions (it vouched): those now complete run, in order.
+    if (joined_) stand_in_awaited_locked();
+    promote_ahead_locked();
+    vouch_error = vouch_error_;
   }
   for (const auto& [token, st] : failed) cb_.fail(token, st);
+  if (!vouch_error.empty()) throw std::runtime_error(vouch_error);  // see throw_if_vouch_error
   if (!send_error.empty() && !finished_) {
     peer_lost(0, send_error);
     return;

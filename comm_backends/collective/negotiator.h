@@ -38,6 +38,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -82,6 +83,10 @@ struct NegotiatorOptions {
   bool execute_blocks = false;
   // How long the negotiator thread polls its sockets without sleeping before each sleep (0: sleep at once).
   double spin_s = 100e-6;
+  // Rank 0 orders a partition every rank ran before under the same description once it is ready on rank 0, without
+  // waiting for the others' reports (GlobalOrder "Vouching"); the others run such an order as their submissions
+  // come. A submission that then differs from what rank 0 ordered fails the group, naming the partition.
+  bool vouch = true;
 };
 
 // One partition ready on this rank. `token` is the caller's handle, given back by the callbacks.
@@ -111,6 +116,7 @@ struct NegotiatorStats {
   uint64_t cached_reports = 0;  // reports sent by cache id
   uint64_t orders = 0;          // order messages applied
   uint64_t groups = 0;          // groups executed
+  uint64_t vouched = 0;         // rank 0: partitions ordered on its readiness alone (NegotiatorOptions::vouch)
 };
 
 class Negotiator final : public RankJoin, public StragglerReport, public WaitHelper {
@@ -141,6 +147,11 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // A caller about to wait for its groups receives the order and runs them itself (scheduler/wait_helper.h): only
   // where the groups run on the negotiator thread (execute_blocks), and not from inside a callback.
   void help_until(const std::function<bool()>& done, std::chrono::nanoseconds idle) override;
+  // A collective failed in the transport: reads what the peers sent and judges their silence now, so that a lost
+  // peer (its socket closed, or silent past the timeout) fails the group and explains the failure better than the
+  // transport's error. Rank 0 may start a collective before a rank has reported it (NegotiatorOptions::vouch), so
+  // the transport can be first to see that rank gone. From the thread that ran the collective, no lock held.
+  void judge_peers();
   NegotiatorStats stats() const;
   // The ranks that lag, as rank 0 last reported them (on rank 0: as it sees them). Thread-safe.
   std::vector<Straggler> stragglers() const override;
@@ -159,10 +170,24 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
     uint64_t token;
     uint64_t round;
     PartitionDesc desc;
+    std::string name;  // for the error when rank 0 vouched for something else
   };
   struct CacheSlot {
     uint32_t id;
     PartitionDesc desc;
+  };
+  // A group rank 0 ordered before this rank submitted all of it (it vouched, GlobalOrder): it runs, in order, once
+  // the missing submissions come.
+  struct OrderedAhead {
+    std::vector<uint64_t> tokens;
+    std::vector<bool> have;
+    size_t missing = 0;
+  };
+  struct Awaited {
+    uint64_t round;
+    PartitionDesc desc;
+    OrderedAhead* group;  // in ordered_ahead_ (a deque: stable while others are added and removed at its ends)
+    size_t index;
   };
 
   void join_as_coordinator(control::Store& store, std::chrono::steady_clock::time_point deadline);
@@ -223,6 +248,19 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   void run_ready_groups(StateLock& state);
   void publish(GlobalOrderOutput& out);
   void apply_order(const OrderMsg& m);
+  // The token for one entry of an order, or none yet (rank 0 vouched: this rank's submission has not come). Holds mu_.
+  std::optional<uint64_t> ordered_token_locked(const OrderEntry& e);
+  // A submission that rank 0 ordered already: fills its place in the waiting group (true). Holds mu_.
+  bool fill_awaited_locked(const Submission& s);
+  // Moves the groups ordered ahead that are complete, from the front, to ready_groups_. Holds state_mu_ and mu_.
+  void promote_ahead_locked();
+  // A submission here differed from what rank 0 vouched for: throws, so the round fails the group (fail_broken).
+  void throw_if_vouch_error();
+  // A joined rank's awaited partitions: stand-ins (zeros) for what the others run. Holds mu_.
+  void stand_in_awaited_locked();
+  // "task 'x' differs across ranks: rank 0 ordered ... , this rank submitted ..."
+  std::string vouch_mismatch(const std::string& name, const PartitionDesc& ordered, uint64_t ordered_round,
+                             const PartitionDesc& mine, uint64_t my_round) const;
   void apply_error(const ErrorMsg& e);
   void send_to(int rank, const std::string& frame);
   void peer_lost(int rank, const std::string& why);
@@ -266,6 +304,9 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   std::string async_send_error_;  // a send from another thread failed; the negotiator thread reports the peer lost
   std::unordered_map<Slot, Local, SlotHash> pending_;
   std::unordered_map<Slot, CacheSlot, SlotHash> cache_;
+  std::deque<OrderedAhead> ordered_ahead_;  // groups ordered before this rank submitted all of them, in order
+  std::unordered_map<Slot, Awaited, SlotHash> awaited_;
+  std::string vouch_error_;  // a submission differed from rank 0's vouched order: the next round fails the group
   std::vector<Slot> cache_slots_;  // cache id -> slot
   Fd wake_;                 // eventfd: wakes the thread for new submissions and shutdown
   // eventfd: the last helping caller stopped. While callers help the thread sleeps on this alone, and leaves wake_
@@ -309,7 +350,7 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
 
   std::atomic<uint64_t> completed_groups_{0};
   GlobalOrderInbox order_inbox_;  // on rank 0 a post wakes the negotiator thread
-  std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0};
+  std::atomic<uint64_t> submitted_{0}, cached_reports_{0}, orders_{0}, groups_{0}, vouched_{0};
   std::thread thread_;
 
   // execute_blocks: heartbeats while the negotiator thread runs a collective.

@@ -77,13 +77,36 @@ void Negotiator::go_fatal(const Status& st) {
   finished_ = true;
 }
 
+void Negotiator::judge_peers() {
+  if (state_owner_.load() == std::this_thread::get_id()) return;
+  StateLock state(*this);
+  if (finished_) return;
+  try {
+    std::vector<pollfd> fds;
+    std::vector<int> fd_rank;
+    poll_set(fds, fd_rank);
+    if (::poll(fds.data(), fds.size(), 0) > 0)
+      for (size_t i = 1; i < fds.size() && !finished_; ++i)
+        if (fds[i].revents) read_peer_guarded(fd_rank[i]);
+    if (!finished_) keep_alive(Clock::now());
+  } catch (const std::exception& e) {
+    fail_broken(e);
+  }
+}
+
 void Negotiator::fail_all_pending(const Status& st) {
   std::unordered_map<Slot, Local, SlotHash> pending;
+  std::deque<OrderedAhead> ahead;
   {
     std::lock_guard lock(mu_);
     pending.swap(pending_);
+    ahead.swap(ordered_ahead_);  // ordered, but waiting for submissions that can no longer be run with the others
+    awaited_.clear();
   }
   for (const auto& [slot, local] : pending) cb_.fail(local.token, st);
+  for (const OrderedAhead& g : ahead)
+    for (size_t i = 0; i < g.tokens.size(); ++i)
+      if (g.have[i]) cb_.fail(g.tokens[i], st);
 }
 
 void Negotiator::keep_alive(Clock::time_point now) {

@@ -5,6 +5,8 @@
 // and shutdown negotiator_faults.cc's.
 #include "comm_backends/collective/negotiator.h"
 
+#include <sstream>
+#include <stdexcept>
 #include <utility>
 
 #include "comm_backends/collective/negotiator_detail.h"
@@ -41,6 +43,7 @@ void Negotiator::submit(std::vector<Submission> subs) {
       last_inline_report_ns_ = now_ns();
       const auto reports = reports_locked(subs, failed);
       if (!reports.empty()) send_to_coordinator_async(encode_ready(reports));
+      to_thread = !ordered_ahead_.empty();  // a group rank 0 ordered ahead may be complete now: run it there
     }
   }
   for (const auto& [token, st] : failed) cb_.fail(token, st);
@@ -89,6 +92,7 @@ void Negotiator::coordinator_round() {
   if (relay_.stopped()) return;
   GlobalOrderOutput out;
   coordinator_->flush(now_ns(), out);
+  vouched_.store(coordinator_->stats().vouched, std::memory_order_relaxed);
   publish(out);
 }
 
@@ -122,7 +126,8 @@ std::vector<ReadyReport> Negotiator::reports_locked(std::span<Submission> subs,
                                                      " submitted again while still in flight", Status::Code::invalid));
       continue;
     }
-    pending_.emplace(slot, Local{s.token, s.round, s.desc});
+    const bool ordered = fill_awaited_locked(s);  // rank 0 vouched for it: its group may run now
+    if (!ordered) pending_.emplace(slot, Local{s.token, s.round, s.desc, s.name});
     ReadyReport rep;
     rep.round = s.round;
     rep.priority = s.priority;
@@ -165,25 +170,105 @@ void Negotiator::apply_order(const OrderMsg& m) {
     cache_[slot] = CacheSlot{d.cache_id, d.desc};
   }
   for (const auto& g : m.groups) {
-    std::vector<uint64_t> tokens;
-    tokens.reserve(g.size());
-    for (const auto& e : g) {
-      if (e.cache_id >= cache_slots_.size())
-        throw std::runtime_error(who(0) + " (coordinator) ordered unknown cache id " + std::to_string(e.cache_id));
-      auto it = pending_.find(cache_slots_[e.cache_id]);
-      if (it == pending_.end() && joined_ && cb_.stand_in) {  // joined: the others run it, this rank adds zeros
-        tokens.push_back(cb_.stand_in(cache_.at(cache_slots_[e.cache_id]).desc));
-        continue;
+    OrderedAhead group;
+    group.tokens.resize(g.size());
+    group.have.assign(g.size(), false);
+    std::vector<size_t> waiting;
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (const auto token = ordered_token_locked(g[i])) {
+        group.tokens[i] = *token;
+        group.have[i] = true;
+      } else {
+        waiting.push_back(i);
       }
-      if (it == pending_.end() || it->second.round != e.round)
-        throw std::runtime_error(who(0) + " (coordinator) ordered a partition this rank does not have pending (cache id " +
-                                 std::to_string(e.cache_id) + ", round " + std::to_string(e.round) + ")");
-      tokens.push_back(it->second.token);
-      pending_.erase(it);
     }
     ++groups_;
-    ready_groups_.push_back(std::move(tokens));
+    group.missing = waiting.size();
+    if (group.missing == 0 && ordered_ahead_.empty()) {
+      ready_groups_.push_back(std::move(group.tokens));
+      continue;
+    }
+    OrderedAhead& placed = ordered_ahead_.emplace_back(std::move(group));
+    for (size_t i : waiting) {
+      const Slot slot = cache_slots_[g[i].cache_id];
+      awaited_.emplace(slot, Awaited{g[i].round, cache_.at(slot).desc, &placed, i});
+    }
   }
+  promote_ahead_locked();
+}
+
+std::optional<uint64_t> Negotiator::ordered_token_locked(const OrderEntry& e) {
+  if (e.cache_id >= cache_slots_.size())
+    throw std::runtime_error(who(0) + " (coordinator) ordered unknown cache id " + std::to_string(e.cache_id));
+  const Slot slot = cache_slots_[e.cache_id];
+  const PartitionDesc& ordered = cache_.at(slot).desc;
+  auto it = pending_.find(slot);
+  if (it != pending_.end() && it->second.round == e.round) {
+    // Rank 0 may have vouched before this rank's report reached it (GlobalOrder "Vouching"): check what it ordered.
+    if (it->second.desc != ordered) {  // the group fails at the end of this round (throw_if_vouch_error)
+      if (vouch_error_.empty())
+        vouch_error_ = vouch_mismatch(it->second.name, ordered, e.round, it->second.desc, it->second.round);
+      return std::nullopt;
+    }
+    const uint64_t token = it->second.token;
+    pending_.erase(it);
+    return token;
+  }
+  if (it == pending_.end() && joined_ && cb_.stand_in) return cb_.stand_in(ordered);  // the others run it: zeros here
+  if (it == pending_.end() && opts_.vouch && !awaited_.count(slot)) return std::nullopt;  // it runs once submitted
+  throw std::runtime_error(who(0) + " (coordinator) ordered a partition this rank does not have pending (cache id " +
+                           std::to_string(e.cache_id) + ", round " + std::to_string(e.round) + ")");
+}
+
+bool Negotiator::fill_awaited_locked(const Submission& s) {
+  auto it = awaited_.find(Slot{s.desc.key, s.desc.offset});
+  if (it == awaited_.end()) return false;
+  const Awaited& a = it->second;
+  if (a.round != s.round || a.desc != s.desc) {
+    if (vouch_error_.empty()) vouch_error_ = vouch_mismatch(s.name, a.desc, a.round, s.desc, s.round);
+    return false;  // pending like any other, so the group's failure fails it
+  }
+  a.group->tokens[a.index] = s.token;
+  a.group->have[a.index] = true;
+  --a.group->missing;
+  awaited_.erase(it);
+  return true;
+}
+
+void Negotiator::promote_ahead_locked() {
+  while (!ordered_ahead_.empty() && ordered_ahead_.front().missing == 0) {
+    ready_groups_.push_back(std::move(ordered_ahead_.front().tokens));
+    ordered_ahead_.pop_front();
+  }
+}
+
+void Negotiator::throw_if_vouch_error() {
+  std::string error;
+  {
+    std::lock_guard lock(mu_);
+    error = vouch_error_;
+  }
+  // Not a malformed message from rank 0 (which would fail the group naming it): this rank's submission differs.
+  if (!error.empty()) throw std::runtime_error(error);
+}
+
+void Negotiator::stand_in_awaited_locked() {
+  if (!cb_.stand_in) return;
+  for (auto& [slot, a] : awaited_) {
+    a.group->tokens[a.index] = cb_.stand_in(a.desc);
+    a.group->have[a.index] = true;
+    --a.group->missing;
+  }
+  awaited_.clear();
+}
+
+std::string Negotiator::vouch_mismatch(const std::string& name, const PartitionDesc& ordered, uint64_t ordered_round,
+                                       const PartitionDesc& mine, uint64_t my_round) const {
+  std::ostringstream os;
+  os << "task '" << name << "' (key 0x" << std::hex << mine.key << std::dec << ") differs across ranks: rank 0 ordered "
+     << ordered.describe() << " (round " << ordered_round << "), as every rank had it before, and rank " << opts_.rank
+     << " submitted " << mine.describe() << " (round " << my_round << ")";
+  return os.str();
 }
 
 void Negotiator::apply_error(const ErrorMsg& e) {

@@ -95,6 +95,7 @@ void Negotiator::handle_events(StateLock& state, const std::vector<pollfd>& fds,
   take_inbox();
   for (size_t i = 1; i < fds.size() && !finished_; ++i)
     if (fds[i].revents) read_peer_guarded(fd_rank[i]);
+  if (!coordinator_ && !finished_) throw_if_vouch_error();  // an order read just now may have found one
   if (coordinator_ && !finished_) coordinator_round();
   const auto now = Clock::now();
   if (!finished_) keep_alive(now);

@@ -40,6 +40,8 @@ struct RankLog {
   // the calls that began.
   bool hold = false;
   size_t entered = 0;
+  // After join(): tokens standing in (zeros) for what the others run, counted from here (apart from the keys).
+  std::atomic<uint64_t> next_stand_in{1u << 30};
 
   NegotiatorCallbacks callbacks() {
     NegotiatorCallbacks cb;
@@ -57,6 +59,7 @@ struct RankLog {
       }
       if (auto_complete && completed) completed();
     };
+    cb.stand_in = [this](const PartitionDesc&) { return next_stand_in++; };
     cb.fail = [this](uint64_t token, const Status& st) {
       std::lock_guard lock(mu);
       ++settled;

@@ -227,6 +227,84 @@ TEST(GlobalOrder, SecondRoundIsReportedAndOrderedByCacheId) {
   EXPECT_EQ(c.stats().cached_reports, 2u);
 }
 
+// Orders round 0 of `d` on every rank of a vouching order; returns its cache id.
+uint32_t order_once(GlobalOrder& c, int size, const PartitionDesc& d) {
+  GlobalOrderOutput out;
+  for (int r = 0; r < size; ++r) c.on_ready(r, std::vector{report(d, 0, 0)}, out);
+  c.flush(0, out);
+  EXPECT_EQ(out.order.groups.size(), 1u);
+  c.on_group_done(0);
+  return out.order.defines.at(0).cache_id;
+}
+
+ReadyReport by_id(uint32_t id, uint64_t round) {
+  ReadyReport r;
+  r.cache_id = id;
+  r.round = round;
+  return r;
+}
+
+// Rank 0 vouches for a partition every rank ran before: it is ordered on rank 0's report alone, and the others'
+// reports of it, when they come, are counted off (they start nothing new); the next round is vouched for again.
+TEST(GlobalOrder, RankZeroVouchesForAPartitionEveryRankRanBefore) {
+  GlobalOrder c = make(3, 0);
+  c.set_vouching(true);
+  const auto d = desc(9, 0, 256);
+  const uint32_t id = order_once(c, 3, d);
+  EXPECT_EQ(c.stats().vouched, 0u) << "a partition no rank ran before waits for every rank's report";
+  for (uint64_t round = 1; round <= 2; ++round) {
+    GlobalOrderOutput out;
+    c.on_ready(0, std::vector{by_id(id, round)}, out);
+    c.flush(0, out);
+    ASSERT_EQ(out.order.groups.size(), 1u) << "round " << round;
+    EXPECT_EQ(out.order.groups[0][0].cache_id, id);
+    EXPECT_EQ(out.order.groups[0][0].round, round);
+    c.on_ready(1, std::vector{by_id(id, round)}, out);
+    c.on_ready(2, std::vector{report(d, 0, round)}, out);  // by description: counted off alike
+    c.flush(0, out);
+    EXPECT_EQ(out.order.groups.size(), 1u) << "the others' reports ordered it again";
+    EXPECT_TRUE(out.errors.empty()) << out.errors[0].message;
+    EXPECT_EQ(c.pending(), 0u);
+    c.on_group_done(0);
+  }
+  EXPECT_EQ(c.stats().vouched, 2u);
+}
+
+// Without vouching, and for ranks that joined or left, the ordinary rules hold: wait for every rank's report; a
+// joined rank is not waited for; a rank gone fails what it never reported.
+TEST(GlobalOrder, VouchingWaitsForNobodyWhoJoinedAndIsOffUnlessAsked) {
+  GlobalOrder off = make(2, 0);
+  const auto d = desc(4, 0, 64);
+  const uint32_t id = order_once(off, 2, d);
+  GlobalOrderOutput out;
+  off.on_ready(0, std::vector{by_id(id, 1)}, out);
+  off.flush(0, out);
+  EXPECT_TRUE(out.order.groups.empty()) << "an order that does not vouch waits for rank 1";
+
+  GlobalOrder c = make(3, 0);
+  c.set_vouching(true);
+  const uint32_t cid = order_once(c, 3, d);
+  GlobalOrderOutput joined;
+  c.on_join(2, joined);
+  c.on_ready(0, std::vector{by_id(cid, 1)}, joined);
+  c.flush(0, joined);
+  ASSERT_EQ(joined.order.groups.size(), 1u);
+  c.on_ready(1, std::vector{by_id(cid, 1)}, joined);  // rank 1's report is expected; rank 2's is not
+  c.flush(0, joined);
+  EXPECT_EQ(joined.order.groups.size(), 1u);
+  EXPECT_TRUE(joined.errors.empty());
+  EXPECT_EQ(c.pending(), 0u);
+  c.on_group_done(0);
+
+  GlobalOrderOutput gone;
+  c.on_bye(1, gone);
+  c.on_ready(0, std::vector{by_id(cid, 2)}, gone);
+  c.flush(0, gone);
+  EXPECT_TRUE(gone.order.groups.empty()) << "rank 1 has shut down: nothing may be ordered in its name";
+  ASSERT_FALSE(gone.errors.empty());
+  EXPECT_NE(gone.errors[0].message.find("rank 1 has shut down"), std::string::npos) << gone.errors[0].message;
+}
+
 TEST(GlobalOrder, MismatchedSizeFailsOnEveryRankNamingKeyRanksAndSizes) {
   GlobalOrder c = make(3, 0);
   GlobalOrderOutput out;
