@@ -53,10 +53,14 @@ class TimedGlooBackend : public GlooBackend {
  public:
   using GlooBackend::GlooBackend;
   Clock::time_point first_execute{}, last_done{};
+  std::thread::id caller{};                             // the thread that waits for the step
+  std::atomic<uint64_t> groups_on_caller{0}, groups{0};  // collectives run, and how many on the waiting caller
 
  protected:
   void execute(std::span<const PartitionView> group, GroupDone done) override {
     const auto now = Clock::now();
+    ++groups;
+    if (std::this_thread::get_id() == caller) ++groups_on_caller;
     if (first_execute == Clock::time_point{}) first_execute = now;  // the executor thread only: no race
     GlooBackend::execute(group, [this, &done](const Status& st) {
       last_done = Clock::now();
@@ -97,6 +101,7 @@ class BackendStep {
   double run(TimedGlooBackend& backend, Breakdown& phases, std::chrono::microseconds spin, bool help) {
     waiter_.reset();
     backend.first_execute = {};
+    backend.caller = std::this_thread::get_id();
     const auto t0 = Clock::now();
     for (auto& t : tasks_) backend.start({PartitionView{&t, 0, 0, t.bytes()}}, waiter_.callback());
     spin_until([&] { return waiter_.outstanding() == 0; }, spin);
@@ -189,6 +194,8 @@ int run_rank(const Options& o) {
     float probe = 1.0f;
     std::vector<Breakdown> phases(blocks);
     Usage plain_use, backend_use;
+    backend.groups = 0;
+    backend.groups_on_caller = 0;
     for (int b = 0; b < blocks; ++b) {
       barrier(backend, plain_tag++);
       Usage start = Usage::now();
@@ -220,11 +227,12 @@ int run_rank(const Options& o) {
     char line[320];
     const double steps = static_cast<double>(n) * blocks;
     std::snprintf(line, sizeof line,
-                  "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f | %.1f / %.1f |\n",
+                  "| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f | %.1f / %.1f | %.0f%% |\n",
                   env.rank, c.label.c_str(), phases[m].negotiate / n, phases[m].collective / n,
                   phases[m].hand_back / n, q, plain_use.csw / steps, backend_use.csw / steps, plain_use.cpu / steps,
                   backend_use.cpu / steps, percentile(plain_steps, 0.5), percentile(plain_steps, 0.9),
-                  percentile(backend_steps, 0.5), percentile(backend_steps, 0.9));
+                  percentile(backend_steps, 0.5), percentile(backend_steps, 0.9),
+                  100.0 * static_cast<double>(backend.groups_on_caller) / static_cast<double>(std::max<uint64_t>(1, backend.groups)));
     phase_lines.push_back(line);
   }
   if (o.breakdown) {
@@ -233,10 +241,11 @@ int run_rank(const Options& o) {
       std::printf("\nGlooBackend step phases (median block; us/step): negotiation = start() until the first collective "
                   "begins, collectives, hand-back = last collective done until the caller wakes; csw = voluntary "
                   "context switches and cpu = CPU time (us, user + system, all threads) of the rank process per "
-                  "step (mean), plain Gloo and GlooBackend; single steps = median / 90th percentile of every step (us)\n\n"
+                  "step (mean), plain Gloo and GlooBackend; single steps = median / 90th percentile of every step (us); on caller = "
+                  "collectives run on the waiting caller's own thread (the rest on the negotiator thread)\n\n"
                   "| rank | case | negotiation | collectives | hand-back | step | csw plain | csw backend | cpu plain | "
-                  "cpu backend | plain steps p50 / p90 | backend steps p50 / p90 |\n"
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                  "cpu backend | plain steps p50 / p90 | backend steps p50 / p90 | on caller |\n"
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int r = 0; r < env.num_workers; ++r) {
       std::fflush(stdout);
       barrier(backend, plain_tag++);
