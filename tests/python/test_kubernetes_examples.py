@@ -98,9 +98,21 @@ def test_trainer_v2_trainjob_runs_torchrun_per_node(tmp_path):
         operator = {"PET_NNODES": nodes, "PET_NPROC_PER_NODE": per_node, "PET_NODE_RANK": node,
                     "PET_MASTER_ADDR": master, "PET_MASTER_PORT": 29400,
                     # Debian's torch 1.13 under Python 3.11 fails on torchrun's own default of --redirects 0.
-                    "PET_TEE": 1, "PET_REDIRECTS": 2}
+                    # stderr then goes to files under the log dir, which a failure shows (torchrun_logs).
+                    "PET_TEE": 1, "PET_REDIRECTS": 2, "PET_LOG_DIR": tmp_path / f"torchrun-node-{node}"}
         commands.append((pods.command(trainer["command"]), pods.env(trainer, operator)))
-    assert_trained(run_group(commands), "gloo", local_size=per_node)
+    results = run_group(commands)
+    try:
+        assert_trained(results, "gloo", local_size=per_node)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{torchrun_logs(tmp_path)}") from None
+
+
+def torchrun_logs(root):
+    """What torchrun redirected into its log dirs (its workers' stderr), file by file."""
+    parts = [f"== {f.relative_to(root)}\n{f.read_text(errors='replace')}"
+             for f in sorted(root.glob("torchrun-node-*/**/*")) if f.is_file()]
+    return "\n".join(parts) or "(torchrun wrote no log files)"
 
 
 def test_mpijob_launcher_runs_mpirun(tmp_path):
