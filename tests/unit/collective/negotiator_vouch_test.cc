@@ -49,20 +49,19 @@ TEST(NegotiatorVouch, RankZeroOrdersWhatEveryRankRanBeforeAndTheOthersRunItAsThe
 }
 
 // Rank 1's tensor changed size after round 0: rank 0 ordered the old size, so the group fails on every rank naming the
-// task and both sizes; nothing is left pending.
+// task and both sizes; nothing is left pending. Rank 0 submits first, so it has vouched (submit() orders on its
+// caller) before rank 1's report can reach it; rank 1 finds the difference when its submission meets the order
+// (fill_awaited_locked) or when the order meets its submission (ordered_token_locked), whichever comes first. (Had
+// rank 1's report reached rank 0 first, rank 0 would not vouch, and the ordinary mismatch would fail the tensor only,
+// as Negotiator.MismatchedSizesFailOnBothRanksNamingTheKey checks.)
 TEST(NegotiatorVouch, ASubmissionThatDiffersFromWhatRankZeroOrderedFailsEveryRankNamingIt) {
   for (const bool order_first : {true, false}) {
-    SCOPED_TRACE(order_first ? "the order came first" : "the submission came first");
+    SCOPED_TRACE(order_first ? "rank 1 submits after the order came" : "rank 1 submits at once");
     Group g(2);
     run_round_zero(g, 2, 1);
-    if (order_first) {
-      g.rank(0).submit({sub(1, 400, 1, 1)});
-      std::this_thread::sleep_for(50ms);
-      g.rank(1).submit({sub(1, 800, 1, 1)});
-    } else {
-      g.rank(1).submit({sub(1, 800, 1, 1)});
-      g.rank(0).submit({sub(1, 400, 1, 1)});
-    }
+    g.rank(0).submit({sub(1, 400, 1, 1)});
+    if (order_first) std::this_thread::sleep_for(50ms);
+    g.rank(1).submit({sub(1, 800, 1, 1)});
     ASSERT_TRUE(g.log(1).wait_settled(2, 10s)) << "rank 1's differing submission was left pending";
     std::string message;
     {
