@@ -23,8 +23,8 @@ bool has_servers(const ClusterShape& s) { return s.servers > 0; }
 
 constexpr uint64_t kPsCreditCap = 16 * MiB;         // above this, only (W + 1) partitions (see the header)
 
-// Two rounds of one partition from every worker plus one (the receipt's way back is a second queue), as long as that
-// stays within the cap; never below one round.
+// Two rounds of one partition from every worker plus one (one round is sent before its receipts can be back), as long
+// as that stays within the cap; never below one round.
 uint64_t ps_credit_for(uint64_t partition, int workers) {
   const uint64_t round = partition * uint64_t(workers + 1);
   return std::max(round, std::min(2 * round, kPsCreditCap));
@@ -76,8 +76,10 @@ std::string describe_ps(const ClusterShape& s) {
 std::string explain(const EngineConfig& config, const ClusterShape& shape, bool fusion_automatic) {
   const bool ring = !has_servers(shape);
   const std::string credit_why = ring ? "the collectives run one at a time; what queues meanwhile is fused"
-                                      : "two rounds of one partition from every worker plus one, up to 16 MiB: a push's receipt "
-                                        "queues behind its server's sums";
+                                      : "two rounds of one partition from every worker plus one, up to 16 MiB: a "
+                                        "push's receipt comes back after the pushes ahead of it at the server (one per "
+                                        "worker, each with its per-message cost) and a latency: longer than one round "
+                                        "takes to send";
   std::string why = ring ? describe_ring(shape) : describe_ps(shape);
   why += "partition " + format_bytes(config.knobs.partition_bytes) +
          (config.partition_set ? " (set)" : ring ? " (automatic)" : " (automatic: incast against per-message cost)") +

@@ -8,11 +8,15 @@
 // keep the links of 16 workers 58% busy; bench/RESULTS.md). So:
 //   - credit covers one partition from every worker plus the next, twice: 2(W + 1) partitions, while that is at most
 //     16 MiB, and never less than (W + 1) partitions. A push is acknowledged (and its credit released) when the
-//     server's receipt comes back, and the receipt leaves through the server's send queue behind the sums already
-//     queued there (comm_backends/ps answers in order on one connection): a push waits for the W pushes ahead of it
-//     at the server's downlink and then for about W sums ahead of its receipt at the server's uplink. With (W + 1)
-//     partitions the links of 8-16 simulated workers idled 10-20% of the run (ResNet-50, BERT, Transformer at 1 and
-//     10 Gbit/s; 2(W + 1) was 4% faster on ResNet-50 at 64 workers, every worker simulated). But bytes in flight also
+//     server's receipt comes back. The servers send receipts ahead of their sums (scheduler/reply_order.h), but a
+//     push still waits at its server's downlink for the pushes ahead of it, up to one from every worker, each holding
+//     the link its bytes' time plus the per-message cost, and its receipt then for the message on the server's link
+//     and a latency: longer than one round of (W + 1) partitions takes to leave the worker. Under that reply order
+//     with the measured per-message cost (5 profiles x 1-25 Gbit/s x 8-32 workers, every worker simulated), 2(W + 1)
+//     was at least as fast as (W + 1) in 38 of 45 cells and up to 8.1% faster (10 Gbit/s), (W + 1) at most 0.7%
+//     faster; 1.5(W + 1) at most 1.0% faster and up to 5.3% slower (bench/RESULTS.md, session 21). Without a
+//     per-message cost (W + 1) was the faster on ResNet-50 (8 workers, 10 Gbit/s: 93.3 against 101.8 ms) but not on
+//     BERT-base (398.6 against 380.3). Bytes in flight also
 //     queue ahead of an urgent partition in the servers' FIFO queues: at 256 workers 2(W + 1) x 64 KiB = 32 MiB was
 //     18% slower than (W + 1) on ResNet-50 at 10 Gbit/s (every worker simulated), and 4(W + 1) was worse at 8
 //     workers too; hence the cap, which leaves 256 workers at (W + 1). PS grid (5 profiles x 1-100 Gbit/s x 2-256

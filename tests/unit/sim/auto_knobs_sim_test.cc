@@ -77,8 +77,11 @@ INSTANTIATE_TEST_SUITE_P(Profiles, RingAutoKnobs, ::testing::ValuesIn(cases()), 
          std::to_string(int(info.param.bps / 1e9)) + "gbit";
 });
 
-// The parameter server's credit rule, every worker simulated: where (W + 1) partitions left the links idle (a push's
-// receipt comes back behind the sums queued at its server), 2(W + 1) reaches the dependency bound within 10%.
+// The parameter server's credit rule, every worker simulated, as the product runs (the servers' reply order, the
+// measured per-message cost): a push's credit comes back after the pushes ahead of it at its server, each with its
+// per-message cost, and a latency, so one round of (W + 1) partitions leaves the links idle where 2(W + 1) keeps them
+// busy (bench/RESULTS.md, session 21: 2(W + 1) at least as fast in 38 of 45 cells, up to 8.1% faster; (W + 1) at
+// most 0.7% faster).
 struct PsCase {
   std::string model;
   int workers;
@@ -90,34 +93,31 @@ struct PsCase {
 
 class PsAutoKnobs : public ::testing::TestWithParam<PsCase> {};
 
-TEST_P(PsAutoKnobs, ReachTheBoundWhereOnePartitionPerWorkerDidNot) {
+TEST_P(PsAutoKnobs, TwoRoundsOfCreditBeatOneUnderTheServersReplyOrder) {
   const PsCase& c = GetParam();
   GridSpec spec;
   spec.models = {load_profile(std::string(COMMSCHED_PROFILES_DIR) + "/" + c.model + ".json")};
   spec.network = NetworkKind::ps;
-  // The credit rule was judged in the model without a per-message cost; with the measured one (5 us) the automatic
-  // knobs sit at 1.10-1.13x the dependency bound in these cells (bench/RESULTS.md, session 18).
-  spec.ps_message_s = 0;
-  // And with servers answering in arrival order, the receipts behind the sums that the rule is about. With the
-  // servers' reply order (scheduler/reply_order.h) and no message cost the receipts come back at once, and (W + 1)
-  // partitions beat 2(W + 1): ResNet-50, 8 workers, 93.3 against 102.1 ms (bench/RESULTS.md, session 20).
-  spec.ps_reply_overtakes = 0;
+  ASSERT_GT(spec.ps_reply_overtakes, 0u) << "the product's reply order";
+  ASSERT_GT(spec.ps_message_s, 0) << "the measured per-message cost";
   spec.sim.iterations = 8;
   spec.sim.warmup = 2;
   const CellResult automatic = run_auto_cell(spec, spec.models[0], c.bps, c.workers);
-  EXPECT_LE(automatic.iteration_s, 1.10 * automatic.dependency_bound_s) << automatic.knobs;
-  // The rule before: one partition from every worker plus one.
-  spec.grid("partition_bytes") = {double(automatic.config.knobs.partition_bytes)};
+  const uint64_t partition = automatic.config.knobs.partition_bytes;
+  EXPECT_EQ(automatic.config.knobs.credit_bytes, 2 * uint64_t(c.workers + 1) * partition) << automatic.knobs;
+  // One partition from every worker plus one, the partition unchanged.
+  spec.grid("partition_bytes") = {double(partition)};
   spec.grid("credit_bytes") = {double(c.workers + 1)};
   spec.grid("small_tensor_bytes") = {0};
-  const CellResult before = run_cell(spec, spec.models[0], c.bps, c.workers, PolicyKind::bytescheduler);
-  EXPECT_GT(before.iteration_s, 1.10 * before.dependency_bound_s) << "the case no longer shows the difference";
-  EXPECT_LT(automatic.iteration_s, 0.97 * before.iteration_s);
+  const CellResult one_round = run_cell(spec, spec.models[0], c.bps, c.workers, PolicyKind::bytescheduler);
+  EXPECT_LT(automatic.iteration_s, 0.97 * one_round.iteration_s) << automatic.knobs << " against " << one_round.knobs;
+  // These cells sit at 1.09-1.10x the dependency bound (session 21); past 1.12x something else has regressed.
+  EXPECT_LE(automatic.iteration_s, 1.12 * automatic.dependency_bound_s) << automatic.knobs;
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, PsAutoKnobs,
                          ::testing::Values(PsCase{"resnet50", 8, 10e9}, PsCase{"bert-base", 8, 10e9},
-                                           PsCase{"bert-large", 16, 10e9}),
+                                           PsCase{"resnet50", 16, 10e9}),
                          [](const auto& info) {
                            std::string name = info.param.model + "_" + std::to_string(info.param.workers) + "w";
                            for (char& ch : name)
