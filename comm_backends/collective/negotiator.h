@@ -147,10 +147,11 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // A caller about to wait for its groups receives the order and runs them itself (scheduler/wait_helper.h): only
   // where the groups run on the negotiator thread (execute_blocks), and not from inside a callback.
   void help_until(const std::function<bool()>& done, std::chrono::nanoseconds idle) override;
-  // A collective failed in the transport: reads what the peers sent and judges their silence now, so that a lost
-  // peer (its socket closed, or silent past the timeout) fails the group and explains the failure better than the
-  // transport's error. Rank 0 may start a collective before a rank has reported it (NegotiatorOptions::vouch), so
-  // the transport can be first to see that rank gone. From the thread that ran the collective, no lock held.
+  // A collective failed in the transport: reads what the peers send and judges their silence, for up to a heartbeat
+  // interval or until the group fails, so that a lost peer (its socket closed, silent past the timeout, or named by
+  // rank 0's relay) explains the failure better than the transport's error. Rank 0 may start a collective before a
+  // rank has reported it (NegotiatorOptions::vouch), so the transport can be first to see that rank gone. From the
+  // thread that ran the collective, no lock held.
   void judge_peers();
   NegotiatorStats stats() const;
   // The ranks that lag, as rank 0 last reported them (on rank 0: as it sees them). Thread-safe.

@@ -79,16 +79,25 @@ void Negotiator::go_fatal(const Status& st) {
 
 void Negotiator::judge_peers() {
   if (state_owner_.load() == std::this_thread::get_id()) return;
+  // A rank's death reaches the others through rank 0 (which sees its socket end, or its silence) a little after their
+  // transport may have seen it: wait up to a heartbeat interval for that verdict before the transport's error stands.
+  const auto deadline = Clock::now() + heartbeat_;
   StateLock state(*this);
-  if (finished_) return;
   try {
     std::vector<pollfd> fds;
     std::vector<int> fd_rank;
-    poll_set(fds, fd_rank);
-    if (::poll(fds.data(), fds.size(), 0) > 0)
-      for (size_t i = 1; i < fds.size() && !finished_; ++i)
-        if (fds[i].revents) read_peer_guarded(fd_rank[i]);
-    if (!finished_) keep_alive(Clock::now());
+    while (!finished_) {
+      poll_set(fds, fd_rank);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      state.unlock();  // the negotiator thread or a helping caller may read the verdict meanwhile
+      const int ready = ::poll(fds.data() + 1, fds.size() - 1, static_cast<int>(std::max<int64_t>(0, left)));
+      state.lock();
+      if (ready > 0)
+        for (size_t i = 1; i < fds.size() && !finished_; ++i)
+          if (fds[i].revents) read_peer_guarded(fd_rank[i]);
+      if (!finished_) keep_alive(Clock::now());
+      if (Clock::now() >= deadline) break;
+    }
   } catch (const std::exception& e) {
     fail_broken(e);
   }
