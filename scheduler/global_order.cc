@@ -10,13 +10,13 @@
 namespace commsched {
 namespace {
 
+}  // namespace
+
 std::string task_label(const std::string& name, uint64_t key) {
   std::ostringstream os;
   os << "task '" << name << "' (key 0x" << std::hex << key << ')';
   return os.str();
 }
-
-}  // namespace
 
 std::string PartitionDesc::describe() const {
   std::ostringstream os;
@@ -136,12 +136,7 @@ void GlobalOrder::record(int rank, const ReadyReport& rep, const PartitionDesc& 
   auto [it, fresh] = pending_.try_emplace(slot);
   Entry& e = it->second;
   if (fresh) {
-    e.desc = desc;
-    e.name = name;
-    e.round = rep.round;
-    e.priority = rep.priority;
-    e.seq = next_seq_++;
-    e.first_rank = rank;
+    start_entry(e, rank, rep, desc, name);
     e.reported = joined_;  // joined ranks stand in with zeros
     e.count = static_cast<int>(std::count(joined_.begin(), joined_.end(), true));
     for (int r = 0; r < size_; ++r)
@@ -170,6 +165,16 @@ void GlobalOrder::record(int rank, const ReadyReport& rep, const PartitionDesc& 
   else pending_.erase(it);  // every rank has been told
 }
 
+void GlobalOrder::start_entry(Entry& e, int rank, const ReadyReport& rep, const PartitionDesc& desc,
+                              const std::string& name) {
+  e.desc = desc;
+  e.name = name;
+  e.round = rep.round;
+  e.priority = rep.priority;
+  e.seq = next_seq_++;
+  e.first_rank = rank;
+}
+
 bool GlobalOrder::vouch(const ReadyReport& rep, const PartitionDesc& desc, const std::string& name) {
   const Slot slot{desc.key, desc.offset};
   if (!vouch_ || pending_.count(slot) || std::count(gone_.begin(), gone_.end(), true) > 0) return false;
@@ -178,11 +183,7 @@ bool GlobalOrder::vouch(const ReadyReport& rep, const PartitionDesc& desc, const
   if (std::count(expect.begin(), expect.end(), true) > 0 && !vouched_.try_emplace({slot, rep.round}, expect).second)
     return false;  // the same round vouched twice: let the ordinary path report the duplicate
   Entry& e = pending_[slot];
-  e.desc = desc;
-  e.name = name;
-  e.round = rep.round;
-  e.priority = rep.priority;
-  e.seq = next_seq_++;
+  start_entry(e, 0, rep, desc, name);
   e.reported.assign(size_, true);
   e.count = size_;
   complete_.push_back(slot);

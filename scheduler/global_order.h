@@ -83,6 +83,9 @@ struct PartitionDesc {
   std::string describe() const;
 };
 
+// "task 'name' (key 0x...)": how errors about a partition name its tensor.
+std::string task_label(const std::string& name, uint64_t key);
+
 // Where a partition sits, independent of round: the key of maps that match reports across ranks and rounds.
 struct PartitionSlot {
   uint64_t key;
@@ -269,6 +272,8 @@ class GlobalOrder final : DispatchSink {
   };
 
   void record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name, GlobalOrderOutput& out);
+  // A new entry's description and order, first reported by `rank`.
+  void start_entry(Entry& e, int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name);
   // Rank 0's cached report: ready everywhere now, when vouching may (true); the others' reports are then expected.
   bool vouch(const ReadyReport& rep, const PartitionDesc& desc, const std::string& name);
   // `rank`'s report of a partition rank 0 vouched for: counted off (true).

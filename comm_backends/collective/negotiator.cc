@@ -290,7 +290,7 @@ void Negotiator::read_peer_guarded(int rank) {
 void Negotiator::read_waiting_peers() {
   std::vector<pollfd> fds;
   std::vector<int> ranks;
-  for (size_t r = 1; r < peers_.size(); ++r)
+  for (size_t r = 0; r < peers_.size(); ++r)  // rank 0's entry 0 is unused (no socket)
     if (peers_[r].fd.valid() && !peers_[r].closed) {
       fds.push_back({peers_[r].fd.get(), POLLIN, 0});
       ranks.push_back(static_cast<int>(r));

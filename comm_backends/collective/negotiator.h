@@ -230,7 +230,8 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   void read_peer(int rank);
   // read_peer; a malformed message fails the group naming the sender.
   void read_peer_guarded(int rank);
-  // Rank 0, from a submitting thread: reads whatever the peers' sockets hold now (no waiting).
+  // Reads whatever the peers' sockets hold now (no waiting): rank 0 from a submitting thread, any rank in
+  // judge_peers.
   void read_waiting_peers();
   void handle_frame(int from, const std::string& frame);
   void coordinator_message(int from, MsgType type, ByteReader& r);

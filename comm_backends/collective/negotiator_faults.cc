@@ -87,16 +87,14 @@ void Negotiator::judge_peers() {
     std::vector<pollfd> fds;
     std::vector<int> fd_rank;
     while (!finished_) {
-      poll_set(fds, fd_rank);
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      state.unlock();  // the negotiator thread or a helping caller may read the verdict meanwhile
-      const int ready = ::poll(fds.data() + 1, fds.size() - 1, static_cast<int>(std::max<int64_t>(0, left)));
-      state.lock();
-      if (ready > 0)
-        for (size_t i = 1; i < fds.size() && !finished_; ++i)
-          if (fds[i].revents) read_peer_guarded(fd_rank[i]);
+      read_waiting_peers();
       if (!finished_) keep_alive(Clock::now());
-      if (Clock::now() >= deadline) break;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (finished_ || left <= 0) break;
+      poll_set(fds, fd_rank);
+      state.unlock();  // the negotiator thread or a helping caller may read the verdict meanwhile
+      ::poll(fds.data() + 1, fds.size() - 1, static_cast<int>(left));  // [0] is the wake-up: only the peers
+      state.lock();
     }
   } catch (const std::exception& e) {
     fail_broken(e);
