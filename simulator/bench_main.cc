@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -21,8 +22,10 @@ void restart_with_huge_pages(char** argv) {
   std::string set = tunables ? tunables : "";
   if (set.find("glibc.malloc.hugetlb") != std::string::npos) return;  // set already (by us, or by the user)
   set += std::string(set.empty() ? "" : ":") + "glibc.malloc.hugetlb=1";
-  if (setenv("GLIBC_TUNABLES", set.c_str(), 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  std::error_code error;  // the executable's own path, so that the process keeps its name (not "exe")
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
+  if (error || setenv("GLIBC_TUNABLES", set.c_str(), 1) != 0) return;
+  execv(self.c_str(), argv);
 }
 
 }  // namespace
