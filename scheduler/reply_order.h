@@ -21,9 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <stdexcept>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -43,8 +41,13 @@ class ReplyOrder {
   void push(T reply, bool releases_credit, int32_t priority) {
     const uint64_t seq = first_seq_ + slots_.size();
     slots_.push_back({std::move(reply), sent_, false});
-    urgent_.push_back({releases_credit ? 0 : 1, priority, seq});
-    std::push_heap(urgent_.begin(), urgent_.end(), std::greater<>());
+    const int rank = releases_credit ? 0 : 1;
+    if (open_.next < open_.end && open_.rank == rank && open_.priority == priority && open_.end == seq) {
+      ++open_.end;  // the same rank as the reply before: its run grows
+    } else {
+      if (open_.next < open_.end) push_run(open_);
+      open_ = {rank, priority, seq, seq + 1};
+    }
     ++size_;
   }
 
@@ -53,10 +56,7 @@ class ReplyOrder {
     if (empty()) throw std::logic_error("ReplyOrder::pop on an empty queue");
     while (slots_.front().taken) drop_front();
     uint64_t seq = first_seq_;  // the oldest waiting: it goes if it has waited long enough
-    if (sent_ - slots_.front().ready_at < max_overtakes_) {
-      while (sent_already(std::get<2>(urgent_.front()))) pop_urgent();
-      seq = std::get<2>(urgent_.front());
-    }
+    if (sent_ - slots_.front().ready_at < max_overtakes_) seq = most_urgent();
     Slot& slot = slots_[seq - first_seq_];
     slot.taken = true;
     T reply = std::move(slot.reply);
@@ -69,29 +69,81 @@ class ReplyOrder {
   size_t size() const { return size_; }
 
  private:
-  using Rank = std::tuple<int, int32_t, uint64_t>;  // credit first, priority, arrival
+  // Replies pushed one after another with the same rank (credit first, then priority): seqs [next, end). A server's
+  // W sums of a round become ready together, so a heap of runs orders a few entries where a heap of every reply
+  // ordered hundreds (the simulator runs hundreds of servers' queues at once). Within a run the order is arrival, so
+  // the most urgent run's first waiting reply is the most urgent reply.
+  struct Run {
+    int rank;
+    int32_t priority;
+    uint64_t next, end;
+  };
+  // std heaps keep the "largest" on top, so "less urgent" compares as smaller.
+  struct LessUrgent {
+    bool operator()(const Run& a, const Run& b) const {
+      if (a.rank != b.rank) return a.rank > b.rank;
+      if (a.priority != b.priority) return a.priority > b.priority;
+      return a.next > b.next;
+    }
+  };
   struct Slot {
     T reply;
     uint64_t ready_at;  // replies sent before this one became ready
     bool taken;
   };
-  // Both views keep replies already sent until they reach the front (a heap and a FIFO cannot drop from the middle).
+  // Both views keep replies already sent until they reach the front (runs and a FIFO cannot drop from the middle).
   void drop_front() {
     slots_.pop_front();
     ++first_seq_;
   }
   bool sent_already(uint64_t seq) const { return seq < first_seq_ || slots_[seq - first_seq_].taken; }
-  void pop_urgent() {
-    std::pop_heap(urgent_.begin(), urgent_.end(), std::greater<>());
-    urgent_.pop_back();
+  // Skips the run's replies already sent (the bound sent them early); false if none is left.
+  bool skip_sent(Run& r) const {
+    while (r.next < r.end && sent_already(r.next)) ++r.next;
+    return r.next < r.end;
+  }
+  void push_run(const Run& r) {
+    runs_.push_back(r);
+    std::push_heap(runs_.begin(), runs_.end(), LessUrgent{});
+  }
+  // The heap's most urgent run, with its sent replies skipped (or nullptr if the heap holds none waiting).
+  Run* heap_top() {
+    while (!runs_.empty()) {
+      Run& top = runs_.front();
+      const uint64_t was = top.next;
+      const bool waiting = skip_sent(top);
+      if (waiting && top.next == was) return &top;
+      std::pop_heap(runs_.begin(), runs_.end(), LessUrgent{});  // its key grew, or it is done
+      if (waiting) std::push_heap(runs_.begin(), runs_.end(), LessUrgent{});
+      else runs_.pop_back();
+    }
+    return nullptr;
+  }
+  // The seq of the most urgent waiting reply, taken out of its run (some reply is waiting).
+  uint64_t most_urgent() {
+    Run* top = heap_top();
+    const bool open = skip_sent(open_);
+    if (!open || (top && LessUrgent{}(open_, *top))) {
+      const uint64_t seq = top->next++;
+      if (top->next == top->end) {
+        std::pop_heap(runs_.begin(), runs_.end(), LessUrgent{});
+        runs_.pop_back();
+      } else {  // its key grew: back to its place
+        std::pop_heap(runs_.begin(), runs_.end(), LessUrgent{});
+        std::push_heap(runs_.begin(), runs_.end(), LessUrgent{});
+      }
+      return seq;
+    }
+    return open_.next++;
   }
 
   uint64_t max_overtakes_;
   uint64_t first_seq_ = 0;  // arrival number of slots_.front()
   uint64_t sent_ = 0;
   size_t size_ = 0;
-  std::deque<Slot> slots_;    // by arrival
-  std::vector<Rank> urgent_;  // a min-heap by rank
+  std::deque<Slot> slots_;  // by arrival
+  std::vector<Run> runs_;   // a heap of runs, the most urgent on top
+  Run open_{0, 0, 0, 0};    // the run of the latest pushes, outside the heap while it may still grow
 };
 
 }  // namespace commsched

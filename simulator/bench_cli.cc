@@ -131,6 +131,10 @@ void run_bench(const BenchArgs& a, const ClusterTrial& cluster) {
   std::optional<tbb::global_control> threads;
   if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, size_t(a.threads));
   const auto t0 = std::chrono::steady_clock::now();
+  // Timelines at the lowest bandwidth and first worker count, where scheduling matters most: kept by the grid's runs.
+  const double timeline_bw = *std::min_element(spec.bandwidths_bps.begin(), spec.bandwidths_bps.end());
+  spec.timeline_bandwidth_bps = timeline_bw;
+  spec.timeline_workers = spec.workers.front();
   spec.on_cell = [&](size_t done, size_t total) {
     if (total > 1) std::cerr << "commsched bench: " << progress(done, total, t0) << std::endl;
   };
@@ -148,8 +152,7 @@ void run_bench(const BenchArgs& a, const ClusterTrial& cluster) {
   write_file(dir / "results.md", [&](std::ostream& o) {
     sim::write_markdown(o, cells, "Simulated iteration times (" + a.network + "; first cell: " + net + ")");
   });
-  // Timelines at the lowest bandwidth and first worker count, where scheduling matters most.
-  const double bw = *std::min_element(spec.bandwidths_bps.begin(), spec.bandwidths_bps.end());
+  const double bw = timeline_bw;
   for (const sim::ModelProfile& m : spec.models) {
     const auto tl = sim::run_timelines(spec, m, bw, spec.workers.front(), cells);
     write_file(dir / ("timeline-" + m.name + ".json"),

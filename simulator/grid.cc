@@ -172,11 +172,29 @@ SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, doubl
   return simulate(model, net, *policy, opt);
 }
 
+// The last measured iteration of a run that recorded its timeline (worker 0's spans).
+std::vector<Span> shown_iteration(const SimResult& r, int iterations) {
+  std::vector<Span> out;
+  for (const Span& s : r.spans)
+    if (s.iteration == iterations - 1) out.push_back(s);
+  return out;
+}
+
 CellResult cell_result(const ModelProfile& model, double bandwidth_bps, int workers, std::string policy,
-                       std::string knobs, const EngineConfig& config, const SimResult& r, int iterations) {
-  return {model.name, bandwidth_bps, workers, std::move(policy), std::move(knobs), config, r.iteration_s, 0,
-          r.compute_s, r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(iterations),
-          r.links};
+                       std::string knobs, const EngineConfig& config, const SimResult& r, int iterations,
+                       bool timeline = false) {
+  CellResult c{model.name, bandwidth_bps, workers, std::move(policy), std::move(knobs), config, r.iteration_s, 0,
+               r.compute_s, r.comm_bound_s, r.lower_bound_s, r.dependency_bound_s, r.batches / uint64_t(iterations),
+               r.links, std::nullopt, 0};
+  if (timeline) {
+    c.timeline = shown_iteration(r, iterations);
+    c.timeline_start_s = r.iteration_start_s[size_t(iterations - 1)];
+  }
+  return c;
+}
+
+bool keeps_timeline(const GridSpec& spec, double bandwidth_bps, int workers) {
+  return spec.timeline_workers > 0 && workers == spec.timeline_workers && bandwidth_bps == spec.timeline_bandwidth_bps;
 }
 
 // The order to try a knob grid in: with every PS worker simulated (slow), fastest first as the symmetric model (one
@@ -212,15 +230,16 @@ void search_grid(const GridSpec& spec, const ModelProfile& model, double bandwid
     return best_index < cands.size() ? best.iteration_s * (1 + 1e-9) : 0.0;
   };
   std::atomic<size_t> next{0};
+  const bool timeline = keeps_timeline(spec, bandwidth_bps, workers);
   parallel_indices(order.size(), [&](size_t) {
     const size_t i = order[next.fetch_add(1, std::memory_order_relaxed)];
     auto net = make_network(spec, bandwidth_bps, workers);
-    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cands[i].config, false, limit());
+    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cands[i].config, timeline, limit());
     std::lock_guard lock(mu);
     if (r.abandoned || r.iteration_s > best.iteration_s || (r.iteration_s == best.iteration_s && i > best_index))
       return;
     best = cell_result(model, bandwidth_bps, workers, r.policy, cands[i].knobs, cands[i].config, r,
-                       spec.sim.iterations);
+                       spec.sim.iterations, timeline);
     best_index = i;
   });
 }
@@ -236,12 +255,14 @@ void search_tuned(const GridSpec& spec, const ModelProfile& model, double bandwi
   tuner::BayesOptOptions o;
   o.dim = space.dim();
   tuner::BayesOpt bo(o);
+  const bool timeline = keeps_timeline(spec, bandwidth_bps, workers);
   for (int i = 0; i < spec.tune_trials; ++i) {
     const std::vector<double> u = bo.ask();
     const Candidate cand = knobs_at(space, base, u);
-    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cand.config, false);
+    const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, cand.config, timeline);
     if (r.iteration_s < best.iteration_s)
-      best = cell_result(model, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r, spec.sim.iterations);
+      best = cell_result(model, bandwidth_bps, workers, r.policy, cand.knobs, cand.config, r, spec.sim.iterations,
+                         timeline);
     bo.tell(u, r.iteration_s);
   }
 }
@@ -354,20 +375,23 @@ std::vector<PolicyTimeline> run_timelines(const GridSpec& spec, const ModelProfi
   std::vector<PolicyTimeline> out(spec.policies.size());
   parallel_indices(spec.policies.size(), [&](size_t i) {
     const PolicyKind p = spec.policies[i];
-    // Re-run the configuration the grid reported for this cell.
+    // The configuration the grid reported for this cell, and its timeline if the grid kept it.
     std::vector<Candidate> cands = candidates(spec, p);
     Candidate chosen = cands.front();
+    const CellResult* row = nullptr;
     for (const CellResult& c : best)
       if (c.model == model.name && c.bandwidth_bps == bandwidth_bps && c.workers == workers &&
           c.policy == policy_name(p))
-        chosen = {c.config, c.knobs};
+        chosen = {c.config, c.knobs}, row = &c;
+    if (row && row->timeline) {
+      out[i] = {std::string(policy_name(p)), chosen.knobs, row->timeline_start_s, *row->timeline};
+      return;
+    }
     auto net = make_network(spec, bandwidth_bps, workers);
     const SimResult r = simulate_config(spec, model, bandwidth_bps, workers, *net, chosen.config, true);
     const int shown = spec.sim.iterations - 1;
-    PolicyTimeline t{std::string(policy_name(p)), chosen.knobs, r.iteration_start_s[shown], {}};
-    for (const Span& s : r.spans)
-      if (s.iteration == shown) t.spans.push_back(s);
-    out[i] = std::move(t);
+    out[i] = {std::string(policy_name(p)), chosen.knobs, r.iteration_start_s[size_t(shown)],
+              shown_iteration(r, spec.sim.iterations)};
   });
   return out;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +59,10 @@ struct GridSpec {
   tuner::SearchSpaceBounds tune_bounds = default_tune_bounds(NetworkKind::ps);
   EngineConfig base;            // fusion threshold and cycle, and defaults for everything else
   SimOptions sim;
+  // run_grid keeps the timeline of each searched row in this cell (bandwidth, workers) for run_timelines, which then
+  // need not simulate them again; 0: in none.
+  double timeline_bandwidth_bps = 0;
+  int timeline_workers = 0;
   // Called after each cell (model, bandwidth, workers: every policy of it) with the cells done and in all; for
   // progress lines (a grid at 16 workers per worker takes minutes).
   std::function<void(size_t done, size_t total)> on_cell;
@@ -90,6 +95,9 @@ struct CellResult {
   double dependency_bound_s = 0;  // see dependency_bound_s() in simulator.h
   uint64_t batches_per_iteration = 0;
   LinkUse links;                  // how busy the links were (every PS worker simulated only)
+  // In GridSpec's timeline cell (run_cell's rows): the spans of worker 0's last measured iteration, and its start.
+  std::optional<std::vector<Span>> timeline;
+  double timeline_start_s = 0;
 };
 
 // The knob grid and --tune ranges of spec.network (the rows' grids: all-reduce reaches bigger partitions and fusion
@@ -123,6 +131,7 @@ struct PolicyTimeline {
   double iteration_start_s = 0;
   std::vector<Span> spans;
 };
+// The rows' recorded timelines where `best` has them (GridSpec::timeline_*), else each simulated again.
 std::vector<PolicyTimeline> run_timelines(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps,
                                           int workers, const std::vector<CellResult>& best);
 

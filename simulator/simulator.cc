@@ -61,9 +61,6 @@ class Worker final : public DispatchSink {
   void on_batch_sent(size_t index, Nanos now);
   void on_batch_done(size_t index, Nanos now);
   void pump(Nanos now);
-  // What on_batch_sent and on_batch_done read first of batch `index`: with hundreds of workers it is out of the cache
-  // by then. Only the slot itself: reading it to prefetch its parts too would wait on the miss this is to hide.
-  void prefetch(size_t index) const { __builtin_prefetch(&batches_[index]); }
 
   bool finished() const { return finished_; }
   int iteration() const { return iteration_; }
@@ -123,6 +120,7 @@ class Run final : public BatchSink {
         throw InvalidArgument("simulate: worker " + std::to_string(w) + "'s policy '" +
                               std::string(policies[w]->name()) + "' splits tasks unlike worker 0's");
       workers_.emplace_back(*this, int(w), *policies[w]);
+      hot_.push_back({nullptr, policies[w]});
     }
     measure_iteration(policies.front()->splits_tasks());
   }
@@ -131,7 +129,18 @@ class Run final : public BatchSink {
 
   void batch_sent(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_sent(id, now); }
   void batch_done(int worker, size_t id, Nanos now) override { workers_[size_t(worker)].on_batch_done(id, now); }
-  void upcoming(int worker, size_t id) override { workers_[size_t(worker)].prefetch(id); }
+  // What on_batch_sent and on_batch_done read first: with hundreds of workers it is out of the cache by then. Every
+  // address comes from this small array, not from the worker, whose line is one of the misses to hide; reading the
+  // slot to prefetch the batch's parts too would wait on the miss this is to hide.
+  void upcoming(int worker, size_t id) override {
+    const HotLines& h = hot_[size_t(worker)];
+    __builtin_prefetch(h.batches + id);
+    __builtin_prefetch(&workers_[size_t(worker)]);
+    __builtin_prefetch(h.policy);
+    __builtin_prefetch(static_cast<const char*>(h.policy) + 64);
+  }
+  // Worker `worker`'s batch slots moved (they grew).
+  void batches_moved(int worker, const Batch* slots) { hot_[size_t(worker)].batches = slots; }
   // Keeps the lower bound of the mean period that abandoning a run needs; stops the loop once it is above the limit.
   void on_iteration_start(Nanos now);
 
@@ -157,6 +166,11 @@ class Run final : public BatchSink {
   const SimOptions& opt_;
   EventLoop loop_;
   std::vector<Worker> workers_;
+  struct HotLines {  // per worker: where upcoming() prefetches
+    const Batch* batches = nullptr;
+    const void* policy = nullptr;
+  };
+  std::vector<HotLines> hot_;
   std::vector<Span> spans_;  // worker 0's
 };
 
@@ -264,6 +278,7 @@ bool Worker::dispatch(Batch& batch, Nanos now) {
   if (free_ids_.empty()) {
     batches_.emplace_back();
     batch_start_.push_back(0);
+    run_.batches_moved(rank_, batches_.data());
   } else {
     id = free_ids_.back();
     free_ids_.pop_back();

@@ -2,7 +2,10 @@
 // and the bound that keeps every reply from starving.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <random>
 #include <stdexcept>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -68,6 +71,59 @@ TEST(ReplyOrder, ForcedRepliesLeaveOldestFirst) {
   EXPECT_EQ(q.pop(), "old 8");  // so have three by now
   EXPECT_EQ(q.pop(), "urgent 0");
   EXPECT_TRUE(q.empty());
+}
+
+// The rule stated plainly, every waiting reply looked at on each pop: what the queue must match.
+class PlainOrder {
+ public:
+  explicit PlainOrder(uint64_t bound) : bound_(bound) {}
+  void push(int reply, bool receipt, int32_t priority) { waiting_.push_back({reply, receipt ? 0 : 1, priority, sent_}); }
+  int pop() {
+    size_t pick = 0;  // the oldest, if it has waited long enough; else the most urgent, oldest among equals
+    if (sent_ - waiting_[0].ready_at < bound_)
+      for (size_t i = 1; i < waiting_.size(); ++i)
+        if (std::tie(waiting_[i].rank, waiting_[i].priority) < std::tie(waiting_[pick].rank, waiting_[pick].priority))
+          pick = i;
+    const int reply = waiting_[pick].reply;
+    waiting_.erase(waiting_.begin() + std::ptrdiff_t(pick));
+    ++sent_;
+    return reply;
+  }
+  bool empty() const { return waiting_.empty(); }
+
+ private:
+  struct Waiting {
+    int reply, rank;
+    int32_t priority;
+    uint64_t ready_at;
+  };
+  uint64_t bound_, sent_ = 0;
+  std::vector<Waiting> waiting_;  // by arrival
+};
+
+// Runs of equal rank (a round's sums), receipts between them, pops interleaved, and bounds that force replies out
+// of the middle of runs: the same order as the plain rule, reply by reply.
+TEST(ReplyOrder, MatchesThePlainRuleOnRandomTraffic) {
+  for (uint64_t bound : {1, 2, 5, 40, 256}) {
+    std::mt19937 rng{unsigned(bound)};
+    ReplyOrder<int> q(bound);
+    PlainOrder plain(bound);
+    int next = 0;
+    for (int step = 0; step < 20000; ++step) {
+      if (rng() % 2 == 0) {
+        const bool receipt = rng() % 3 == 0;
+        const int32_t priority = int32_t(rng() % 6);
+        for (uint32_t n = 1 + rng() % (receipt ? 1 : 8); n > 0; --n) {
+          q.push(next, receipt, priority);
+          plain.push(next++, receipt, priority);
+        }
+      } else {
+        for (uint32_t n = rng() % 6; n > 0 && !plain.empty(); --n) ASSERT_EQ(q.pop(), plain.pop()) << "bound " << bound;
+      }
+    }
+    while (!plain.empty()) ASSERT_EQ(q.pop(), plain.pop()) << "bound " << bound;
+    EXPECT_TRUE(q.empty());
+  }
 }
 
 TEST(ReplyOrder, RejectsAZeroBoundAndAnEmptyPop) {

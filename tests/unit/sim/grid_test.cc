@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <tuple>
 
 #include "compression/codec.h"
 #include "scheduler/policy_factory.h"
@@ -267,6 +268,32 @@ TEST(Grid, WritersProduceTablesAndTimelines) {
   for (const auto& t : timelines) EXPECT_FALSE(t.spans.empty()) << t.policy;
   write_timelines(tl, "vgg-like", 5e9, 8, timelines);
   EXPECT_NE(tl.str().find("\"lane\":\"comm\""), std::string::npos);
+}
+
+// The grid keeps the timelines of its timeline cell's rows as it runs them, so run_timelines simulates nothing
+// again; they are what a run again shows, span for span.
+TEST(Grid, KeptTimelinesAreThoseOfARunAgain) {
+  GridSpec spec = small_spec();
+  const auto again = run_timelines(spec, spec.models[0], 5e9, 8, run_grid(spec));
+  spec.timeline_bandwidth_bps = 5e9;
+  spec.timeline_workers = 8;
+  const auto cells = run_grid(spec);
+  for (const CellResult& c : cells)
+    EXPECT_EQ(c.timeline.has_value(), c.bandwidth_bps == 5e9 && c.policy != kAutoKnobsRow) << c.policy;
+  const auto kept = run_timelines(spec, spec.models[0], 5e9, 8, cells);
+  ASSERT_EQ(kept.size(), again.size());
+  auto fields = [](const Span& s) {
+    return std::tuple(s.lane, s.iteration, s.start, s.end, s.first_priority, s.last_priority, s.bytes, s.parts);
+  };
+  for (size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_EQ(kept[i].policy, again[i].policy);
+    EXPECT_EQ(kept[i].knobs, again[i].knobs);
+    EXPECT_EQ(kept[i].iteration_start_s, again[i].iteration_start_s) << kept[i].policy;
+    ASSERT_EQ(kept[i].spans.size(), again[i].spans.size()) << kept[i].policy;
+    EXPECT_FALSE(kept[i].spans.empty()) << kept[i].policy;
+    for (size_t j = 0; j < kept[i].spans.size(); ++j)
+      ASSERT_EQ(fields(kept[i].spans[j]), fields(again[i].spans[j])) << kept[i].policy << " span " << j;
+  }
 }
 
 TEST(Grid, TargetCheckComparesWithTheBestBaseline) {
