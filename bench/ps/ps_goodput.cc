@@ -34,20 +34,20 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/ps/perftest_ceiling.h"
+#include "bench/ps/raw_tcp.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/server.h"
 #include "comm_backends/ps/transport.h"
-#include "bench/ps/perftest_ceiling.h"
-#include "bench/ps/raw_tcp.h"
 #include "scheduler/completion_waiter.h"
 
 using namespace commsched;

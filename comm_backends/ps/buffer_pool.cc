@@ -17,7 +17,7 @@ size_t size_class(size_t bytes) { return std::bit_ceil(bytes < kMinClass ? kMinC
 // Buffers from kHugeFrom up sit on transparent huge pages. UCX over shared memory moves a rendezvous payload (from
 // 64 KiB) with one CMA copy (process_vm_readv/writev) that first pins every page of the other process's buffer, a
 // page-table walk per page: a quarter of the PS's CPU time at 4 MiB (perf, session 22). From a huge-page buffer the
-// same copy ran 1.6-1.9x faster here (4 MiB: 4.0-5.6 -> 7.4-8.8 GB/s), and a worker's pull reads from the server's
+// same copy ran 1.6-1.9x faster here (4 MiB: 3.9-5.6 -> 7.4-8.8 GB/s), and a worker's pull reads from the server's
 // pool. Buffers under a huge page are cut from one (its size is a multiple of theirs). THP is often "madvise" only
 // (Debian's default), hence the advice; where THP is off it changes nothing.
 constexpr size_t kHugePage = 2 << 20;
