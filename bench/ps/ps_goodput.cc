@@ -1,9 +1,11 @@
 // Parameter-server goodput against raw TCP, partition sizes 64 KiB .. 64 MiB, one run, side by side.
 //
 //   ps_goodput local [--mib-per-size N] [--reps R]  server thread + worker + raw TCP, all on loopback (median of R)
-//   ps_goodput transports [--mib-per-size N] [--reps R]
+//   ps_goodput transports [--mib-per-size N] [--reps R] [--transports zmq,shm,tcp]
 //                                                   the same for zmq, UCX shared memory (UCX_TLS=sm,self) and UCX TCP
-//                                                   (UCX_TLS=tcp) side by side, beside raw TCP echo and a memcpy loop;
+//                                                   (UCX_TLS=tcp) side by side, beside raw TCP echo, a memcpy loop and
+//                                                   ucx_perftest tag_bw over each UCX column's UCX_TLS (left out, said
+//                                                   so, when it is not installed), then each one's ratios to those;
 //                                                   --ucx-tls LIST adds a column for UCX over LIST (e.g. rc,ud:aux)
 //   ps_goodput fused [--parts N] [--mib-per-size M] [--reps R]
 //                                                   N small partitions (4..256 KiB, each its own tensor) per round as
@@ -23,10 +25,6 @@
 // PS goodput = partition bytes push_pulled per second (each partition goes to the server and its sum comes back),
 // with a window of partitions in flight. Raw echo = the same traffic on a bare TCP socket (send, peer echoes back,
 // same window): the fair baseline for push_pull. Raw one-way = a plain stream (what iperf3 measures).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,20 +35,26 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/ps/perftest_ceiling.h"
+#include "bench/ps/raw_tcp.h"
 #include "comm_backends/cluster_env.h"
-#include "comm_backends/control/socket.h"
 #include "comm_backends/ps/ps_backend.h"
 #include "comm_backends/ps/server.h"
 #include "comm_backends/ps/transport.h"
 #include "scheduler/completion_waiter.h"
 
 using namespace commsched;
+using bench::listen_on;
+using bench::raw_echo;
+using bench::raw_oneway;
+using bench::raw_server;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -163,112 +167,6 @@ ClusterEnv env_for(Role role, const std::string& addr, int port, int workers = 1
   return e;
 }
 
-// ---------------- raw TCP ----------------
-// A bench has no caller to tell: a socket that cannot be set up ends the run, naming the address.
-[[noreturn]] void fail(const std::exception& e) {
-  std::fprintf(stderr, "raw TCP: %s\n", e.what());
-  std::exit(1);
-}
-
-int listen_on(const std::string& addr, int port) {
-  try {
-    return control::listen_tcp(addr, port, 4).release();
-  } catch (const std::exception& e) {
-    fail(e);
-  }
-}
-
-int dial(const std::string& addr, int port) {
-  try {
-    return control::connect_tcp(addr, port, std::chrono::steady_clock::now() + std::chrono::seconds(5)).release();
-  } catch (const std::exception& e) {
-    fail(e);
-  }
-}
-
-bool read_full(int fd, void* p, size_t n) {
-  auto* c = static_cast<char*>(p);
-  while (n) {
-    const ssize_t r = ::read(fd, c, n);
-    if (r <= 0) return false;
-    c += r, n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-void write_full(int fd, const void* p, size_t n) {
-  auto* c = static_cast<const char*>(p);
-  while (n) {
-    const ssize_t r = ::write(fd, c, n);
-    if (r <= 0) return;
-    c += r, n -= static_cast<size_t>(r);
-  }
-}
-
-// Serves connections one after another: first byte 'E' = echo everything, 'D' = discard then answer one byte.
-void raw_server(int lfd) {
-  std::vector<char> buf(4 << 20);
-  for (;;) {
-    const int fd = control::accept_tcp(lfd).release();
-    if (fd < 0) return;
-    char mode = 0;
-    uint64_t total = 0;
-    if (read_full(fd, &mode, 1) && read_full(fd, &total, 8)) {
-      uint64_t left = total;
-      while (left) {
-        const ssize_t r = ::read(fd, buf.data(), std::min<uint64_t>(left, buf.size()));
-        if (r <= 0) break;
-        if (mode == 'E') write_full(fd, buf.data(), static_cast<size_t>(r));
-        left -= static_cast<uint64_t>(r);
-      }
-      if (mode == 'D') write_full(fd, "k", 1);
-    }
-    ::close(fd);
-  }
-}
-
-// Echo: a sender keeps at most `window` partitions unanswered; a receiver thread drains the echo.
-double raw_echo(const std::string& addr, int port, uint64_t part, uint64_t mib) {
-  const uint64_t total = total_bytes(part, mib), limit = window_of(part) * part;
-  const int fd = dial(addr, port);
-  char mode = 'E';
-  write_full(fd, &mode, 1);
-  write_full(fd, &total, 8);
-  std::atomic<uint64_t> received{0};
-  std::vector<char> out(part, 'x');
-  const auto t0 = Clock::now();
-  std::thread rx([&] {
-    std::vector<char> in(4 << 20);
-    while (received < total) {
-      const ssize_t r = ::read(fd, in.data(), std::min<uint64_t>(in.size(), total - received));
-      if (r <= 0) break;
-      received += static_cast<uint64_t>(r);
-    }
-  });
-  for (uint64_t sent = 0; sent < total; sent += part) {
-    while (sent - received.load() + part > limit) std::this_thread::yield();
-    write_full(fd, out.data(), part);
-  }
-  rx.join();
-  const double secs = seconds_since(t0);
-  ::close(fd);
-  return static_cast<double>(total) / secs;
-}
-
-double raw_oneway(const std::string& addr, int port, uint64_t part, uint64_t mib) {
-  const uint64_t total = total_bytes(part, mib);
-  const int fd = dial(addr, port);
-  char mode = 'D', ack;
-  write_full(fd, &mode, 1);
-  write_full(fd, &total, 8);
-  std::vector<char> out(part, 'x');
-  const auto t0 = Clock::now();
-  for (uint64_t sent = 0; sent < total; sent += part) write_full(fd, out.data(), part);
-  read_full(fd, &ack, 1);
-  const double secs = seconds_since(t0);
-  ::close(fd);
-  return static_cast<double>(total) / secs;
-}
-
 double median(std::vector<double> v);
 std::string size_name(uint64_t b);
 
@@ -289,6 +187,7 @@ double memcpy_rate(uint64_t part, uint64_t mib) {
 // One server (a thread) and one worker on loopback over one transport.
 struct LocalPs {
   std::string name;
+  std::string tls;  // UCX_TLS of a UCX cluster; empty for ZeroMQ
   std::thread server;
   std::unique_ptr<PsBackend> worker;
 };
@@ -301,6 +200,7 @@ std::unique_ptr<LocalPs> start_local_ps(const std::string& name, const std::stri
   cfg.set("transport", transport);
   auto ps = std::make_unique<LocalPs>();
   ps->name = name;
+  ps->tls = ucx_tls ? ucx_tls : "";
   ps->server = std::thread([cfg, port] { run_server(env_for(Role::server, "127.0.0.1", port), cfg); });
   ps->worker = std::make_unique<PsBackend>(env_for(Role::worker, "127.0.0.1", port), cfg);
   if (ps_goodput(*ps->worker, 64 << 10, 1) <= 0) throw std::runtime_error(name + ": warm-up push_pull failed");
@@ -308,44 +208,103 @@ std::unique_ptr<LocalPs> start_local_ps(const std::string& name, const std::stri
   return ps;
 }
 
+// --transports zmq,shm,tcp (default: all three): which clusters the transports and workers modes measure.
+std::string g_transports = "zmq,shm,tcp";
+bool wanted(const std::string& t) { return ("," + g_transports + ",").find("," + t + ",") != std::string::npos; }
+
+// One size's medians: each cluster, UCX's perftest over each UCX cluster's UCX_TLS (0: not measured), raw echo,
+// memcpy.
+struct TransportRow {
+  uint64_t size = 0;
+  std::vector<double> ps, ceiling;
+  double echo = 0, copy = 0;
+};
+
+// Each transport against memcpy, raw TCP echo and (UCX) half of perftest's one-way rate over the same UCX_TLS:
+// a push_pull moves each byte twice, so that half is the most it could move.
+void print_ratios(const std::vector<std::unique_ptr<LocalPs>>& clusters, const std::vector<TransportRow>& rows) {
+  std::printf("\nratios (medians): against memcpy, raw TCP echo, and the two-transfer ceiling (perftest one way / 2)\n");
+  std::printf("| partition |");
+  for (auto& c : clusters)
+    std::printf(" %s/memcpy | %s/echo |%s", c->name.c_str(), c->name.c_str(),
+                c->tls.empty() ? "" : (" " + c->name + "/ceiling |").c_str());
+  std::printf("\n|---|");
+  for (auto& c : clusters) std::printf(c->tls.empty() ? "---|---|" : "---|---|---|");
+  std::printf("\n");
+  for (const TransportRow& r : rows) {
+    std::printf("| %s |", size_name(r.size).c_str());
+    for (size_t i = 0; i < clusters.size(); ++i) {
+      std::printf(" %.2f | %.2f |", r.ps[i] / r.copy, r.ps[i] / r.echo);
+      if (clusters[i]->tls.empty()) continue;
+      if (r.ceiling[i] > 0) std::printf(" %.2f |", r.ps[i] / (r.ceiling[i] / 2));
+      else std::printf(" - |");
+    }
+    std::printf("\n");
+  }
+}
+
+// Interleaved repetitions of one size, median of each: a shared machine gives no side a quiet spell of its own.
+TransportRow measure_size(std::vector<std::unique_ptr<LocalPs>>& clusters, uint64_t s, uint64_t mib, int reps,
+                          int raw_port, bool perftest, int& perftest_port) {
+  std::vector<std::vector<double>> ps(clusters.size()), ceil(clusters.size());
+  std::vector<double> echo, copy;
+  for (int r = 0; r < reps; ++r) {
+    for (size_t i = 0; i < clusters.size(); ++i) {
+      ps[i].push_back(ps_goodput(*clusters[i]->worker, s, mib));
+      if (!perftest || clusters[i]->tls.empty()) continue;
+      // A fresh port each time: the last run's may still be in TIME_WAIT.
+      const std::optional<double> c = bench::ucx_perftest_rate(clusters[i]->tls, s, total_bytes(s, mib), perftest_port++);
+      ceil[i].push_back(c.value_or(0));
+    }
+    echo.push_back(raw_echo("127.0.0.1", raw_port, s, total_bytes(s, mib), window_of(s) * s));
+    copy.push_back(memcpy_rate(s, mib));
+  }
+  TransportRow row{s, {}, {}, median(echo), median(copy)};
+  for (size_t i = 0; i < clusters.size(); ++i) {
+    row.ps.push_back(median(ps[i]));
+    row.ceiling.push_back(ceil[i].empty() ? 0 : median(ceil[i]));
+  }
+  return row;
+}
+
 int compare_transports(uint64_t mib, int reps, const std::string& extra_tls) {
   const int base = 20000 + static_cast<int>(getpid() % 20000);
   std::thread raw([&] { raw_server(listen_on("127.0.0.1", base + 9)); });
   raw.detach();
   std::vector<std::unique_ptr<LocalPs>> clusters;
-  clusters.push_back(start_local_ps("zmq", "zmq", nullptr, base));
+  if (wanted("zmq")) clusters.push_back(start_local_ps("zmq", "zmq", nullptr, base));
   if (ps::ucx_built_in()) {
-    clusters.push_back(start_local_ps("ucx shm", "ucx", "sm,self", base + 1));
-    clusters.push_back(start_local_ps("ucx tcp", "ucx", "tcp", base + 2));
+    if (wanted("shm")) clusters.push_back(start_local_ps("ucx shm", "ucx", "sm,self", base + 1));
+    if (wanted("tcp")) clusters.push_back(start_local_ps("ucx tcp", "ucx", "tcp", base + 2));
     if (!extra_tls.empty()) clusters.push_back(start_local_ps("ucx " + extra_tls, "ucx", extra_tls.c_str(), base + 3));
   } else {
     std::fprintf(stderr, "ps_goodput: this build has no UCX; only zmq is measured\n");
   }
+  const bool perftest = bench::have_ucx_perftest();
+  if (!perftest)
+    std::printf("ucx_perftest is not on the PATH (Debian: ucx-utils): no perftest ceiling columns or ratios\n");
   std::printf("| partition |");
   for (auto& c : clusters) std::printf(" %s MB/s |", c->name.c_str());
-  std::printf(" raw echo MB/s | memcpy MB/s |%s\n", clusters.size() >= 3 ? " shm/zmq | shm/memcpy | tcp/zmq |" : "");
-  std::printf("|---|");
-  for (size_t i = 0; i < clusters.size() + 2 + (clusters.size() >= 3 ? 3 : 0); ++i) std::printf("---|");
+  std::printf(" raw echo MB/s | memcpy MB/s |");
+  size_t columns = clusters.size() + 2;
+  for (auto& c : clusters)
+    if (perftest && !c->tls.empty()) std::printf(" perftest %s one way MB/s |", c->tls.c_str()), ++columns;
+  std::printf("\n|---|");
+  for (size_t i = 0; i < columns; ++i) std::printf("---|");
   std::printf("\n");
+  std::vector<TransportRow> rows;
+  int perftest_port = base + 100;
   for (uint64_t s : kSizes) {
-    // Interleaved repetitions, median of each: a shared machine gives no side a quiet spell of its own.
-    std::vector<std::vector<double>> ps(clusters.size());
-    std::vector<double> echo, copy;
-    for (int r = 0; r < reps; ++r) {
-      for (size_t i = 0; i < clusters.size(); ++i) ps[i].push_back(ps_goodput(*clusters[i]->worker, s, mib));
-      echo.push_back(raw_echo("127.0.0.1", base + 9, s, mib));
-      copy.push_back(memcpy_rate(s, mib));
-    }
-    std::vector<double> m;
-    for (auto& v : ps) m.push_back(median(v));
+    const TransportRow& r = rows.emplace_back(measure_size(clusters, s, mib, reps, base + 9, perftest, perftest_port));
     std::printf("| %s |", size_name(s).c_str());
-    for (double v : m) std::printf(" %.1f |", v / 1e6);
-    const double mc = median(copy);
-    std::printf(" %.1f | %.1f |", median(echo) / 1e6, mc / 1e6);
-    if (m.size() >= 3) std::printf(" %.2f | %.2f | %.2f |", m[1] / m[0], m[1] / mc, m[2] / m[0]);
+    for (double v : r.ps) std::printf(" %.1f |", v / 1e6);
+    std::printf(" %.1f | %.1f |", r.echo / 1e6, r.copy / 1e6);
+    for (size_t i = 0; i < clusters.size(); ++i)
+      if (perftest && !clusters[i]->tls.empty()) std::printf(" %.1f |", r.ceiling[i] / 1e6);
     std::printf("\n");
     std::fflush(stdout);
   }
+  print_ratios(clusters, rows);
   for (auto& c : clusters) {
     c->worker->shutdown();
     c->server.join();
@@ -426,9 +385,6 @@ double multi_goodput(MultiPs& ps, uint64_t part, uint64_t mib) {
   return sum;
 }
 
-// --transports zmq,shm,tcp (default: all three): which clusters the workers mode measures.
-std::string g_transports = "zmq,shm,tcp";
-bool wanted(const std::string& t) { return ("," + g_transports + ",").find("," + t + ",") != std::string::npos; }
 
 int compare_workers(int workers, uint64_t mib, int reps) {
   const int base = 20000 + static_cast<int>(getpid() % 20000);
@@ -514,8 +470,8 @@ int main(int argc, char** argv) {
     if (mode == "raw-client") {
       print_header(false);
       for (uint64_t s : kSizes)
-        std::printf("| %s | %.1f | %.1f |\n", size_name(s).c_str(), raw_echo(opt["--root"], port, s, mib) / 1e6,
-                    raw_oneway(opt["--root"], port, s, mib) / 1e6);
+        std::printf("| %s | %.1f | %.1f |\n", size_name(s).c_str(), raw_echo(opt["--root"], port, s, total_bytes(s, mib), window_of(s) * s) / 1e6,
+                    raw_oneway(opt["--root"], port, s, total_bytes(s, mib)) / 1e6);
       return 0;
     }
     if (mode == "fused")
@@ -537,8 +493,8 @@ int main(int argc, char** argv) {
         std::vector<double> p, e, o;
         for (int r = 0; r < reps; ++r) {
           p.push_back(ps_goodput(b, s, mib));
-          e.push_back(raw_echo("127.0.0.1", raw_port, s, mib));
-          o.push_back(raw_oneway("127.0.0.1", raw_port, s, mib));
+          e.push_back(raw_echo("127.0.0.1", raw_port, s, total_bytes(s, mib), window_of(s) * s));
+          o.push_back(raw_oneway("127.0.0.1", raw_port, s, total_bytes(s, mib)));
         }
         const double ps = median(p), echo = median(e), one = median(o);
         std::printf("| %s | %.1f | %.1f | %.1f | %.2f |\n", size_name(s).c_str(), ps / 1e6, echo / 1e6, one / 1e6,

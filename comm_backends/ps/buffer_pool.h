@@ -1,6 +1,7 @@
 // Pool of aligned byte buffers in power-of-two size classes, so the server's per-round accumulators and sums reuse
 // memory instead of growing: after the first rounds, allocated_bytes() stays flat. Thread-safe (buffers are released
-// from the transport's threads once a zero-copy send is done).
+// from the transport's threads once a zero-copy send is done). Buffers from 64 KiB up are cut from 2 MiB-aligned
+// regions advised to be transparent huge pages (buffer_pool.cc says why); smaller ones are 64-byte aligned.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "comm_backends/ps/transport.h"
@@ -26,9 +28,12 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
  private:
   BufferPool() = default;
+  std::byte* take_idle(size_t cls);
+  std::byte* grow(size_t cls);
   void give_back(std::byte* p, size_t cls);
   mutable std::mutex mu_;
   std::map<size_t, std::vector<std::byte*>> idle_;  // size class -> idle buffers
+  std::vector<std::pair<std::byte*, size_t>> regions_;  // huge-page mappings the big classes are cut from
   uint64_t allocated_ = 0;
 };
 

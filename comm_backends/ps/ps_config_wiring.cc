@@ -16,6 +16,7 @@ ps::TransportOptions PsConfig::transport_options(const ClusterEnv& env) const {
   opts.max_message_bytes = max_message_bytes + 4096;  // a header and some slack over the largest data range
   opts.io_threads = io_threads;
   opts.auth_secret = ClusterAuth::from_env().secret_for(control::bind_host(env));
+  opts.sender_writes_rendezvous = env.role == Role::worker;
   return opts;
 }
 

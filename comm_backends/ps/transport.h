@@ -116,6 +116,11 @@ struct TransportOptions {
   // Non-empty: every connection is authenticated and encrypted with keys derived from this shared secret (ZeroMQ
   // CURVE); a peer without it is refused during the handshake, reported as `dropped`, and never delivers a message.
   std::string auth_secret;
+  // UCX over shared memory only: this side's rendezvous sends are copied by this side into the receiver's memory
+  // (UCX's put scheme), not read by the receiver. The PS worker sets it: with the server's sends read by the worker
+  // (UCX's default), the worker makes both copies of a push_pull, each against the server's pooled huge-page buffers,
+  // and the server's I/O thread copies nothing (ucx_transport.cc says what it measured).
+  bool sender_writes_rendezvous = false;
 };
 
 std::unique_ptr<Transport> make_zmq_transport(const TransportOptions& opts);

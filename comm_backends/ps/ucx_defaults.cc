@@ -1,6 +1,7 @@
 #include "comm_backends/ps/ucx_defaults.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <set>
 #include <string>
@@ -18,6 +19,15 @@ bool ucx_shared_memory_only(const char* tls) {
     if (comma == rest.size()) return true;
     rest.remove_prefix(comma + 1);
   }
+}
+
+std::vector<UcxSetting> ucx_default_settings(const char* tls, bool sender_writes) {
+  std::vector<UcxSetting> out;
+  if (!ucx_shared_memory_only(tls)) return out;
+  out.push_back({"RNDV_THRESH", kUcxShmRendezvousFrom});
+  if (sender_writes) out.push_back({"RNDV_SCHEME", "put_zcopy"});
+  std::erase_if(out, [](const UcxSetting& s) { return std::getenv(("UCX_" + s.name).c_str()) != nullptr; });
+  return out;
 }
 
 }  // namespace commsched::ps

@@ -87,10 +87,20 @@ sockaddr_in parse_endpoint(const std::string& ep) {
 // load 8): 16-32 KiB partitions 148-415 MB/s eagerly below 64 KiB against 56-182 MB/s with UCX's threshold. Eager
 // up to 256 KiB helped one worker more, but made 4 workers' 64 KiB pushes 2-4x slower: their fragments share the
 // server's one FIFO (64 slots of 8 KiB), and senders that find it full only retry when they progress.
-void apply_defaults(ucp_config_t* config) {
-  if (!std::getenv("UCX_RNDV_THRESH") && ucx_shared_memory_only(std::getenv("UCX_TLS")))
-    if (auto s = ucp_config_modify(config, "RNDV_THRESH", kUcxShmRendezvousFrom); s != UCS_OK)
-      throw std::runtime_error(ucs_err("setting UCX_RNDV_THRESH", s));
+//
+// A PS worker's sends over shared memory only use the put scheme (TransportOptions::sender_writes_rendezvous): in UCX
+// 1.13 the sender's scheme decides who copies, so the worker writes each push into the server's pooled buffer and
+// reads each sum back from one (the server's sends keep UCX's get). Both CMA copies then pin the server's huge-page
+// buffers (buffer_pool.cc), never the worker's 4 KiB-page tensors, and the server's I/O thread copies nothing: with
+// many workers the copies spread over their threads instead of queueing on the server's. ps_goodput ps-server and
+// ps-worker (separate processes, 1, 4 and 16 MiB, 512 MiB each), huge-page pool both sides, get against the worker's
+// put alternated, 4 pairs at load 11: the server's CPU time 345-509 -> 25-49 ms, both processes' 662-866 -> 559-651
+// ms, median goodput 966 -> 1112 (1 MiB), 1104 -> 1296 (4 MiB), 661 -> 926 MB/s (16 MiB). Quiet too (load 1.4-4,
+// ps_goodput transports, 3 pairs) the put was ahead in every pair: 0.24-0.40 -> 0.41-0.58 of memcpy at 1-16 MiB.
+void apply_defaults(ucp_config_t* config, const TransportOptions& o) {
+  for (const UcxSetting& d : ucx_default_settings(std::getenv("UCX_TLS"), o.sender_writes_rendezvous))
+    if (auto s = ucp_config_modify(config, d.name.c_str(), d.value.c_str()); s != UCS_OK)
+      throw std::runtime_error(ucs_err("setting UCX_" + d.name + "=" + d.value, s));
 }
 
 }  // namespace
@@ -100,7 +110,7 @@ UcxTransport::UcxTransport(const TransportOptions& o) : opts_(o), bucket_(o.emul
   install_log_handler_once();
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw std::runtime_error(ucs_err("ucp_config_read", s));
-  apply_defaults(config);
+  apply_defaults(config, opts_);
   ucp_params_t p{};
   p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
   p.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
