@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -102,11 +103,17 @@ int bound_port(int fd) {
 int free_port(const std::string& host) {
   static std::mt19937 rng(std::random_device{}());
   static std::mutex mu;
+  // The ports handed out lately: a port is only known free when it is picked, and a caller that asks for two before
+  // it binds the first (a rendezvous port and a store port) must not get the same one twice (a test failed so).
+  static std::deque<int> recent;
   std::lock_guard lock(mu);
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const int port = 20000 + static_cast<int>(rng() % 12000);
+    if (std::find(recent.begin(), recent.end(), port) != recent.end()) continue;
     try {
       listen_tcp(host, port, 1);  // closed again at once: nobody listened there
+      recent.push_back(port);
+      if (recent.size() > 64) recent.pop_front();
       return port;
     } catch (const std::runtime_error&) {
     }

@@ -53,7 +53,8 @@ std::string bound_address(int fd);
 // A TCP port on `host` nobody listens on, picked below the kernel's ephemeral range (32768 and up by default): a port
 // found by bind(0) and closed again may be handed to the next bind(0) (another process's listener, seen with UCX:
 // server 1 listened on the root's port before server 0 could bind it), while one below the range never is.
-// For ports a launcher hands to processes it starts; a listener of our own binds port 0. Throws naming the host.
+// For ports a launcher hands to processes it starts; a listener of our own binds port 0. Never one of the last 64 this
+// process was handed (they may not be bound yet). Throws naming the host.
 int free_port(const std::string& host = "127.0.0.1");
 // Connects to host:port, retrying refused connections until `deadline` (the server may not be up yet).
 Fd connect_tcp(const std::string& host, int port, Deadline deadline);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -94,6 +95,12 @@ TEST(ControlSocket, FreePortIsBelowTheEphemeralRangeAndBindable) {
   EXPECT_GE(port, 20000);
   EXPECT_LT(port, 32000);
   EXPECT_TRUE(listen_tcp("127.0.0.1", port).valid());
+}
+
+// Two ports asked for before either is bound (a rendezvous port and a store port) are never the same one.
+TEST(ControlSocket, FreePortNeverHandsOutARecentPortAgain) {
+  std::set<int> seen;
+  for (int i = 0; i < 64; ++i) EXPECT_TRUE(seen.insert(free_port("127.0.0.1")).second) << "port handed out twice";
 }
 
 TEST(ControlSocket, ConnectRetriesUntilTheServerListens) {
