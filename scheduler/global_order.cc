@@ -8,9 +8,6 @@
 #include "scheduler/priority_credit_policy.h"
 
 namespace commsched {
-namespace {
-
-}  // namespace
 
 std::string task_label(const std::string& name, uint64_t key) {
   std::ostringstream os;

@@ -113,11 +113,15 @@ class ReplyOrder {
       const uint64_t was = top.next;
       const bool waiting = skip_sent(top);
       if (waiting && top.next == was) return &top;
-      std::pop_heap(runs_.begin(), runs_.end(), LessUrgent{});  // its key grew, or it is done
-      if (waiting) std::push_heap(runs_.begin(), runs_.end(), LessUrgent{});
-      else runs_.pop_back();
+      settle_top(waiting);  // its key grew, or it is done
     }
     return nullptr;
+  }
+  // The top run's key grew: back to its place in the heap while it still has a waiting reply, else out of it.
+  void settle_top(bool waiting) {
+    std::pop_heap(runs_.begin(), runs_.end(), LessUrgent{});
+    if (waiting) std::push_heap(runs_.begin(), runs_.end(), LessUrgent{});
+    else runs_.pop_back();
   }
   // The seq of the most urgent waiting reply, taken out of its run (some reply is waiting).
   uint64_t most_urgent() {
@@ -125,13 +129,7 @@ class ReplyOrder {
     const bool open = skip_sent(open_);
     if (!open || (top && LessUrgent{}(open_, *top))) {
       const uint64_t seq = top->next++;
-      if (top->next == top->end) {
-        std::pop_heap(runs_.begin(), runs_.end(), LessUrgent{});
-        runs_.pop_back();
-      } else {  // its key grew: back to its place
-        std::pop_heap(runs_.begin(), runs_.end(), LessUrgent{});
-        std::push_heap(runs_.begin(), runs_.end(), LessUrgent{});
-      }
+      settle_top(top->next < top->end);
       return seq;
     }
     return open_.next++;

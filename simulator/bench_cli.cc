@@ -152,11 +152,10 @@ void run_bench(const BenchArgs& a, const ClusterTrial& cluster) {
   write_file(dir / "results.md", [&](std::ostream& o) {
     sim::write_markdown(o, cells, "Simulated iteration times (" + a.network + "; first cell: " + net + ")");
   });
-  const double bw = timeline_bw;
   for (const sim::ModelProfile& m : spec.models) {
-    const auto tl = sim::run_timelines(spec, m, bw, spec.workers.front(), cells);
+    const auto tl = sim::run_timelines(spec, m, timeline_bw, spec.workers.front(), cells);
     write_file(dir / ("timeline-" + m.name + ".json"),
-               [&](std::ostream& o) { sim::write_timelines(o, m.name, bw, spec.workers.front(), tl); });
+               [&](std::ostream& o) { sim::write_timelines(o, m.name, timeline_bw, spec.workers.front(), tl); });
   }
   std::cout << "commsched bench: " << cells.size() << " cells in " << secs << " s; wrote " << dir.string()
             << "/results.{csv,json,md} and timeline-*.json\n";

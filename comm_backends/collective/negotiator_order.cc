@@ -265,8 +265,9 @@ void Negotiator::stand_in_awaited_locked() {
 std::string Negotiator::vouch_mismatch(const std::string& name, const PartitionDesc& ordered, uint64_t ordered_round,
                                        const PartitionDesc& mine, uint64_t my_round) const {
   std::ostringstream os;
-  os << task_label(name, mine.key) << " differs across ranks: rank 0 ordered " << ordered.describe() << " (round " << ordered_round << "), as every rank had it before, and rank " << opts_.rank
-     << " submitted " << mine.describe() << " (round " << my_round << ")";
+  os << task_label(name, mine.key) << " differs across ranks: rank 0 ordered " << ordered.describe() << " (round "
+     << ordered_round << "), as every rank had it before, and rank " << opts_.rank << " submitted " << mine.describe()
+     << " (round " << my_round << ")";
   return os.str();
 }
 
