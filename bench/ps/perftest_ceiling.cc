@@ -1,21 +1,17 @@
 #include "bench/ps/perftest_ceiling.h"
 
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <fstream>
 #include <sstream>
 #include <thread>
 #include <vector>
 
-extern char** environ;
+#include "plugins/launch/process_group.h"
 
 namespace commsched::bench {
 namespace {
@@ -25,74 +21,59 @@ constexpr const char* kPerftest = "ucx_perftest";
 constexpr auto kLimit = std::chrono::seconds(120);  // one measurement, server and client together
 constexpr int kWarmup = 20;
 
-// A perftest process, its stdout and stderr through one pipe.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
+// A directory for the two perftest logs, removed with them when the measurement ends.
+class LogDir {
+ public:
+  LogDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/perftest_XXXXXX";
+    if (::mkdtemp(tmpl.data())) path_ = tmpl;
+  }
+  ~LogDir() {
+    if (path_.empty()) return;
+    for (const char* f : {"/server.log", "/client.log"}) ::unlink((path_ + f).c_str());
+    ::rmdir(path_.c_str());
+  }
+  bool ok() const { return !path_.empty(); }
+  std::string file(const char* name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
 };
 
-// This process's environment with UCX_TLS replaced by `tls` (perftest reads it itself).
-std::vector<std::string> env_with_tls(const std::string& tls) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "UCX_TLS=", 8) != 0) env.emplace_back(*e);
-  env.push_back("UCX_TLS=" + tls);
-  return env;
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
-std::vector<char*> c_strings(std::vector<std::string>& v) {
-  std::vector<char*> out;
-  for (auto& s : v) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
+// perftest reads UCX_TLS itself; its stdout and stderr go to `log`.
+ProcessSpec perftest(const std::string& name, std::vector<std::string> args, const std::string& tls,
+                     const std::string& log) {
+  args.insert(args.begin(), kPerftest);
+  return ProcessSpec{name, std::move(args), {{"UCX_TLS", tls}}, log};
 }
 
-Child spawn(std::vector<std::string> argv, const std::string& tls) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  std::vector<std::string> env = env_with_tls(tls);
-  Child c;
-  if (posix_spawnp(&c.pid, kPerftest, &fa, nullptr, c_strings(argv).data(), c_strings(env).data()) != 0) c.pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  if (c.pid < 0) ::close(fds[0]);
-  else c.out = fds[0];
-  return c;
-}
-
-// Everything the child prints until it exits; killed (and said so) at `deadline`.
-std::string finish(Child& c, Clock::time_point deadline) {
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    pollfd p{c.out, POLLIN, 0};
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) {
-      ::kill(c.pid, SIGKILL);
-      text += "\n(killed: no result within " + std::to_string(kLimit.count()) + " s)";
-      break;
-    }
-    const ssize_t n = ::read(c.out, buf, sizeof buf);
-    if (n <= 0) break;
-    text.append(buf, static_cast<size_t>(n));
+// Everything the group's one process printed once it exited; killed (and said so) at `deadline`.
+std::string finish(ProcessGroup& group, const std::string& log, Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  std::string note;
+  if (!group.wait_all(std::max(left, std::chrono::milliseconds(0)))) {
+    group.kill_all();
+    note = "\n(killed: no result within " + std::to_string(kLimit.count()) + " s)";
   }
-  ::close(c.out);
-  ::waitpid(c.pid, nullptr, 0);
-  return text;
+  return slurp(log) + note;
 }
 
-// The server prints nothing until it exits (its stdout is a pipe), so the client is started until it stops being
+// The server prints nothing until it exits (its stdout is a file), so the client is started until it stops being
 // refused: the server listens a few milliseconds after it starts.
-std::string run_client(const std::vector<std::string>& argv, const std::string& tls, Clock::time_point deadline) {
+std::string run_client(const std::vector<std::string>& args, const std::string& tls, const std::string& log,
+                       Clock::time_point deadline) {
+  ProcessGroup clients(std::nullopt, kPerftest);
   for (;;) {
-    Child c = spawn(argv, tls);
-    if (c.pid < 0) return "could not start " + std::string(kPerftest);
-    std::string out = finish(c, deadline);
+    clients.spawn(perftest("perftest client", args, tls, log));
+    std::string out = finish(clients, log, deadline);
     if (out.find("Connection refused") == std::string::npos || Clock::now() + std::chrono::seconds(1) > deadline)
       return out;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -132,17 +113,19 @@ std::optional<double> ucx_perftest_rate(const std::string& tls, uint64_t bytes, 
   const auto deadline = Clock::now() + kLimit;
   const std::string p = std::to_string(port);
   const uint64_t iters = std::max<uint64_t>(100, total / bytes);
-  Child server = spawn({kPerftest, "-p", p}, tls);
-  if (server.pid < 0) {
-    std::fprintf(stderr, "ucx_perftest: could not start its server\n");
+  const LogDir logs;
+  if (!logs.ok()) {
+    std::fprintf(stderr, "ucx_perftest: no temporary directory for its output\n");
     return std::nullopt;
   }
-  const std::string client = run_client({kPerftest, "127.0.0.1", "-p", p, "-t", "tag_bw", "-s", std::to_string(bytes),
-                                         "-n", std::to_string(iters), "-w", std::to_string(kWarmup)},
-                                        tls, deadline);
+  ProcessGroup server(std::nullopt, kPerftest);
+  server.spawn(perftest("perftest server", {"-p", p}, tls, logs.file("server.log")));
+  const std::string client = run_client({"127.0.0.1", "-p", p, "-t", "tag_bw", "-s", std::to_string(bytes), "-n",
+                                         std::to_string(iters), "-w", std::to_string(kWarmup)},
+                                        tls, logs.file("client.log"), deadline);
   const std::optional<double> rate = parse_perftest_final(client);
-  if (!rate) ::kill(server.pid, SIGKILL);  // else it exits once its client has finished
-  const std::string served = finish(server, deadline);
+  if (!rate) server.kill_all();  // else it exits once its client has finished
+  const std::string served = finish(server, logs.file("server.log"), deadline);
   if (!rate)
     std::fprintf(stderr, "ucx_perftest (UCX_TLS=%s, %llu bytes, port %d) gave no result: %s | server: %s\n", tls.c_str(),
                  static_cast<unsigned long long>(bytes), port, last_line(client).c_str(), last_line(served).c_str());

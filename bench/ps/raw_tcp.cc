@@ -42,14 +42,8 @@ bool read_full(int fd, void* p, size_t n) {
   }
   return true;
 }
-void write_full(int fd, const void* p, size_t n) {
-  auto* c = static_cast<const char*>(p);
-  while (n) {
-    const ssize_t r = ::write(fd, c, n);
-    if (r <= 0) return;
-    c += r, n -= static_cast<size_t>(r);
-  }
-}
+// Sends are the control plane's (no SIGPIPE, EINTR retried); a failed one is seen by the reader (bytes missing).
+void write_full(int fd, const void* p, size_t n) { control::send_bytes(fd, {static_cast<const char*>(p), n}); }
 
 }  // namespace
 
