@@ -10,14 +10,19 @@
 
 #include <cstdio>
 #include <exception>
+#include <string_view>
 
 #include "plugins/cli/options_command.h"
 #include "simulator/bench_cli.h"
+#include "simulator/huge_pages.h"
 #include "plugins/cli/run_command.h"
 #include "plugins/cli/trace_merge.h"
 #include "plugins/launch/launch_cli.h"
 
 int main(int argc, char** argv) {
+  // `bench` simulates as commsched-sim does: its heap on huge pages (see huge_pages.h). The other commands start as
+  // they are (a launcher's children inherit the environment).
+  if (argc > 1 && std::string_view(argv[1]) == "bench") commsched::restart_with_huge_pages(argv);
   CLI::App app{"commsched: a communication scheduler for distributed deep-learning training"};
   app.require_subcommand(1);
   commsched::add_run_subcommand(app);
