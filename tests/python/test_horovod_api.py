@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from torch_cluster import HERE, launch
+from torch_cluster import HERE, launch, run_single
 
 # horovod/torch/__init__.py of Horovod 0.28.1 (horovod is not installable here, so the list is written out).
 HOROVOD_TORCH_028 = sorted("""
@@ -53,3 +53,18 @@ def test_join_stands_in_with_zeros_for_uneven_data(servers):
     rc, log = launch(3, [HERE / "join_worker.py"], servers=servers, timeout=90)
     assert rc == 0, log
     assert log.count("join ok (last 2)") == 3, log
+
+
+def test_process_set_ids_start_again_after_a_shutdown():
+    """An elastic re-init shuts down and initializes again; a joiner is a fresh process whose first set is id 1, so
+    the survivors must number from 1 again too, or the same set meets under two store scopes (pset/<id>/)."""
+    code = ("import commsched.torch as hvd\n"
+            "ids = []\n"
+            "for _ in range(2):\n"
+            "    hvd.init()\n"
+            "    ids.append(hvd.add_process_set([0]).process_set_id)\n"
+            "    hvd.shutdown()\n"
+            "print('set ids', ids)\n")
+    rc, log = run_single(["-c", code])
+    assert rc == 0, log
+    assert "set ids [1, 1]" in log, log

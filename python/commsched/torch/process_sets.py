@@ -160,9 +160,12 @@ def remove_process_set(process_set):
 
 
 def _shutdown_all():
+    # Ids start again at 1: after an elastic re-init the survivors and a joiner (a fresh process) number the sets they
+    # add from the same start, so a set has one id, and one store scope pset/<id>/, on every member.
     with _lock:
         sets = list(_sets.values())
         _sets.clear()
+        _next_id[0] = 1
     for ps in sets:
         if ps._ctx is not None:
             ps._ctx.shutdown()
