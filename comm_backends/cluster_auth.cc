@@ -3,6 +3,7 @@
 #include <sodium.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -73,7 +74,9 @@ ClusterAuth ClusterAuth::from_env() {
 
 std::string ClusterAuth::secret_for(const std::string& bind_host) const {
   if (mode == Mode::off) {
-    if (!is_loopback_host(bind_host))
+    // Once per process: server 0 asks here for its store and again for its transport, one warning says it all.
+    static std::atomic<bool> warned{false};
+    if (!is_loopback_host(bind_host) && !warned.exchange(true))
       std::fprintf(stderr, "[commsched] warning: COMMSCHED_AUTH=off while binding %s: any host that reaches this "
                            "port can join the cluster\n", bind_host.c_str());
     return {};

@@ -81,6 +81,28 @@ TEST(ClusterAuth, LoopbackNeedsNoSecretButBeyondLoopbackDoes) {
   EXPECT_THROW(a.secret_for("eth0"), InvalidArgument);
 }
 
+// Server 0 asks for the secret once for its store and once for its transport: COMMSCHED_AUTH=off warns once. Counted
+// in a process of its own (a death test runs this binary again), where nothing has warned yet.
+namespace {
+int auth_off_warnings_in_a_fresh_process() {
+  EnvGuard g({{"COMMSCHED_AUTH", "off"}});
+  testing::internal::CaptureStderr();
+  ClusterAuth::from_env().secret_for("10.0.0.2");  // the store
+  ClusterAuth::from_env().secret_for("10.0.0.2");  // the transport
+  ClusterAuth::from_env().secret_for("*");
+  const std::string err = testing::internal::GetCapturedStderr();
+  int warnings = 0;
+  for (size_t at = err.find("COMMSCHED_AUTH=off"); at != std::string::npos; at = err.find("COMMSCHED_AUTH=off", at + 1))
+    ++warnings;
+  return warnings;
+}
+}  // namespace
+
+TEST(ClusterAuth, AuthOffWarnsOncePerProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(auth_off_warnings_in_a_fresh_process()), testing::ExitedWithCode(1), "");
+}
+
 TEST(ClusterAuth, SecretIsUsedEvenOnLoopbackAndOffSwitchDisablesIt) {
   {
     EnvGuard g({{"COMMSCHED_SECRET", kSecret.c_str()}});
