@@ -86,8 +86,12 @@ class Rendezvous {
   control::Store& store() { return *client_; }
   // Prefix applied to every key of this rendezvous.
   const std::string& scope() const { return scope_; }
+  // When this node began to meet the others (before waiting for the store): what comes after (the Van's wait for
+  // the other nodes) counts its timeout from here, so that the whole rendezvous waits the timeout once.
+  std::chrono::steady_clock::time_point began() const { return began_; }
 
  private:
+  std::chrono::steady_clock::time_point began_ = std::chrono::steady_clock::now();  // first: before the store
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<TcpStoreClient> client_;
   std::string scope_;

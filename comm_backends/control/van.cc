@@ -45,9 +45,10 @@ Van::Van(VanOptions opts, Transport& transport, VanProtocol& protocol, Store& st
       heartbeat_(heartbeat_interval(opts_.timeout_s, opts_.heartbeat_s)) {}
 
 std::string Van::start() {
-  started_ = Clock::now();
-  next_tick_ = started_ + heartbeat_;
-  next_store_check_ = started_;
+  const Clock::time_point now = Clock::now();
+  started_ = opts_.rendezvous_began == Clock::time_point{} ? now : opts_.rendezvous_began;
+  next_tick_ = now + heartbeat_;
+  next_store_check_ = now;
   const Deadline deadline = started_ + duration_cast<Clock::duration>(duration<double>(opts_.rendezvous_timeout_s));
   if (opts_.role == PeerRole::worker) {
     // Every endpoint before any dial: a worker that is a member of some servers must answer their pings, which it

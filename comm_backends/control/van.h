@@ -67,6 +67,9 @@ struct VanOptions {
   double heartbeat_s = 0.25;         // COMMSCHED_PS_HEARTBEAT (0: liveness.h's automatic interval)
   double timeout_s = 10;             // COMMSCHED_TIMEOUT
   double rendezvous_timeout_s = 120;
+  // When this node's rendezvous began (it waited for the store before the Van starts): the timeout counts from it.
+  // Unset: from start().
+  std::chrono::steady_clock::time_point rendezvous_began{};
   uint64_t max_message_bytes = 0;    // decode limit of data ranges
   std::function<void(const std::string&)> log;  // dropped connections (the others are still served)
   // Settings every process of the job must share (the PS mode), carried in each hello: a member whose hello differs

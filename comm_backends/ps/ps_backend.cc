@@ -27,7 +27,7 @@ PsBackend::PsBackend(const ClusterEnv& env, const PsConfig& cfg)
   caps_ = make_capabilities();
   transport_ = make_transport(cfg_.transport, cfg_.transport_options(env_));
   rendezvous_ = cfg_.rendezvous(env_);
-  van_ = std::make_unique<control::Van>(cfg_.van_options(env_, rendezvous_->scope()), *transport_,
+  van_ = std::make_unique<control::Van>(cfg_.van_options(env_, *rendezvous_), *transport_,
                                         static_cast<control::VanProtocol&>(*this), rendezvous_->store());
   transport_->set_payload_sink([this](PeerId peer, std::span<const std::byte> header, size_t bytes) {
     return landing_for(peer, header, bytes);

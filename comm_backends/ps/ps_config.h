@@ -51,8 +51,8 @@ struct PsConfig {
   // connects, waiting for it at most COMMSCHED_PS_RENDEZVOUS_TIMEOUT. Throws std::runtime_error naming the store and
   // this process when the bind or the connection fails, or the store refuses it (another secret).
   std::unique_ptr<collective::Rendezvous> rendezvous(const ClusterEnv& env) const;
-  // `store_scope`: the prefix of the job's keys in that store (Rendezvous::scope()).
-  control::VanOptions van_options(const ClusterEnv& env, std::string store_scope) const;
+  // The job's keys in `rendezvous`'s store (its scope), and the rendezvous timeout counted from when it began.
+  control::VanOptions van_options(const ClusterEnv& env, const collective::Rendezvous& rendezvous) const;
   // The mode and staleness as one word every process of a job must share (checked at the rendezvous).
   uint32_t mode_word() const;
   static std::string describe_mode_word(uint32_t word);  // "COMMSCHED_PS_MODE=ssp COMMSCHED_STALENESS=2"

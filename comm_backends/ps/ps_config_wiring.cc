@@ -34,9 +34,10 @@ std::unique_ptr<collective::Rendezvous> PsConfig::rendezvous(const ClusterEnv& e
   }
 }
 
-control::VanOptions PsConfig::van_options(const ClusterEnv& env, std::string store_scope) const {
+control::VanOptions PsConfig::van_options(const ClusterEnv& env, const collective::Rendezvous& rendezvous) const {
   control::VanOptions o = control::VanOptions::from(env);
-  o.store_scope = std::move(store_scope);
+  o.store_scope = rendezvous.scope();
+  o.rendezvous_began = rendezvous.began();
   o.heartbeat_s = heartbeat_s;
   o.rendezvous_timeout_s = rendezvous_timeout_s;
   o.max_message_bytes = max_message_bytes;

@@ -19,9 +19,9 @@ using std::chrono::duration;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-control::VanOptions van_options(const ClusterEnv& env, const PsConfig& cfg, std::string store_scope,
+control::VanOptions van_options(const ClusterEnv& env, const PsConfig& cfg, const collective::Rendezvous& rendezvous,
                                 std::function<void(const std::string&)> log) {
-  control::VanOptions o = cfg.van_options(env, std::move(store_scope));
+  control::VanOptions o = cfg.van_options(env, rendezvous);
   o.log = std::move(log);
   return o;
 }
@@ -41,7 +41,7 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       cfg_(cfg),
       transport_(std::move(transport)),
       rendezvous_(cfg.rendezvous(env)),
-      van_(van_options(env, cfg, rendezvous_->scope(), [this](const std::string& line) { log(line); }), *transport_,
+      van_(van_options(env, cfg, *rendezvous_, [this](const std::string& line) { log(line); }), *transport_,
            *this, rendezvous_->store()),
       pool_(BufferPool::create()),
       summer_(cfg.server_threads, cfg.parallel_sum_bytes),
