@@ -177,7 +177,8 @@ bool GlobalOrder::vouch(const ReadyReport& rep, const PartitionDesc& desc, const
   if (!vouch_ || pending_.count(slot) || std::count(gone_.begin(), gone_.end(), true) > 0) return false;
   std::vector<bool> expect(size_, false);
   for (int r = 1; r < size_; ++r) expect[r] = !joined_[r];
-  if (std::count(expect.begin(), expect.end(), true) > 0 && !vouched_.try_emplace({slot, rep.round}, expect).second)
+  if (std::count(expect.begin(), expect.end(), true) > 0 &&
+      !vouched_.try_emplace({slot, rep.round}, Vouched{expect, name}).second)
     return false;  // the same round vouched twice: let the ordinary path report the duplicate
   Entry& e = pending_[slot];
   start_entry(e, 0, rep, desc, name);
@@ -190,18 +191,28 @@ bool GlobalOrder::vouch(const ReadyReport& rep, const PartitionDesc& desc, const
 
 bool GlobalOrder::vouched_report(int rank, const Slot& slot, uint64_t round) {
   auto it = vouched_.find({slot, round});
-  if (it == vouched_.end() || !it->second[rank]) return false;
-  it->second[rank] = false;
-  if (std::count(it->second.begin(), it->second.end(), true) == 0) vouched_.erase(it);
+  if (it == vouched_.end() || !it->second.expect[rank]) return false;
+  std::vector<bool>& expect = it->second.expect;
+  expect[rank] = false;
+  if (std::count(expect.begin(), expect.end(), true) == 0) vouched_.erase(it);
   return true;
 }
 
 void GlobalOrder::forget_vouched(int rank) {
   for (auto it = vouched_.begin(); it != vouched_.end();) {
-    it->second[rank] = false;
-    if (std::count(it->second.begin(), it->second.end(), true) == 0) it = vouched_.erase(it);
+    std::vector<bool>& expect = it->second.expect;
+    expect[rank] = false;
+    if (std::count(expect.begin(), expect.end(), true) == 0) it = vouched_.erase(it);
     else ++it;
   }
+}
+
+void GlobalOrder::fail_vouched(int rank, GlobalOrderOutput& out) {
+  for (const auto& [k, v] : vouched_)
+    if (v.expect[rank])
+      out.errors.push_back({k.slot.key, k.slot.offset, k.round, Status::Code::cancelled,
+                            task_label(v.name, k.slot.key) + ": rank " + std::to_string(rank) +
+                                " shut down before it ran"});
 }
 
 std::string GlobalOrder::mismatch_message(const Entry& e, int rank, const PartitionDesc& desc, uint64_t round) const {
@@ -223,6 +234,7 @@ void GlobalOrder::poison(Entry& e, uint64_t round, std::string message, Status::
 void GlobalOrder::on_bye(int rank, GlobalOrderOutput& out) {
   if (gone_[rank]) return;
   gone_[rank] = true;
+  fail_vouched(rank, out);
   forget_vouched(rank);
   for (auto it = pending_.begin(); it != pending_.end();) {
     Entry& e = it->second;

@@ -34,7 +34,9 @@
 // submission does. The other ranks run the order as their submissions come (comm_backends/collective/negotiator.h); a
 // rank whose submission then differs fails the group, naming the partition (nothing can be sent back through a
 // collective already ordered). A rank that never submits what rank 0 vouched for leaves rank 0 waiting in the
-// collective until the transport's timeout, where without vouching the partition would never have been ordered.
+// collective until the transport's timeout, where without vouching the partition would never have been ordered. A
+// rank that shuts down instead is told to every rank as an error for each such partition ("rank R shut down before
+// it ran"), which explains the collective's failure better than the transport's closed connection.
 //
 // Iteration marks: a policy that waits for the end of backward (BSP) or learns from it (MG-WFBP) hears it here as the
 // end of every rank's backward. Each rank's engine sends its end of backward (and its flushes) after the partitions
@@ -280,6 +282,9 @@ class GlobalOrder final : DispatchSink {
   bool vouched_report(int rank, const Slot& slot, uint64_t round);
   // `rank` will report nothing more (joined or gone): no vouched partition waits for its report.
   void forget_vouched(int rank);
+  // `rank` shut down: every partition rank 0 vouched for that it had not reported fails, naming it (already ordered,
+  // its collective cannot finish without that rank).
+  void fail_vouched(int rank, GlobalOrderOutput& out);
   void poison(Entry& e, uint64_t round, std::string message, Status::Code code, GlobalOrderOutput& out);
   std::string mismatch_message(const Entry& e, int rank, const PartitionDesc& desc, uint64_t round) const;
   uint32_t cache_id_for(const Entry& e, OrderMsg& order);
@@ -324,8 +329,12 @@ class GlobalOrder final : DispatchSink {
   struct VouchKeyHash {
     size_t operator()(const VouchKey& k) const { return SlotHash{}(k.slot) ^ (k.round * 0xff51afd7ed558ccdull); }
   };
+  struct Vouched {
+    std::vector<bool> expect;  // the ranks whose report of it has not come
+    std::string name;          // for the error when one of them shuts down
+  };
   bool vouch_ = false;
-  std::unordered_map<VouchKey, std::vector<bool>, VouchKeyHash> vouched_;
+  std::unordered_map<VouchKey, Vouched, VouchKeyHash> vouched_;
   GlobalOrderStats stats_;
 };
 

@@ -239,10 +239,18 @@ void CollectiveBackend::run_group(const std::vector<uint64_t>& group) {
       std::lock_guard lock(mu_);
       st = fatal_;  // a lost peer explains the failure better than the transport's error
     }
+    if (st.ok() && negotiator_) st = ordered_failure(views);  // rank 0 ordered it, then a rank shut down
     if (st.ok()) st = Status::Error(os.str());
     else st.message += " (" + os.str() + ")";
     finish(st);
   }
+}
+
+Status CollectiveBackend::ordered_failure(const std::vector<PartitionView>& views) {
+  for (const PartitionView& v : views)
+    if (std::string why = negotiator_->ordered_failure(v.task->key, v.offset, v.task->round); !why.empty())
+      return Status::Error(std::move(why), Status::Code::cancelled);
+  return Status::Ok();
 }
 
 void CollectiveBackend::shutdown() {

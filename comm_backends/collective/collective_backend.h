@@ -112,6 +112,9 @@ class CollectiveBackend : public CommBackend {
   void fatal(const Status& st);
   void executor_loop();
   void run_group(const std::vector<uint64_t>& group);
+  // Rank 0's word on why a failed group's collective could not finish (a rank shut down before it ran), as a
+  // cancellation; Ok when it said nothing.
+  Status ordered_failure(const std::vector<PartitionView>& views);
   void execute_inline(std::vector<uint64_t>&& group);
 
   int rank_;

@@ -153,6 +153,9 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // rank has reported it (NegotiatorOptions::vouch), so the transport can be first to see that rank gone. From the
   // thread that ran the collective, no lock held.
   void judge_peers();
+  // Why the collective of partition (key, offset) of `round` cannot finish, when rank 0 said so after ordering it: a
+  // rank shut down before it ran (it had vouched, GlobalOrder); "" when it has said nothing. Thread-safe.
+  std::string ordered_failure(uint64_t key, uint64_t offset, uint64_t round);
   NegotiatorStats stats() const;
   // The ranks that lag, as rank 0 last reported them (on rank 0: as it sees them). Thread-safe.
   std::vector<Straggler> stragglers() const override;
@@ -309,6 +312,9 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   std::deque<OrderedAhead> ordered_ahead_;  // groups ordered before this rank submitted all of them, in order
   std::unordered_map<Slot, Awaited, SlotHash> awaited_;
   std::string vouch_error_;  // a submission differed from rank 0's vouched order: the next round fails the group
+  // Rank 0's errors for partitions ordered already (not pending here): their collective's failure is explained by
+  // them (ordered_failure). The round each is for, and the message.
+  std::unordered_map<Slot, std::pair<uint64_t, std::string>, SlotHash> ordered_failures_;
   std::vector<Slot> cache_slots_;  // cache id -> slot
   Fd wake_;                 // eventfd: wakes the thread for new submissions and shutdown
   // eventfd: the last helping caller stopped. While callers help the thread sleeps on this alone, and leaves wake_

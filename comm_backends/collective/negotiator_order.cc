@@ -276,11 +276,24 @@ void Negotiator::apply_error(const ErrorMsg& e) {
   {
     std::lock_guard lock(mu_);
     auto it = pending_.find(Slot{e.key, e.offset});
-    if (it == pending_.end() || it->second.round != e.round) return;  // not ours, or already failed
+    if (it == pending_.end()) {  // ordered already (rank 0 vouched), failed already, or not ours
+      ordered_failures_[Slot{e.key, e.offset}] = {e.round, e.message};
+      return;
+    }
+    if (it->second.round != e.round) return;
     token = it->second.token;
     pending_.erase(it);
   }
   cb_.fail(token, Status::Error(e.message, e.code));
+}
+
+std::string Negotiator::ordered_failure(uint64_t key, uint64_t offset, uint64_t round) {
+  std::lock_guard lock(mu_);
+  auto it = ordered_failures_.find(Slot{key, offset});
+  if (it == ordered_failures_.end() || it->second.first != round) return {};
+  std::string why = std::move(it->second.second);
+  ordered_failures_.erase(it);
+  return why;
 }
 
 }  // namespace commsched::collective

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <future>
+#include <string>
 #include <thread>
 
 #include "comm_backends/collective/negotiator.h"
@@ -98,6 +99,33 @@ TEST(NegotiatorVouch, ARankThatJoinsStandsInForWhatRankZeroOrderedAhead) {
   EXPECT_TRUE(g.log(1).failures.empty()) << g.log(1).failures[0].second.message;
   ASSERT_EQ(g.log(1).groups.size(), 2u) << "rank 1 did not stand in for the group rank 0 ordered ahead";
   EXPECT_GE(g.log(1).groups[1].at(0), 1u << 30) << "rank 1 ran something other than a stand-in";
+}
+
+// Rank 0 vouched for a partition and ran it; rank 1 shuts down instead of submitting it. The collective cannot finish
+// (on Gloo it fails on the closed connection): rank 0 tells every rank why, naming rank 1, and a rank whose
+// collective of it failed reads that (ordered_failure) rather than the transport's error.
+TEST(NegotiatorVouch, ARankThatShutsDownBeforeWhatRankZeroOrderedIsNamedAsTheReason) {
+  Group g(3);
+  run_round_zero(g, 3, 1);
+  g.rank(0).submit({sub(1, 400, 1, 1)});
+  g.rank(2).submit({sub(1, 400, 1, 1)});
+  for (int r : {0, 2}) ASSERT_TRUE(g.log(r).wait_settled(2, 10s)) << "rank " << r << " did not run rank 0's order";
+  auto gone = std::async(std::launch::async, [&] { g.rank(1).shutdown(); });
+  for (int r : {0, 2}) {
+    std::string why;
+    for (auto end = std::chrono::steady_clock::now() + 10s; why.empty() && std::chrono::steady_clock::now() < end;) {
+      why = g.rank(r).ordered_failure(1, 0, 1);
+      if (why.empty()) std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_NE(why.find("'t1'"), std::string::npos) << "rank " << r << ": " << why;
+    EXPECT_NE(why.find("rank 1 shut down before it ran"), std::string::npos) << "rank " << r << ": " << why;
+    EXPECT_EQ(g.rank(r).ordered_failure(1, 0, 1), "") << "told twice";
+  }
+  EXPECT_EQ(g.rank(0).ordered_failure(1, 0, 0), "") << "round 0 ran on every rank";
+  std::thread zero([&] { g.rank(0).shutdown(); });  // the goodbye barrier lets rank 1 go once every rank is leaving
+  g.rank(2).shutdown();
+  zero.join();
+  gone.get();
 }
 
 }  // namespace

@@ -305,6 +305,30 @@ TEST(GlobalOrder, VouchingWaitsForNobodyWhoJoinedAndIsOffUnlessAsked) {
   EXPECT_NE(gone.errors[0].message.find("rank 1 has shut down"), std::string::npos) << gone.errors[0].message;
 }
 
+// A rank that shuts down before reporting what rank 0 vouched for: the partition is ordered already (its collective
+// runs on rank 0 and fails on the closed connection), so every rank is told it failed because that rank shut down.
+TEST(GlobalOrder, ARankThatShutsDownBeforeWhatRankZeroVouchedForIsNamedInItsError) {
+  GlobalOrder c = make(3, 0);
+  c.set_vouching(true);
+  const auto d = desc(7, 0, 256);
+  const uint32_t id = order_once(c, 3, d);
+  GlobalOrderOutput out;
+  c.on_ready(0, std::vector{by_id(id, 1)}, out);
+  c.on_ready(2, std::vector{by_id(id, 1)}, out);
+  c.flush(0, out);
+  ASSERT_EQ(out.order.groups.size(), 1u) << "rank 0 did not vouch";
+  GlobalOrderOutput bye;
+  c.on_bye(1, bye);
+  ASSERT_EQ(bye.errors.size(), 1u) << "rank 1 left what rank 0 ordered in its name unexplained";
+  EXPECT_EQ(bye.errors[0].key, 7u);
+  EXPECT_EQ(bye.errors[0].round, 1u);
+  EXPECT_EQ(bye.errors[0].code, Status::Code::cancelled);
+  EXPECT_NE(bye.errors[0].message.find("rank 1 shut down before it ran"), std::string::npos) << bye.errors[0].message;
+  GlobalOrderOutput again;
+  c.on_bye(2, again);  // rank 2 had reported it: nothing more to say
+  EXPECT_TRUE(again.errors.empty()) << again.errors[0].message;
+}
+
 TEST(GlobalOrder, MismatchedSizeFailsOnEveryRankNamingKeyRanksAndSizes) {
   GlobalOrder c = make(3, 0);
   GlobalOrderOutput out;
