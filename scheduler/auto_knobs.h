@@ -21,7 +21,9 @@
 //     18% slower than (W + 1) on ResNet-50 at 10 Gbit/s (every worker simulated), and 4(W + 1) was worse at 8
 //     workers too; hence the cap, which leaves 256 workers at (W + 1). PS grid (5 profiles x 1-100 Gbit/s x 2-256
 //     workers): within 1.10x of the dependency bound in 110 of 120 cells instead of 101, >= 0.98x the best baseline
-//     in all 120 (bench/RESULTS.md, issue 12, item 1);
+//     in all 120 (bench/RESULTS.md, issue 12, item 1). The credit is the same all through the backward: shrinking it
+//     before the backward's end, so the first-needed gradients meet empty queues, did not move the every-worker
+//     grid (bench/RESULTS.md, session 23; scheduler/priority_credit_policy.h);
 //   - the partition weighs incast against the per-message cost (kPsMessageS, m: each message costs each end m beside
 //     its bytes / rate R). With S servers a partition's round takes its server's downlink W (p / R + m): the incast
 //     latency a tensor needed first pays before its sum can come back. For B gradient bytes a step, a worker's link

@@ -5,6 +5,12 @@
 // Our addition: tensors of at most `small_tensor_bytes` that are queued together (because the credit is used up) are
 // fused into one batch, so the many tiny tensors of ResNet or BERT do not each pay a message's latency. Fusion never
 // delays anything: a small tensor that finds credit free goes out at once, alone.
+//
+// The credit does not depend on the time. A credit that shrank over the last stretch of the backward, so that the
+// gradients the next forward needs first (produced last) met empty queues, was measured and not kept (bench/RESULTS.md,
+// session 23): with symmetric workers it gained 1-4%, but with every PS worker simulated the period stayed (the sums
+// wait for the slowest worker's push at the servers' first-come-first-served downlinks, which one worker's credit
+// does not order): faster in 12 of 84 grid cells, slower in 33, by up to 2.6%.
 #pragma once
 
 #include <functional>
