@@ -83,6 +83,9 @@ struct ClusterShape {
   // values below.
   double link_bps = 0;
   double step_latency_s = 0;
+  // Parameter server: the fixed cost of one message at one end (the PS partition rule's m). 0: kPsMessageS; the
+  // plugin passes ps_message_s() for its host.
+  double message_s = 0;
 };
 
 inline constexpr double kAssumedLinkBps = 10e9;       // when ClusterShape::link_bps is 0
@@ -97,6 +100,18 @@ inline constexpr double kAssumedStepLatencyS = 5e-6;  // when ClusterShape::step
 // simulator charges it on every real link a message crosses (simulator/network.h, PsParams::message_s), so the two
 // agree.
 inline constexpr double kPsMessageS = 5e-6;
+
+// m where the workers have no core to spare: as many worker processes on the host as it has cores, each computing on
+// the CPU, so every message's CPU (the engine's tasks and wake-ups, the transport's polling, the oneTBB workers'
+// spinning) is taken from the training compute and adds to the step. Measured on the main job (SmallCNN on the CPU, 2
+// workers and a server on 2 cores, UCX shared memory at an emulated 1 Gbit/s, bench/RESULTS.md, session 23): at 256
+// KiB partitions each worker used 25-33 ms more CPU per step than at 4 MiB for 60 more partitions, 0.42-0.55 ms a
+// partition (0.33 ms with the transport's polling spin off), while the server's emulated link stayed saturated
+// through the big layer and a 16 MiB credit changed nothing: the step lost the CPU, not the link.
+inline constexpr double kPsMessageSharedCoresS = 400e-6;
+
+// m for a host running `local_workers` worker processes on `cores` cores (0: unknown, the default kept).
+double ps_message_s(int local_workers, unsigned cores);
 
 // B in the PS partition rule: the gradient bytes a step is taken to carry per incast it exposes. In the simulator
 // (every worker simulated, 5 us per message, partitions 32 KiB-512 KiB side by side) the fastest partition at 16
