@@ -103,12 +103,12 @@ inline constexpr double kPsMessageS = 5e-6;
 
 // m where the workers have no core to spare: as many worker processes on the host as it has cores, each computing on
 // the CPU, so every message's CPU (the engine's tasks and wake-ups, the transport's polling, the oneTBB workers'
-// spinning) is taken from the training compute and adds to the step. Measured on the main job (SmallCNN on the CPU, 2
-// workers and a server on 2 cores, UCX shared memory at an emulated 1 Gbit/s, bench/RESULTS.md, session 23): at 256
-// KiB partitions each worker used 25-33 ms more CPU per step than at 4 MiB for 60 more partitions, 0.42-0.55 ms a
-// partition (0.33 ms with the transport's polling spin off), while the server's emulated link stayed saturated
-// through the big layer and a 16 MiB credit changed nothing: the step lost the CPU, not the link.
-inline constexpr double kPsMessageSharedCoresS = 400e-6;
+// spinning) is taken from the training compute and its wake-ups wait for a core. Measured on the main job (SmallCNN on
+// the CPU, 2 workers and a server on 2 cores, UCX shared memory at an emulated 1 Gbit/s, bench/RESULTS.md, session 23):
+// the server's emulated link stayed saturated through the big layer at 256 KiB and a 16 MiB credit changed nothing,
+// while each worker used 0.42-0.55 ms more CPU per extra partition. In step time (quiet, session 22) 256 KiB cost
+// 41.9 ms a step more than 4 MiB for 60 more partitions although its pipeline fills 31.5 ms sooner: 1.2 ms a partition.
+inline constexpr double kPsMessageSharedCoresS = 1.2e-3;
 
 // m for a host running `local_workers` worker processes on `cores` cores (0: unknown, the default kept).
 double ps_message_s(int local_workers, unsigned cores);
