@@ -22,8 +22,9 @@
 //     workers too; hence the cap, which leaves 256 workers at (W + 1). PS grid (5 profiles x 1-100 Gbit/s x 2-256
 //     workers): within 1.10x of the dependency bound in 110 of 120 cells instead of 101, >= 0.98x the best baseline
 //     in all 120 (bench/RESULTS.md, issue 12, item 1);
-//   - the partition weighs incast against the per-message cost (kPsMessageS, m: each message costs each end m beside
-//     its bytes / rate R). With S servers a partition's round takes its server's downlink W (p / R + m): the incast
+//   - the partition weighs incast against the per-message cost (m: each message costs each end m beside its bytes /
+//     rate R; ClusterShape::message_s: kPsMessageS, or kPsMessageSharedCoresS where the workers fill their host's
+//     cores, below). With S servers a partition's round takes its server's downlink W (p / R + m): the incast
 //     latency a tensor needed first pays before its sum can come back. For B gradient bytes a step, a worker's link
 //     carries B / p messages each way and a server's W / S times as many, so the busier end pays about
 //     max(1, W / S) B m / p in per-message cost. Their sum, max(1, W / S) B m / p + W p / R, is least at
