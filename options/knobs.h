@@ -77,8 +77,9 @@ inline constexpr KnobSpec kKnobs[] = {
      .field = &Knobs::partition_bytes,
      .zero = ZeroSize::unlimited,
      .doc = "bytescheduler partition size (unlimited: no split); when unset: automatic (scheduler/auto_knobs.h): "
-            "parameter server 256 KiB up to 16 workers, halving per doubling beyond, at least 64 KiB; all-reduce large "
-            "enough that the ring latency is at most 1/32 of its bytes' time, at least 4 MiB",
+            "parameter server the power of two nearest sqrt(64 MiB x per-message cost x link rate / min(workers, "
+            "servers)) within 16 KiB-4 MiB (5 us a message; 1.2 ms where the workers fill the host's cores); "
+            "all-reduce large enough that the ring latency is at most 1/32 of its bytes' time, at least 4 MiB",
      // 4 KiB alignment fits every dtype.
      .tuning = {KnobScale::log_bytes, 64.0 * 1024, 64.0 * 1024 * 1024, 4096, {}, false},
      .ps = {knob_grids::partition_ps},

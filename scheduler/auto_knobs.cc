@@ -33,9 +33,11 @@ uint64_t ps_credit_for(uint64_t partition, int workers) {
 double link_bytes_per_s(const ClusterShape& s) { return (s.link_bps > 0 ? s.link_bps : kAssumedLinkBps) / 8; }
 
 // The power of two nearest (in ratio) to sqrt(B * m * rate / min(W, S)), within [16 KiB, 4 MiB] (see the header).
+double message_cost(const ClusterShape& s) { return s.message_s > 0 ? s.message_s : kPsMessageS; }
+
 uint64_t ps_partition(const ClusterShape& s) {
   const double fan_in = std::min(s.workers, s.servers);
-  const double best = std::sqrt(kPsReferenceBytes * kPsMessageS * link_bytes_per_s(s) / fan_in);
+  const double best = std::sqrt(kPsReferenceBytes * message_cost(s) * link_bytes_per_s(s) / fan_in);
   if (!(best >= double(kPsSmallestPartition))) return kPsSmallestPartition;  // also a cost of 0
   if (best >= double(kPsLargestPartition)) return kPsLargestPartition;
   const uint64_t below = std::bit_floor(uint64_t(best));
@@ -69,7 +71,9 @@ std::string describe_ring(const ClusterShape& s) {
 
 std::string describe_ps(const ClusterShape& s) {
   return "knobs for " + std::to_string(s.workers) + " workers x " + std::to_string(s.servers) + " servers (" +
-         std::to_string(int64_t(std::llround(kPsMessageS * 1e6))) + " us per message" + assumed_link(s) + "): ";
+         std::to_string(int64_t(std::llround(message_cost(s) * 1e6))) + " us per message" +
+         (message_cost(s) == kPsMessageSharedCoresS ? ": the workers fill the host's cores" : "") + assumed_link(s) +
+         "): ";
 }
 
 // The log line: what was chosen, what was set, and why.
@@ -93,6 +97,10 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
 }
 
 }  // namespace
+
+double ps_message_s(int local_workers, unsigned cores) {
+  return cores > 0 && local_workers >= int(cores) ? kPsMessageSharedCoresS : kPsMessageS;
+}
 
 MessageCost ring_allreduce_cost(int workers, double link_bps, double step_latency_s) {
   if (workers <= 1) return {0, 0};  // nothing to exchange

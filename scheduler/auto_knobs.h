@@ -24,8 +24,9 @@
 //     in all 120 (bench/RESULTS.md, issue 12, item 1). The credit is the same all through the backward: shrinking it
 //     before the backward's end, so the first-needed gradients meet empty queues, did not move the every-worker
 //     grid (bench/RESULTS.md, session 23; scheduler/priority_credit_policy.h);
-//   - the partition weighs incast against the per-message cost (kPsMessageS, m: each message costs each end m beside
-//     its bytes / rate R). With S servers a partition's round takes its server's downlink W (p / R + m): the incast
+//   - the partition weighs incast against the per-message cost (m: each message costs each end m beside its bytes /
+//     rate R; ClusterShape::message_s: kPsMessageS, or kPsMessageSharedCoresS where the workers fill their host's
+//     cores, below). With S servers a partition's round takes its server's downlink W (p / R + m): the incast
 //     latency a tensor needed first pays before its sum can come back. For B gradient bytes a step, a worker's link
 //     carries B / p messages each way and a server's W / S times as many, so the busier end pays about
 //     max(1, W / S) B m / p in per-message cost. Their sum, max(1, W / S) B m / p + W p / R, is least at
@@ -85,6 +86,9 @@ struct ClusterShape {
   // values below.
   double link_bps = 0;
   double step_latency_s = 0;
+  // Parameter server: the fixed cost of one message at one end (the PS partition rule's m). 0: kPsMessageS; the
+  // plugin passes ps_message_s() for its host.
+  double message_s = 0;
 };
 
 inline constexpr double kAssumedLinkBps = 10e9;       // when ClusterShape::link_bps is 0
@@ -99,6 +103,18 @@ inline constexpr double kAssumedStepLatencyS = 5e-6;  // when ClusterShape::step
 // simulator charges it on every real link a message crosses (simulator/network.h, PsParams::message_s), so the two
 // agree.
 inline constexpr double kPsMessageS = 5e-6;
+
+// m where the workers have no core to spare: as many worker processes on the host as it has cores, each computing on
+// the CPU, so every message's CPU (the engine's tasks and wake-ups, the transport's polling, the oneTBB workers'
+// spinning) is taken from the training compute and its wake-ups wait for a core. Measured on the main job (SmallCNN on
+// the CPU, 2 workers and a server on 2 cores, UCX shared memory at an emulated 1 Gbit/s, bench/RESULTS.md, session 23):
+// the server's emulated link stayed saturated through the big layer at 256 KiB and a 16 MiB credit changed nothing,
+// while each worker used 0.42-0.55 ms more CPU per extra partition. In step time (quiet, session 22) 256 KiB cost
+// 41.9 ms a step more than 4 MiB for 60 more partitions although its pipeline fills 31.5 ms sooner: 1.2 ms a partition.
+inline constexpr double kPsMessageSharedCoresS = 1.2e-3;
+
+// m for a host running `local_workers` worker processes on `cores` cores (0: unknown, the default kept).
+double ps_message_s(int local_workers, unsigned cores);
 
 // B in the PS partition rule: the gradient bytes a step is taken to carry per incast it exposes. In the simulator
 // (every worker simulated, 5 us per message, partitions 32 KiB-512 KiB side by side) the fastest partition at 16

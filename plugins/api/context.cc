@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iostream>
 #include <stdexcept>
+#include <thread>
 
 #include "comm_backends/backend_registry.h"
 #include "comm_backends/collective/collective_backend.h"
@@ -102,7 +103,9 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
     if (servers == 0 && config_.knobs.small_tensor_bytes == 0 && env_value("COMMSCHED_COLLECTIVE_FUSION_BYTES"))
       config_.knobs.small_tensor_bytes = collective::CollectiveOptions::from_env().fusion_bytes;
     link_ = estimate_link();
-    const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers, link_.rate_bps, 0});
+    // Where the local workers fill the host's cores, every message's CPU comes out of the training compute.
+    const double message_s = ps_message_s(env_.local_size, std::thread::hardware_concurrency());
+    const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers, link_.rate_bps, 0, message_s});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << " (" << link_.source << ")\n";
   }
   if (!backend) backend = make_backend(backend_kind_, env_, config_);

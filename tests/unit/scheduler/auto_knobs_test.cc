@@ -69,6 +69,31 @@ TEST(AutoKnobs, PsPartitionGrowsWithTheLinkAndShrinksWithTheFanIn) {
   EXPECT_EQ(auto_knobs({16, 16}).knobs.partition_bytes, auto_knobs({16, 16, kAssumedLinkBps}).knobs.partition_bytes);
 }
 
+// Workers that fill their host's cores pay each message out of their compute: m is the measured 1.2 ms, not 5 us.
+TEST(AutoKnobs, WorkersFillingTheirHostsCoresPayTheSharedCoresMessageCost) {
+  EXPECT_EQ(ps_message_s(2, 2), kPsMessageSharedCoresS);
+  EXPECT_EQ(ps_message_s(4, 2), kPsMessageSharedCoresS);
+  EXPECT_EQ(ps_message_s(1, 2), kPsMessageS) << "a core to spare";
+  EXPECT_EQ(ps_message_s(8, 64), kPsMessageS);
+  EXPECT_EQ(ps_message_s(2, 0), kPsMessageS) << "cores unknown";
+
+  // The main job's shape (2 workers, 1 server, 1 Gbit/s): sqrt(64 MiB x 1.2 ms x 125 MB/s) = 3.17 MB -> 4 MiB, where
+  // the 5 us default gives 256 KiB; the credit follows the partition (2 x 3 x 4 MiB, capped at 16 MiB). At 100 Mbit/s
+  // 1.0 MB -> 1 MiB.
+  const ClusterShape shared{2, 1, 1e9, 0, kPsMessageSharedCoresS};
+  EXPECT_EQ(auto_knobs({2, 1, 1e9}).knobs.partition_bytes, 256 * KiB);
+  EXPECT_EQ(auto_knobs(shared).knobs.partition_bytes, 4 * MiB);
+  EXPECT_EQ(auto_knobs(shared).knobs.credit_bytes, 16 * MiB);
+  EXPECT_EQ(auto_knobs({2, 1, 100e6, 0, kPsMessageSharedCoresS}).knobs.partition_bytes, 1 * MiB);
+  EXPECT_EQ(auto_knobs({2, 1, 10e9, 0, kPsMessageSharedCoresS}).knobs.partition_bytes, 4 * MiB) << "the PS chunk";
+  EngineConfig c;
+  const std::string why = apply_auto_knobs(c, shared);
+  EXPECT_NE(why.find("2 workers x 1 servers (1200 us per message: the workers fill the host's cores)"),
+            std::string::npos) << why;
+  EXPECT_NE(apply_auto_knobs(c, {2, 1, 1e9, 0, 0}).find("(5 us per message)"), std::string::npos)
+      << "0: the default";
+}
+
 TEST(AutoKnobs, WithOneWorkerTheDefaultsStay) {
   for (const ClusterShape shape : {ClusterShape{1, 1}, ClusterShape{1, 0}}) {
     EXPECT_EQ(auto_knobs(shape).knobs.partition_bytes, Knobs{}.partition_bytes);
