@@ -9,6 +9,10 @@
 
 namespace commsched {
 
+// The cores this process may run on: its CPU affinity (what taskset, a cgroup's cpuset or Slurm's binding leave it),
+// which std::thread::hardware_concurrency() ignores; that where the affinity cannot be read. At least 1.
+unsigned usable_cores();
+
 // User + system CPU seconds of this process (self) or of its waited-for descendants (children: every process it
 // started and reaped, and theirs, once reaped).
 double process_cpu_s(bool children);

@@ -113,7 +113,8 @@ inline constexpr double kPsMessageS = 5e-6;
 // 41.9 ms a step more than 4 MiB for 60 more partitions although its pipeline fills 31.5 ms sooner: 1.2 ms a partition.
 inline constexpr double kPsMessageSharedCoresS = 1.2e-3;
 
-// m for a host running `local_workers` worker processes on `cores` cores (0: unknown, the default kept).
+// m for a host running `local_workers` worker processes on `cores` cores (the plugin passes base/cpu_usage.h's
+// usable_cores(): the affinity, so a cpuset or a Slurm binding counts; 0: unknown, the default kept).
 double ps_message_s(int local_workers, unsigned cores);
 
 // B in the PS partition rule: the gradient bytes a step is taken to carry per incast it exposes. In the simulator

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/cpu_usage.h"
 #include "comm_backends/collective/kv_store.h"
 #include "comm_backends/straggler.h"
 
@@ -28,7 +29,7 @@ control::VanOptions van_options(const ClusterEnv& env, const PsConfig& cfg, cons
 
 SumEngine::Options engine_options(const ClusterEnv& env, const PsConfig& cfg) {
   SumEngine::Options o;
-  o.shards = cfg.server_threads > 0 ? cfg.server_threads : static_cast<int>(std::thread::hardware_concurrency());
+  o.shards = cfg.server_threads > 0 ? cfg.server_threads : static_cast<int>(usable_cores());
   o.num_workers = static_cast<uint32_t>(env.num_workers);
   o.deterministic = cfg.deterministic;
   o.staleness = cfg.staleness_bound();

@@ -1,5 +1,6 @@
 #include "comm_backends/ps/sum_kernels.h"
 
+#include "base/cpu_usage.h"
 #include "scheduler/spin_wait.h"
 
 #include <algorithm>
@@ -92,7 +93,7 @@ struct Summer::Pool {
 
 Summer::Summer(int threads, uint64_t parallel_bytes)
     : parallel_bytes_(std::max<uint64_t>(parallel_bytes, 64 * 1024)),
-      threads_(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency())),
+      threads_(threads > 0 ? threads : static_cast<int>(usable_cores())),
       pool_(threads_ > 1 ? std::make_unique<Pool>(threads_ - 1) : nullptr) {}
 Summer::~Summer() = default;
 

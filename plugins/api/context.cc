@@ -3,8 +3,8 @@
 #include <cmath>
 #include <iostream>
 #include <stdexcept>
-#include <thread>
 
+#include "base/cpu_usage.h"
 #include "comm_backends/backend_registry.h"
 #include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/comm_backend.h"
@@ -104,7 +104,7 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
       config_.knobs.small_tensor_bytes = collective::CollectiveOptions::from_env().fusion_bytes;
     link_ = estimate_link();
     // Where the local workers fill the host's cores, every message's CPU comes out of the training compute.
-    const double message_s = ps_message_s(env_.local_size, std::thread::hardware_concurrency());
+    const double message_s = ps_message_s(env_.local_size, usable_cores());
     const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers, link_.rate_bps, 0, message_s});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << " (" << link_.source << ")\n";
   }

@@ -3,10 +3,13 @@
 #include "base/cpu_usage.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
+#include <thread>
 
 namespace commsched {
 namespace {
@@ -47,6 +50,28 @@ TEST(CpuUsage, TheMachinesBusyShareIsAFraction) {
   ASSERT_TRUE(busy);
   EXPECT_GT(*busy, 0.0);
   EXPECT_LE(*busy, 1.0);
+}
+
+// A process bound to fewer cores than the machine has (taskset, a cpuset, Slurm's binding) may use only those: the
+// PS partition rule and the server's summing threads count them, not the machine's.
+TEST(CpuUsage, UsableCoresFollowTheAffinityNotTheMachine) {
+  EXPECT_GE(usable_cores(), 1u);
+  EXPECT_LE(usable_cores(), std::max(1u, std::thread::hardware_concurrency()));
+  unsigned seen = 0;
+  std::thread bound([&] {  // the affinity is per thread; bind a thread of our own to its first allowed core
+    cpu_set_t all, one;
+    ASSERT_EQ(::sched_getaffinity(0, sizeof(all), &all), 0);
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &all)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+    seen = usable_cores();
+  });
+  bound.join();
+  EXPECT_EQ(seen, 1u);
 }
 
 }  // namespace
