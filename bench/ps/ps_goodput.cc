@@ -7,7 +7,7 @@
 //                                                   ucx_perftest tag_bw over each UCX column's UCX_TLS (left out, said
 //                                                   so, when it is not installed), then each one's ratios to those;
 //                                                   --ucx-tls LIST adds a column for UCX over LIST (e.g. rc,ud:aux)
-//   ps_goodput fused [--parts N] [--mib-per-size M] [--reps R]
+//   ps_goodput fused [--parts N] [--mib-per-size M] [--reps R]      (M: 32; the other modes 256, workers 64)
 //                                                   N small partitions (4..256 KiB, each its own tensor) per round as
 //                                                   one fused batch (one message each way) against N batches of one
 //                                                   (a message each way apiece), every transport, rounds back to back
@@ -85,8 +85,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argv[1];
-  std::map<std::string, std::string> opt = {{"--root", "127.0.0.1"}, {"--bind", "127.0.0.1"}, {"--port", "0"},
-                                            {"--mib-per-size", "256"}};
+  std::map<std::string, std::string> opt = {{"--root", "127.0.0.1"}, {"--bind", "127.0.0.1"}, {"--port", "0"}};
   for (int i = 2; i + 1 < argc; i += 2) opt[argv[i]] = argv[i + 1];
   const int port = std::stoi(opt["--port"]);
   std::vector<uint64_t> sizes = default_sizes();
@@ -98,7 +97,11 @@ int main(int argc, char** argv) {
       at = end + 1;
     }
   }
-  const uint64_t mib = std::stoull(opt["--mib-per-size"]);
+  // MiB moved per partition size; each mode has its default (the fused and workers modes move less per round).
+  const auto mib_or = [&](uint64_t fallback) {
+    return opt.count("--mib-per-size") ? std::stoull(opt["--mib-per-size"]) : fallback;
+  };
+  const uint64_t mib = mib_or(256);
   const int reps = opt.count("--reps") ? std::stoi(opt["--reps"]) : 3;
   // --transports zmq,shm,tcp (default: all three): which clusters the transports and workers modes measure.
   const std::string transports = opt.count("--transports") ? opt["--transports"] : "zmq,shm,tcp";
@@ -125,10 +128,10 @@ int main(int argc, char** argv) {
     }
     if (mode == "fused")
       return compare_fused(opt.count("--parts") ? std::stoull(opt["--parts"]) : 64,
-                           opt.count("--mib-per-size") ? mib : 32, reps);
+                           mib_or(32), reps);
     if (mode == "workers")
       return compare_workers(sizes, transports, opt.count("--workers") ? std::stoi(opt["--workers"]) : 4,
-                             opt.count("--mib-per-size") ? mib : 64, reps);
+                             mib_or(64), reps);
     if (mode == "transports")
       return compare_transports(sizes, transports, mib, reps, opt.count("--ucx-tls") ? opt["--ucx-tls"] : "");
     if (mode == "local") return run_local(sizes, mib, reps);
