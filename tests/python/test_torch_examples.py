@@ -1,8 +1,9 @@
 """The PyTorch examples run under `commsched launch`: the CNN's loss really falls, the benchmark reports img/s."""
 import json
+import os
 import pathlib
 
-from torch_cluster import launch
+from torch_cluster import PYTHON, child_env, commsched_bin, run_process, launch
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
@@ -15,6 +16,19 @@ def test_pytorch_train_loss_falls_with_the_scheduler_and_cross_iteration(tmp_pat
     r = json.loads(result.read_text())
     assert r["policy"] == "bytescheduler" and r["cross_iteration"] and r["workers"] == 2, r
     assert r["loss_last"] < r["loss_first"] * 2 / 3 and r["images_per_s"] > 0, r
+
+
+def test_workers_bound_to_one_core_get_the_shared_cores_partition():
+    """Two workers on one core (taskset: what a cpuset or Slurm's binding leaves them): the plugin tells the PS
+    partition rule that each message's CPU comes out of the compute (1.2 ms, not 5 us), so the knobs it logs and uses
+    are 4 MiB partitions; with the machine's core count instead of the affinity a multi-core host would say 5 us."""
+    core = str(min(os.sched_getaffinity(0)))
+    cmd = ["taskset", "-c", core, commsched_bin(), "launch", "-w", "2", "-s", "1", "--", PYTHON,
+           str(EXAMPLES / "pytorch_train.py"), "--policy", "bytescheduler", "--steps", "3", "--warmup", "1", "--hidden", "16"]
+    rc, log = run_process(cmd, child_env({}), 120)
+    assert rc == 0, log
+    assert "knobs for 2 workers x 1 servers (1200 us per message: the workers fill the host's cores" in log, log
+    assert "partition 4 MiB (automatic" in log, log
 
 
 def test_pytorch_synthetic_benchmark_reports_throughput():
