@@ -207,9 +207,16 @@ void GlobalOrder::forget_vouched(int rank) {
   }
 }
 
+bool GlobalOrder::not_yet_ordered(const Slot& slot, uint64_t round) const {
+  if (auto it = pending_.find(slot); it != pending_.end() && it->second.round == round) return true;
+  for (const auto& [seq, e] : held_)
+    if (e.desc.key == slot.key && e.desc.offset == slot.offset && e.round == round) return true;
+  return false;
+}
+
 void GlobalOrder::fail_vouched(int rank, GlobalOrderOutput& out) {
   for (const auto& [k, v] : vouched_)
-    if (v.expect[rank])
+    if (v.expect[rank] && !not_yet_ordered(k.slot, k.round))
       out.errors.push_back({k.slot.key, k.slot.offset, k.round, Status::Code::cancelled,
                             task_label(v.name, k.slot.key) + ": rank " + std::to_string(rank) +
                                 " shut down before it ran"});

@@ -282,9 +282,11 @@ class GlobalOrder final : DispatchSink {
   bool vouched_report(int rank, const Slot& slot, uint64_t round);
   // `rank` will report nothing more (joined or gone): no vouched partition waits for its report.
   void forget_vouched(int rank);
-  // `rank` shut down: every partition rank 0 vouched for that it had not reported fails, naming it (already ordered,
-  // its collective cannot finish without that rank).
+  // `rank` shut down: every partition rank 0 vouched for and already ordered that it had not reported fails, naming it
+  // (its collective cannot finish without that rank). One not yet ordered is left alone: it still runs (on_bye keeps
+  // complete entries) and its order will name it, which every rank must still find pending.
   void fail_vouched(int rank, GlobalOrderOutput& out);
+  bool not_yet_ordered(const Slot& slot, uint64_t round) const;  // still gathering, or held by the policy
   void poison(Entry& e, uint64_t round, std::string message, Status::Code code, GlobalOrderOutput& out);
   std::string mismatch_message(const Entry& e, int rank, const PartitionDesc& desc, uint64_t round) const;
   uint32_t cache_id_for(const Entry& e, OrderMsg& order);

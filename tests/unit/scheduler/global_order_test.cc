@@ -329,6 +329,24 @@ TEST(GlobalOrder, ARankThatShutsDownBeforeWhatRankZeroVouchedForIsNamedInItsErro
   EXPECT_TRUE(again.errors.empty()) << again.errors[0].message;
 }
 
+// A vouched partition not yet ordered when a rank leaves is not failed ahead of its order: the order still names it,
+// and a rank that had failed it already would find the order naming a partition it no longer has.
+TEST(GlobalOrder, AVouchedPartitionNotYetOrderedIsNotFailedWhenARankLeaves) {
+  GlobalOrder c = make(3, 0);
+  c.set_vouching(true);
+  const auto d = desc(7, 0, 256);
+  const uint32_t id = order_once(c, 3, d);
+  GlobalOrderOutput out;
+  c.on_ready(0, std::vector{by_id(id, 1)}, out);
+  c.on_ready(2, std::vector{by_id(id, 1)}, out);
+  GlobalOrderOutput bye;
+  c.on_bye(1, bye);  // before the flush: rank 0 vouched, nothing ordered yet
+  EXPECT_TRUE(bye.errors.empty()) << bye.errors[0].message;
+  c.flush(0, out);
+  EXPECT_EQ(out.order.groups.size(), 1u) << "the vouched partition is still ordered";
+  EXPECT_TRUE(out.errors.empty());
+}
+
 TEST(GlobalOrder, MismatchedSizeFailsOnEveryRankNamingKeyRanksAndSizes) {
   GlobalOrder c = make(3, 0);
   GlobalOrderOutput out;
