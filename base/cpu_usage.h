@@ -9,8 +9,9 @@
 
 namespace commsched {
 
-// The cores this process may run on: its CPU affinity (what taskset, a cgroup's cpuset or Slurm's binding leave it),
-// which std::thread::hardware_concurrency() ignores; that where the affinity cannot be read. At least 1.
+// The cores the calling thread may run on: its CPU affinity, which a process's threads inherit from where it started
+// (what taskset, a cgroup's cpuset or a launcher's per-rank binding leave it) and which
+// std::thread::hardware_concurrency() ignores; that where the affinity cannot be read. At least 1.
 unsigned usable_cores();
 
 // User + system CPU seconds of this process (self) or of its waited-for descendants (children: every process it

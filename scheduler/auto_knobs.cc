@@ -32,9 +32,10 @@ uint64_t ps_credit_for(uint64_t partition, int workers) {
 
 double link_bytes_per_s(const ClusterShape& s) { return (s.link_bps > 0 ? s.link_bps : kAssumedLinkBps) / 8; }
 
-// The power of two nearest (in ratio) to sqrt(B * m * rate / min(W, S)), within [16 KiB, 4 MiB] (see the header).
+// m: the shape's per-message cost, or the dedicated-core default.
 double message_cost(const ClusterShape& s) { return s.message_s > 0 ? s.message_s : kPsMessageS; }
 
+// The power of two nearest (in ratio) to sqrt(B * m * rate / min(W, S)), within [16 KiB, 4 MiB] (see the header).
 uint64_t ps_partition(const ClusterShape& s) {
   const double fan_in = std::min(s.workers, s.servers);
   const double best = std::sqrt(kPsReferenceBytes * message_cost(s) * link_bytes_per_s(s) / fan_in);

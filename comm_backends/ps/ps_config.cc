@@ -32,7 +32,7 @@ OptionTable<PsConfig> build_ps_table() {
   t.bind("emulate_rate", "COMMSCHED_EMULATE_RATE", [](C& c) -> double& { return c.emulate_rate_bps; },
          rate_value(/*allow_unlimited=*/true), "EMULATED link rate per process (token bucket on sends), e.g. 1gbit");
   t.bind("server_threads", "COMMSCHED_PS_SERVER_THREADS", [](C& c) -> int& { return c.server_threads; },
-         int_value(0, 1024), "summation threads per server (0: all cores)");
+         int_value(0, 1024), "summation threads per server (0: one per core this process may use)");
   t.bind("parallel_sum_bytes", "COMMSCHED_PS_PARALLEL_SUM_BYTES", [](C& c) -> uint64_t& { return c.parallel_sum_bytes; },
          size_value(), "partitions at least this big are summed by several threads");
   t.bind("heartbeat", "COMMSCHED_PS_HEARTBEAT", [](C& c) -> double& { return c.heartbeat_s; }, duration_value(),
