@@ -72,6 +72,12 @@ void tune_control_socket(int fd, double send_timeout_s);
 // Waits until fd is readable (or closed) or the deadline passes; false at the deadline.
 bool wait_readable(int fd, Deadline deadline);
 
+// For transports this code does not write itself (Gloo's TCP pairs write with writev, which has no MSG_NOSIGNAL): a
+// write to a peer that died raises SIGPIPE, whose default action kills this rank before it can report the loss and
+// name the peer. Ignores SIGPIPE unless the program set its own disposition (Python already ignores it), so such a
+// write fails with EPIPE instead. Returns whether it changed the disposition.
+bool ignore_sigpipe_unless_handled();
+
 // Writes all bytes (blocking socket); false when the peer is gone or the send timed out (errno says which).
 bool send_bytes(int fd, std::string_view bytes);
 // Writes all bytes (blocking socket). Throws std::runtime_error with `what` on failure or timeout.

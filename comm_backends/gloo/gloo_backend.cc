@@ -90,6 +90,7 @@ void gloo_allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, void* data, D
 
 GlooMesh connect_gloo_mesh(const ClusterEnv& env, int rank, int size, control::Store& kv, const std::string& prefix) {
   GlooMesh mesh;
+  control::ignore_sigpipe_unless_handled();  // a killed peer must fail our writes, not kill this rank (CI saw it)
   mesh.device = gloo::transport::tcp::CreateDevice(transport_attr(env));
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   // Gloo's timeout bounds every collective, so a hung (not dead) peer is noticed too.

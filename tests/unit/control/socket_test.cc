@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstring>
@@ -153,6 +154,24 @@ TEST(ControlSocket, AClosedPeerIsNamed) {
   bool sent = true;
   for (int i = 0; i < 100 && sent; ++i) sent = send_bytes(p.accepted.get(), std::string(65536, 'x'));
   EXPECT_FALSE(sent);
+}
+
+// A rank whose Gloo pair writes to a killed peer must see EPIPE, not die of SIGPIPE; a program's own handler stays.
+TEST(ControlSocket, SigpipeIsIgnoredUnlessTheProgramHandlesIt) {
+  struct sigaction saved {};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &saved), 0);
+  ::signal(SIGPIPE, SIG_DFL);
+  EXPECT_TRUE(ignore_sigpipe_unless_handled());
+  struct sigaction now {};
+  ::sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+  EXPECT_FALSE(ignore_sigpipe_unless_handled()) << "already ignored";
+  static void (*const own)(int) = [](int) {};
+  ::signal(SIGPIPE, own);
+  EXPECT_FALSE(ignore_sigpipe_unless_handled());
+  ::sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, own) << "the program's handler was replaced";
+  ::sigaction(SIGPIPE, &saved, nullptr);
 }
 
 // The event loops' pieces (the UCX transport's dialler): an address resolved once, a connect finished by the loop.
