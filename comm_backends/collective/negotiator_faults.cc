@@ -109,6 +109,7 @@ void Negotiator::fail_all_pending(const Status& st) {
     pending.swap(pending_);
     ahead.swap(ordered_ahead_);  // ordered, but waiting for submissions that can no longer be run with the others
     awaited_.clear();
+    ordered_failures_.clear();  // nothing runs any more to fail for these reasons
   }
   for (const auto& [slot, local] : pending) cb_.fail(local.token, st);
   for (const OrderedAhead& g : ahead)

@@ -277,7 +277,9 @@ void Negotiator::apply_error(const ErrorMsg& e) {
     std::lock_guard lock(mu_);
     auto it = pending_.find(Slot{e.key, e.offset});
     if (it == pending_.end()) {  // ordered already (rank 0 vouched), failed already, or not ours
-      ordered_failures_[Slot{e.key, e.offset}] = {e.round, e.message};
+      // Only a shut-down rank's reason is kept for the collective that will fail without it; another error of a
+      // partition no longer pending must not relabel a later failure.
+      if (e.code == Status::Code::cancelled) ordered_failures_[Slot{e.key, e.offset}] = {e.round, e.message};
       return;
     }
     if (it->second.round != e.round) return;
