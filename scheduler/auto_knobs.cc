@@ -99,7 +99,8 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
 
 }  // namespace
 
-double ps_message_s(int local_workers, unsigned cores) {
+double ps_message_s(int local_workers, unsigned cores, int gpus) {
+  if (gpus > 0) return kPsMessageS;  // the workers compute on their GPUs: a message's CPU does not delay that
   return cores > 0 && local_workers >= int(cores) ? kPsMessageSharedCoresS : kPsMessageS;
 }
 

@@ -115,7 +115,9 @@ inline constexpr double kPsMessageSharedCoresS = 1.2e-3;
 
 // m for a host running `local_workers` worker processes on `cores` cores (the plugin passes base/cpu_usage.h's
 // usable_cores(): the affinity, so a cpuset or a Slurm binding counts; 0: unknown, the default kept).
-double ps_message_s(int local_workers, unsigned cores);
+// A process that sees a GPU (`gpus` > 0) trains on it, so its host keeps the default whatever its cores: a
+// per-rank binding of a GPU job (Slurm's --cpus-per-task, mpirun --bind-to) would otherwise look like full cores.
+double ps_message_s(int local_workers, unsigned cores, int gpus = 0);
 
 // B in the PS partition rule: the gradient bytes a step is taken to carry per incast it exposes. In the simulator
 // (every worker simulated, 5 us per message, partitions 32 KiB-512 KiB side by side) the fastest partition at 16

@@ -17,12 +17,23 @@
 #include "scheduler/stages/device_copy_stage.h"
 #ifdef COMMSCHED_HAVE_CUDA
 #include "cuda/cuda_copier.h"
+#include "cuda/cuda_devices.h"
 #endif
 
 namespace commsched {
 namespace {
 
 constexpr const char* kBackendVar = "COMMSCHED_BACKEND";
+
+// GPUs this process sees (0 in a build without CUDA): the PS partition rule's message cost depends on where the
+// workers compute.
+int visible_gpus() {
+#ifdef COMMSCHED_HAVE_CUDA
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
 
 BackendKind choose_backend(const ClusterEnv& env, const ContextOptions& options, const std::string& env_backend) {
   if (!options.backend.empty()) return parse_backend_kind("backend", options.backend);
@@ -103,8 +114,9 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
     if (servers == 0 && config_.knobs.small_tensor_bytes == 0 && env_value("COMMSCHED_COLLECTIVE_FUSION_BYTES"))
       config_.knobs.small_tensor_bytes = collective::CollectiveOptions::from_env().fusion_bytes;
     link_ = estimate_link();
-    // Where the local workers fill the host's cores, every message's CPU comes out of the training compute.
-    const double message_s = ps_message_s(env_.local_size, usable_cores());
+    // Where the local workers fill the host's cores and compute on them (no GPU), every message's CPU comes out of the
+    // training compute (the PS rule only: the all-reduce rule has no per-message cost).
+    const double message_s = servers > 0 ? ps_message_s(env_.local_size, usable_cores(), visible_gpus()) : 0;
     const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers, link_.rate_bps, 0, message_s});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << " (" << link_.source << ")\n";
   }

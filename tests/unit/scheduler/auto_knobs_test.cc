@@ -76,6 +76,8 @@ TEST(AutoKnobs, WorkersFillingTheirHostsCoresPayTheSharedCoresMessageCost) {
   EXPECT_EQ(ps_message_s(1, 2), kPsMessageS) << "a core to spare";
   EXPECT_EQ(ps_message_s(8, 64), kPsMessageS);
   EXPECT_EQ(ps_message_s(2, 0), kPsMessageS) << "cores unknown";
+  EXPECT_EQ(ps_message_s(8, 8, 8), kPsMessageS) << "GPU workers bound to 8 cores each compute on their GPUs";
+  EXPECT_EQ(ps_message_s(2, 2, 0), kPsMessageSharedCoresS) << "no GPU: the CPU computes";
 
   // The main job's shape (2 workers, 1 server, 1 Gbit/s): sqrt(64 MiB x 1.2 ms x 125 MB/s) = 3.17 MB -> 4 MiB, where
   // the 5 us default gives 256 KiB; the credit follows the partition (2 x 3 x 4 MiB, capped at 16 MiB). At 100 Mbit/s
