@@ -58,6 +58,11 @@ uint64_t ring_partition(const ClusterShape& s) {
   return std::clamp(wanted, kRingSmallestPartition, kRingLargest);
 }
 
+// Kept at two partitions although a smaller bound is faster in the many-tensor cells that miss the bound: the best
+// fusion bound depends on the model, not only on the cluster's shape (BERT and Transformer 4-32 MiB, ResNet-50 32 MiB
+// over 4 MiB partitions, VGG-16 at 100 Gbit/s and 128-256 workers 512 MiB or more, so that its 411 MB fc6 gradient
+// fuses), and every shape-only bound tried (caps of 8-64 MiB or of link time, shares of 1/8-1/64) either put a cell
+// below 0.98x the best baseline or gained at most one cell (bench/RESULTS.md, session 24).
 uint64_t ring_fusion_for(uint64_t partition) { return partition == 0 ? 0 : std::min(2 * partition, kRingLargest); }
 
 std::string assumed_link(const ClusterShape& s) {
