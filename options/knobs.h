@@ -79,7 +79,7 @@ inline constexpr KnobSpec kKnobs[] = {
      .doc = "bytescheduler partition size (unlimited: no split); when unset: automatic (scheduler/auto_knobs.h): "
             "parameter server the power of two nearest sqrt(64 MiB x per-message cost x link rate / min(workers, "
             "servers)) within 16 KiB-4 MiB (5 us a message; 1.2 ms where the workers fill the host's cores); "
-            "all-reduce large enough that the ring latency is at most 1/32 of its bytes' time, at least 4 MiB",
+            "all-reduce large enough that the ring latency is at most 1/64 of its bytes' time, at least 4 MiB",
      // 4 KiB alignment fits every dtype.
      .tuning = {KnobScale::log_bytes, 64.0 * 1024, 64.0 * 1024 * 1024, 4096, {}, false},
      .ps = {knob_grids::partition_ps},
@@ -105,9 +105,9 @@ inline constexpr KnobSpec kKnobs[] = {
      .field = &Knobs::small_tensor_bytes,
      .zero = ZeroSize::off,
      .doc = "bytescheduler fuses queued tensors up to this size into one message (0: off; on all-reduce, 0 is "
-            "automatic: two partitions)",
+            "automatic: one partition, at least 8 MiB)",
      // Off is the band below the smallest bound: the tuner learns whether fusing pays at all, next to fusing a little.
-     // The top reaches the automatic all-reduce bound (two partitions) of the large partitions slow rings want.
+     // The top reaches the automatic all-reduce bound (one partition) of the large partitions slow rings want.
      .tuning = {KnobScale::log_bytes, 16.0 * 1024, 256.0 * 1024 * 1024, 4096, {}, false, false, true},
      .ps = {knob_grids::small_tensor_ps},
      .allreduce = {knob_grids::small_tensor_allreduce},

@@ -14,8 +14,9 @@ constexpr uint64_t kPsSmallestPartition = 16 * KiB;
 constexpr uint64_t kPsLargestPartition = 4 * MiB;     // the PS backend's chunk: larger messages travel as chunks anyway
 
 // All-reduce.
-constexpr double kLatencyShare = 32;  // a partition's ring latency <= 1/32 of its bytes' time
+constexpr double kLatencyShare = 64;  // a partition's ring latency <= 1/64 of its bytes' time
 constexpr uint64_t kRingSmallestPartition = Knobs{}.partition_bytes;
+constexpr uint64_t kRingSmallestFusion = 2 * kRingSmallestPartition;  // the fusion bound's floor
 constexpr uint64_t kRingLargest = 1024 * MiB;  // partitions and fused batches
 constexpr uint64_t kOneBatchInFlight = 1;      // a credit below any partition: one batch at a time
 
@@ -58,12 +59,16 @@ uint64_t ring_partition(const ClusterShape& s) {
   return std::clamp(wanted, kRingSmallestPartition, kRingLargest);
 }
 
-// Kept at two partitions although a smaller bound is faster in the many-tensor cells that miss the bound: the best
-// fusion bound depends on the model, not only on the cluster's shape (BERT and Transformer 4-32 MiB, ResNet-50 32 MiB
-// over 4 MiB partitions, VGG-16 at 100 Gbit/s and 128-256 workers 512 MiB or more, so that its 411 MB fc6 gradient
-// fuses), and every shape-only bound tried (caps of 8-64 MiB or of link time, shares of 1/8-1/64) either put a cell
-// below 0.98x the best baseline or gained at most one cell (bench/RESULTS.md, session 24).
-uint64_t ring_fusion_for(uint64_t partition) { return partition == 0 ? 0 : std::min(2 * partition, kRingLargest); }
+// One partition, at least two of the smallest: the same bound as the 1/32 rule's two partitions (which one 1/64
+// partition equals), so the share of 1/64 changes only how finely large tensors are cut: half as many collectives
+// for them, each paying the ring latency once. Smaller fusion bounds are faster in the many-tensor cells that miss
+// the bound, but the best bound depends on the model, not only on the cluster's shape (BERT and Transformer 4-32 MiB,
+// ResNet-50 32 MiB over 4 MiB partitions, VGG-16 at 100 Gbit/s and 128-256 workers 512 MiB or more), and every
+// shape-only bound tried (caps of 8-64 MiB or of link time, shares of 1/8-1/16) put a cell below 0.98x the best
+// baseline (bench/RESULTS.md, session 24).
+uint64_t ring_fusion_for(uint64_t partition) {
+  return partition == 0 ? 0 : std::min(std::max(partition, kRingSmallestFusion), kRingLargest);
+}
 
 std::string assumed_link(const ClusterShape& s) {
   return s.link_bps > 0 ? "" : ", link assumed " + std::to_string(int(kAssumedLinkBps / 1e9)) + " Gbit/s";
@@ -92,13 +97,16 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
                                         "takes to send";
   std::string why = ring ? describe_ring(shape) : describe_ps(shape);
   why += "partition " + format_bytes(config.knobs.partition_bytes) +
-         (config.partition_set ? " (set)" : ring ? " (automatic)" : " (automatic: incast against per-message cost)") +
+         (config.partition_set ? " (set)"
+          : ring ? " (automatic: ring latency at most 1/" + std::to_string(int(kLatencyShare)) + " of its bytes' time)"
+                 : " (automatic: incast against per-message cost)") +
          ", credit " +
          describe_knob(registered_knob("credit_bytes"), config.knobs) +
          (config.credit_set ? " (set)" : " (automatic: " + credit_why + ")");
   if (fusion_automatic)
     why += ", tensors fused up to " + format_bytes(config.knobs.small_tensor_bytes) +
-           " (automatic: each collective pays the ring latency)";
+           " (automatic: one partition, at least " + format_bytes(kRingSmallestFusion) +
+           ": each collective pays the ring latency)";
   return why;
 }
 

@@ -57,18 +57,18 @@
 //   alpha + beta * b,   alpha = 2(n-1) * step latency,   beta = 2(n-1)/n / link rate,
 // so the latency, which grows with n, must be amortised by the message. The collectives run one at a time (the ring
 // pipelines its own chunks, so one collective keeps every link busy), which gives the three knobs:
-//   - partition: the smallest power of two that pays at most 1/32 of its bytes' time in latency,
-//     kLatencyShare * alpha / beta = 32 * n * step latency * rate (in bytes), within [4 MiB, 1 GiB]; at 256 workers,
-//     5 us per step and 10 Gbit/s that is 64 MiB, where the fixed 4 MiB pays 2.55 ms of latency per 6.7 ms of bytes;
+//   - partition: the smallest power of two that pays at most 1/64 of its bytes' time in latency,
+//     kLatencyShare * alpha / beta = 64 * n * step latency * rate (in bytes), within [4 MiB, 1 GiB]; at 256 workers,
+//     5 us per step and 10 Gbit/s that is 128 MiB, where the fixed 4 MiB pays 2.55 ms of latency per 6.7 ms of bytes;
 //   - credit: one batch in flight. A free credit would start every small tensor as a collective of its own, each
 //     paying alpha; with one batch in flight whatever becomes ready meanwhile waits and is fused into the next one,
 //     so batches grow with the backlog and stay small (urgent) when the queue is short. The next batch is ordered the
 //     moment the running one ends: the pipe stays full;
-//   - small-tensor fusion bound: two partitions (the fused batch amortises its latency as well as a partition).
-// In the simulator (5 profiles x 1-100 Gbit/s x 8-256 workers, bench/RESULTS.md) latency shares of 1/8 and 1/16 left
-// ResNet-50 at 256 workers 1.3-2x the bound, 1/32 with fusion bounds of 2 partitions reached it within 10% in 74 of
-// 80 cells and was never below 0.98x the best baseline; a credit of one partition instead lost to Horovod-style
-// fusion by up to 3x at 256 workers (every small tensor its own collective). The 4 MiB floor is the fixed default:
+//   - small-tensor fusion bound: one partition, at least 8 MiB (two of the smallest partitions).
+// In the simulator (5 profiles x 1-100 Gbit/s x 8-256 workers, ring, bench/RESULTS.md, session 24) that is the 1/32
+// rule's fusion bound, with large tensors cut into half as many pieces: faster in 43 of 120 cells (up to 1.5%), slower
+// in 4 (under 1%), never below 0.98x the best baseline. Shares of 1/8 and 1/16, and every smaller fusion bound tried,
+// put cells below 0.98x (the best fusion bound depends on the model, not on the shape). The 4 MiB floor is the default:
 // below it the per-call costs of the real collectives, which the ring model leaves out, dominate.
 #pragma once
 

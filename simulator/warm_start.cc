@@ -28,8 +28,8 @@ GridSpec spec_for(const WarmStartJob& job) {
   s.base.policy = PolicyKind::bytescheduler;
   use_default_knob_grid(s);
   for (size_t i = 0; i < kKnobCount; ++i) keep_reachable(s.knob_grid[i], job.bounds.knobs[i]);
-  // The job's own fusion bound is a candidate too: on all-reduce it is the automatic one (two partitions), which the
-  // grid's bounds need not hold.
+  // The job's own fusion bound is a candidate too: on all-reduce it is the automatic one (a partition, at least
+  // 8 MiB), which the grid's bounds need not hold.
   std::vector<double>& fusion = s.grid("small_tensor_bytes");
   const double own = double(job.base.knobs.small_tensor_bytes);
   if (std::find(fusion.begin(), fusion.end(), own) == fusion.end()) fusion.push_back(own);
