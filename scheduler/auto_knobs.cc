@@ -34,7 +34,7 @@ uint64_t ps_credit_for(uint64_t partition, int workers) {
 double link_bytes_per_s(const ClusterShape& s) { return (s.link_bps > 0 ? s.link_bps : kAssumedLinkBps) / 8; }
 
 // m: the shape's per-message cost, or the dedicated-core default.
-double message_cost(const ClusterShape& s) { return s.message_s > 0 ? s.message_s : kPsMessageS; }
+double message_cost(const ClusterShape& s) { return s.message.seconds > 0 ? s.message.seconds : kPsMessageS; }
 
 // The power of two nearest (in ratio) to sqrt(B * m * rate / min(W, S)), within [16 KiB, 4 MiB] (see the header).
 uint64_t ps_partition(const ClusterShape& s) {
@@ -83,7 +83,7 @@ std::string describe_ring(const ClusterShape& s) {
 std::string describe_ps(const ClusterShape& s) {
   return "knobs for " + std::to_string(s.workers) + " workers x " + std::to_string(s.servers) + " servers (" +
          std::to_string(int64_t(std::llround(message_cost(s) * 1e6))) + " us per message" +
-         (message_cost(s) == kPsMessageSharedCoresS ? ": the workers fill the host's cores" : "") + assumed_link(s) +
+         (s.message.why.empty() ? "" : ": " + s.message.why) + assumed_link(s) +
          "): ";
 }
 
@@ -112,9 +112,10 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
 
 }  // namespace
 
-double ps_message_s(int local_workers, unsigned cores, int gpus) {
-  if (gpus > 0) return kPsMessageS;  // the workers compute on their GPUs: a message's CPU does not delay that
-  return cores > 0 && local_workers >= int(cores) ? kPsMessageSharedCoresS : kPsMessageS;
+PsMessageCost ps_message_s(int local_workers, unsigned cores, int gpus) {
+  if (gpus > 0) return {kPsMessageS, ""};  // the workers compute on their GPUs: a message's CPU does not delay that
+  if (cores > 0 && local_workers >= int(cores)) return {kPsMessageSharedCoresS, "the workers fill the host's cores"};
+  return {kPsMessageS, ""};
 }
 
 MessageCost ring_allreduce_cost(int workers, double link_bps, double step_latency_s) {

@@ -25,7 +25,7 @@
 //     before the backward's end, so the first-needed gradients meet empty queues, did not move the every-worker
 //     grid (bench/RESULTS.md, session 23; scheduler/priority_credit_policy.h);
 //   - the partition weighs incast against the per-message cost (m: each message costs each end m beside its bytes /
-//     rate R; ClusterShape::message_s: kPsMessageS, or kPsMessageSharedCoresS where the workers fill their host's
+//     rate R; ClusterShape::message: kPsMessageS, or kPsMessageSharedCoresS where the workers fill their host's
 //     cores, below). With S servers a partition's round takes its server's downlink W (p / R + m): the incast
 //     latency a tensor needed first pays before its sum can come back. For B gradient bytes a step, a worker's link
 //     carries B / p messages each way and a server's W / S times as many, so the busier end pays about
@@ -79,6 +79,13 @@
 
 namespace commsched {
 
+// The parameter server's per-message cost and the reason the rule chose it (the log's words, empty for the
+// dedicated-core default), together so that the log cannot describe a cost the rule did not choose.
+struct PsMessageCost {
+  double seconds = 0;
+  std::string why;
+};
+
 struct ClusterShape {
   int workers = 1;
   int servers = 0;  // 0: no parameter server (all-reduce or loopback)
@@ -88,7 +95,7 @@ struct ClusterShape {
   double step_latency_s = 0;
   // Parameter server: the fixed cost of one message at one end (the PS partition rule's m). 0: kPsMessageS; the
   // plugin passes ps_message_s() for its host.
-  double message_s = 0;
+  PsMessageCost message;
 };
 
 inline constexpr double kAssumedLinkBps = 10e9;       // when ClusterShape::link_bps is 0
@@ -117,7 +124,8 @@ inline constexpr double kPsMessageSharedCoresS = 1.2e-3;
 // usable_cores(): the affinity, so a cpuset or a Slurm binding counts; 0: unknown, the default kept).
 // A process that sees a GPU (`gpus` > 0) trains on it, so its host keeps the default whatever its cores: a
 // per-rank binding of a GPU job (Slurm's --cpus-per-task, mpirun --bind-to) would otherwise look like full cores.
-double ps_message_s(int local_workers, unsigned cores, int gpus = 0);
+// Returns the cost with the reason the knobs' log gives for it.
+PsMessageCost ps_message_s(int local_workers, unsigned cores, int gpus = 0);
 
 // B in the PS partition rule: the gradient bytes a step is taken to carry per incast it exposes. In the simulator
 // (every worker simulated, 5 us per message, partitions 32 KiB-512 KiB side by side) the fastest partition at 16

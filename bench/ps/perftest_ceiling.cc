@@ -1,8 +1,10 @@
 #include "bench/ps/perftest_ceiling.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +22,41 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kPerftest = "ucx_perftest";
 constexpr auto kLimit = std::chrono::seconds(120);  // one measurement, server and client together
 constexpr int kWarmup = 20;
+
+// Ctrl-C reaches the terminal's foreground process group only, and the perftest processes run in groups of their own
+// (ProcessGroup): without this an interrupted ps_goodput would leave its perftest server listening. While a measurement
+// runs, SIGINT and SIGTERM first SIGKILL the perftest processes under way, then take their former course (the old
+// disposition restored, the signal raised again). Each perftest leads its group: its pid is the group's id.
+std::atomic<pid_t> g_perftest[2];  // the server and the current client under way; 0: none
+struct sigaction g_previous[2];    // SIGINT's and SIGTERM's dispositions before the measurement
+constexpr int kStopSignals[2] = {SIGINT, SIGTERM};
+
+void kill_perftest_and_reraise(int sig) {
+  for (auto& running : g_perftest)
+    if (const pid_t pid = running.load(); pid > 0) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);  // also if it has left its group
+    }
+  ::sigaction(sig, &g_previous[sig == SIGINT ? 0 : 1], nullptr);
+  ::raise(sig);  // blocked until this handler returns, then the former disposition acts on it
+}
+
+// The handlers, for the life of one measurement (ps_goodput measures one at a time).
+class KillPerftestOnInterrupt {
+ public:
+  KillPerftestOnInterrupt() {
+    struct sigaction kill_first {};
+    kill_first.sa_handler = kill_perftest_and_reraise;
+    sigemptyset(&kill_first.sa_mask);
+    for (int i = 0; i < 2; ++i) ::sigaction(kStopSignals[i], &kill_first, &g_previous[i]);
+  }
+  ~KillPerftestOnInterrupt() {
+    for (int i = 0; i < 2; ++i) ::sigaction(kStopSignals[i], &g_previous[i], nullptr);
+    for (auto& running : g_perftest) running = 0;
+  }
+  KillPerftestOnInterrupt(const KillPerftestOnInterrupt&) = delete;
+  KillPerftestOnInterrupt& operator=(const KillPerftestOnInterrupt&) = delete;
+};
 
 // A directory for the two perftest logs, removed with them when the measurement ends.
 class LogDir {
@@ -72,8 +109,9 @@ std::string run_client(const std::vector<std::string>& args, const std::string& 
                        Clock::time_point deadline) {
   ProcessGroup clients(std::nullopt, kPerftest);
   for (;;) {
-    clients.spawn(perftest("perftest client", args, tls, log));
+    g_perftest[1] = clients.member(clients.spawn(perftest("perftest client", args, tls, log))).pid;
     std::string out = finish(clients, log, deadline);
+    g_perftest[1] = 0;
     if (out.find("Connection refused") == std::string::npos || Clock::now() + std::chrono::seconds(1) > deadline)
       return out;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -118,14 +156,16 @@ std::optional<double> ucx_perftest_rate(const std::string& tls, uint64_t bytes, 
     std::fprintf(stderr, "ucx_perftest: no temporary directory for its output\n");
     return std::nullopt;
   }
+  const KillPerftestOnInterrupt interrupted;
   ProcessGroup server(std::nullopt, kPerftest);
-  server.spawn(perftest("perftest server", {"-p", p}, tls, logs.file("server.log")));
+  g_perftest[0] = server.member(server.spawn(perftest("perftest server", {"-p", p}, tls, logs.file("server.log")))).pid;
   const std::string client = run_client({"127.0.0.1", "-p", p, "-t", "tag_bw", "-s", std::to_string(bytes), "-n",
                                          std::to_string(iters), "-w", std::to_string(kWarmup)},
                                         tls, logs.file("client.log"), deadline);
   const std::optional<double> rate = parse_perftest_final(client);
   if (!rate) server.kill_all();  // else it exits once its client has finished
   const std::string served = finish(server, logs.file("server.log"), deadline);
+  g_perftest[0] = 0;
   if (!rate)
     std::fprintf(stderr, "ucx_perftest (UCX_TLS=%s, %llu bytes, port %d) gave no result: %s | server: %s\n", tls.c_str(),
                  static_cast<unsigned long long>(bytes), port, last_line(client).c_str(), last_line(served).c_str());

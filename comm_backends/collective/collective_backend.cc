@@ -218,7 +218,8 @@ void CollectiveBackend::run_group(const std::vector<uint64_t>& group) {
     for (uint64_t t : group) views.push_back(items_.at(t).view);
   }
   // Once a rank is gone no collective can finish; fail queued work rather than wait for a transport timeout.
-  auto finish = [this, group](const Status& st) {
+  auto finish = [this, group, views](const Status& st) {
+    for (const PartitionView& v : views) negotiator_->ran(v.task->key, v.offset, v.task->round);
     negotiator_->completed();
     for (uint64_t t : group) complete(t, st);
   };

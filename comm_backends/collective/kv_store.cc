@@ -151,11 +151,13 @@ std::string TcpStoreServer::handle(const std::string& request) {
 TcpStoreClient::TcpStoreClient(const std::string& host, int port, std::chrono::milliseconds connect_timeout,
                                const std::string& secret)
     : where_("rendezvous store at " + host + ":" + std::to_string(port)) {
-  fd_ = connect_tcp(host, port, std::chrono::steady_clock::now() + connect_timeout);
+  const auto deadline = std::chrono::steady_clock::now() + connect_timeout;
+  fd_ = connect_tcp(host, port, deadline);
   tune_control_socket(fd_.get(), 30.0);
-  // A store that does not authenticate never sends the challenge: do not wait for it forever.
-  const auto challenge_wait = std::min<std::chrono::milliseconds>(std::chrono::seconds(10), connect_timeout);
-  LinkAuth(secret, "store").prove(fd_.get(), std::chrono::steady_clock::now() + challenge_wait, where_);
+  // A store that does not authenticate never sends the challenge: wait for it within the caller's deadline (a store
+  // that accepts late must not stretch the rendezvous past it), and never more than 10 s.
+  const auto challenge_deadline = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  LinkAuth(secret, "store").prove(fd_.get(), challenge_deadline, where_);
 }
 
 std::string TcpStoreClient::round_trip(const std::string& frame) {

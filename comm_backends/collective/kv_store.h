@@ -56,7 +56,8 @@ class TcpStoreServer {
 // The control plane's Store (comm_backends/control/store.h) over a connection to a TcpStoreServer.
 class TcpStoreClient : public control::Store {
  public:
-  // Connects, retrying until `connect_timeout` (rank 0's server may start a little later).
+  // Connects, retrying until `connect_timeout` (rank 0's server may start a little later), and proves the secret
+  // within the same time (and at most 10 s after connecting); throws naming the store's address.
   TcpStoreClient(const std::string& host, int port, std::chrono::milliseconds connect_timeout,
                  const std::string& secret = {});
   void set(const std::string& key, const std::string& value) override;

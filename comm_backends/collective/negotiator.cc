@@ -209,7 +209,9 @@ void Negotiator::finish_join(int last) {
 }
 
 NegotiatorStats Negotiator::stats() const {
-  return {submitted_.load(), cached_reports_.load(), orders_.load(), groups_.load(), vouched_.load()};
+  std::lock_guard lock(mu_);
+  return {submitted_.load(), cached_reports_.load(), orders_.load(), groups_.load(), vouched_.load(),
+          ordered_failures_.size()};
 }
 
 void Negotiator::take_inbox() {

@@ -117,6 +117,7 @@ struct NegotiatorStats {
   uint64_t orders = 0;          // order messages applied
   uint64_t groups = 0;          // groups executed
   uint64_t vouched = 0;         // rank 0: partitions ordered on its readiness alone (NegotiatorOptions::vouch)
+  uint64_t reasons_kept = 0;    // rank 0's reasons held for partitions ordered here whose collective is not over
 };
 
 class Negotiator final : public RankJoin, public StragglerReport, public WaitHelper {
@@ -156,6 +157,9 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // Why the collective of partition (key, offset) of `round` cannot finish, when rank 0 said so after ordering it: a
   // rank shut down before it ran (it had vouched, GlobalOrder); "" when it has said nothing. Thread-safe.
   std::string ordered_failure(uint64_t key, uint64_t offset, uint64_t round);
+  // The collective of partition (key, offset) of `round` is over on this rank (run or failed): a reason rank 0 gave
+  // for it, or for an earlier round of it, can explain nothing any more and is dropped. Thread-safe.
+  void ran(uint64_t key, uint64_t offset, uint64_t round);
   NegotiatorStats stats() const;
   // The ranks that lag, as rank 0 last reported them (on rank 0: as it sees them). Thread-safe.
   std::vector<Straggler> stragglers() const override;

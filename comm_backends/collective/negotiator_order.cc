@@ -298,4 +298,10 @@ std::string Negotiator::ordered_failure(uint64_t key, uint64_t offset, uint64_t 
   return why;
 }
 
+void Negotiator::ran(uint64_t key, uint64_t offset, uint64_t round) {
+  std::lock_guard lock(mu_);
+  auto it = ordered_failures_.find(Slot{key, offset});
+  if (it != ordered_failures_.end() && it->second.first <= round) ordered_failures_.erase(it);
+}
+
 }  // namespace commsched::collective

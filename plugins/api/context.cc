@@ -116,8 +116,9 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
     link_ = estimate_link();
     // Where the local workers fill the host's cores and compute on them (no GPU), every message's CPU comes out of the
     // training compute (the PS rule only: the all-reduce rule has no per-message cost).
-    const double message_s = servers > 0 ? ps_message_s(env_.local_size, usable_cores(), visible_gpus()) : 0;
-    const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers, link_.rate_bps, 0, message_s});
+    const PsMessageCost message =
+        servers > 0 ? ps_message_s(env_.local_size, usable_cores(), visible_gpus()) : PsMessageCost{};
+    const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers, link_.rate_bps, 0, message});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << " (" << link_.source << ")\n";
   }
   if (!backend) backend = make_backend(backend_kind_, env_, config_);

@@ -16,6 +16,7 @@
 
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/kv_store.h"
+#include "comm_backends/control/socket.h"
 
 using namespace std::chrono_literals;
 using commsched::collective::TcpStoreClient;
@@ -125,6 +126,52 @@ TEST(KvStoreAuth, AStrangerAnnouncingAHugeFrameIsHungUpOnAtOnce) {
 TEST(KvStoreAuth, MemberRefusesAStoreWithoutTheSecret) {
   TcpStoreServer server("127.0.0.1", 0);
   EXPECT_THROW(TcpStoreClient("127.0.0.1", server.port(), 2000ms, kSecret), std::runtime_error);
+}
+
+// A listener on 127.0.0.1:`port` that never says a word (the kernel completes the connections; nobody reads or writes
+// them); -1 when the port cannot be bound.
+namespace {
+int silent_listener(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 8) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+}  // namespace
+
+// A "store" that comes up late, lets the member connect and never challenges it: the member gives up at its connect
+// timeout counted from its first try (not that timeout again once connected), naming the store's address.
+TEST(KvStoreAuth, AStoreThatNeverChallengesFailsTheConnectWithinTheCallersTimeout) {
+  const int port = commsched::control::free_port("127.0.0.1");
+  int listener = -1;
+  std::thread late([&] {
+    std::this_thread::sleep_for(1500ms);  // half the timeout, the other half left to a loaded machine
+    listener = silent_listener(port);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    TcpStoreClient member("127.0.0.1", port, 3000ms, kSecret);
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  late.join();
+  ASSERT_GE(listener, 0) << "the test's listener could not bind port " << port;
+  ::close(listener);
+  ASSERT_FALSE(error.empty()) << "a listener that never challenged was taken for the store";
+  EXPECT_GE(waited, 2.9) << error;
+  EXPECT_LT(waited, 4.0) << "waited the timeout again once connected (4.5 s): " << error;
+  EXPECT_NE(error.find("rendezvous store at 127.0.0.1:" + std::to_string(port) + " sent no authentication challenge"),
+            std::string::npos) << error;
 }
 
 // add() is one step of the server: clients adding at once each get a distinct number (elastic registration).

@@ -101,16 +101,28 @@ TEST(NegotiatorVouch, ARankThatJoinsStandsInForWhatRankZeroOrderedAhead) {
   EXPECT_GE(g.log(1).groups[1].at(0), 1u << 30) << "rank 1 ran something other than a stand-in";
 }
 
+// Round 1 of partition 1: rank 0 vouches for it and ranks 0 and 2 run it; rank 1 shuts down instead of submitting
+// it. Returns rank 1's shutdown, which ends once every rank is leaving (everyone_leaves).
+std::future<void> rank_one_leaves_round_one(Group& g) {
+  run_round_zero(g, 3, 1);
+  for (int r : {0, 2}) g.rank(r).submit({sub(1, 400, 1, 1)});
+  for (int r : {0, 2}) EXPECT_TRUE(g.log(r).wait_settled(2, 10s)) << "rank " << r << " did not run rank 0's order";
+  return std::async(std::launch::async, [&g] { g.rank(1).shutdown(); });
+}
+
+void everyone_leaves(Group& g, std::future<void>& gone) {
+  std::thread zero([&] { g.rank(0).shutdown(); });  // the goodbye barrier lets rank 1 go once every rank is leaving
+  g.rank(2).shutdown();
+  zero.join();
+  gone.get();
+}
+
 // Rank 0 vouched for a partition and ran it; rank 1 shuts down instead of submitting it. The collective cannot finish
 // (on Gloo it fails on the closed connection): rank 0 tells every rank why, naming rank 1, and a rank whose
 // collective of it failed reads that (ordered_failure) rather than the transport's error.
 TEST(NegotiatorVouch, ARankThatShutsDownBeforeWhatRankZeroOrderedIsNamedAsTheReason) {
   Group g(3);
-  run_round_zero(g, 3, 1);
-  g.rank(0).submit({sub(1, 400, 1, 1)});
-  g.rank(2).submit({sub(1, 400, 1, 1)});
-  for (int r : {0, 2}) ASSERT_TRUE(g.log(r).wait_settled(2, 10s)) << "rank " << r << " did not run rank 0's order";
-  auto gone = std::async(std::launch::async, [&] { g.rank(1).shutdown(); });
+  auto gone = rank_one_leaves_round_one(g);
   for (int r : {0, 2}) {
     std::string why;
     for (auto end = std::chrono::steady_clock::now() + 10s; why.empty() && std::chrono::steady_clock::now() < end;) {
@@ -122,10 +134,27 @@ TEST(NegotiatorVouch, ARankThatShutsDownBeforeWhatRankZeroOrderedIsNamedAsTheRea
     EXPECT_EQ(g.rank(r).ordered_failure(1, 0, 1), "") << "told twice";
   }
   EXPECT_EQ(g.rank(0).ordered_failure(1, 0, 0), "") << "round 0 ran on every rank";
-  std::thread zero([&] { g.rank(0).shutdown(); });  // the goodbye barrier lets rank 1 go once every rank is leaving
-  g.rank(2).shutdown();
-  zero.join();
-  gone.get();
+  everyone_leaves(g, gone);
+}
+
+// Rank 0's reason is kept only while the collective it would explain is not over: once the partition's collective
+// has run or failed on a rank (the backend says so with ran()), the reason is dropped there instead of staying for
+// the rest of the run; a collective of an earlier round drops nothing.
+TEST(NegotiatorVouch, ARankZeroReasonIsDroppedWhenItsPartitionsCollectiveIsOver) {
+  Group g(3);
+  auto gone = rank_one_leaves_round_one(g);
+  for (int r : {0, 2}) {
+    for (auto end = std::chrono::steady_clock::now() + 10s;
+         g.rank(r).stats().reasons_kept == 0 && std::chrono::steady_clock::now() < end;)
+      std::this_thread::sleep_for(5ms);
+    ASSERT_EQ(g.rank(r).stats().reasons_kept, 1u) << "rank " << r << " was not told why round 1 cannot finish";
+    g.rank(r).ran(1, 0, 0);
+    EXPECT_EQ(g.rank(r).stats().reasons_kept, 1u) << "rank " << r << ": round 0's end dropped round 1's reason";
+    g.rank(r).ran(1, 0, 1);
+    EXPECT_EQ(g.rank(r).stats().reasons_kept, 0u) << "rank " << r << " kept the reason after the collective was over";
+    EXPECT_EQ(g.rank(r).ordered_failure(1, 0, 1), "") << "rank " << r;
+  }
+  everyone_leaves(g, gone);
 }
 
 }  // namespace

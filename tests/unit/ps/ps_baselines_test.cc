@@ -2,10 +2,16 @@
 // installed, and the raw TCP echo moving every byte.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "bench/ps/perftest_ceiling.h"
 #include "bench/ps/raw_tcp.h"
@@ -44,6 +50,47 @@ TEST(PsPerftestCeiling, AnUnknownTransportGivesNoRate) {
   if (!have_ucx_perftest()) GTEST_SKIP() << "ucx_perftest is not installed";
   const int port = 30001 + static_cast<int>(getpid() % 20000);
   EXPECT_FALSE(ucx_perftest_rate("no_such_transport", 1 << 20, 1 << 20, port).has_value());
+}
+
+// The pids of the ucx_perftest processes whose command line names `port` (this test's own: the port is its pid's).
+std::vector<pid_t> perftests_on(int port) {
+  std::vector<pid_t> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : cmdline)
+      if (c == '\0') c = ' ';
+    if (cmdline.find("ucx_perftest") == 0 && cmdline.find(" -p " + std::to_string(port)) != std::string::npos)
+      found.push_back(static_cast<pid_t>(std::stol(entry.path().filename().string())));
+  }
+  return found;
+}
+
+// Ctrl-C on ps_goodput in the middle of a measurement (a long one: 256 GiB, a minute of shared memory here) takes
+// the perftest server and client with it: they run in process groups of their own, which the terminal's Ctrl-C does
+// not reach. Left running, they would also hold the death test's pipe open until they finish.
+TEST(PsPerftestCeiling, AnInterruptedMeasurementLeavesNoPerftestBehind) {
+  if (!have_ucx_perftest()) GTEST_SKIP() << "ucx_perftest is not installed";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the measurement runs threads of its own
+  const int port = 30002 + static_cast<int>(getpid() % 20000);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EXIT(
+      {
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          ::kill(::getpid(), SIGINT);
+        }).detach();
+        ucx_perftest_rate("sm,self", 1 << 20, uint64_t{256} << 30, port);
+      },
+      testing::KilledBySignal(SIGINT), "");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+      << "the interrupted measurement's perftest processes kept running (they held the death test's pipe)";
+  std::vector<pid_t> left;
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       !(left = perftests_on(port)).empty() && std::chrono::steady_clock::now() < end;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (pid_t pid : left) ::kill(pid, SIGKILL);  // this test's own perftests, so that a failure leaves nothing either
+  EXPECT_TRUE(left.empty()) << left.size() << " ucx_perftest process(es) on port " << port << " outlived the Ctrl-C";
 }
 
 TEST(PsRawTcp, EchoMovesEveryByte) {
