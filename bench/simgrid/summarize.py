@@ -5,7 +5,10 @@ lower bounds (time ratio, target <= 1.10 in >= 95% of cells), then the shares, h
 within 1.10x of the simple bound (their dependency bound, which every schedule pays, is already above it), and every
 row of any policy that came in below its bound (the bound must hold for all: simulator.h, dependency_bound_s).
 
-    python3 bench/simgrid/summarize.py OUT_DIR          (reads OUT_DIR/<network>-w<workers>/results.csv)
+    python3 bench/simgrid/summarize.py [--searched] OUT_DIR   (reads OUT_DIR/<network>-w<workers>/results.csv)
+
+--searched judges the scheduler's searched row instead (the best of the knob grid, or with `commsched-sim bench
+--tune N` the knobs the Bayesian optimiser found in N trials: what the live tuner can reach).
 """
 import csv
 import pathlib
@@ -27,9 +30,9 @@ def cells(out_dir):
     return found
 
 
-def judge(rows):
+def judge(rows, judged_row=AUTO):
     """(auto ms, best baseline, its ms, auto vs best baseline speed, vs simple bound, vs dependency bound) or None."""
-    auto = rows.get(AUTO)
+    auto = rows.get(judged_row)
     baselines = [r for p, r in rows.items() if not p.startswith(SCHEDULER)]
     if auto is None or not baselines:
         return None
@@ -49,17 +52,21 @@ def below_bound(found):
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    judged_row = SCHEDULER if args[:1] == ["--searched"] else AUTO
+    args = args[1:] if judged_row == SCHEDULER else args
+    if len(args) != 1:
         sys.exit(__doc__)
-    found = cells(sys.argv[1])
+    found = cells(args[0])
     if not found:
-        sys.exit(f"summarize.py: no */results.csv under {sys.argv[1]}")
-    print("| network | model | Gbit/s | workers | auto ms | best baseline ms | auto speed / baseline |"
-          " auto / bound | auto / dependency bound |")
+        sys.exit(f"summarize.py: no */results.csv under {args[0]}")
+    name = "searched" if judged_row == SCHEDULER else "auto"
+    print(f"| network | model | Gbit/s | workers | {name} ms | best baseline ms | {name} speed / baseline |"
+          f" {name} / bound | {name} / dependency bound |")
     print("|---|---|---:|---:|---:|---|---:|---:|---:|")
     judged = []
     for key in sorted(found):
-        j = judge(found[key])
+        j = judge(found[key], judged_row)
         if j is None:
             continue
         judged.append((key, j))
@@ -77,7 +84,7 @@ def main():
         dep_ok = sum(j[5] <= 1.10 for j in part)
         # auto / bound = (auto / dependency bound) x (dependency bound / bound), and auto / dependency bound >= 1.
         unreachable = sum(j[4] / j[5] > 1.10 for j in part)
-        print(f"\n{network or 'all'}: {n} cells; auto >= 0.98x best baseline in {base_ok} ({100 * base_ok / n:.0f}%);"
+        print(f"\n{network or 'all'}: {n} cells; {name} >= 0.98x best baseline in {base_ok} ({100 * base_ok / n:.0f}%);"
               f" <= 1.10x the bound in {bound_ok} ({100 * bound_ok / n:.0f}%),"
               f" the dependency bound in {dep_ok} ({100 * dep_ok / n:.0f}%);"
               f" {unreachable} cells no schedule can bring within 1.10x the bound"
