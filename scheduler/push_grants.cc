@@ -1,0 +1,54 @@
+#include "scheduler/push_grants.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace commsched {
+
+PushGrants::PushGrants(uint64_t window_bytes, uint64_t max_overtakes)
+    : window_(window_bytes), announced_(max_overtakes) {
+  if (window_bytes == 0) throw std::invalid_argument("PushGrants: window_bytes must be at least 1 (got 0)");
+}
+
+void PushGrants::announce(const Push& push) {
+  if (push.bytes == 0)
+    throw std::invalid_argument("PushGrants: push " + std::to_string(push.id) + " announced with 0 bytes");
+  announced_.push(push, /*releases_credit=*/false, push.priority);
+}
+
+std::optional<PushGrants::Push> PushGrants::next() {
+  if (announced_.empty() || in_flight_ >= window_) return std::nullopt;
+  Push p = announced_.pop();
+  in_flight_ += p.bytes;
+  return p;
+}
+
+void PushGrants::arrived(uint64_t bytes) {
+  if (bytes > in_flight_)
+    throw std::logic_error("PushGrants: " + std::to_string(bytes) + " bytes arrived but only " +
+                           std::to_string(in_flight_) + " were granted and on their way");
+  in_flight_ -= bytes;
+}
+
+namespace {
+
+// Bytes a link of `link_bps` moves over one grant's round trip: the grant out and the push in, each a latency and
+// one message's fixed cost.
+double round_trip_bytes(double link_bps, double latency_s, double message_s) {
+  return link_bps / 8 * (2 * latency_s + 2 * message_s);
+}
+
+}  // namespace
+
+uint64_t grant_window_bytes(double link_bps, double latency_s, double message_s) {
+  const double bytes = round_trip_bytes(link_bps, latency_s, message_s) * kGrantWindowRoundTrips;
+  return std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(bytes)));
+}
+
+uint64_t grant_min_bytes(double link_bps, double latency_s, double message_s) {
+  return static_cast<uint64_t>(std::llround(round_trip_bytes(link_bps, latency_s, message_s)));
+}
+
+}  // namespace commsched
