@@ -32,6 +32,29 @@ void PushGrants::arrived(uint64_t bytes) {
   in_flight_ -= bytes;
 }
 
+UnscheduledPushes::UnscheduledPushes(size_t servers, uint64_t budget_bytes, int32_t urgent_below)
+    : budget_(budget_bytes), urgent_below_(urgent_below), in_flight_(servers, 0) {
+  if (servers == 0) throw std::invalid_argument("UnscheduledPushes: servers must be at least 1 (got 0)");
+}
+
+bool UnscheduledPushes::admit(size_t server, int32_t priority, uint64_t bytes) {
+  if (server >= in_flight_.size())
+    throw std::out_of_range("UnscheduledPushes: server " + std::to_string(server) + " of " +
+                            std::to_string(in_flight_.size()));
+  uint64_t& on_way = in_flight_[server];
+  if (priority >= urgent_below_ && on_way + bytes > budget_) return false;
+  on_way += bytes;
+  return true;
+}
+
+void UnscheduledPushes::arrived(size_t server, uint64_t bytes) {
+  uint64_t& on_way = in_flight_.at(server);
+  if (bytes > on_way)
+    throw std::logic_error("UnscheduledPushes: " + std::to_string(bytes) + " bytes arrived at server " +
+                           std::to_string(server) + " but only " + std::to_string(on_way) + " were sent unscheduled");
+  on_way -= bytes;
+}
+
 namespace {
 
 // Bytes a link of `link_bps` moves over one grant's round trip: the grant out and the push in, each a latency and

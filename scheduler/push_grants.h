@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "scheduler/reply_order.h"
 
@@ -53,6 +54,33 @@ class PushGrants {
   uint64_t window_;
   uint64_t in_flight_ = 0;
   ReplyOrder<Push> announced_;  // the order: every push ranks alike, then priority, then arrival, bounded
+};
+
+// Which of a worker's pushes skip the grant (the Homa-like variant: bench/RESULTS.md, "Homa-like variant"): the
+// worker-side half of the rule above. Why: waiting for a grant adds a round trip to a push, which the measurements
+// above found costs more than the ordering gains when every push pays it. A push goes unscheduled (at once, no
+// announce) when
+// 1. it is urgent: its priority is below `urgent_below` (the backward's last stretch, needed first by the next
+//    forward; these are what the grants were meant to hurry), or
+// 2. it fits in what is left of its server's unscheduled budget: at most `budget_bytes` unscheduled bytes from this
+//    worker on their way to each server (Homa's "a round trip's bytes without asking", replenished as they arrive).
+// Every other push is announced and waits for its server's grant (PushGrants). Urgent pushes count in the budget too,
+// so bulk waits while urgent bytes are on their way. Pure: the owner calls arrived() when an unscheduled push is in.
+class UnscheduledPushes {
+ public:
+  UnscheduledPushes(size_t servers, uint64_t budget_bytes, int32_t urgent_below);
+
+  // Whether a push of `bytes` with `priority` to `server` goes now (its bytes then count as on their way).
+  bool admit(size_t server, int32_t priority, uint64_t bytes);
+  // An unscheduled push of `bytes` to `server` has arrived.
+  void arrived(size_t server, uint64_t bytes);
+
+  uint64_t in_flight(size_t server) const { return in_flight_.at(server); }
+
+ private:
+  uint64_t budget_;
+  int32_t urgent_below_;
+  std::vector<uint64_t> in_flight_;  // per server: unscheduled bytes not yet arrived
 };
 
 // The rule's sizes from the cluster's shape: a server link of `link_bps`, one-way `latency_s`, and `message_s` the fixed

@@ -61,6 +61,8 @@ PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers) {
   p.grants = spec.ps_grants;
   p.grant_window_bytes = spec.ps_grant_window_bytes;
   p.grant_min_bytes = spec.ps_grant_min_bytes;
+  p.grant_unscheduled_bytes = spec.ps_grant_unscheduled_bytes;
+  p.grant_urgent_below = spec.ps_grant_urgent_below;
   return p;
 }
 

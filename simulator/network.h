@@ -114,6 +114,10 @@ struct PsParams {
   bool grants = false;
   uint64_t grant_window_bytes = 0;  // 0: ps_grant_window_bytes (the rule)
   uint64_t grant_min_bytes = 0;     // 0: ps_grant_min_bytes (the rule)
+  // The Homa-like variant (UnscheduledPushes): a push skips the grant if its priority is below grant_urgent_below, or
+  // if, with it, its worker has at most grant_unscheduled_bytes unscheduled bytes on their way to that server. 0, 0: every push of at least grant_min_bytes waits for a grant.
+  uint64_t grant_unscheduled_bytes = 0;
+  int32_t grant_urgent_below = 0;
 };
 
 class PsNetwork final : public NetworkModel {

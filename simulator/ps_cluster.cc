@@ -65,6 +65,8 @@ void PsClusterFabric::start(EventLoop& loop, BatchSink& sink) {
     s.ready = ReplyOrder<Reply>(std::max<uint64_t>(1, p_.reply_overtakes));
     s.grants = PushGrants(grant_window_);
   }
+  for (WorkerState& w : workers_)
+    w.unscheduled = UnscheduledPushes(size_t(p_.servers), p_.grant_unscheduled_bytes, p_.grant_urgent_below);
   held_.clear();
   held_free_.clear();
 }
@@ -95,7 +97,7 @@ uint32_t PsClusterFabric::chunk_id(int32_t key, uint64_t offset, uint64_t bytes,
                          [](const ServerState& a, const ServerState& b) { return a.load < b.load; }) -
         servers_.begin());
     servers_[s].load += bytes;
-    chunks_.push_back({s, bytes, dense, key, {}});  // the key is the partition's priority (dispatch)
+    chunks_.push_back({s, bytes, dense, key, {}, std::vector<bool>(size_t(p_.workers))});  // the key is the partition's priority (dispatch)
   } else if (chunks_[it->second].bytes != bytes || chunks_[it->second].dense != dense) {
     throw std::logic_error("PsClusterFabric: chunk (" + std::to_string(key) + ", " + std::to_string(offset) +
                            ") changed size within a run");
@@ -139,7 +141,7 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
         };
         if (ready > now) loop_->at(ready, std::move(send));  // after the encode stage
         else send();
-      } else if (needs_grant(n)) {
+      } else if (waits_for_grant(worker, c, n)) {
         const Outgoing push{ready, 0, n, c, worker, id, only};
         begin = transmit(w.up, true, {ready, 0, 0, c, worker, hold(push), false, Kind::announce});
       } else {
@@ -275,9 +277,12 @@ void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch, bool onl
   const Nanos now = loop_->now();
   Chunk& c = chunks_[chunk];
   ServerState& server = servers_[c.server];
-  if (needs_grant(c.bytes)) {  // its bytes leave the window: the next announced push may come
+  if (c.granted[size_t(worker)]) {  // its bytes leave the window: the next announced push may come
+    c.granted[size_t(worker)] = false;
     server.grants.arrived(c.bytes);
     issue_grants(c.server);
+  } else if (needs_grant(c.bytes)) {
+    unscheduled_arrived(worker, c.server, c.bytes);
   }
   // The receipt first (its size is negligible): into the server's reply queue, where the rule sends it ahead of data;
   // in arrival order, behind whatever is already in the server's send queue; with fair sharing, behind what is queued
@@ -301,6 +306,17 @@ void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch, bool onl
   if (!recode) return send_sums(chunk);
   server.cpu_free += encode_ns(c_, c.dense);  // encode_sum, after the last push's decode
   loop_->at(server.cpu_free, [this, chunk] { send_sums(chunk); });
+}
+
+bool PsClusterFabric::waits_for_grant(int worker, uint32_t chunk, uint64_t bytes) {
+  if (!needs_grant(bytes)) return false;
+  const Chunk& c = chunks_[chunk];
+  return !workers_[size_t(worker)].unscheduled.admit(c.server, c.priority, bytes);
+}
+
+void PsClusterFabric::unscheduled_arrived(int worker, size_t server, uint64_t bytes) {
+  loop_->at(loop_->now() + latency_,
+            [this, worker, server, bytes] { workers_[size_t(worker)].unscheduled.arrived(server, bytes); });
 }
 
 uint64_t PsClusterFabric::hold(const Outgoing& push) {
@@ -336,6 +352,7 @@ void PsClusterFabric::issue_grants(size_t server) {
 void PsClusterFabric::on_grant(uint64_t slot) {
   Outgoing push = held_[slot];
   held_free_.push_back(slot);
+  chunks_[push.chunk].granted[size_t(push.worker)] = true;
   push.start = loop_->now();
   transmit(workers_[size_t(push.worker)].up, true, push);
 }

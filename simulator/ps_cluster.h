@@ -15,7 +15,9 @@
 // With grants (PsParams::grants, FIFO links only) a push of at least grant_min_bytes is announced first and leaves
 // its worker's uplink only once its server grants it (scheduler/push_grants.h, one PushGrants per server); the announce
 // and the grant are messages of no bytes that pay the per-message cost on each link and a latency, the grant sent
-// ahead of the sums in the server's reply order.
+// ahead of the sums in the server's reply order. Pushes of the backward's last stretch and those within their worker's
+// unscheduled budget for that server skip the grant (PsParams::grant_urgent_below, grant_unscheduled_bytes;
+// UnscheduledPushes, the Homa-like variant).
 //
 // Two link models:
 // - server_ingress_limited (real NICs): a message leaves its sender's link in FIFO order, taking bytes / rate; when it
@@ -148,6 +150,7 @@ class PsClusterFabric final : public Fabric {
     uint64_t dense;          // gradient bytes the server decodes (recoding schemes), else 0
     int32_t priority;        // its partition's (the server's reply order)
     std::vector<Waiter> waiting;  // the pushes of the current round that are in, in arrival order
+    std::vector<bool> granted;    // per worker: its push of the current round waited for a grant (PsParams::grants)
   };
   // What a message carries: a push's data or a sum; an announce of a push or its grant (no bytes; `batch` then holds
   // the push's slot in held_).
@@ -230,6 +233,7 @@ class PsClusterFabric final : public Fabric {
     Queue up;
     Nanos encoder_free = 0;           // its encode stage (one encoder)
     DueQueue sums{{}, true};          // the batches whose last sum its downlink delivers, in the order they fall due
+    UnscheduledPushes unscheduled{1, 0, 0};  // which of its pushes skip the grant (PsParams::grants), set by start()
   };
 
   uint32_t chunk_id(int32_t key, uint64_t offset, uint64_t bytes, uint64_t dense);
@@ -240,6 +244,11 @@ class PsClusterFabric final : public Fabric {
   // Grants (PsParams::grants): whether a push of `bytes` waits for one; the push's data kept in a slot of held_ until
   // granted; the announce in at its server; the server grants what its window allows; the grant in at the worker.
   bool needs_grant(uint64_t bytes) const { return p_.grants && bytes >= grant_min_; }
+  // Whether worker `worker`'s push of `chunk` (`bytes`) is announced and waits for a grant (else it goes at once).
+  bool waits_for_grant(int worker, uint32_t chunk, uint64_t bytes);
+  // An unscheduled push's bytes count against its worker's budget until the worker learns it is in (its receipt,
+  // taken as one latency after arrival: receipts go ahead of the sums).
+  void unscheduled_arrived(int worker, size_t server, uint64_t bytes);
   uint64_t hold(const Outgoing& push);
   void on_announce(uint64_t slot);
   void issue_grants(size_t server);

@@ -136,5 +136,43 @@ TEST(PushGrants, SizesFollowTheLinksRoundTrip) {
   EXPECT_EQ(grant_window_bytes(10e9, 0, 0), 1u) << "never an empty window";
 }
 
+// The worker's side (Homa-like): a push goes without a grant while its server's unscheduled budget holds it, each
+// server's budget apart, and again once earlier unscheduled bytes have arrived; bulk beyond it waits for a grant.
+TEST(UnscheduledPushes, BulkGoesUnscheduledWithinEachServersBudget) {
+  UnscheduledPushes u(2, 300, /*urgent_below=*/0);
+  EXPECT_TRUE(u.admit(0, 50, 200));
+  EXPECT_TRUE(u.admit(0, 51, 100)) << "exactly the budget";
+  EXPECT_FALSE(u.admit(0, 52, 1)) << "beyond it: announced, waits for a grant";
+  EXPECT_TRUE(u.admit(1, 52, 300)) << "another server's budget is its own";
+  EXPECT_EQ(u.in_flight(0), 300u);
+  u.arrived(0, 200);
+  EXPECT_TRUE(u.admit(0, 53, 150));
+  EXPECT_FALSE(u.admit(0, 54, 100));
+  EXPECT_EQ(u.in_flight(0), 250u);
+  UnscheduledPushes none(1, 0, 0);
+  EXPECT_FALSE(none.admit(0, 0, 1)) << "no budget, no urgent priorities: every push asks";
+}
+
+// The backward's last stretch (priority below urgent_below) goes at once whatever the budget, and its bytes count in
+// it, so the bulk behind it asks for a grant while they are on their way.
+TEST(UnscheduledPushes, UrgentPushesGoAtOnceAndFillTheBudget) {
+  UnscheduledPushes u(1, 100, /*urgent_below=*/3);
+  EXPECT_TRUE(u.admit(0, 2, 1000));
+  EXPECT_TRUE(u.admit(0, 0, 1000));
+  EXPECT_FALSE(u.admit(0, 3, 1)) << "priority 3 is bulk; the budget is spent";
+  u.arrived(0, 2000);
+  EXPECT_TRUE(u.admit(0, 3, 100));
+}
+
+TEST(UnscheduledPushes, RejectsNoServersAnUnknownServerAndBytesNeverSent) {
+  EXPECT_THROW(UnscheduledPushes(0, 100, 0), std::invalid_argument);
+  UnscheduledPushes u(2, 100, 0);
+  EXPECT_THROW(u.admit(2, 0, 1), std::out_of_range);
+  EXPECT_THROW(u.arrived(0, 1), std::logic_error);
+  ASSERT_TRUE(u.admit(1, 0, 60));
+  EXPECT_THROW(u.arrived(1, 61), std::logic_error);
+  EXPECT_THROW(u.arrived(5, 1), std::out_of_range);
+}
+
 }  // namespace
 }  // namespace commsched

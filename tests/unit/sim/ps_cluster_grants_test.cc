@@ -67,14 +67,18 @@ TEST(PsClusterGrants, TheServerAdmitsTheMostUrgentAnnouncedPushOfAnyWorker) {
 // One worker, one push of 1000 bytes, latency 100 ns, 10 ns per message on each link: the announce (10 ns on the
 // worker's uplink and the server's downlink, then a latency) and the grant (the same back) delay the data by two
 // latencies and two messages' costs, 220 ns; a push below the grant threshold goes at once.
+PsParams one_link(bool grants, uint64_t min_bytes) {
+  PsParams p{1, 1, 8e9, 8e9, 100e-9, 0, true, true};
+  p.message_s = 10e-9;
+  p.grants = grants;
+  p.grant_window_bytes = 4096;
+  p.grant_min_bytes = min_bytes;
+  return p;
+}
+
 TEST(PsClusterGrants, TheAnnounceAndTheGrantCostTwoMessagesAndTwoLatencies) {
   auto run = [](bool grants, uint64_t min_bytes) {
-    PsParams p{1, 1, 8e9, 8e9, 100e-9, 0, true, true};
-    p.message_s = 10e-9;
-    p.grants = grants;
-    p.grant_window_bytes = 4096;
-    p.grant_min_bytes = min_bytes;
-    PsClusterFabric fabric(p);
+    PsClusterFabric fabric(one_link(grants, min_bytes));
     EventLoop loop;
     Recorder sink;
     fabric.start(loop, sink);
@@ -87,6 +91,40 @@ TEST(PsClusterGrants, TheAnnounceAndTheGrantCostTwoMessagesAndTwoLatencies) {
   EXPECT_EQ(run(false, 0), (Events{E{'s', 0, 0, 1210}, E{'d', 0, 0, 2220}}));
   EXPECT_EQ(run(true, 1), (Events{E{'s', 0, 0, 1430}, E{'d', 0, 0, 2440}}));
   EXPECT_EQ(run(true, 1001), (Events{E{'s', 0, 0, 1210}, E{'d', 0, 0, 2220}}));
+}
+
+// The Homa-like variant, the same link as above (a push alone: receipt at 1210 without a grant, 1430 with one). One
+// worker pushes A (priority 3) at 0 and B (priority 4) at `b_at`, 1000 bytes each, every push of at least 1 byte
+// subject to grants. When each push's receipt comes.
+Events homa_like(uint64_t unscheduled, int32_t urgent_below, Nanos b_at) {
+  PsParams p = one_link(true, 1);
+  p.grant_unscheduled_bytes = unscheduled;
+  p.grant_urgent_below = urgent_below;
+  PsClusterFabric fabric(p);
+  EventLoop loop;
+  Recorder sink;
+  fabric.start(loop, sink);
+  fabric.dispatch(0, 0, one_part(3, 1000), 0);
+  loop.at(b_at, [&] { fabric.dispatch(0, 1, one_part(4, 1000), b_at); });
+  loop.run();
+  Events sent;
+  for (const E& e : sink.events)
+    if (std::get<0>(e) == 's') sent.push_back(e);
+  return sent;
+}
+
+// Within its server's budget, or urgent, a push goes at once; beyond the budget it is announced and waits for a grant;
+// the budget is whole again once the worker learns the unscheduled push is in (its receipt, 1210).
+TEST(PsClusterGrants, UnscheduledPushesSkipTheGrantWithinTheBudgetOrWhenUrgent) {
+  EXPECT_EQ(homa_like(0, 0, 5000), (Events{E{'s', 0, 0, 1430}, E{'s', 0, 1, 6430}})) << "every push waits";
+  EXPECT_EQ(homa_like(1000, 0, 5000), (Events{E{'s', 0, 0, 1210}, E{'s', 0, 1, 6210}}));
+  // At 1209 A's bytes still count, so B asks; its grant waits behind A's sum (1010 ns from 1110) on the server's link.
+  EXPECT_EQ(homa_like(1000, 0, 1209), (Events{E{'s', 0, 0, 1210}, E{'s', 0, 1, 3440}}));
+  EXPECT_EQ(homa_like(1000, 0, 1211), (Events{E{'s', 0, 0, 1210}, E{'s', 0, 1, 1211 + 1210}}));
+  EXPECT_EQ(homa_like(0, 4, 5000), (Events{E{'s', 0, 0, 1210}, E{'s', 0, 1, 6430}})) << "only priority 3 is urgent";
+  EXPECT_EQ(homa_like(0, 5, 5000), (Events{E{'s', 0, 0, 1210}, E{'s', 0, 1, 6210}}));
+  EXPECT_EQ(homa_like(0, 5, 0), (Events{E{'s', 0, 0, 1210}, E{'s', 0, 1, 1010 + 1210}}))
+      << "urgent B: no budget, no grant; it leaves after A";
 }
 
 TEST(PsClusterGrants, WholeRunsFinishAndStayAboveTheLowerBound) {
