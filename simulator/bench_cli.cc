@@ -230,7 +230,7 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
   };
   for (const auto& [flag, value, help] : grant_options) b->add_option(flag, *value, help)->capture_default_str();
   b->add_option("--ps-grant-urgent", args->ps_grant_urgent,
-                "with --ps-grants on: pushes of priority below this (the first layers, the backward's last stretch) "
+                "with --ps-grants on: pushes of priority below this (the first tensors in forward order, pushed last) "
                 "go without a grant")
       ->capture_default_str();
   b->add_option("--ps-workers", args->ps_workers,

@@ -97,7 +97,8 @@ uint32_t PsClusterFabric::chunk_id(int32_t key, uint64_t offset, uint64_t bytes,
                          [](const ServerState& a, const ServerState& b) { return a.load < b.load; }) -
         servers_.begin());
     servers_[s].load += bytes;
-    chunks_.push_back({s, bytes, dense, key, {}, std::vector<bool>(size_t(p_.workers))});  // the key is the partition's priority (dispatch)
+    // The key is the partition's priority (dispatch).
+    chunks_.push_back({s, bytes, dense, key, {}, std::vector<bool>(size_t(p_.workers))});
   } else if (chunks_[it->second].bytes != bytes || chunks_[it->second].dense != dense) {
     throw std::logic_error("PsClusterFabric: chunk (" + std::to_string(key) + ", " + std::to_string(offset) +
                            ") changed size within a run");
