@@ -39,11 +39,6 @@ struct BenchArgs {
   bool emulated_links = false;
   std::string link_model = "fifo";
   uint64_t ps_reply_bound = ReplyOrder<int>::kDefaultMaxOvertakes;
-  std::string ps_grants = "off";
-  std::string ps_grant_window = "0";
-  std::string ps_grant_min = "0";
-  std::string ps_grant_unscheduled = "0";
-  int32_t ps_grant_urgent = 0;
   std::string ps_workers = "auto";
   std::string compression = "none";
   std::vector<std::string> stage_costs;  // encode, decode per MiB; empty: measured_compression's

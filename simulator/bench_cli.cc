@@ -8,8 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
-#include <string>
-#include <tuple>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -80,19 +78,6 @@ sim::GridSpec to_spec(const BenchArgs& a) {
     throw InvalidArgument("--link-model: '" + a.link_model + "' (allowed: fifo, fair)");
   s.ps_fair_share = a.link_model == "fair";
   s.ps_reply_overtakes = a.ps_reply_bound;
-  if (a.ps_grants != "on" && a.ps_grants != "off")
-    throw InvalidArgument("--ps-grants: '" + a.ps_grants + "' (allowed: on, off)");
-  s.ps_grants = a.ps_grants == "on";
-  s.ps_grant_window_bytes = a.ps_grant_window == "0" ? 0 : parse_bytes("--ps-grant-window", a.ps_grant_window);
-  s.ps_grant_min_bytes = a.ps_grant_min == "0" ? 0 : parse_bytes("--ps-grant-min", a.ps_grant_min);
-  s.ps_grant_unscheduled_bytes =
-      a.ps_grant_unscheduled == "0" ? 0 : parse_bytes("--ps-grant-unscheduled", a.ps_grant_unscheduled);
-  if (a.ps_grant_urgent < 0)
-    throw InvalidArgument("--ps-grant-urgent: " + std::to_string(a.ps_grant_urgent) + " (a count of priorities, >= 0)");
-  s.ps_grant_urgent_below = a.ps_grant_urgent;
-  if (s.ps_grants && (a.emulated_links || s.ps_fair_share || a.ps_workers == "one"))
-    throw InvalidArgument("--ps-grants on is modelled with every worker simulated on FIFO links of real NICs (not with " +
-                          std::string(a.emulated_links ? "--emulated-links" : s.ps_fair_share ? "--link-model fair" : "--ps-workers one") + ")");
   if (s.ps_fair_share && a.emulated_links)
     throw InvalidArgument("--link-model fair models real NICs; --emulated-links has no receiving limit to share");
   if (s.ps_fair_share && a.ps_workers == "one")
@@ -216,22 +201,6 @@ void add_bench_subcommand(CLI::App& app, ClusterTrial cluster) {
                  "PS, every worker simulated (fifo or emulated links): each server sends its most urgent ready reply "
                  "first (receipts, then the lowest priority), a reply at the latest once this many have left since it "
                  "was ready, as the real server does (COMMSCHED_PS_REPLY_BOUND); 0: arrival order")
-      ->capture_default_str();
-  const std::tuple<const char*, std::string*, const char*> grant_options[] = {
-      {"--ps-grants", &args->ps_grants,
-       "PS, every worker simulated, fifo links: 'on': a push is announced and sent once its server grants it; each "
-       "server grants the announced pushes of all workers most urgent first, a window of bytes at a time"},
-      {"--ps-grant-window", &args->ps_grant_window,
-       "with --ps-grants on: granted bytes a server keeps on their way at most (0: the rule, a few round trips of its "
-       "link)"},
-      {"--ps-grant-min", &args->ps_grant_min, "with --ps-grants on: the smallest push that waits for a grant (0: the rule)"},
-      {"--ps-grant-unscheduled", &args->ps_grant_unscheduled,
-       "with --ps-grants on: bytes each worker may have on their way to each server without a grant (0: none)"},
-  };
-  for (const auto& [flag, value, help] : grant_options) b->add_option(flag, *value, help)->capture_default_str();
-  b->add_option("--ps-grant-urgent", args->ps_grant_urgent,
-                "with --ps-grants on: pushes of priority below this (the first tensors in forward order, pushed last) "
-                "go without a grant")
       ->capture_default_str();
   b->add_option("--ps-workers", args->ps_workers,
                  "PS: 'each' simulates every worker on its own (its own policy; cost grows with W), 'one' a single representative of symmetric workers (cost independent of W), 'auto' "

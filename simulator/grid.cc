@@ -58,11 +58,6 @@ PsParams ps_params(const GridSpec& spec, double bandwidth_bps, int workers) {
   p.fair_share = spec.ps_fair_share;
   p.message_s = spec.ps_message_s;
   p.reply_overtakes = spec.ps_reply_overtakes;
-  p.grants = spec.ps_grants;
-  p.grant_window_bytes = spec.ps_grant_window_bytes;
-  p.grant_min_bytes = spec.ps_grant_min_bytes;
-  p.grant_unscheduled_bytes = spec.ps_grant_unscheduled_bytes;
-  p.grant_urgent_below = spec.ps_grant_urgent_below;
   return p;
 }
 
@@ -170,9 +165,8 @@ SimResult simulate_config(const GridSpec& spec, const ModelProfile& model, doubl
     return simulate_each_worker(model, ps_params(spec, bandwidth_bps, workers),
                                 [&] { return make_sim_policy(config, net, /*symmetric_workers=*/false); }, opt,
                                 spec.compression);
-  if (spec.network == NetworkKind::ps && (spec.ps_fair_share || spec.ps_grants))  // not in the symmetric model
-    throw std::invalid_argument(std::string(spec.ps_fair_share ? "the fair link model" : "grants at the servers") +
-                                " need every worker simulated; " + std::to_string(workers) +
+  if (spec.network == NetworkKind::ps && spec.ps_fair_share)  // the symmetric model has FIFO links only
+    throw std::invalid_argument("the fair link model needs every worker simulated; " + std::to_string(workers) +
                                 " workers are above the limit for that (--ps-workers each lifts it)");
   auto policy = make_sim_policy(config, net);
   return simulate(model, net, *policy, opt);
@@ -213,7 +207,6 @@ std::vector<size_t> search_order(const GridSpec& spec, const ModelProfile& model
   if (!each_worker(spec, workers) || spec.ps_fair_share) return order;  // the symmetric model has FIFO links only
   GridSpec symmetric = spec;
   symmetric.ps_each_worker_max = 0;
-  symmetric.ps_grants = false;  // a prediction only: the symmetric model has no grants
   auto net = make_network(symmetric, bandwidth_bps, workers);
   std::vector<double> predicted;
   for (const Candidate& c : cands)

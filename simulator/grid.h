@@ -44,12 +44,6 @@ struct GridSpec {
   double ps_message_s = kPsMessageS;     // PS: fixed cost per message on each real NIC it crosses (PsParams)
   bool ps_fair_share = false;            // real NICs, every worker simulated: links shared max-min fairly (flow_net.h)
   uint64_t ps_reply_overtakes = ReplyOrder<int>::kDefaultMaxOvertakes;  // every worker simulated (PsParams)
-  // Every worker simulated, FIFO links: servers grant announced pushes most urgent first (PsParams::grants); 0 sizes:
-  // the rule's (scheduler/push_grants.h).
-  bool ps_grants = false;
-  uint64_t ps_grant_window_bytes = 0, ps_grant_min_bytes = 0;
-  uint64_t ps_grant_unscheduled_bytes = 0;  // the Homa-like variant (PsParams::grant_unscheduled_bytes)
-  int32_t ps_grant_urgent_below = 0;        // (PsParams::grant_urgent_below)
   // PS cells with at most this many workers run simulate_each_worker (ps_cluster.h), every worker on its own (cost
   // grows with W); bigger ones one representative of symmetric workers (simulate(), PsNetwork).
   int ps_each_worker_max = 16;

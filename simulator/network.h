@@ -106,18 +106,6 @@ struct PsParams {
   // in. >0: the product's rule (scheduler/reply_order.h: receipts first, then the most urgent partition), a reply
   // sent at the latest once this many replies have left since it became ready; 0: arrival order.
   uint64_t reply_overtakes = ReplyOrder<int>::kDefaultMaxOvertakes;
-  // Every worker simulated, FIFO links of real NICs only: receiver-driven admission (scheduler/push_grants.h). A push
-  // of at least grant_min_bytes is first announced to its server (a message of no bytes, its per-message cost on every
-  // link it crosses and a latency); the server grants the announced pushes of all workers most urgent first, keeping
-  // fewer than grant_window_bytes granted but not arrived, each grant a message back (ahead of the sums in its reply
-  // order); the worker's data leaves on its uplink once granted. Smaller pushes go at once, as without grants.
-  bool grants = false;
-  uint64_t grant_window_bytes = 0;  // 0: ps_grant_window_bytes (the rule)
-  uint64_t grant_min_bytes = 0;     // 0: ps_grant_min_bytes (the rule)
-  // The Homa-like variant (UnscheduledPushes): a push skips the grant if its priority is below grant_urgent_below, or
-  // if, with it, its worker has at most grant_unscheduled_bytes unscheduled bytes on their way to that server. 0, 0: every push of at least grant_min_bytes waits for a grant.
-  uint64_t grant_unscheduled_bytes = 0;
-  int32_t grant_urgent_below = 0;
 };
 
 class PsNetwork final : public NetworkModel {

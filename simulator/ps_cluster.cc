@@ -35,15 +35,6 @@ PsClusterFabric::PsClusterFabric(PsParams p, CompressionModel compression)
       into_worker_(p.worker_bps, message_ns_) {
   PsNetwork check(p);  // the same parameters must be valid for the symmetric model (and give the bounds)
   (void)check;
-  if (p.grants && (!p.server_ingress_limited || p.fair_share))
-    throw std::invalid_argument("PsClusterFabric: grants are modelled on FIFO links of real NICs only (not on " +
-                                std::string(p.fair_share ? "fair sharing" : "emulated links") + ")");
-  if (p.grants && server_recodes(compression))
-    throw std::invalid_argument("PsClusterFabric: grants with a compression the servers recode are not modelled");
-  grant_window_ = p.grant_window_bytes > 0 ? p.grant_window_bytes
-                                           : grant_window_bytes(p.server_bps, p.latency_s, double(message_ns_) * 1e-9);
-  grant_min_ = p.grant_min_bytes > 0 ? p.grant_min_bytes
-                                     : grant_min_bytes(p.server_bps, p.latency_s, double(message_ns_) * 1e-9);
 }
 
 void PsClusterFabric::start(EventLoop& loop, BatchSink& sink) {
@@ -61,14 +52,7 @@ void PsClusterFabric::start(EventLoop& loop, BatchSink& sink) {
   chunks_.clear();
   flows_.reset();
   if (p_.fair_share && p_.server_ingress_limited) build_flows(loop);
-  for (ServerState& s : servers_) {
-    s.ready = ReplyOrder<Reply>(std::max<uint64_t>(1, p_.reply_overtakes));
-    s.grants = PushGrants(grant_window_);
-  }
-  for (WorkerState& w : workers_)
-    w.unscheduled = UnscheduledPushes(size_t(p_.servers), p_.grant_unscheduled_bytes, p_.grant_urgent_below);
-  held_.clear();
-  held_free_.clear();
+  for (ServerState& s : servers_) s.ready = ReplyOrder<Reply>(std::max<uint64_t>(1, p_.reply_overtakes));
 }
 
 void PsClusterFabric::build_flows(EventLoop& loop) {
@@ -97,8 +81,7 @@ uint32_t PsClusterFabric::chunk_id(int32_t key, uint64_t offset, uint64_t bytes,
                          [](const ServerState& a, const ServerState& b) { return a.load < b.load; }) -
         servers_.begin());
     servers_[s].load += bytes;
-    // The key is the partition's priority (dispatch).
-    chunks_.push_back({s, bytes, dense, key, {}, std::vector<bool>(size_t(p_.workers))});
+    chunks_.push_back({s, bytes, dense, key, {}});  // the key is the partition's priority (dispatch)
   } else if (chunks_[it->second].bytes != bytes || chunks_[it->second].dense != dense) {
     throw std::logic_error("PsClusterFabric: chunk (" + std::to_string(key) + ", " + std::to_string(offset) +
                            ") changed size within a run");
@@ -142,9 +125,6 @@ Nanos PsClusterFabric::dispatch(int worker, size_t id, const Batch& batch, Nanos
         };
         if (ready > now) loop_->at(ready, std::move(send));  // after the encode stage
         else send();
-      } else if (waits_for_grant(worker, c, n)) {
-        const Outgoing push{ready, 0, n, c, worker, id, only};
-        begin = transmit(w.up, true, {ready, 0, 0, c, worker, hold(push), false, Kind::announce});
       } else {
         begin = transmit(w.up, true, {ready, 0, n, c, worker, id, only});
       }
@@ -175,7 +155,7 @@ Nanos PsClusterFabric::transmit(Queue& from, bool to_server, const Outgoing& m) 
   // The receiver's downlink is taken when the message starts to flow (not at enqueue time, which would hold it for a
   // message still queued at its sender and so block other senders): from then on the slower side decides. The
   // sender's messages start in order, so one start event on the loop at a time serves its queue.
-  from.pending.push_back({start, loop_->take_turn(), m.bytes, m.chunk, m.worker, m.batch, m.only, m.kind});
+  from.pending.push_back({start, loop_->take_turn(), m.bytes, m.chunk, m.worker, m.batch, m.only});
   if (from.pending.size() == 1) post_start(from, to_server);
   return start;
 }
@@ -202,12 +182,6 @@ void PsClusterFabric::deliver(const Sender& from, bool to_server, const Outgoing
 }
 
 void PsClusterFabric::arrive(bool to_server, const Outgoing& m, Nanos at) {
-  if (m.kind != Kind::data) {  // an announce or a grant: its own event (few, and not in any link's data order)
-    auto handler = m.kind == Kind::announce
-                       ? +[](void* f, uint64_t slot, uint64_t) { static_cast<PsClusterFabric*>(f)->on_announce(slot); }
-                       : +[](void* f, uint64_t slot, uint64_t) { static_cast<PsClusterFabric*>(f)->on_grant(slot); };
-    return loop_->post_in_turn(at, loop_->take_turn(), handler, this, m.batch);
-  }
   if (!to_server)
     return sum_known(m.worker, m.batch, m.only, at, loop_->take_turn(), workers_[size_t(m.worker)].sums);
   ServerState& server = servers_[chunks_[m.chunk].server];
@@ -278,13 +252,6 @@ void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch, bool onl
   const Nanos now = loop_->now();
   Chunk& c = chunks_[chunk];
   ServerState& server = servers_[c.server];
-  if (c.granted[size_t(worker)]) {  // its bytes leave the window: the next announced push may come
-    c.granted[size_t(worker)] = false;
-    server.grants.arrived(c.bytes);
-    issue_grants(c.server);
-  } else if (needs_grant(c.bytes)) {
-    unscheduled_arrived(worker, c.server, c.bytes);
-  }
   // The receipt first (its size is negligible): into the server's reply queue, where the rule sends it ahead of data;
   // in arrival order, behind whatever is already in the server's send queue; with fair sharing, behind what is queued
   // on the connection to that worker.
@@ -309,55 +276,6 @@ void PsClusterFabric::on_push(uint32_t chunk, int worker, size_t batch, bool onl
   loop_->at(server.cpu_free, [this, chunk] { send_sums(chunk); });
 }
 
-bool PsClusterFabric::waits_for_grant(int worker, uint32_t chunk, uint64_t bytes) {
-  if (!needs_grant(bytes)) return false;
-  const Chunk& c = chunks_[chunk];
-  return !workers_[size_t(worker)].unscheduled.admit(c.server, c.priority, bytes);
-}
-
-void PsClusterFabric::unscheduled_arrived(int worker, size_t server, uint64_t bytes) {
-  loop_->at(loop_->now() + latency_,
-            [this, worker, server, bytes] { workers_[size_t(worker)].unscheduled.arrived(server, bytes); });
-}
-
-uint64_t PsClusterFabric::hold(const Outgoing& push) {
-  if (held_free_.empty()) {
-    held_.push_back(push);
-    return held_.size() - 1;
-  }
-  const uint64_t slot = held_free_.back();
-  held_free_.pop_back();
-  held_[slot] = push;
-  return slot;
-}
-
-void PsClusterFabric::on_announce(uint64_t slot) {
-  const Outgoing& push = held_[slot];
-  const size_t server = chunks_[push.chunk].server;
-  servers_[server].grants.announce({slot, chunks_[push.chunk].priority, push.bytes});
-  issue_grants(server);
-}
-
-// Each grant is a reply of its own: ahead of the sums in the server's reply order, or in arrival order behind them.
-void PsClusterFabric::issue_grants(size_t server) {
-  while (const auto g = servers_[server].grants.next()) {
-    const Outgoing& push = held_[g->id];
-    if (ordered_replies())
-      queue_reply(server, {false, push.chunk, push.worker, g->id, false, true});
-    else
-      transmit(servers_[server].out, false, {loop_->now(), 0, 0, push.chunk, push.worker, g->id, false, Kind::grant});
-  }
-}
-
-// The granted push's data joins its worker's uplink now, FIFO behind what that worker already sends.
-void PsClusterFabric::on_grant(uint64_t slot) {
-  Outgoing push = held_[slot];
-  held_free_.push_back(slot);
-  chunks_[push.chunk].granted[size_t(push.worker)] = true;
-  push.start = loop_->now();
-  transmit(workers_[size_t(push.worker)].up, true, push);
-}
-
 void PsClusterFabric::send_sums(uint32_t chunk) {
   Chunk& c = chunks_[chunk];
   const Nanos now = loop_->now();
@@ -376,7 +294,7 @@ void PsClusterFabric::send_sums(uint32_t chunk) {
 // the same instant (a receipt and the sums its push completed) are all in the queue when the rule picks.
 void PsClusterFabric::queue_reply(size_t server, const Reply& r) {
   ServerState& s = servers_[server];
-  s.ready.push(r, r.receipt || r.grant, chunks_[r.chunk].priority);  // a grant goes ahead of data, as a receipt
+  s.ready.push(r, r.receipt, chunks_[r.chunk].priority);
   if (!s.send_posted) post_send(server);
 }
 
@@ -400,9 +318,8 @@ void PsClusterFabric::send_replies(size_t server) {
       receipt_known(r.worker, r.batch, r.only, now + latency_, loop_->take_turn(), s.receipts);
       continue;
     }
-    const uint64_t bytes = r.grant ? 0 : chunks_[r.chunk].bytes;  // a grant: no bytes, its message's fixed cost
-    const Outgoing m{s.out.sender.send(now, bytes), 0, bytes, r.chunk, r.worker, r.batch, r.only,
-                     r.grant ? Kind::grant : Kind::data};
+    const Outgoing m{s.out.sender.send(now, chunks_[r.chunk].bytes), 0, chunks_[r.chunk].bytes, r.chunk, r.worker,
+                     r.batch, r.only};
     if (s.out.sender.paced()) arrive(false, m, m.start + latency_);
     else deliver(s.out.sender, false, m);
     break;

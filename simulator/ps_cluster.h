@@ -12,12 +12,6 @@
 // chunk (key, offset) lives whole on the server the root's Sharder gives it (least loaded by bytes, on first sight).
 // A server acknowledges a push the moment it has arrived (`received`, queued in its send queue; the worker's engine releases credit when every chunk of the batch is acknowledged) and, once all W workers'
 // pushes of that chunk's round are in, queues the sum to each of them in arrival order.
-// With grants (PsParams::grants, FIFO links only) a push of at least grant_min_bytes is announced first and leaves
-// its worker's uplink only once its server grants it (scheduler/push_grants.h, one PushGrants per server); the announce
-// and the grant are messages of no bytes that pay the per-message cost on each link and a latency, the grant sent
-// ahead of the sums in the server's reply order. Pushes of the backward's last stretch and those within their worker's
-// unscheduled budget for that server skip the grant (PsParams::grant_urgent_below, grant_unscheduled_bytes;
-// UnscheduledPushes, the Homa-like variant).
 //
 // Two link models:
 // - server_ingress_limited (real NICs): a message leaves its sender's link in FIFO order, taking bytes / rate; when it
@@ -45,7 +39,6 @@
 #include <utility>
 #include <vector>
 
-#include "scheduler/push_grants.h"
 #include "simulator/compression_model.h"
 #include "simulator/fabric.h"
 #include "simulator/flow_net.h"
@@ -150,11 +143,7 @@ class PsClusterFabric final : public Fabric {
     uint64_t dense;          // gradient bytes the server decodes (recoding schemes), else 0
     int32_t priority;        // its partition's (the server's reply order)
     std::vector<Waiter> waiting;  // the pushes of the current round that are in, in arrival order
-    std::vector<bool> granted;    // per worker: its push of the current round waited for a grant (PsParams::grants)
   };
-  // What a message carries: a push's data or a sum; an announce of a push or its grant (no bytes; `batch` then holds
-  // the push's slot in held_).
-  enum class Kind : uint8_t { data, announce, grant };
   // A message queued on a link-model sender, to start moving at `start` (its place among ties taken at enqueue).
   struct Outgoing {
     Nanos start;
@@ -164,7 +153,6 @@ class PsClusterFabric final : public Fabric {
     int worker;      // a push: from; a sum: to
     size_t batch;    // the worker's batch it belongs to
     bool only;       // the batch's only message (see BatchState)
-    Kind kind = Kind::data;
   };
   struct Queue {
     Sender sender;
@@ -177,7 +165,6 @@ class PsClusterFabric final : public Fabric {
     int worker;
     size_t batch;
     bool only;  // the batch's one message (see Outgoing::only)
-    bool grant = false;  // a grant of the push held in slot `batch` (chunk, worker: the push's)
   };
   // A push arriving at its server at (at, turn).
   struct Arrival {
@@ -210,7 +197,6 @@ class PsClusterFabric final : public Fabric {
     DueQueue receipts = {};  // the batches whose last receipt this server sends, in the order they fall due
     ReplyOrder<Reply> ready{1};  // replies waiting for the send queue (PsParams::reply_overtakes > 0)
     bool send_posted = false;    // an event to send the next of them is on the loop
-    PushGrants grants{1};        // the pushes announced to it (PsParams::grants), window set by start()
   };
   // Where a batch stands. With the link models a receipt's and a sum's arrival time are known before they happen, so
   // only the last of each is put on the loop: the latest (time, turn) so far is kept until every one is known.
@@ -233,7 +219,6 @@ class PsClusterFabric final : public Fabric {
     Queue up;
     Nanos encoder_free = 0;           // its encode stage (one encoder)
     DueQueue sums{{}, true};          // the batches whose last sum its downlink delivers, in the order they fall due
-    UnscheduledPushes unscheduled{1, 0, 0};  // which of its pushes skip the grant (PsParams::grants), set by start()
   };
 
   uint32_t chunk_id(int32_t key, uint64_t offset, uint64_t bytes, uint64_t dense);
@@ -241,18 +226,6 @@ class PsClusterFabric final : public Fabric {
   uint64_t messages_of(const Batch& batch, bool whole) const;
   // Worker `worker`'s push of `chunk` (batch `batch`) has arrived at the chunk's server.
   void on_push(uint32_t chunk, int worker, size_t batch, bool only);
-  // Grants (PsParams::grants): whether a push of `bytes` waits for one; the push's data kept in a slot of held_ until
-  // granted; the announce in at its server; the server grants what its window allows; the grant in at the worker.
-  bool needs_grant(uint64_t bytes) const { return p_.grants && bytes >= grant_min_; }
-  // Whether worker `worker`'s push of `chunk` (`bytes`) is announced and waits for a grant (else it goes at once).
-  bool waits_for_grant(int worker, uint32_t chunk, uint64_t bytes);
-  // An unscheduled push's bytes count against its worker's budget until the worker learns it is in (its receipt,
-  // taken as one latency after arrival: receipts go ahead of the sums).
-  void unscheduled_arrived(int worker, size_t server, uint64_t bytes);
-  uint64_t hold(const Outgoing& push);
-  void on_announce(uint64_t slot);
-  void issue_grants(size_t server);
-  void on_grant(uint64_t slot);
   void send_sums(uint32_t chunk);
   // Whether a server's replies wait in its ReplyOrder (else each is queued on its sender as it becomes ready).
   bool ordered_replies() const { return p_.reply_overtakes > 0 && !flows_; }
@@ -299,9 +272,6 @@ class PsClusterFabric final : public Fabric {
   std::unordered_map<ChunkKey, uint32_t, ChunkHash> chunk_ids_;
   std::vector<Chunk> chunks_;
   std::unique_ptr<FlowNet> flows_;
-  uint64_t grant_window_ = 0, grant_min_ = 0;  // PsParams' or the rule's (PsParams::grants)
-  std::vector<Outgoing> held_;                  // announced pushes not yet granted, by slot
-  std::vector<uint64_t> held_free_;             // free slots of held_
   std::vector<int> worker_links_, server_links_;  // per process: its uplink id, then its downlink id
   std::vector<int> worker_conn_, server_conn_;    // worker -> server and server -> worker connections
 };
