@@ -1,6 +1,7 @@
 #include "comm_backends/ps/zmq_message.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <utility>
@@ -53,6 +54,26 @@ void init_out_msg(zmq_msg_t* msg, OutPayload& p) {
     release_payload(nullptr, hint);
     throw std::runtime_error(zmq_err("zmq_msg_init_data"));
   }
+}
+
+std::optional<MonitorEvent> next_monitor_event(void* mon) {
+  zmq_msg_t ev, addr;
+  zmq_msg_init(&ev);
+  if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&ev);
+    return std::nullopt;
+  }
+  MonitorEvent e;
+  if (zmq_msg_size(&ev) >= 6) {  // a 16-bit event, then a 32-bit value
+    std::memcpy(&e.event, zmq_msg_data(&ev), 2);
+    std::memcpy(&e.value, static_cast<char*>(zmq_msg_data(&ev)) + 2, 4);
+  }
+  zmq_msg_init(&addr);
+  zmq_msg_recv(&addr, mon, 0);  // the endpoint, sent with the event
+  e.where.assign(static_cast<char*>(zmq_msg_data(&addr)), zmq_msg_size(&addr));
+  zmq_msg_close(&ev);
+  zmq_msg_close(&addr);
+  return e;
 }
 
 }  // namespace commsched::ps

@@ -74,7 +74,7 @@ class ZmqTransport final : public Transport {
     if (zmq_bind(router_, ep.c_str()) != 0) throw std::runtime_error(zmq_err("cannot bind " + ep));
     // Disconnections too: a ROUTER forgets a peer silently, and the owner would otherwise learn of a closed or
     // over-limit connection only when its heartbeats stop (seconds later; UCX reports it at once).
-    router_mon_ = monitor(router_, kHandshakeFailed | ZMQ_EVENT_DISCONNECTED);
+    router_mon_ = monitor(router_, kHandshakeFailed | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED);
     char buf[256];
     size_t len = sizeof buf;
     zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, buf, &len);
@@ -318,46 +318,55 @@ class ZmqTransport final : public Transport {
         e.detail = std::move(why);
         events_.push_back(std::move(e));
       }
-    if (router_mon_) drain_monitor(router_mon_, 0);
+    if (router_mon_) drain_router_monitor();
     for (size_t i = 0; i < conns_.size(); ++i) drain_monitor(conns_[i].mon, i + 1);
     return std::nullopt;
   }
 
+  // The monitor of outgoing connection `conn`.
   void drain_monitor(void* mon, PeerId conn) {
-    for (;;) {
-      zmq_msg_t ev, addr;
-      zmq_msg_init(&ev);
-      if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&ev);
-        return;
-      }
-      uint16_t event = 0;
-      int32_t value = 0;
-      if (zmq_msg_size(&ev) >= 6) {
-        std::memcpy(&event, zmq_msg_data(&ev), 2);
-        std::memcpy(&value, static_cast<char*>(zmq_msg_data(&ev)) + 2, 4);
-      }
-      zmq_msg_init(&addr);
-      zmq_msg_recv(&addr, mon, 0);
-      std::string where(static_cast<char*>(zmq_msg_data(&addr)), zmq_msg_size(&addr));
-      zmq_msg_close(&ev);
-      zmq_msg_close(&addr);
-      if (conn != 0 && event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+    while (auto e = next_monitor_event(mon)) {
+      if (e->event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
         conns_[conn - 1].authenticated = true;
-      } else if (conn != 0 && event == ZMQ_EVENT_DISCONNECTED && (conns_[conn - 1].authenticated || !keys_)) {
+      } else if (e->event == ZMQ_EVENT_DISCONNECTED && (conns_[conn - 1].authenticated || !keys_)) {
         report_gone(conn);
-      } else if (conn != 0) {
-        // Our connection never got through: with CURVE the server closes a handshake it cannot decrypt.
-        report_refused(conn, event == ZMQ_EVENT_DISCONNECTED
-                                 ? "closed during the CURVE handshake (wrong shared secret?)"
-                                 : handshake_reason(event, value, keys_ != nullptr));
-      } else if (event == ZMQ_EVENT_DISCONNECTED) {
-        accepted_gone(value);
       } else {
-        Incoming e;
-        e.kind = Incoming::Kind::dropped;
-        e.detail = "connection on " + where + " dropped: " + handshake_reason(event, value, keys_ != nullptr);
-        events_.push_back(std::move(e));
+        // Our connection never got through: with CURVE the server closes a handshake it cannot decrypt.
+        report_refused(conn, e->event == ZMQ_EVENT_DISCONNECTED
+                                 ? "closed during the CURVE handshake (wrong shared secret?)"
+                                 : handshake_reason(e->event, e->value, keys_ != nullptr));
+      }
+    }
+  }
+
+  // The ROUTER's monitor names a connection only by its socket number, which the kernel hands to the next connection
+  // accepted once it closes: a DISCONNECTED still queued when a new peer on the same number speaks is not that peer's.
+  // So connections are counted per number: reading the monitor counts each ACCEPTED at once, and every other event
+  // waits in router_events_ stamped with the count (the connection it is about) to be acted on in order.
+  void read_router_monitor() {
+    while (auto e = next_monitor_event(router_mon_)) {
+      if (e->event == ZMQ_EVENT_ACCEPTED) {
+        ++accepts_of_fd_[e->value];
+        continue;
+      }
+      const uint64_t nth = e->event == ZMQ_EVENT_DISCONNECTED ? accepts_of_fd_[e->value] : 0;
+      router_events_.emplace_back(std::move(*e), nth);
+    }
+  }
+
+  // Acts on the ROUTER's monitor events in order: disconnections, and handshakes that failed.
+  void drain_router_monitor() {
+    read_router_monitor();
+    while (!router_events_.empty()) {
+      auto [e, nth] = std::move(router_events_.front());
+      router_events_.pop_front();
+      if (e.event == ZMQ_EVENT_DISCONNECTED) {
+        accepted_gone(e.value, nth);
+      } else {
+        Incoming in;
+        in.kind = Incoming::Kind::dropped;
+        in.detail = "connection on " + e.where + " dropped: " + handshake_reason(e.event, e.value, keys_ != nullptr);
+        events_.push_back(std::move(in));
       }
     }
   }
@@ -417,19 +426,23 @@ class ZmqTransport final : public Transport {
     if (!addr.empty()) return;
     const int fd = zmq_msg_get(msg, ZMQ_SRCFD);
     addr = control::peer_address(fd);
-    if (fd >= 0) router_peer_of_fd_[fd] = peer;
+    if (fd < 0) return;
+    read_router_monitor();  // counts this connection: ZeroMQ queues its ACCEPTED before any of its messages
+    router_peer_of_fd_[fd] = {peer, accepts_of_fd_[fd]};
   }
 
-  // An accepted connection closed (its peer left, or ZeroMQ cut it for a message over ZMQ_MAXMSGSIZE, which it does
-  // without saying so). A connection that never delivered a message is no peer of the owner's: nothing to report.
-  void accepted_gone(int fd) {
+  // The `nth` accepted connection on socket number `fd` closed (its peer left, or ZeroMQ cut it for a message over
+  // ZMQ_MAXMSGSIZE, which it does without saying so). A connection that never delivered a message is no peer of the
+  // owner's: nothing to report, even when a later connection on the same number has a peer.
+  void accepted_gone(int fd, uint64_t nth) {
     auto it = router_peer_of_fd_.find(fd);
     if (it == router_peer_of_fd_.end()) {
       take_readable_router_messages();
       it = router_peer_of_fd_.find(fd);
       if (it == router_peer_of_fd_.end()) return;
     }
-    const PeerId peer = it->second;
+    if (it->second.nth > nth) return;  // an earlier connection on this number: closed before the peer's was accepted
+    const PeerId peer = it->second.peer;
     router_peer_of_fd_.erase(it);
     report_gone(peer, opts_.max_message_bytes == 0 ? "" : " (it closed the connection, or sent a message over the limit of " +
                                                               std::to_string(opts_.max_message_bytes) + " bytes)");
@@ -456,7 +469,13 @@ class ZmqTransport final : public Transport {
   std::unordered_map<std::string, PeerId> router_peer_of_;
   std::unordered_map<PeerId, std::string> router_ids_;
   std::unordered_map<PeerId, std::string> router_addr_;
-  std::unordered_map<int, PeerId> router_peer_of_fd_;  // accepted connections that delivered a message, by socket
+  struct FdPeer {
+    PeerId peer;
+    uint64_t nth;  // its connection: the nth accepted on this socket number
+  };
+  std::unordered_map<int, FdPeer> router_peer_of_fd_;  // accepted connections that delivered a message, by socket
+  std::unordered_map<int, uint64_t> accepts_of_fd_;    // connections accepted per socket number, as the monitor said
+  std::deque<std::pair<MonitorEvent, uint64_t>> router_events_;  // read from the monitor, not yet acted on
   std::unordered_map<PeerId, bool> gone_;
   PeerId next_router_peer_ = kRouterPeerBase;
   std::deque<Incoming> events_;

@@ -1,15 +1,23 @@
 // ZeroMQ transport: closing never hangs, even when peers disconnect while we send to them and close.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "comm_backends/control/socket.h"
 #include "comm_backends/ps/transport.h"
 
 using namespace std::chrono_literals;
@@ -41,7 +49,94 @@ bool closes_within(std::unique_ptr<Transport> t, std::chrono::milliseconds limit
   return closed.wait_for(limit) == std::future_status::ready;
 }
 
+// Sends bytes that are no ZeroMQ greeting to `port` and waits (up to 5 s) until the listener has closed the
+// connection: the end of stream from its side means its socket number is free again. Our end stays open (returned),
+// so that the listener's next connection gets the number it freed, not ours.
+commsched::control::Fd send_junk_until_closed(int port) {
+  commsched::control::Fd fd =
+      commsched::control::connect_tcp("127.0.0.1", port, std::chrono::steady_clock::now() + 5s);
+  const char junk[] = "GET / HTTP/1.1\r\n\r\n\xff\xff\xff\xff garbage";
+  commsched::control::send_bytes(fd.get(), std::string_view(junk, sizeof junk));
+  ::shutdown(fd.get(), SHUT_WR);
+  char buf[256];
+  pollfd p{fd.get(), POLLIN, 0};
+  while (::poll(&p, 1, 5000) > 0 && ::recv(fd.get(), buf, sizeof buf, 0) > 0) {
+  }
+  return fd;
+}
+
+// A ZeroMQ DEALER written out by hand (ZMTP 3.1, NULL mechanism, the bytes libzmq's DEALER sends) on an already
+// created socket `fd`: it connects to `port`, completes the handshake and sends one message, "hello". By hand because
+// a DEALER of this process would take the lowest free socket numbers while it connects, and the listener's accepted
+// connection would never reuse the foreign one's.
+void dealer_says_hello(int fd, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  std::string greeting(64, '\0');
+  greeting[0] = '\xff';
+  greeting[8] = 1;
+  greeting[9] = '\x7f';
+  greeting[10] = 3;
+  greeting[11] = 1;
+  greeting.replace(12, 4, "NULL");
+  const std::string ready = std::string("\x05READY\x0bSocket-Type", 18) +
+                            std::string("\0\0\0\x06" "DEALER" "\x08" "Identity\0\0\0\0", 23);
+  ASSERT_TRUE(commsched::control::send_bytes(fd, greeting + "\x04" + char(ready.size()) + ready));
+  // The listener's greeting and READY (a short command: flags, size, body); a message sent before them would be
+  // taken for a handshake command.
+  std::string in;
+  char buf[256];
+  while (in.size() < 66 || in.size() < 66u + static_cast<unsigned char>(in[65])) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_GT(::poll(&p, 1, 5000), 0) << "no handshake from the listener within 5 s";
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << "the listener closed the handshake";
+    in.append(buf, static_cast<size_t>(n));
+  }
+  ASSERT_TRUE(commsched::control::send_bytes(fd, std::string("\0\x05hello", 7)));
+}
+
+int port_of(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
+
 }  // namespace
+
+// The ROUTER's monitor names a closed connection only by its socket number, which the kernel gives to the next
+// connection accepted. A foreign connection closes (its bytes were no ZeroMQ greeting), a real peer connects on the
+// same number and speaks, and only then does the owner read: the foreign connection's disconnection, still queued
+// behind the peer's message, is not the peer's. (Taking it for the peer's dropped a healthy worker as "lost:
+// connection closed" when garbage arrived at a server while the workers were connecting, under load.) The peer's own
+// disconnection, later, is still reported.
+TEST(ZmqTransport, AForeignConnectionsEndIsNotBlamedOnAPeerThatReusedItsSocketNumber) {
+  for (int round = 0; round < 3; ++round) {
+    auto server = make_zmq_transport({});
+    const std::string endpoint = server->bind("127.0.0.1", 0);
+    commsched::control::Fd dealer(::socket(AF_INET, SOCK_STREAM, 0));
+    const commsched::control::Fd foreign = send_junk_until_closed(port_of(endpoint));
+    dealer_says_hello(dealer.get(), port_of(endpoint));
+    std::this_thread::sleep_for(100ms);  // the hello is queued behind the foreign connection's end
+    std::optional<PeerId> from;
+    const auto deadline = std::chrono::steady_clock::now() + 500ms;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto in = server->receive(50ms);
+      if (!in) continue;
+      if (in->kind == Incoming::Kind::message) from = in->peer;
+      ASSERT_FALSE(in->kind == Incoming::Kind::disconnected && from && in->peer == *from)
+          << "round " << round << ": the live peer was reported disconnected: " << in->detail;
+    }
+    ASSERT_TRUE(from) << "round " << round << ": the peer's hello never arrived";
+    // Its own end is still reported at once.
+    dealer.reset();
+    bool gone = false;
+    const auto limit = std::chrono::steady_clock::now() + 2s;
+    while (!gone && std::chrono::steady_clock::now() < limit)
+      if (auto in = server->receive(50ms)) gone = in->kind == Incoming::Kind::disconnected && in->peer == *from;
+    EXPECT_TRUE(gone) << "round " << round << ": the peer's own disconnection was not reported";
+    server->close(false);
+  }
+}
 
 // The bound side of a transport (a server's ROUTER) sends its last words to peers that are closing their own
 // connections at that very moment, then closes: the situation of server 0 when every worker has said bye (it says bye
