@@ -60,10 +60,16 @@ uint64_t large_bytes(uint64_t pilot, double pilot_s, double small_s) {
   return std::min(n, kMaxLargeBytes / pilot) * pilot;
 }
 
+// Three significant digits, never an exponent: 999.8 reads "1000", not "1e+03" (a link measured at 1 Gbit/s less a
+// hair printed "1e+03 Mbit/s", which readers and the tests' parsers of the line do not take for a number).
 std::string sig3(double v) {
   std::ostringstream o;
-  o.precision(3);
-  o << v;
+  if (std::abs(v) >= 100) {
+    o << std::llround(v);
+  } else {
+    o.precision(3);
+    o << v;
+  }
   return o.str();
 }
 

@@ -54,6 +54,17 @@ TEST(LinkProbe, RecoversTheRateAndLatencyOfAModelledParameterServer) {
     EXPECT_NE(m.how.find(said), std::string::npos) << said << " in: " << m.how;
 }
 
+// A rate a hair under 1 Gbit/s (as an emulated 1 Gbit/s link measures) is a plain number in the line, not "1e+03".
+TEST(LinkProbe, ARateJustUnderAGigabitReadsAsAPlainNumber) {
+  ModelledLink link;
+  link.shape = ps_shape(2, 1, 1 << 20);
+  link.rate_bps = 999.8e6;
+  const LinkMeasurement m = measure_link(link.shape, link.exchange());
+  EXPECT_NEAR(m.rate_bps, 999.8e6, 999.8e6 * 1e-3);
+  EXPECT_EQ(m.how.find("e+"), std::string::npos) << m.how;
+  EXPECT_NE(m.how.find("1000 Mbit/s"), std::string::npos) << m.how;
+}
+
 TEST(LinkProbe, RecoversTheRateAndLatencyOfAModelledRing) {
   ModelledLink link;
   link.shape = {false, 4, 0, 4 << 20};
