@@ -112,7 +112,7 @@ std::string explain(const EngineConfig& config, const ClusterShape& shape, bool 
 
 }  // namespace
 
-PsMessageCost ps_message_s(int local_workers, unsigned cores, int gpus) {
+PsMessageCost ps_message_cost(int local_workers, unsigned cores, int gpus) {
   if (gpus > 0) return {kPsMessageS, ""};  // the workers compute on their GPUs: a message's CPU does not delay that
   if (cores > 0 && local_workers >= int(cores)) return {kPsMessageSharedCoresS, "the workers fill the host's cores"};
   return {kPsMessageS, ""};

@@ -25,10 +25,10 @@
 //     before the backward's end, so the first-needed gradients meet empty queues, did not move the every-worker
 //     grid (bench/RESULTS.md, session 23; scheduler/priority_credit_policy.h);
 //   - the partition weighs incast against the per-message cost (m: each message costs each end m beside its bytes /
-//     rate R; ClusterShape::message: kPsMessageS, or kPsMessageSharedCoresS where the workers fill their host's
-//     cores, below). With S servers a partition's round takes its server's downlink W (p / R + m): the incast
-//     latency a tensor needed first pays before its sum can come back. For B gradient bytes a step, a worker's link
-//     carries B / p messages each way and a server's W / S times as many, so the busier end pays about
+//     rate R; ClusterShape::message, whose 0 means kPsMessageS, or kPsMessageSharedCoresS where the workers fill
+//     their host's cores, below). With S servers a partition's round takes its server's downlink W (p / R + m): the
+//     incast latency a tensor needed first pays before its sum can come back. For B gradient bytes a step, a worker's
+//     link carries B / p messages each way and a server's W / S times as many, so the busier end pays about
 //     max(1, W / S) B m / p in per-message cost. Their sum, max(1, W / S) B m / p + W p / R, is least at
 //         p = sqrt(B m R / min(W, S)),
 //     taken to the nearest power of two within [16 KiB, 4 MiB] (4 MiB: the PS backend's chunk), with
@@ -93,8 +93,8 @@ struct ClusterShape {
   // values below.
   double link_bps = 0;
   double step_latency_s = 0;
-  // Parameter server: the fixed cost of one message at one end (the PS partition rule's m). 0: kPsMessageS; the
-  // plugin passes ps_message_s() for its host.
+  // Parameter server: the fixed cost of one message at one end (the PS partition rule's m). Seconds 0 (the default):
+  // kPsMessageS; the plugin passes ps_message_cost() for its host.
   PsMessageCost message;
 };
 
@@ -125,7 +125,7 @@ inline constexpr double kPsMessageSharedCoresS = 1.2e-3;
 // A process that sees a GPU (`gpus` > 0) trains on it, so its host keeps the default whatever its cores: a
 // per-rank binding of a GPU job (Slurm's --cpus-per-task, mpirun --bind-to) would otherwise look like full cores.
 // Returns the cost with the reason the knobs' log gives for it.
-PsMessageCost ps_message_s(int local_workers, unsigned cores, int gpus = 0);
+PsMessageCost ps_message_cost(int local_workers, unsigned cores, int gpus = 0);
 
 // B in the PS partition rule: the gradient bytes a step is taken to carry per incast it exposes. In the simulator
 // (every worker simulated, 5 us per message, partitions 32 KiB-512 KiB side by side) the fastest partition at 16

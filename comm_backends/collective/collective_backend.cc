@@ -74,7 +74,7 @@ void CollectiveBackend::start_negotiation(NegotiatorOptions opts, control::Store
   if (!opts.execute_blocks) executor_ = std::thread([this] { executor_loop(); });  // queued groups wait for it
 }
 
-void CollectiveBackend::execute_inline(std::vector<uint64_t>&& group) { run_group(group); }
+void CollectiveBackend::execute_inline(std::vector<uint64_t>&& group) { run_group(std::move(group)); }
 
 uint64_t CollectiveBackend::stand_in(const PartitionDesc& d) {
   struct Zeros {
@@ -205,28 +205,36 @@ void CollectiveBackend::executor_loop() {
       group = std::move(queue_.front());
       queue_.pop_front();
     }
-    run_group(group);
+    run_group(std::move(group));
   }
 }
 
-void CollectiveBackend::run_group(const std::vector<uint64_t>& group) {
-  std::vector<PartitionView> views;
+void CollectiveBackend::run_group(std::vector<uint64_t> tokens) {
+  // One allocation per group: the tokens and views outlive this call when the backend finishes asynchronously (NCCL).
+  struct Group {
+    std::vector<uint64_t> tokens;
+    std::vector<PartitionView> views;
+  };
+  auto g = std::make_shared<Group>();
+  g->tokens = std::move(tokens);
+  g->views.reserve(g->tokens.size());
   Status broken;
   {
     std::lock_guard lock(mu_);
     broken = fatal_;
-    for (uint64_t t : group) views.push_back(items_.at(t).view);
+    for (uint64_t t : g->tokens) g->views.push_back(items_.at(t).view);
   }
   // Once a rank is gone no collective can finish; fail queued work rather than wait for a transport timeout.
-  auto finish = [this, group, views](const Status& st) {
-    for (const PartitionView& v : views) negotiator_->ran(v.task->key, v.offset, v.task->round);
+  auto finish = [this, g](const Status& st) {
+    negotiator_->ran(g->views);
     negotiator_->completed();
-    for (uint64_t t : group) complete(t, st);
+    for (uint64_t t : g->tokens) complete(t, st);
   };
   if (!broken.ok()) {
     finish(broken);
     return;
   }
+  const std::vector<PartitionView>& views = g->views;
   try {
     execute(views, finish);
   } catch (const std::exception& e) {

@@ -111,7 +111,7 @@ class CollectiveBackend : public CommBackend {
   void enqueue(std::vector<uint64_t>&& group);
   void fatal(const Status& st);
   void executor_loop();
-  void run_group(const std::vector<uint64_t>& group);
+  void run_group(std::vector<uint64_t> tokens);
   // Rank 0's word on why a failed group's collective could not finish (a rank shut down before it ran), as a
   // cancellation; Ok when it said nothing.
   Status ordered_failure(const std::vector<PartitionView>& views);

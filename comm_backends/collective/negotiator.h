@@ -160,6 +160,9 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // The collective of partition (key, offset) of `round` is over on this rank (run or failed): a reason rank 0 gave
   // for it, or for an earlier round of it, can explain nothing any more and is dropped. Thread-safe.
   void ran(uint64_t key, uint64_t offset, uint64_t round);
+  // The same for every partition of a group that ran as one collective: one lock for the group, none while rank 0
+  // has given no reason (every collective ends here, so the usual case costs one atomic load).
+  void ran(std::span<const PartitionView> group);
   NegotiatorStats stats() const;
   // The ranks that lag, as rank 0 last reported them (on rank 0: as it sees them). Thread-safe.
   std::vector<Straggler> stragglers() const override;
@@ -319,6 +322,7 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // Rank 0's errors for partitions ordered already (not pending here): their collective's failure is explained by
   // them (ordered_failure). The round each is for, and the message.
   std::unordered_map<Slot, std::pair<uint64_t, std::string>, SlotHash> ordered_failures_;
+  std::atomic<bool> any_ordered_failures_{false};  // !ordered_failures_.empty(), readable without mu_
   std::vector<Slot> cache_slots_;  // cache id -> slot
   Fd wake_;                 // eventfd: wakes the thread for new submissions and shutdown
   // eventfd: the last helping caller stopped. While callers help the thread sleeps on this alone, and leaves wake_

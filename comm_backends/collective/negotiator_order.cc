@@ -279,7 +279,10 @@ void Negotiator::apply_error(const ErrorMsg& e) {
     if (it == pending_.end()) {  // ordered already (rank 0 vouched), failed already, or not ours
       // Only a shut-down rank's reason is kept for the collective that will fail without it; another error of a
       // partition no longer pending must not relabel a later failure.
-      if (e.code == Status::Code::cancelled) ordered_failures_[Slot{e.key, e.offset}] = {e.round, e.message};
+      if (e.code == Status::Code::cancelled) {
+        ordered_failures_[Slot{e.key, e.offset}] = {e.round, e.message};
+        any_ordered_failures_.store(true, std::memory_order_release);
+      }
       return;
     }
     if (it->second.round != e.round) return;
@@ -295,13 +298,24 @@ std::string Negotiator::ordered_failure(uint64_t key, uint64_t offset, uint64_t 
   if (it == ordered_failures_.end() || it->second.first != round) return {};
   std::string why = std::move(it->second.second);
   ordered_failures_.erase(it);
+  any_ordered_failures_.store(!ordered_failures_.empty(), std::memory_order_release);
   return why;
 }
 
 void Negotiator::ran(uint64_t key, uint64_t offset, uint64_t round) {
+  const TaskDesc task{.key = key, .round = round};
+  const PartitionView view{&task, 0, offset, 0};
+  ran(std::span<const PartitionView>(&view, 1));
+}
+
+void Negotiator::ran(std::span<const PartitionView> group) {
+  if (!any_ordered_failures_.load(std::memory_order_acquire)) return;
   std::lock_guard lock(mu_);
-  auto it = ordered_failures_.find(Slot{key, offset});
-  if (it != ordered_failures_.end() && it->second.first <= round) ordered_failures_.erase(it);
+  for (const PartitionView& v : group) {
+    auto it = ordered_failures_.find(Slot{v.task->key, v.offset});
+    if (it != ordered_failures_.end() && it->second.first <= v.task->round) ordered_failures_.erase(it);
+  }
+  any_ordered_failures_.store(!ordered_failures_.empty(), std::memory_order_release);
 }
 
 }  // namespace commsched::collective

@@ -117,7 +117,7 @@ Context::Context(const ContextOptions& options, std::shared_ptr<CommBackend> bac
     // Where the local workers fill the host's cores and compute on them (no GPU), every message's CPU comes out of the
     // training compute (the PS rule only: the all-reduce rule has no per-message cost).
     const PsMessageCost message =
-        servers > 0 ? ps_message_s(env_.local_size, usable_cores(), visible_gpus()) : PsMessageCost{};
+        servers > 0 ? ps_message_cost(env_.local_size, usable_cores(), visible_gpus()) : PsMessageCost{};
     const std::string why = apply_auto_knobs(config_, {env_.num_workers, servers, link_.rate_bps, 0, message});
     if (!why.empty() && env_.rank == 0) std::cerr << "[commsched] " << why << " (" << link_.source << ")\n";
   }

@@ -72,23 +72,23 @@ TEST(AutoKnobs, PsPartitionGrowsWithTheLinkAndShrinksWithTheFanIn) {
 
 // Workers that fill their host's cores pay each message out of their compute: m is the measured 1.2 ms, not 5 us.
 TEST(AutoKnobs, WorkersFillingTheirHostsCoresPayTheSharedCoresMessageCost) {
-  EXPECT_EQ(ps_message_s(2, 2).seconds, kPsMessageSharedCoresS);
-  EXPECT_EQ(ps_message_s(4, 2).seconds, kPsMessageSharedCoresS);
-  EXPECT_EQ(ps_message_s(1, 2).seconds, kPsMessageS) << "a core to spare";
-  EXPECT_EQ(ps_message_s(8, 64).seconds, kPsMessageS);
-  EXPECT_EQ(ps_message_s(2, 0).seconds, kPsMessageS) << "cores unknown";
-  EXPECT_EQ(ps_message_s(8, 8, 8).seconds, kPsMessageS) << "GPU workers bound to 8 cores each compute on their GPUs";
-  EXPECT_EQ(ps_message_s(2, 2, 0).seconds, kPsMessageSharedCoresS) << "no GPU: the CPU computes";
+  EXPECT_EQ(ps_message_cost(2, 2).seconds, kPsMessageSharedCoresS);
+  EXPECT_EQ(ps_message_cost(4, 2).seconds, kPsMessageSharedCoresS);
+  EXPECT_EQ(ps_message_cost(1, 2).seconds, kPsMessageS) << "a core to spare";
+  EXPECT_EQ(ps_message_cost(8, 64).seconds, kPsMessageS);
+  EXPECT_EQ(ps_message_cost(2, 0).seconds, kPsMessageS) << "cores unknown";
+  EXPECT_EQ(ps_message_cost(8, 8, 8).seconds, kPsMessageS) << "GPU workers bound to 8 cores each compute on their GPUs";
+  EXPECT_EQ(ps_message_cost(2, 2, 0).seconds, kPsMessageSharedCoresS) << "no GPU: the CPU computes";
 
   // The main job's shape (2 workers, 1 server, 1 Gbit/s): sqrt(64 MiB x 1.2 ms x 125 MB/s) = 3.17 MB -> 4 MiB, where
   // the 5 us default gives 256 KiB; the credit follows the partition (2 x 3 x 4 MiB, capped at 16 MiB). At 100 Mbit/s
   // 1.0 MB -> 1 MiB.
-  const ClusterShape shared{2, 1, 1e9, 0, ps_message_s(2, 2)};
+  const ClusterShape shared{2, 1, 1e9, 0, ps_message_cost(2, 2)};
   EXPECT_EQ(auto_knobs({2, 1, 1e9}).knobs.partition_bytes, 256 * KiB);
   EXPECT_EQ(auto_knobs(shared).knobs.partition_bytes, 4 * MiB);
   EXPECT_EQ(auto_knobs(shared).knobs.credit_bytes, 16 * MiB);
-  EXPECT_EQ(auto_knobs({2, 1, 100e6, 0, ps_message_s(2, 2)}).knobs.partition_bytes, 1 * MiB);
-  EXPECT_EQ(auto_knobs({2, 1, 10e9, 0, ps_message_s(2, 2)}).knobs.partition_bytes, 4 * MiB) << "the PS chunk";
+  EXPECT_EQ(auto_knobs({2, 1, 100e6, 0, ps_message_cost(2, 2)}).knobs.partition_bytes, 1 * MiB);
+  EXPECT_EQ(auto_knobs({2, 1, 10e9, 0, ps_message_cost(2, 2)}).knobs.partition_bytes, 4 * MiB) << "the PS chunk";
   EngineConfig c;
   const std::string why = apply_auto_knobs(c, shared);
   EXPECT_NE(why.find("2 workers x 1 servers (1200 us per message: the workers fill the host's cores)"),
@@ -101,14 +101,14 @@ TEST(AutoKnobs, WorkersFillingTheirHostsCoresPayTheSharedCoresMessageCost) {
 // given without the rule's reason (a measured cost) is not said to come from full cores, and GPU workers on full
 // cores keep the default without a reason.
 TEST(AutoKnobs, TheLogGivesTheReasonTheRuleChoseTheMessageCostFor) {
-  EXPECT_EQ(ps_message_s(2, 2).why, "the workers fill the host's cores");
-  EXPECT_EQ(ps_message_s(1, 2).why, "");
-  EXPECT_EQ(ps_message_s(2, 2, 1).why, "") << "GPU workers";
+  EXPECT_EQ(ps_message_cost(2, 2).why, "the workers fill the host's cores");
+  EXPECT_EQ(ps_message_cost(1, 2).why, "");
+  EXPECT_EQ(ps_message_cost(2, 2, 1).why, "") << "GPU workers";
   EngineConfig c;
   const std::string measured = apply_auto_knobs(c, {2, 1, 1e9, 0, {kPsMessageSharedCoresS, ""}});
   EXPECT_NE(measured.find("(1200 us per message)"), std::string::npos) << measured;
   EngineConfig d;
-  const std::string gpus = apply_auto_knobs(d, {2, 1, 1e9, 0, ps_message_s(2, 2, 1)});
+  const std::string gpus = apply_auto_knobs(d, {2, 1, 1e9, 0, ps_message_cost(2, 2, 1)});
   EXPECT_NE(gpus.find("(5 us per message)"), std::string::npos) << gpus;
 }
 
