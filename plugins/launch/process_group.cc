@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 namespace commsched {
@@ -18,12 +19,46 @@ ProcessGroup::ProcessGroup(std::optional<sigset_t> child_mask, std::string tag)
 
 ProcessGroup::~ProcessGroup() { kill_all(); }
 
+namespace {
+
+// argv and the environment as execvpe() takes them, built before fork(): the child of a threaded process may only
+// make async-signal-safe calls (setenv or a std::string could take a lock another thread held at the fork).
+struct ExecArgs {
+  std::vector<std::string> env;
+  std::vector<char*> argv, envp;
+
+  explicit ExecArgs(const ProcessSpec& spec) {
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view kv(*e);
+      if (!spec.env.contains(std::string(kv.substr(0, kv.find('='))))) env.emplace_back(kv);
+    }
+    for (const auto& [k, v] : spec.env) env.push_back(k + "=" + v);
+    for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (auto& kv : env) envp.push_back(kv.data());
+    envp.push_back(nullptr);
+  }
+};
+
+// In the child: every descriptor above stderr closed, so a child holds none of the parent's sockets (a worker's
+// listening port, a rank's connections) open after the parent closes them, whether or not they were opened CLOEXEC.
+void close_inherited_fds() {
+  if (::close_range(3, ~0U, 0) == 0) return;
+  for (int fd = 3, n = int(::sysconf(_SC_OPEN_MAX)); fd < n; ++fd) ::close(fd);  // kernels before 5.9
+}
+
+void write_stderr(const char* s) { (void)!::write(2, s, std::strlen(s)); }
+
+}  // namespace
+
 size_t ProcessGroup::spawn(const ProcessSpec& spec) {
   if (spec.argv.empty()) throw std::runtime_error(tag_ + ": no program given for " + spec.name);
   // A group lives while one of its members does (a zombie not yet reaped included). Once every member has been
   // reaped (an elastic run starting a worker again after all others exited), the next child leads a new group: the
   // old id may belong to another process by now.
   if (alive() == 0) pgid_ = 0;
+  ExecArgs exec(spec);
+  const std::string cannot_run = "[" + tag_ + "] cannot run '" + spec.argv[0] + "': ";
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(tag_ + ": fork failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
@@ -33,12 +68,10 @@ size_t ProcessGroup::spawn(const ProcessSpec& spec) {
       const int fd = ::open(spec.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) ::dup2(fd, 1), ::dup2(fd, 2);
     }
-    for (const auto& [k, v] : spec.env) ::setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "[%s] cannot run '%s': %s\n", tag_.c_str(), args[0], std::strerror(errno));
+    close_inherited_fds();
+    ::execvpe(exec.argv[0], exec.argv.data(), exec.envp.data());
+    const int err = errno;
+    write_stderr(cannot_run.c_str()), write_stderr(::strerrordesc_np(err)), write_stderr("\n");
     ::_exit(127);
   }
   ::setpgid(pid, pgid_);  // from both sides: no window in which the child is outside the group

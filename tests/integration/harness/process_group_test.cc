@@ -44,6 +44,30 @@ TEST(ProcessGroup, ReportsExitCodesSignalsAndWritesLogsWithTheEnvironment) {
   ::rmdir(dir);
 }
 
+// A child holds none of the parent's descriptors past stderr, CLOEXEC or not (a parent's listening socket left open
+// in a worker would keep its port and its peers' connections alive after the parent closed it), and a variable the
+// spec sets replaces the parent's value of it instead of standing beside it.
+TEST(ProcessGroup, AChildInheritsNoDescriptorsAndTheSpecsEnvironmentWins) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);  // no O_CLOEXEC: exec alone would pass both ends on
+  ASSERT_EQ(::setenv("PG_TEST_OVERRIDE", "parent", 1), 0);
+  char dir[] = "/tmp/commsched-pg-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/fds.log";
+  const std::string script = "for fd in " + std::to_string(fds[0]) + " " + std::to_string(fds[1]) +
+                             "; do [ -e /proc/$$/fd/$fd ] && echo \"open $fd\"; done; env | grep -c '^PG_TEST_OVERRIDE='; "
+                             "echo \"$PG_TEST_OVERRIDE\"";
+  ProcessGroup g;
+  g.spawn({"fd probe", {"/bin/sh", "-c", script}, {{"PG_TEST_OVERRIDE", "spec"}}, log});
+  ASSERT_TRUE(g.wait_all(20s));
+  EXPECT_EQ(g.members()[0].code, 0);
+  EXPECT_EQ(slurp(log), "1\nspec\n") << "descriptors " << fds[0] << " and " << fds[1] << " must not reach the child";
+  ::close(fds[0]), ::close(fds[1]);
+  ::unsetenv("PG_TEST_OVERRIDE");
+  std::remove(log.c_str());
+  ::rmdir(dir);
+}
+
 TEST(ProcessGroup, LeavesNothingBehindWhenDestroyedAndTerminateEscalates) {
   pid_t left = -1, stubborn = -1;
   {
