@@ -418,7 +418,8 @@ std::array<std::byte, commsched::ps::kHeaderBytes> start_until_listening(LocalCl
 TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   if (!commsched::ps::ucx_built_in()) GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)";
   const std::string secret = "integration-test-secret-0123456789";
-  LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact"},
+  // Enough iterations that the server still runs while the strangers' handshakes end, on a loaded machine too.
+  LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "1000", "--max-bytes", "100000", "--mode", "exact"},
                  {{"COMMSCHED_SECRET", secret}, {"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", "sm,self"}});
   const auto hello = start_until_listening(c);
   const std::string ep = "tcp://127.0.0.1:" + std::to_string(server0_data_port(c));
@@ -428,8 +429,16 @@ TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   auto stranger = commsched::ps::make_ucx_transport(wrong);
   plain->send(plain->connect(ep), hello);
   stranger->send(stranger->connect(ep), hello);
-  const auto end = std::chrono::steady_clock::now() + 2s;
-  while (std::chrono::steady_clock::now() < end) (void)plain->receive(5ms), (void)stranger->receive(5ms);
+  // Both handshakes need this side's progress; a fixed window was too short on a loaded machine, so run them until
+  // server 0 has logged both refusals (or a generous deadline, after which the expectations below say what is missing).
+  const auto refused_both = [&] {
+    const std::string log = c.read_log("server 0");
+    return log.find("did not authenticate") != std::string::npos &&
+           log.find("before proving it holds the shared secret") != std::string::npos;
+  };
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  for (int i = 0; std::chrono::steady_clock::now() < end && !(i % 20 == 0 && refused_both()); ++i)
+    (void)plain->receive(5ms), (void)stranger->receive(5ms);
   plain->close(false);
   stranger->close(false);
   ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
