@@ -3,9 +3,9 @@
 // Run pinned to one core:  taskset -c 0 build/bench/micro/engine_micro_bench
 #include <benchmark/benchmark.h>
 
-#include <ctime>
 #include <vector>
 
+#include "base/cpu_usage.h"
 #include "scheduler/engine.h"
 #include "scheduler/fifo_policy.h"
 #include "scheduler/priority_credit_policy.h"
@@ -28,12 +28,6 @@ class InstantBackend final : public CommBackend {
   void shutdown() override {}
 };
 
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 // state.range(0): partitions per task. Each iteration submits 64 tasks and waits for all of them.
 void BM_EnginePerPartition(benchmark::State& state, bool priority) {
   const int64_t parts = state.range(0);
@@ -48,7 +42,7 @@ void BM_EnginePerPartition(benchmark::State& state, bool priority) {
   std::vector<std::vector<float>> bufs(kTasks, std::vector<float>(static_cast<size_t>(parts) * 1024));
   std::vector<std::string> names;
   for (int i = 0; i < kTasks; ++i) names.push_back("layer" + std::to_string(i));
-  const double cpu0 = process_cpu_seconds();
+  const double cpu0 = process_cpu_s(/*children=*/false);
   for (auto _ : state) {
     for (int i = 0; i < kTasks; ++i) {
       Task t;
@@ -67,7 +61,7 @@ void BM_EnginePerPartition(benchmark::State& state, bool priority) {
   // CPU seconds of every thread of the process per partition: on a shared machine other processes' time on the
   // pinned core inflates real time but not this, so it is the figure to compare there.
   state.counters["cpu_ns_per_partition"] =
-      (process_cpu_seconds() - cpu0) * 1e9 / static_cast<double>(state.iterations() * per_iter);
+      (process_cpu_s(/*children=*/false) - cpu0) * 1e9 / static_cast<double>(state.iterations() * per_iter);
 }
 BENCHMARK_CAPTURE(BM_EnginePerPartition, bytescheduler, true)->Arg(1)->Arg(16)->Arg(256)->UseRealTime()->Repetitions(5)->ReportAggregatesOnly();
 BENCHMARK_CAPTURE(BM_EnginePerPartition, wfbp, false)->Arg(1)->UseRealTime()->Repetitions(5)->ReportAggregatesOnly();
