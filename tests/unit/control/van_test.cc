@@ -4,6 +4,7 @@
 // named by the workers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -183,10 +184,15 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 TEST(Van, RendezvousPeerTablePassThroughAndGoodbye) {
   const auto cluster = start_cluster({Node::Mode::leave_when_ready, Node::Mode::leave_when_ready});
   Cluster& c = *cluster;
-  ASSERT_TRUE(eventually([&] { return c.root->exited() && c.server1->exited(); })) << c.root->logs();
-  for (Node* n : {c.root.get(), c.server1.get(), c.workers[0].get(), c.workers[1].get()}) {
-    EXPECT_TRUE(n->ready());
-    EXPECT_TRUE(n->left_cleanly());
+  const std::vector<Node*> nodes = {c.root.get(), c.server1.get(), c.workers[0].get(), c.workers[1].get()};
+  // Every node, workers too: a server leaves once every worker has said goodbye, and a worker's leave() returns only
+  // once both servers have answered, so the servers can be gone while a worker still waits for the second answer.
+  ASSERT_TRUE(eventually([&] { return std::all_of(nodes.begin(), nodes.end(), [](Node* n) { return n->exited(); }); }))
+      << c.root->logs();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node* n = nodes[i];
+    EXPECT_TRUE(n->ready()) << "node " << i << " (servers 0, 1, then workers 0, 1)";
+    EXPECT_TRUE(n->left_cleanly()) << "node " << i << " (servers 0, 1, then workers 0, 1)\n" << n->logs();
     EXPECT_FALSE(n->failure()) << n->failure()->message;
   }
   for (Node* s : {c.root.get(), c.server1.get()}) {
