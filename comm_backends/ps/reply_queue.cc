@@ -27,23 +27,32 @@ void ReplyQueue::add(PeerId peer, const Header& h, OutPayload payload) {
 }
 
 void ReplyQueue::flush() {
-  while (ready_ && !ready_->empty() && transport_has_room()) hand_over(ready_->pop());
+  if (!ready_) return;
+  for (;;) {
+    while (!ready_->empty() && transport_has_room()) hand_over(ready_->pop());
+    if (ready_->empty()) return;
+    // Out of room: say so before looking again, so that a release either sees the flag (and wakes this thread) or
+    // came before the second look (which then finds the room). Both sides are sequentially consistent.
+    shared_->waiting.store(true);
+    if (!transport_has_room()) return;
+    shared_->waiting.store(false);
+  }
 }
 
 bool ReplyQueue::transport_has_room() const {
-  return shared_->in_flight.load(std::memory_order_acquire) < window_ ||
-         shared_->payloads.load(std::memory_order_acquire) < kMinInFlight;
+  return shared_->in_flight.load() < window_ || shared_->payloads.load() < kMinInFlight;
 }
 
 void ReplyQueue::hand_over(Reply r) {
   const uint64_t bytes = r.payload.size;
   if (ready_ && bytes > 0) {  // counted until the transport lets go of it, which wakes the I/O thread to send more
-    shared_->in_flight.fetch_add(bytes, std::memory_order_acq_rel);
-    shared_->payloads.fetch_add(1, std::memory_order_acq_rel);
+    shared_->in_flight.fetch_add(bytes);
+    shared_->payloads.fetch_add(1);
     r.payload.release = [shared = shared_, bytes, inner = std::move(r.payload.release)] {
       if (inner) inner();
-      shared->in_flight.fetch_sub(bytes, std::memory_order_acq_rel);
-      shared->payloads.fetch_sub(1, std::memory_order_acq_rel);
+      shared->in_flight.fetch_sub(bytes);
+      shared->payloads.fetch_sub(1);
+      if (!shared->waiting.exchange(false)) return;  // nothing waits for the room this made
       std::lock_guard<std::mutex> lock(shared->mu);
       if (shared->wake) shared->wake();
     };

@@ -2,7 +2,8 @@
 // simulator shares (scheduler/reply_order.h): receipts, then the lowest partition priority, none overtaken more than
 // a bound. The order can only matter while replies wait, so the queue keeps little inside the transport (handed over,
 // not yet released by it): less than `window_bytes` of payload, or up to kMinInFlight payloads whatever their size,
-// and holds the rest here; a transport's release of a payload wakes the server's I/O thread to hand over the next.
+// and holds the rest here; while replies wait for room, a transport's release of a payload wakes the server's I/O
+// thread to hand over the next.
 // (With one big sum at a time, UCX shared memory moved 4-16 MiB partitions at a median 0.76-0.86 of arrival order's
 // goodput in ps_goodput's workers mode, loaded; with a second one in flight, which keeps the transport busy while the
 // first completes, 1.14-1.18.)
@@ -58,6 +59,9 @@ class ReplyQueue {
   struct Shared {
     std::atomic<uint64_t> in_flight{0};       // payload bytes
     std::atomic<uint32_t> payloads{0};        // payloads
+    // Replies wait here for room: only then does a release wake the I/O thread (a wake-up per reply otherwise, each a
+    // system call and a pass of the server's loop for nothing).
+    std::atomic<bool> waiting{false};
     std::mutex mu;  // guards wake against the destructor clearing it
     std::function<void()> wake;
   };
