@@ -418,8 +418,10 @@ std::array<std::byte, commsched::ps::kHeaderBytes> start_until_listening(LocalCl
 TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   if (!commsched::ps::ucx_built_in()) GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)";
   const std::string secret = "integration-test-secret-0123456789";
-  // Enough iterations that the server still runs while the strangers' handshakes end, on a loaded machine too.
-  LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "1000", "--max-bytes", "100000", "--mode", "exact"},
+  // Worker 1 takes 30 ms an iteration, so the server runs for 3 s: the strangers' handshakes end within that on a
+  // loaded machine too (at full speed the run took about 0.1 s, and a server gone before them logged neither refusal).
+  LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact",
+                              "--slow-rank", "1", "--slow-ms", "30"},
                  {{"COMMSCHED_SECRET", secret}, {"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", "sm,self"}});
   const auto hello = start_until_listening(c);
   const std::string ep = "tcp://127.0.0.1:" + std::to_string(server0_data_port(c));
@@ -455,7 +457,9 @@ TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
 // secret or with another one; the real workers get every rank and finish with exact sums.
 TEST(PsClusterAuth, PeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   const std::string secret = "integration-test-secret-0123456789";
-  LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact"},
+  // Worker 1's 30 ms an iteration keeps the server up for 3 s, long enough to refuse the strangers below (as above).
+  LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact",
+                              "--slow-rank", "1", "--slow-ms", "30"},
                  {{"COMMSCHED_SECRET", secret}});
   const auto hello = start_until_listening(c);
   // At the rendezvous store (the root port): a client without the secret reads nothing, one with another secret is
