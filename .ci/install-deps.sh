@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build ccache pkg-config git
   libtbb-dev libzmq3-dev cppzmq-dev libsodium-dev libibverbs-dev librdmacm-dev
-  libucx-dev
+  libucx-dev ucx-utils
   libeigen3-dev liblbfgspp-dev pybind11-dev python3-dev python3-venv python3-pip python3-pytest
   python3-torch python3-torchvision python3-numpy python3-matplotlib
   libgloo-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
