@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command (2): set everything up, then run the whole test suite: every GoogleTest suite through CTest, the
-# Python tests. Fails when any test fails. The ThreadSanitizer build of the scheduler's unit tests is separate:
-# scripts/tsan.sh.
+# Python tests. Fails when any test fails. The ThreadSanitizer build of the scheduler's, the collective negotiator's
+# and the parameter server's unit tests is separate: scripts/tsan.sh.
 # GPU and RDMA tests skip (with a message) on machines without the hardware; GTEST_SKIP is reported as skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
