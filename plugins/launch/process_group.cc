@@ -1,6 +1,8 @@
 #include "plugins/launch/process_group.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,10 +26,15 @@ namespace {
 // argv and the environment as execvpe() takes them, built before fork(): the child of a threaded process may only
 // make async-signal-safe calls (setenv or a std::string could take a lock another thread held at the fork).
 struct ExecArgs {
+  std::string program;  // argv[0], or where the spec's own PATH finds it
   std::vector<std::string> env;
   std::vector<char*> argv, envp;
 
   explicit ExecArgs(const ProcessSpec& spec) {
+    // execvpe searches this process's PATH; a PATH the spec sets is the child's, so the program is looked up there
+    // (and not found, rather than found on this process's PATH, when it is not there).
+    const auto path = spec.env.find("PATH");
+    program = path == spec.env.end() ? spec.argv[0] : on_path(spec.argv[0], path->second);
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string_view kv(*e);
       if (!spec.env.contains(std::string(kv.substr(0, kv.find('='))))) env.emplace_back(kv);
@@ -38,16 +45,52 @@ struct ExecArgs {
     for (auto& kv : env) envp.push_back(kv.data());
     envp.push_back(nullptr);
   }
+
+  // `prog` as the first executable file of that name in `path`'s directories (an empty one is the current
+  // directory); unchanged when it names a path; "" when none has it.
+  static std::string on_path(const std::string& prog, const std::string& path) {
+    if (prog.find('/') != std::string::npos) return prog;
+    for (size_t start = 0;;) {
+      const size_t end = path.find(':', start);
+      const std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      const std::string candidate = (dir.empty() ? "." : dir) + "/" + prog;
+      struct stat st {};
+      if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0)
+        return candidate;
+      if (end == std::string::npos) return {};
+      start = end + 1;
+    }
+  }
 };
+
+// Where close_range is missing (kernels before 5.9) or refused (some container seccomp profiles): the descriptors
+// above stderr that /proc/self/fd lists, read with the bare system call into a stack buffer (no allocation after
+// fork). False where /proc cannot be read.
+bool close_listed_fds() {
+  const int dir = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  alignas(dirent64) char buf[4096];
+  for (ssize_t n; (n = ::getdents64(dir, buf, sizeof buf)) > 0;)
+    for (ssize_t at = 0; at < n; at += reinterpret_cast<dirent64*>(buf + at)->d_reclen) {
+      int fd = 0;
+      const char* name = reinterpret_cast<dirent64*>(buf + at)->d_name;
+      for (; *name >= '0' && *name <= '9'; ++name) fd = fd * 10 + (*name - '0');
+      if (*name == '\0' && fd > 2 && fd != dir) ::close(fd);  // "." and ".." are not numbers
+    }
+  ::close(dir);
+  return true;
+}
 
 // In the child: every descriptor above stderr closed, so a child holds none of the parent's sockets (a worker's
 // listening port, a rank's connections) open after the parent closes them, whether or not they were opened CLOEXEC.
 void close_inherited_fds() {
-  if (::close_range(3, ~0U, 0) == 0) return;
-  for (int fd = 3, n = int(::sysconf(_SC_OPEN_MAX)); fd < n; ++fd) ::close(fd);  // kernels before 5.9
+  if (::close_range(3, ~0U, 0) == 0 || close_listed_fds()) return;
+  for (int fd = 3; fd < 65536; ++fd) ::close(fd);  // no /proc either: the descriptors a process usually has
 }
 
-void write_stderr(const char* s) { (void)!::write(2, s, std::strlen(s)); }
+void write_stderr(const char* s) {
+  if (s != nullptr) (void)!::write(2, s, std::strlen(s));
+}
 
 }  // namespace
 
@@ -59,6 +102,7 @@ size_t ProcessGroup::spawn(const ProcessSpec& spec) {
   if (alive() == 0) pgid_ = 0;
   ExecArgs exec(spec);
   const std::string cannot_run = "[" + tag_ + "] cannot run '" + spec.argv[0] + "': ";
+  const std::string cannot_log = "[" + tag_ + "] cannot write the log " + spec.log + " of " + spec.name + ": ";
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(tag_ + ": fork failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
@@ -67,9 +111,11 @@ size_t ProcessGroup::spawn(const ProcessSpec& spec) {
     if (!spec.log.empty()) {
       const int fd = ::open(spec.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) ::dup2(fd, 1), ::dup2(fd, 2);
+      else write_stderr(cannot_log.c_str()), write_stderr(::strerrordesc_np(errno)), write_stderr("\n");
     }
     close_inherited_fds();
-    ::execvpe(exec.argv[0], exec.argv.data(), exec.envp.data());
+    if (exec.program.empty()) errno = ENOENT;  // not on the spec's PATH
+    else ::execvpe(exec.program.c_str(), exec.argv.data(), exec.envp.data());
     const int err = errno;
     write_stderr(cannot_run.c_str()), write_stderr(::strerrordesc_np(err)), write_stderr("\n");
     ::_exit(127);

@@ -19,7 +19,8 @@ namespace commsched {
 
 struct ProcessSpec {
   std::string name;                          // "worker 2", "rank 0": how reports name the process
-  std::vector<std::string> argv;             // argv[0] is the program, looked up on PATH when it has no '/'
+  // argv[0] is the program, looked up when it has no '/' on the PATH `env` sets, else on this process's.
+  std::vector<std::string> argv;
   std::map<std::string, std::string> env;    // set on top of this process's environment
   std::string log;                           // stdout+stderr go to this file; empty: inherited
 };
@@ -44,7 +45,9 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
-  // Starts one process in the group; returns its index in members(). Throws std::runtime_error when fork fails.
+  // Starts one process in the group; returns its index in members(). Throws std::runtime_error when fork fails. The
+  // child gets descriptors 0-2 only (stdout and stderr to the log when there is one). Reads this process's
+  // environment: not while another thread calls setenv or putenv.
   size_t spawn(const ProcessSpec& spec);
   // Reaps every member that has exited, without blocking; returns the indices reaped by this call, in order.
   std::vector<size_t> reap();

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -55,8 +56,8 @@ TEST(ProcessGroup, AChildInheritsNoDescriptorsAndTheSpecsEnvironmentWins) {
   ASSERT_NE(::mkdtemp(dir), nullptr);
   const std::string log = std::string(dir) + "/fds.log";
   const std::string script = "for fd in " + std::to_string(fds[0]) + " " + std::to_string(fds[1]) +
-                             "; do [ -e /proc/$$/fd/$fd ] && echo \"open $fd\"; done; env | grep -c '^PG_TEST_OVERRIDE='; "
-                             "echo \"$PG_TEST_OVERRIDE\"";
+                             "; do [ -e /proc/$$/fd/$fd ] && echo \"open $fd\"; done; "
+                             "env | grep -c '^PG_TEST_OVERRIDE='; echo \"$PG_TEST_OVERRIDE\"";
   ProcessGroup g;
   g.spawn({"fd probe", {"/bin/sh", "-c", script}, {{"PG_TEST_OVERRIDE", "spec"}}, log});
   ASSERT_TRUE(g.wait_all(20s));
@@ -64,6 +65,31 @@ TEST(ProcessGroup, AChildInheritsNoDescriptorsAndTheSpecsEnvironmentWins) {
   EXPECT_EQ(slurp(log), "1\nspec\n") << "descriptors " << fds[0] << " and " << fds[1] << " must not reach the child";
   ::close(fds[0]), ::close(fds[1]);
   ::unsetenv("PG_TEST_OVERRIDE");
+  std::remove(log.c_str());
+  ::rmdir(dir);
+}
+
+// A PATH the spec sets is the one the program is looked up on (the child's), not this process's.
+TEST(ProcessGroup, AProgramIsFoundOnThePathTheSpecSets) {
+  char dir[] = "/tmp/commsched-pg-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string prog = std::string(dir) + "/pg-test-only-here", log = std::string(dir) + "/out.log";
+  {
+    std::ofstream f(prog);
+    f << "#!/bin/sh\necho found\n";
+  }
+  ASSERT_EQ(::chmod(prog.c_str(), 0755), 0);
+  ProcessGroup g;
+  g.spawn({"on the spec's PATH", {"pg-test-only-here"}, {{"PATH", std::string("/nonexistent:") + dir}}, log});
+  ASSERT_TRUE(g.wait_all(20s));
+  EXPECT_EQ(g.members()[0].code, 0);
+  EXPECT_EQ(slurp(log), "found\n");
+  // Not on the spec's PATH: not run, even though this process's PATH has a program of that name.
+  g.spawn({"not on the spec's PATH", {"sh", "-c", "exit 0"}, {{"PATH", dir}}, log});
+  ASSERT_TRUE(g.wait_all(20s));
+  EXPECT_EQ(g.members()[1].code, 127);
+  EXPECT_NE(slurp(log).find("cannot run 'sh'"), std::string::npos) << slurp(log);
+  std::remove(prog.c_str());
   std::remove(log.c_str());
   ::rmdir(dir);
 }
