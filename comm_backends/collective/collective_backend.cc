@@ -210,7 +210,8 @@ void CollectiveBackend::executor_loop() {
 }
 
 void CollectiveBackend::run_group(std::vector<uint64_t> tokens) {
-  // One allocation per group: the tokens and views outlive this call when the backend finishes asynchronously (NCCL).
+  // The tokens and views live once, shared by every copy of `finish`: the backend may call it later, from its own
+  // thread (NCCL).
   struct Group {
     std::vector<uint64_t> tokens;
     std::vector<PartitionView> views;

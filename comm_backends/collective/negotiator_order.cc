@@ -303,8 +303,12 @@ std::string Negotiator::ordered_failure(uint64_t key, uint64_t offset, uint64_t 
 }
 
 void Negotiator::ran(uint64_t key, uint64_t offset, uint64_t round) {
-  const TaskDesc task{.key = key, .round = round};
-  const PartitionView view{&task, 0, offset, 0};
+  TaskDesc task;
+  task.key = key;
+  task.round = round;
+  PartitionView view;
+  view.task = &task;
+  view.offset = offset;
   ran(std::span<const PartitionView>(&view, 1));
 }
 

@@ -30,7 +30,7 @@ void ReplyQueue::flush() {
   if (!ready_) return;
   for (;;) {
     while (!ready_->empty() && transport_has_room()) hand_over(ready_->pop());
-    if (ready_->empty()) return;
+    if (ready_->empty()) return shared_->waiting.store(false);  // nothing waits: a release need not wake anyone
     // Out of room: say so before looking again, so that a release either sees the flag (and wakes this thread) or
     // came before the second look (which then finds the room). Both sides are sequentially consistent.
     shared_->waiting.store(true);
@@ -45,7 +45,7 @@ bool ReplyQueue::transport_has_room() const {
 
 void ReplyQueue::hand_over(Reply r) {
   const uint64_t bytes = r.payload.size;
-  if (ready_ && bytes > 0) {  // counted until the transport lets go of it, which wakes the I/O thread to send more
+  if (ready_ && bytes > 0) {  // counted until the transport lets go of it (waking the I/O thread if replies wait)
     shared_->in_flight.fetch_add(bytes);
     shared_->payloads.fetch_add(1);
     r.payload.release = [shared = shared_, bytes, inner = std::move(r.payload.release)] {

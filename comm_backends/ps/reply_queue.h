@@ -36,7 +36,8 @@ class ReplyQueue {
   static constexpr uint64_t kWindowBytes = 4 << 20;
   static constexpr uint32_t kMinInFlight = 2;
 
-  // `wake`: makes the I/O thread's wait return (Transport::wake), called from the thread that releases a payload.
+  // `wake`: makes the I/O thread's wait return (Transport::wake), called from the thread that releases a payload
+  // while replies wait here for room.
   ReplyQueue(control::Van& van, uint64_t max_overtakes, std::function<void()> wake,
              uint64_t window_bytes = kWindowBytes);
   ~ReplyQueue();
