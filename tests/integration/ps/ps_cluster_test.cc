@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <fstream>
@@ -87,6 +88,23 @@ void expect_all_ok(LocalCluster& c) {
     EXPECT_EQ(c.read_log(p.name).find("UCX  ERROR"), std::string::npos) << p.name << "\n" << all_logs(c);
   }
 }
+
+// Whether server 0's log holds, for each entry, at least one of its alternatives.
+bool logged_all(LocalCluster& c, const std::vector<std::vector<std::string>>& needed) {
+  const std::string log = c.read_log("server 0");
+  return std::all_of(needed.begin(), needed.end(), [&](const std::vector<std::string>& any) {
+    return std::any_of(any.begin(), any.end(), [&](const std::string& s) { return log.find(s) != std::string::npos; });
+  });
+}
+
+// A file the workers wait for before their first iteration (--hold-file): the run, and so its server, lasts until the
+// test has seen what it waits for. Removed with the object.
+struct HoldFile {
+  std::string path = "/tmp/commsched-hold-" + std::to_string(::getpid()) + "-" + std::to_string(next++);
+  static inline int next = 0;
+  void release() const { std::ofstream(path) << "go\n"; }
+  ~HoldFile() { std::remove(path.c_str()); }
+};
 
 // The port of server 0's transport, from its "listening on tcp://HOST:PORT;" line (within 10 s; 0 when it never
 // says): the root port is the rendezvous store's, the data port is any free one.
@@ -418,10 +436,11 @@ std::array<std::byte, commsched::ps::kHeaderBytes> start_until_listening(LocalCl
 TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   if (!commsched::ps::ucx_built_in()) GTEST_SKIP() << "this build has no UCX (install libucx-dev and rebuild)";
   const std::string secret = "integration-test-secret-0123456789";
-  // Worker 1 takes 30 ms an iteration, so the server runs for 3 s: the strangers' handshakes end within that on a
-  // loaded machine too (at full speed the run took about 0.1 s, and a server gone before them logged neither refusal).
+  // The workers wait for the hold file, so the server lives until the test has seen both refusals (at full speed the
+  // run took about 0.1 s, and a server gone before the strangers' handshakes logged neither refusal).
+  const HoldFile hold;
   LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact",
-                              "--slow-rank", "1", "--slow-ms", "30"},
+                              "--hold-file", hold.path},
                  {{"COMMSCHED_SECRET", secret}, {"COMMSCHED_PS_TRANSPORT", "ucx"}, {"UCX_TLS", "sm,self"}});
   const auto hello = start_until_listening(c);
   const std::string ep = "tcp://127.0.0.1:" + std::to_string(server0_data_port(c));
@@ -431,16 +450,14 @@ TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   auto stranger = commsched::ps::make_ucx_transport(wrong);
   plain->send(plain->connect(ep), hello);
   stranger->send(stranger->connect(ep), hello);
-  // Both handshakes need this side's progress; a fixed window was too short on a loaded machine, so run them until
-  // server 0 has logged both refusals (or a generous deadline, after which the expectations below say what is missing).
-  const auto refused_both = [&] {
-    const std::string log = c.read_log("server 0");
-    return log.find("did not authenticate") != std::string::npos &&
-           log.find("before proving it holds the shared secret") != std::string::npos;
-  };
+  // Both handshakes need this side's progress: run them until server 0 has logged both refusals (or a generous
+  // deadline, after which the expectations below say what is missing), then let the workers go.
+  const std::vector<std::vector<std::string>> refusals = {{"did not authenticate"},
+                                                          {"before proving it holds the shared secret"}};
   const auto end = std::chrono::steady_clock::now() + 30s;
-  for (int i = 0; std::chrono::steady_clock::now() < end && !(i % 20 == 0 && refused_both()); ++i)
+  for (int i = 0; std::chrono::steady_clock::now() < end && !(i % 20 == 0 && logged_all(c, refusals)); ++i)
     (void)plain->receive(5ms), (void)stranger->receive(5ms);
+  hold.release();
   plain->close(false);
   stranger->close(false);
   ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
@@ -457,9 +474,9 @@ TEST(PsClusterAuth, UcxPeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
 // secret or with another one; the real workers get every rank and finish with exact sums.
 TEST(PsClusterAuth, PeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   const std::string secret = "integration-test-secret-0123456789";
-  // Worker 1's 30 ms an iteration keeps the server up for 3 s, long enough to refuse the strangers below (as above).
+  const HoldFile hold;  // the server lives until both strangers are refused (as above)
   LocalCluster c(kExe, 2, 1, {"--tensors", "10", "--iterations", "100", "--max-bytes", "100000", "--mode", "exact",
-                              "--slow-rank", "1", "--slow-ms", "30"},
+                              "--hold-file", hold.path},
                  {{"COMMSCHED_SECRET", secret}});
   const auto hello = start_until_listening(c);
   // At the rendezvous store (the root port): a client without the secret reads nothing, one with another secret is
@@ -494,6 +511,12 @@ TEST(PsClusterAuth, PeersWithoutTheSecretAreRefusedAndCannotTakeARank) {
   zmq_setsockopt(stranger, ZMQ_CURVE_SECRETKEY, sec, 40);
   zmq_connect(stranger, ep.c_str());
   zmq_send(stranger, hello.data(), hello.size(), ZMQ_DONTWAIT);
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  // The plain peer: a mechanism mismatch, or (when ZeroMQ notices it later in the greeting) a failed CURVE handshake.
+  const std::vector<std::vector<std::string>> refusals = {
+      {"does not authenticate", "no or a wrong shared secret"}, {"CURVE key is not this run's"}};
+  while (std::chrono::steady_clock::now() < end && !logged_all(c, refusals)) std::this_thread::sleep_for(50ms);
+  hold.release();
   ASSERT_TRUE(c.wait_all(60s)) << all_logs(c);
   expect_all_ok(c);
   const std::string log = c.read_log("server 0");

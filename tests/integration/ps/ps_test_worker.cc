@@ -3,7 +3,9 @@
 //
 //   ps_test_worker [--tensors N] [--iterations I] [--max-bytes B] [--seed S]
 //                  [--mode exact|random|loop|mismatch|engine|tune|join|land|land-shutdown]
-//                  [--out FILE] [--ready FILE] [--tag ANY] [--slow-rank R --slow-ms M]
+//                  [--out FILE] [--ready FILE] [--tag ANY] [--slow-rank R --slow-ms M] [--hold-file FILE]
+// --hold-file: exact, random and loop workers wait until FILE exists before their first iteration (up to 60 s), so a
+//           test decides when the run may end (the servers live until it has seen what it waits for).
 // exact:    integer-valued data of every dtype; checks every sum exactly; broadcast from rank 0 first.
 // random:   random f32/f16/bf16/f64 data; writes an FNV hash of all results to --out (determinism test).
 // loop:     like exact but iterates until something fails (kill tests); touches --ready after the first iteration.
@@ -31,6 +33,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -62,6 +65,7 @@ struct Options {
   std::string out, ready;
   int slow_rank = -1;  // this worker computes --slow-ms longer before each iteration (a slow but live worker)
   int slow_ms = 0;
+  std::string hold_file;
 };
 
 struct Tensor {
@@ -366,6 +370,8 @@ int run_worker(const Options& o) {
   std::mt19937_64 noise(o.seed * 1000 + static_cast<uint64_t>(rank));
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
   uint64_t hash = 1469598103934665603ull;
+  for (int i = 0; !o.hold_file.empty() && i < 12000 && !std::filesystem::exists(o.hold_file); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   for (int it = 0; o.mode == "loop" || it < o.iterations; ++it) {
     if (rank == o.slow_rank) std::this_thread::sleep_for(std::chrono::milliseconds(o.slow_ms));  // "compute"
     if (o.mode == "random") {
@@ -407,6 +413,7 @@ int main(int argc, char** argv) {
     else if (k == "--ready") o.ready = v;
     else if (k == "--slow-rank") o.slow_rank = std::stoi(v);
     else if (k == "--slow-ms") o.slow_ms = std::stoi(v);
+    else if (k == "--hold-file") o.hold_file = v;
     else if (k == "--tag") continue;  // lets tests find their processes by command line
     else { std::cerr << "unknown option " << k << std::endl; return 4; }
   }
