@@ -30,12 +30,8 @@ void ReplyQueue::flush() {
   if (!ready_) return;
   for (;;) {
     while (!ready_->empty() && transport_has_room()) hand_over(ready_->pop());
-    if (ready_->empty()) return shared_->waiting.store(false);  // nothing waits: a release need not wake anyone
-    // Out of room: say so before looking again, so that a release either sees the flag (and wakes this thread) or
-    // came before the second look (which then finds the room). Both sides are sequentially consistent.
-    shared_->waiting.store(true);
-    if (!transport_has_room()) return;
-    shared_->waiting.store(false);
+    if (ready_->empty()) return shared_->room.stop_waiting();
+    if (!shared_->room.room_came([this] { return transport_has_room(); })) return;  // a release will wake this thread
   }
 }
 
@@ -52,7 +48,7 @@ void ReplyQueue::hand_over(Reply r) {
       if (inner) inner();
       shared->in_flight.fetch_sub(bytes);
       shared->payloads.fetch_sub(1);
-      if (!shared->waiting.exchange(false)) return;  // nothing waits for the room this made
+      if (!shared->room.released()) return;  // nothing waits for the room this made
       std::lock_guard<std::mutex> lock(shared->mu);
       if (shared->wake) shared->wake();
     };

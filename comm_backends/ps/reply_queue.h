@@ -27,6 +27,30 @@
 
 namespace commsched::ps {
 
+// Whether a release of room must wake the thread that waits for it, so that the thread sleeps only when a release
+// will wake it and a release wakes only a thread that waits (a wake-up per release otherwise: a system call and a pass
+// of the server's loop for nothing). The waiting thread says so before it looks for room again, the releaser frees
+// the room before it looks at the flag; both are sequentially consistent, so either the releaser sees the flag or the
+// second look sees the room.
+class RoomWaiter {
+ public:
+  // The waiting thread, out of room: true when room came meanwhile (look again), false when a release will wake it.
+  template <class HasRoom>
+  bool room_came(HasRoom has_room) {
+    waiting_.store(true);
+    if (!has_room()) return false;
+    waiting_.store(false);
+    return true;
+  }
+  // The waiting thread needs no room any more.
+  void stop_waiting() { waiting_.store(false); }
+  // A releaser, after it freed room: whether to wake the waiting thread (true once per wait).
+  bool released() { return waiting_.exchange(false); }
+
+ private:
+  std::atomic<bool> waiting_{false};
+};
+
 class ReplyQueue {
  public:
   // Payload bytes the transport may hold at once: at 10 Gbit/s about 3.4 ms of sending, enough to keep the link busy
@@ -60,9 +84,7 @@ class ReplyQueue {
   struct Shared {
     std::atomic<uint64_t> in_flight{0};       // payload bytes
     std::atomic<uint32_t> payloads{0};        // payloads
-    // Replies wait here for room: only then does a release wake the I/O thread (a wake-up per reply otherwise, each a
-    // system call and a pass of the server's loop for nothing).
-    std::atomic<bool> waiting{false};
+    RoomWaiter room;  // replies wait here for room in the transport: only then does a release wake the I/O thread
     std::mutex mu;  // guards wake against the destructor clearing it
     std::function<void()> wake;
   };
