@@ -323,6 +323,7 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // them (ordered_failure). The round each is for, and the message.
   std::unordered_map<Slot, std::pair<uint64_t, std::string>, SlotHash> ordered_failures_;
   std::atomic<bool> any_ordered_failures_{false};  // !ordered_failures_.empty(), readable without mu_
+  void reasons_changed_locked();  // after every change to ordered_failures_ (mu_ held): keeps the flag in step
   std::vector<Slot> cache_slots_;  // cache id -> slot
   Fd wake_;                 // eventfd: wakes the thread for new submissions and shutdown
   // eventfd: the last helping caller stopped. While callers help the thread sleeps on this alone, and leaves wake_

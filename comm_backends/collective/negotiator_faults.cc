@@ -110,7 +110,7 @@ void Negotiator::fail_all_pending(const Status& st) {
     ahead.swap(ordered_ahead_);  // ordered, but waiting for submissions that can no longer be run with the others
     awaited_.clear();
     ordered_failures_.clear();  // nothing runs any more to fail for these reasons
-    any_ordered_failures_.store(false, std::memory_order_release);
+    reasons_changed_locked();
   }
   for (const auto& [slot, local] : pending) cb_.fail(local.token, st);
   for (const OrderedAhead& g : ahead)

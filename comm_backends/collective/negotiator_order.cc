@@ -281,7 +281,7 @@ void Negotiator::apply_error(const ErrorMsg& e) {
       // partition no longer pending must not relabel a later failure.
       if (e.code == Status::Code::cancelled) {
         ordered_failures_[Slot{e.key, e.offset}] = {e.round, e.message};
-        any_ordered_failures_.store(true, std::memory_order_release);
+        reasons_changed_locked();
       }
       return;
     }
@@ -298,7 +298,7 @@ std::string Negotiator::ordered_failure(uint64_t key, uint64_t offset, uint64_t 
   if (it == ordered_failures_.end() || it->second.first != round) return {};
   std::string why = std::move(it->second.second);
   ordered_failures_.erase(it);
-  any_ordered_failures_.store(!ordered_failures_.empty(), std::memory_order_release);
+  reasons_changed_locked();
   return why;
 }
 
@@ -319,6 +319,10 @@ void Negotiator::ran(std::span<const PartitionView> group) {
     auto it = ordered_failures_.find(Slot{v.task->key, v.offset});
     if (it != ordered_failures_.end() && it->second.first <= v.task->round) ordered_failures_.erase(it);
   }
+  reasons_changed_locked();
+}
+
+void Negotiator::reasons_changed_locked() {
   any_ordered_failures_.store(!ordered_failures_.empty(), std::memory_order_release);
 }
 
