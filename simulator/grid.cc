@@ -304,8 +304,11 @@ bool has_auto_knobs(PolicyKind policy) {
 std::string auto_row_label(PolicyKind policy) { return row_name(policy_name(policy), KnobSource::automatic); }
 
 ClusterShape cluster_shape(const GridSpec& spec, double bandwidth_bps, int workers) {
-  if (spec.network == NetworkKind::ps) return {workers, ps_params(spec, bandwidth_bps, workers).servers, bandwidth_bps};
-  return {workers, 0, bandwidth_bps, spec.ring_alpha_s};
+  // The PS partition rule weighs the per-message cost the cell charges (--ps-message-cost), as the plugin passes its
+  // host's (0 there means the rule's default).
+  if (spec.network == NetworkKind::ps)
+    return {workers, ps_params(spec, bandwidth_bps, workers).servers, bandwidth_bps, 0, {spec.ps_message_s, ""}};
+  return {workers, 0, bandwidth_bps, spec.ring_alpha_s, {}};
 }
 
 CellResult run_auto_cell(const GridSpec& spec, const ModelProfile& model, double bandwidth_bps, int workers,

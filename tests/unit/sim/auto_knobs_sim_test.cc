@@ -135,8 +135,15 @@ TEST(PsGridShape, CellsPassTheirLinkRateAndChargeTheMeasuredMessageCost) {
   EXPECT_EQ(shape.servers, 16);
   EXPECT_EQ(shape.link_bps, 25e9);
   EXPECT_EQ(ps_params(spec, 25e9, 16).message_s, kPsMessageS);
+  EXPECT_EQ(shape.message.seconds, kPsMessageS) << "the rule weighs what the cell charges";
   spec.ps_message_s = 0;
   EXPECT_EQ(ps_params(spec, 25e9, 16).message_s, 0);
+  spec.ps_message_s = kPsMessageSharedCoresS;  // a dearer message: the rule sees it too
+  EXPECT_EQ(cluster_shape(spec, 25e9, 16).message.seconds, kPsMessageSharedCoresS);
+  GridSpec measured;
+  measured.network = NetworkKind::ps;
+  EXPECT_GT(auto_knobs(cluster_shape(spec, 1e9, 16)).knobs.partition_bytes,
+            auto_knobs(cluster_shape(measured, 1e9, 16)).knobs.partition_bytes);
 }
 
 }  // namespace
