@@ -157,11 +157,9 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // Why the collective of partition (key, offset) of `round` cannot finish, when rank 0 said so after ordering it: a
   // rank shut down before it ran (it had vouched, GlobalOrder); "" when it has said nothing. Thread-safe.
   std::string ordered_failure(uint64_t key, uint64_t offset, uint64_t round);
-  // The collective of partition (key, offset) of `round` is over on this rank (run or failed): a reason rank 0 gave
-  // for it, or for an earlier round of it, can explain nothing any more and is dropped. Thread-safe.
-  void ran(uint64_t key, uint64_t offset, uint64_t round);
-  // The same for every partition of a group that ran as one collective: one lock for the group, none while rank 0
-  // has given no reason (every collective ends here, so the usual case costs one atomic load).
+  // The collective of a group's partitions is over on this rank (run or failed): a reason rank 0 gave for one of them,
+  // or for an earlier round of it, can explain nothing any more and is dropped. Thread-safe; one lock for the group,
+  // none while rank 0 has given no reason (every collective ends here, so the usual case costs one atomic load).
   void ran(std::span<const PartitionView> group);
   NegotiatorStats stats() const;
   // The ranks that lag, as rank 0 last reported them (on rank 0: as it sees them). Thread-safe.

@@ -302,16 +302,6 @@ std::string Negotiator::ordered_failure(uint64_t key, uint64_t offset, uint64_t 
   return why;
 }
 
-void Negotiator::ran(uint64_t key, uint64_t offset, uint64_t round) {
-  TaskDesc task;
-  task.key = key;
-  task.round = round;
-  PartitionView view;
-  view.task = &task;
-  view.offset = offset;
-  ran(std::span<const PartitionView>(&view, 1));
-}
-
 void Negotiator::ran(std::span<const PartitionView> group) {
   if (!any_ordered_failures_.load(std::memory_order_acquire)) return;
   std::lock_guard lock(mu_);

@@ -60,9 +60,10 @@ uint64_t large_bytes(uint64_t pilot, double pilot_s, double small_s) {
   return std::min(n, kMaxLargeBytes / pilot) * pilot;
 }
 
-// Three significant digits, never an exponent: 999.8 reads "1000", not "1e+03" (a link measured at 1 Gbit/s less a
-// hair printed "1e+03 Mbit/s", which readers and the tests' parsers of the line do not take for a number).
-std::string sig3(double v) {
+// Three significant digits below 100, the whole number from 100 up (12345.6 reads "12346"), never an exponent:
+// 999.8 reads "1000", not "1e+03" (a link measured at 1 Gbit/s less a hair printed "1e+03 Mbit/s", which readers and
+// the tests' parsers of the line do not take for a number).
+std::string short_number(double v) {
   std::ostringstream o;
   if (std::abs(v) >= 100) {
     o << std::llround(v);
@@ -74,11 +75,11 @@ std::string sig3(double v) {
 }
 
 std::string rate_text(double bps) {
-  if (bps >= 1e9) return sig3(bps / 1e9) + " Gbit/s";
-  return sig3(bps / 1e6) + " Mbit/s";
+  if (bps >= 1e9) return short_number(bps / 1e9) + " Gbit/s";
+  return short_number(bps / 1e6) + " Mbit/s";
 }
 
-std::string seconds_text(double s) { return s >= 1e-3 ? sig3(s * 1e3) + " ms" : sig3(s * 1e6) + " us"; }
+std::string seconds_text(double s) { return s >= 1e-3 ? short_number(s * 1e3) + " ms" : short_number(s * 1e6) + " us"; }
 
 }  // namespace
 
@@ -148,7 +149,7 @@ LinkMeasurement measure_link(const ProbeShape& shape, const ProbeExchange& x) {
   std::ostringstream how;
   how << rate_text(m.rate_bps) << " (rank 0's " << op << "s of " << format_bytes(pilot) << " and "
       << format_bytes(large) << ", medians of " << kBandwidthRounds << ": " << seconds_text(pilot_s) << " and "
-      << seconds_text(large_s) << ", " << sig3(busiest_link_bytes_per_byte(shape, large))
+      << seconds_text(large_s) << ", " << short_number(busiest_link_bytes_per_byte(shape, large))
       << " bytes on the busiest link per byte"
       << (shape.parameter_server ? " over " + std::to_string(servers_used(shape, large)) + " servers" : std::string())
       << "), latency " << seconds_text(m.latency_s)

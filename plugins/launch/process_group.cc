@@ -21,6 +21,23 @@ ProcessGroup::ProcessGroup(std::optional<sigset_t> child_mask, std::string tag)
 
 ProcessGroup::~ProcessGroup() { kill_all(); }
 
+// close_range's fallback in the child (kernels before 5.9 lack close_range, some container seccomp profiles refuse
+// it): /proc/self/fd read with the bare system call into a stack buffer.
+bool close_listed_fds() {
+  const int dir = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  alignas(dirent64) char buf[4096];
+  for (ssize_t n; (n = ::getdents64(dir, buf, sizeof buf)) > 0;)
+    for (ssize_t at = 0; at < n; at += reinterpret_cast<dirent64*>(buf + at)->d_reclen) {
+      int fd = 0;
+      const char* name = reinterpret_cast<dirent64*>(buf + at)->d_name;
+      for (; *name >= '0' && *name <= '9'; ++name) fd = fd * 10 + (*name - '0');
+      if (*name == '\0' && fd > 2 && fd != dir) ::close(fd);  // "." and ".." are not numbers
+    }
+  ::close(dir);
+  return true;
+}
+
 namespace {
 
 // argv and the environment as execvpe() takes them, built before fork(): the child of a threaded process may only
@@ -63,24 +80,6 @@ struct ExecArgs {
   }
 };
 
-// Where close_range is missing (kernels before 5.9) or refused (some container seccomp profiles): the descriptors
-// above stderr that /proc/self/fd lists, read with the bare system call into a stack buffer (no allocation after
-// fork). False where /proc cannot be read.
-bool close_listed_fds() {
-  const int dir = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return false;
-  alignas(dirent64) char buf[4096];
-  for (ssize_t n; (n = ::getdents64(dir, buf, sizeof buf)) > 0;)
-    for (ssize_t at = 0; at < n; at += reinterpret_cast<dirent64*>(buf + at)->d_reclen) {
-      int fd = 0;
-      const char* name = reinterpret_cast<dirent64*>(buf + at)->d_name;
-      for (; *name >= '0' && *name <= '9'; ++name) fd = fd * 10 + (*name - '0');
-      if (*name == '\0' && fd > 2 && fd != dir) ::close(fd);  // "." and ".." are not numbers
-    }
-  ::close(dir);
-  return true;
-}
-
 // In the child: every descriptor above stderr closed, so a child holds none of the parent's sockets (a worker's
 // listening port, a rank's connections) open after the parent closes them, whether or not they were opened CLOEXEC.
 void close_inherited_fds() {
@@ -88,8 +87,10 @@ void close_inherited_fds() {
   for (int fd = 3; fd < 65536; ++fd) ::close(fd);  // no /proc either: the descriptors a process usually has
 }
 
-void write_stderr(const char* s) {
-  if (s != nullptr) (void)!::write(2, s, std::strlen(s));
+// In the child: "<what><why>\n" on stderr, with write(2) only.
+void say(const std::string& what, int err) {
+  for (const char* s : {what.c_str(), ::strerrordesc_np(err), "\n"})
+    if (s != nullptr) (void)!::write(2, s, std::strlen(s));
 }
 
 }  // namespace
@@ -111,13 +112,12 @@ size_t ProcessGroup::spawn(const ProcessSpec& spec) {
     if (!spec.log.empty()) {
       const int fd = ::open(spec.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) ::dup2(fd, 1), ::dup2(fd, 2);
-      else write_stderr(cannot_log.c_str()), write_stderr(::strerrordesc_np(errno)), write_stderr("\n");
+      else say(cannot_log, errno);
     }
     close_inherited_fds();
     if (exec.program.empty()) errno = ENOENT;  // not on the spec's PATH
     else ::execvpe(exec.program.c_str(), exec.argv.data(), exec.envp.data());
-    const int err = errno;
-    write_stderr(cannot_run.c_str()), write_stderr(::strerrordesc_np(err)), write_stderr("\n");
+    say(cannot_run, errno);
     ::_exit(127);
   }
   ::setpgid(pid, pgid_);  // from both sides: no window in which the child is outside the group

@@ -71,6 +71,11 @@ class ProcessGroup {
   std::vector<ProcessState> members_;
 };
 
+// For a forked child, before exec (async-signal-safe, no allocation): closes every descriptor above stderr that
+// /proc/self/fd lists; false where /proc cannot be read. What spawn's child does where close_range is missing or
+// refused; declared here so that this fallback is tested on kernels where close_range works.
+bool close_listed_fds();
+
 // A loopback TCP port nobody listens on, for the processes a launcher starts (control::free_port's rule).
 inline int free_loopback_port() { return control::free_port("127.0.0.1"); }
 

@@ -2,12 +2,18 @@
 #include "plugins/launch/process_group.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 namespace commsched {
@@ -17,6 +23,34 @@ using namespace std::chrono_literals;
 
 bool running(pid_t pid) { return ::kill(pid, 0) == 0; }
 
+// A fresh folder, removed with what is in it when the test ends, however it ends.
+struct TempDir {
+  std::string path = make();
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+  static std::string make() {
+    char dir[] = "/tmp/commsched-pg-test-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
+    return dir;
+  }
+};
+
+// A pipe opened without O_CLOEXEC, closed when the test ends.
+struct Pipe {
+  int fds[2] = {-1, -1};
+  Pipe() {
+    if (::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  }
+  ~Pipe() { ::close(fds[0]), ::close(fds[1]); }
+};
+
+// A variable of this process's environment, removed when the test ends.
+struct ParentVariable {
+  std::string name;
+  ParentVariable(std::string n, const char* value) : name(std::move(n)) { ::setenv(name.c_str(), value, 1); }
+  ~ParentVariable() { ::unsetenv(name.c_str()); }
+};
+
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
@@ -25,13 +59,12 @@ std::string slurp(const std::string& path) {
 }
 
 TEST(ProcessGroup, ReportsExitCodesSignalsAndWritesLogsWithTheEnvironment) {
-  char dir[] = "/tmp/commsched-pg-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string log = std::string(dir) + "/a.log";
+  const TempDir dir;
+  const std::string log = dir / "a.log";
   ProcessGroup g;
   g.spawn({"exits 3", {"/bin/sh", "-c", "echo \"value=$PG_TEST_VALUE\"; exit 3"}, {{"PG_TEST_VALUE", "42"}}, log});
   g.spawn({"killed", {"/bin/sh", "-c", "kill -9 $$"}, {}, ""});
-  g.spawn({"missing", {"/nonexistent/program"}, {}, std::string(dir) + "/b.log"});
+  g.spawn({"missing", {"/nonexistent/program"}, {}, dir / "b.log"});
   ASSERT_TRUE(g.wait_all(20s));
   EXPECT_EQ(g.members()[0].code, 3);
   EXPECT_EQ(g.members()[0].signal, 0);
@@ -39,22 +72,18 @@ TEST(ProcessGroup, ReportsExitCodesSignalsAndWritesLogsWithTheEnvironment) {
   EXPECT_EQ(g.members()[1].code, 128 + SIGKILL);
   EXPECT_EQ(g.members()[1].signal, SIGKILL);
   EXPECT_EQ(g.members()[2].code, 127);
-  EXPECT_NE(slurp(std::string(dir) + "/b.log").find("cannot run '/nonexistent/program'"), std::string::npos);
-  std::remove(log.c_str());
-  std::remove((std::string(dir) + "/b.log").c_str());
-  ::rmdir(dir);
+  EXPECT_NE(slurp(dir / "b.log").find("cannot run '/nonexistent/program'"), std::string::npos);
 }
 
 // A child holds none of the parent's descriptors past stderr, CLOEXEC or not (a parent's listening socket left open
 // in a worker would keep its port and its peers' connections alive after the parent closed it), and a variable the
 // spec sets replaces the parent's value of it instead of standing beside it.
 TEST(ProcessGroup, AChildInheritsNoDescriptorsAndTheSpecsEnvironmentWins) {
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);  // no O_CLOEXEC: exec alone would pass both ends on
-  ASSERT_EQ(::setenv("PG_TEST_OVERRIDE", "parent", 1), 0);
-  char dir[] = "/tmp/commsched-pg-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string log = std::string(dir) + "/fds.log";
+  const Pipe pipe;  // no O_CLOEXEC: exec alone would pass both ends on
+  const int* fds = pipe.fds;
+  const ParentVariable var("PG_TEST_OVERRIDE", "parent");
+  const TempDir dir;
+  const std::string log = dir / "fds.log";
   const std::string script = "for fd in " + std::to_string(fds[0]) + " " + std::to_string(fds[1]) +
                              "; do [ -e /proc/$$/fd/$fd ] && echo \"open $fd\"; done; "
                              "env | grep -c '^PG_TEST_OVERRIDE='; echo \"$PG_TEST_OVERRIDE\"";
@@ -63,35 +92,50 @@ TEST(ProcessGroup, AChildInheritsNoDescriptorsAndTheSpecsEnvironmentWins) {
   ASSERT_TRUE(g.wait_all(20s));
   EXPECT_EQ(g.members()[0].code, 0);
   EXPECT_EQ(slurp(log), "1\nspec\n") << "descriptors " << fds[0] << " and " << fds[1] << " must not reach the child";
-  ::close(fds[0]), ::close(fds[1]);
-  ::unsetenv("PG_TEST_OVERRIDE");
-  std::remove(log.c_str());
-  ::rmdir(dir);
+}
+
+// Where close_range is missing or refused, the child closes what /proc/self/fd lists: every descriptor above stderr,
+// stderr and below kept. Run in a forked child, as spawn runs it.
+TEST(ProcessGroup, TheProcFallbackClosesEveryDescriptorAboveStderr) {
+  const Pipe pipe;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0) << std::strerror(errno);
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_RDONLY);  // a third, past any gap
+    const int high = ::dup2(null, 200);
+    if (null < 0 || high != 200 || !close_listed_fds()) ::_exit(2);
+    for (int fd : {pipe.fds[0], pipe.fds[1], null, high})
+      if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) ::_exit(3);
+    for (int fd : {0, 1, 2})
+      if (::fcntl(fd, F_GETFD) == -1) ::_exit(4);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: the fallback did not run, 3: a descriptor above stderr stayed open, "
+                                       "4: stdin, stdout or stderr was closed";
 }
 
 // A PATH the spec sets is the one the program is looked up on (the child's), not this process's.
 TEST(ProcessGroup, AProgramIsFoundOnThePathTheSpecSets) {
-  char dir[] = "/tmp/commsched-pg-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string prog = std::string(dir) + "/pg-test-only-here", log = std::string(dir) + "/out.log";
+  const TempDir dir;
+  const std::string prog = dir / "pg-test-only-here", log = dir / "out.log";
   {
     std::ofstream f(prog);
     f << "#!/bin/sh\necho found\n";
   }
   ASSERT_EQ(::chmod(prog.c_str(), 0755), 0);
   ProcessGroup g;
-  g.spawn({"on the spec's PATH", {"pg-test-only-here"}, {{"PATH", std::string("/nonexistent:") + dir}}, log});
+  g.spawn({"on the spec's PATH", {"pg-test-only-here"}, {{"PATH", "/nonexistent:" + dir.path}}, log});
   ASSERT_TRUE(g.wait_all(20s));
   EXPECT_EQ(g.members()[0].code, 0);
   EXPECT_EQ(slurp(log), "found\n");
   // Not on the spec's PATH: not run, even though this process's PATH has a program of that name.
-  g.spawn({"not on the spec's PATH", {"sh", "-c", "exit 0"}, {{"PATH", dir}}, log});
+  g.spawn({"not on the spec's PATH", {"sh", "-c", "exit 0"}, {{"PATH", dir.path}}, log});
   ASSERT_TRUE(g.wait_all(20s));
   EXPECT_EQ(g.members()[1].code, 127);
   EXPECT_NE(slurp(log).find("cannot run 'sh'"), std::string::npos) << slurp(log);
-  std::remove(prog.c_str());
-  std::remove(log.c_str());
-  ::rmdir(dir);
 }
 
 TEST(ProcessGroup, LeavesNothingBehindWhenDestroyedAndTerminateEscalates) {
@@ -130,9 +174,8 @@ TEST(ProcessGroup, AChildStartedAfterEveryMemberExitedLeadsANewGroup) {
 }
 
 TEST(RankProcesses, EveryRankGetsTheContractOnOneFreshPort) {
-  char dir[] = "/tmp/commsched-pg-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string out = std::string(dir) + "/rank";
+  const TempDir dir;
+  const std::string out = dir / "rank";
   RankProcesses ranks("/bin/sh",
                       {"-c", "echo $COMMSCHED_RANK/$COMMSCHED_NUM_WORKERS@$COMMSCHED_ROOT_ADDR:$COMMSCHED_ROOT_PORT > " + out +
                                  "$COMMSCHED_RANK; exit $COMMSCHED_RANK"},
@@ -148,9 +191,7 @@ TEST(RankProcesses, EveryRankGetsTheContractOnOneFreshPort) {
     const std::string p = line.substr(line.find(':') + 1);
     if (r == 0) port = p;
     EXPECT_EQ(p, port) << "every rank meets at the same port";
-    std::remove((out + std::to_string(r)).c_str());
   }
-  ::rmdir(dir);
 }
 
 }  // namespace
