@@ -17,6 +17,7 @@ After the last step, call optimizer.flush() (state_dict() does) before reading t
 forward or model.state_dict().
 """
 import contextlib
+import inspect
 import warnings
 
 import torch
@@ -63,6 +64,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._warned_fallback = False
+        # zero_grad()'s default is the wrapped optimizer's (torch 2.x: set_to_none=True), as Horovod's wrapper inherits
+        self._set_to_none_default = _zero_grad_default(original)
         self._keep = []                 # gradient accumulators and hook handles (their lifetime is ours)
         self._register_grad_hooks()
         # The model's signature (gradient sizes in declaration order) keys the auto-tuner's store of best knobs; with
@@ -173,7 +176,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         ctx.iteration_end()
         self._watch_backward_times(ctx)
 
-    def zero_grad(self, set_to_none=False):
+    def zero_grad(self, set_to_none=None):
+        if set_to_none is None:
+            set_to_none = self._set_to_none_default
         if not self._pending_update:
             return super(self.__class__, self).zero_grad(set_to_none)
         # Gradients still on the wire (cross-iteration): zero them once their update is applied.
@@ -227,6 +232,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.forget_inflight()
         self._context().set_model([p.numel() * p.element_size() for p in self._params])
         self._watch_backward_times(self._context())
+
+
+def _zero_grad_default(optimizer):
+    param = inspect.signature(optimizer.zero_grad).parameters.get("set_to_none")
+    return bool(param.default) if param is not None and param.default is not inspect.Parameter.empty else False
 
 
 def _class_body():
