@@ -263,6 +263,15 @@ class ForwardCoverage:
         self.handles = [torch_module.register_module_forward_pre_hook(self._pre),
                         torch_module.register_module_forward_hook(self._post)]
 
+    def adopt(self, params):
+        """Parameters added to the optimizer (add_param_group): ours from now on. The optimizer lands their updates
+        when the outermost forward holding any of ours begins (as orphans), so they count as covered, and outermost
+        modules once found to hold none of ours are looked at again."""
+        self._mine.update(params)
+        self._covered.update(params)
+        for module in [m for m, held in self._is_root.items() if not held]:
+            del self._is_root[module]
+
     def decide(self):
         """(exact, first parameter not covered or None); from then on the hooks only apply updates."""
         opt = self._opt_ref()

@@ -29,8 +29,10 @@ class _GradTask:
 class GradientExchange:
     """The optimizer's gradient hooks, priorities and submissions (assembled into the wrapper class)."""
 
-    def _register_grad_hooks(self):
-        for i, p in enumerate(self._params):
+    def _register_grad_hooks(self, start=0):
+        """Hooks the parameters from position `start` on (later ones: add_param_group)."""
+        for i in range(start, len(self._params)):
+            p = self._params[i]
             # The AccumulateGrad node of p: its hook runs once p.grad holds this backward's gradient.
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             # Compiled autograd traces backward hooks into its graph: ours talk to the engine, so they stay out of it

@@ -31,6 +31,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, model, cross_iteration, original, horovod):
         super(self.__class__, self).__init__(params)
+        # The class's defaults (e.g. SGD's momentum=0) are not the wrapped optimizer's: a group added later
+        # (add_param_group) takes what the wrapped optimizer was given, as it would unwrapped.
+        self.defaults = original.defaults
         self.state.update(original.state)
         self._compression = compression
         self._op = ops._resolve_op(None, op)
@@ -40,6 +43,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         optimizer_args.check_predivide(gradient_predivide_factor, self._op)
         self._predivide = gradient_predivide_factor
         self._names = optimizer_args.parameter_names(self.param_groups, named_parameters)
+        self._named = named_parameters is not None
         self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         self._process_set = horovod["process_set"]
         self._sparse_as_dense = horovod["sparse_as_dense"]
@@ -70,7 +74,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._register_grad_hooks()
         # The model's signature (gradient sizes in declaration order) keys the auto-tuner's store of best knobs; with
         # the gradients' ready times of the first backwards it is what the tuner's warm start simulates.
-        self._context().set_model([p.numel() * p.element_size() for p in self._params])
+        self._tell_model()
         self._ready_times = None        # per parameter, while the tuner wants backward times (rank 0, first steps)
         self._watch_backward_times(self._context())
         self._model = model
@@ -98,6 +102,46 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         elif self._cross_iteration:
             self._coverage = ForwardCoverage(self)
             self._keep.extend(self._coverage.handles)
+
+    def _tell_model(self):
+        self._context().set_model([p.numel() * p.element_size() for p in self._params])
+
+    def add_param_group(self, param_group):
+        """A group added after wrapping (e.g. layers unfrozen for fine-tuning) is reduced like the others from the
+        next backward on. (Horovod's wrapper hooks only the parameters it was given, so it leaves such a group out of
+        the reduction and the ranks drift apart.)"""
+        constructing = "_keep" not in vars(self)  # torch's __init__ adds the wrapped optimizer's groups
+        if not constructing:
+            if self._inflight:
+                raise RuntimeError("add_param_group() between backward() and step(): this step's gradients are "
+                                   "already on their way; add the group after step()")
+            self.flush()
+        super(self.__class__, self).add_param_group(param_group)
+        if not constructing:
+            self._adopt(self.param_groups[-1]["params"])
+
+    def _adopt(self, params):
+        known = set(self._params)
+        new = [p for p in params if p.requires_grad and p not in known]
+        start = len(self._params)
+        for i, p in enumerate(params):
+            if p not in self._names:
+                if self._named:
+                    raise ValueError(f"add_param_group(): parameter {i} of the new group (shape {tuple(p.shape)}) "
+                                     "is not in the named_parameters given to DistributedOptimizer (give it every "
+                                     "parameter the optimizer may hold, e.g. model.named_parameters())")
+                self._names[p] = f"param.{len(self._names)}"
+        self._params.extend(new)
+        self._passes_left.extend([self._passes_per_step] * len(new))
+        self._group_index = {p: i for i, g in enumerate(self.param_groups) for p in g["params"]}
+        self._set_priorities(self._by_priority)  # the new ones last, until a forward order is learned
+        self._register_grad_hooks(start)
+        # Their updates land when the outermost forward begins, before any module reads them (cross-iteration).
+        self._orphans.extend(new)
+        if self._coverage is not None:
+            self._coverage.adopt(new)
+        self._tell_model()
+        self._watch_backward_times(self._context())
 
     def _context(self):
         """The Context gradients go through: the process set's (the global one by default)."""
@@ -230,7 +274,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def rejoin(self):
         """The group was formed again (a new Context): tells it the model, as the constructor told the first."""
         self.forget_inflight()
-        self._context().set_model([p.numel() * p.element_size() for p in self._params])
+        self._tell_model()
         self._watch_backward_times(self._context())
 
 
