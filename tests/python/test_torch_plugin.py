@@ -143,6 +143,30 @@ def test_zero_grad_defaults_to_what_the_wrapped_optimizer_does(cross):
     assert f"grad is None {want} as torch {want}" in log, log
 
 
+def test_another_losss_backward_through_our_parameters_is_a_clear_error():
+    """A GAN whose generator loss backpropagates into the discriminator without excluding it: the discriminator's
+    optimizer counts that pass, and its next backward is one too many. The error names the parameter and the fix."""
+    code = ("import torch, commsched.torch as hvd\n"
+            "hvd.init()\n"
+            "G, D = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)\n"
+            "opt_g = hvd.DistributedOptimizer(torch.optim.SGD(G.parameters(), lr=0.1), "
+            "named_parameters=[('G.' + n, p) for n, p in G.named_parameters()])\n"
+            "opt_d = hvd.DistributedOptimizer(torch.optim.SGD(D.parameters(), lr=0.1), "
+            "named_parameters=[('D.' + n, p) for n, p in D.named_parameters()])\n"
+            "for _ in range(2):\n"
+            "    fake = G(torch.ones(1, 2))\n"
+            "    opt_d.zero_grad()\n"
+            "    D(fake.detach()).sum().backward()\n"
+            "    opt_d.step()\n"
+            "    opt_g.zero_grad()\n"
+            "    D(fake).sum().backward()  # reaches D's parameters too\n"
+            "    opt_g.step()\n")
+    rc, log = run_single(["-c", code])
+    assert rc != 0, log
+    assert "gradient of 'D.bias' was computed more than backward_passes_per_step=1 times" in log, log
+    assert "requires_grad_(False) or detach()" in log, log
+
+
 def test_models_that_differ_across_workers_name_the_tensor(tmp_path):
     # Rank 1's first convolution has 6 channels instead of 4: the servers see different sizes for that key.
     rc, log = launch(2, [HERE / "torch_worker.py", "--out", tmp_path, "--steps", 2, "--width", 6, "--width-rank", 1],

@@ -50,9 +50,7 @@ class GradientExchange:
             if not self._order_final:
                 self._learn_order(p)
             if self._passes_left[i] <= 0 or p in self._inflight:
-                raise RuntimeError(f"gradient of '{self._names[p]}' was computed more than "
-                                   f"backward_passes_per_step={self._passes_per_step} times before step(); "
-                                   "call step() (or raise backward_passes_per_step)")
+                raise RuntimeError(self._computed_again(p))
             if self._ready_times is not None:
                 self._ready_times[i] = time.perf_counter()
             self._queue_backward_end()
@@ -61,6 +59,15 @@ class GradientExchange:
                 self._ready(p)
                 self._completed_pass = True
         return hook
+
+    def _computed_again(self, p):
+        # Also what a second optimizer's loss causes when its backward reaches our parameters (a GAN's generator loss
+        # through the discriminator): that pass counts as one of ours, and our next backward is then one too many.
+        return (f"gradient of '{self._names[p]}' was computed more than backward_passes_per_step="
+                f"{self._passes_per_step} times before this optimizer's step() took it: call step() after each "
+                "backward (or raise backward_passes_per_step); if another loss's backward reaches these parameters "
+                "(e.g. a generator's loss through the discriminator), exclude them from it with "
+                "requires_grad_(False) or detach()")
 
     def _learn_order(self, p):
         if self._forward_order:
