@@ -66,6 +66,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._completed_pass = False
         self._backward_done_sent = False
         self._synchronized = False
+        self._synchronized_for_scaler = False  # synchronize() was GradScaler.step's (_step_supports_amp_scaling)
         self._should_synchronize = True
         self._warned_fallback = False
         # zero_grad()'s default is the wrapped optimizer's (torch 2.x: set_to_none=True), as Horovod's wrapper inherits
@@ -167,6 +168,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         finally:
             self._should_synchronize = True
 
+    @property
+    def _step_supports_amp_scaling(self):
+        """GradScaler.step(optimizer) asks this just before it unscales p.grad in place and looks for inf in it. By
+        then the gradients must be the averaged ones (as after Horovod's synchronize() / unscale_ / skip_synchronize
+        recipe), or it would unscale buffers still being reduced: wrong updates, different on each rank. So they are
+        awaited here; False: GradScaler unscales them itself."""
+        if self._inflight and self._should_synchronize:
+            self.synchronize()
+            self._synchronized_for_scaler = True
+        return False
+
     def step(self, closure=None):
         runtime.context()  # a clear error when init() was not called
         ctx = self._context()
@@ -181,13 +193,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             return self._step_with_closure(ctx, closure)
         if self._should_synchronize:
-            if self._synchronized:
+            if self._synchronized and not self._synchronized_for_scaler:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
                               "optimizer.synchronize(): the gradients are reduced once, as intended, but use "
                               "skip_synchronize() as in Horovod")
             else:
                 self.synchronize()
-        self._synchronized = False
+        self._synchronized = self._synchronized_for_scaler = False
         loss = super(self.__class__, self).step(closure)
         self._next_step(ctx)
         return loss
@@ -264,7 +276,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._pending_update.clear()
         self._deferred_zero.clear()
         self._group_ready.clear()
-        self._synchronized = False
+        self._synchronized = self._synchronized_for_scaler = False
         self._backward_done_sent = False
         self._completed_pass = False
         self._passes_left = [self._passes_per_step] * len(self._params)
