@@ -167,6 +167,38 @@ def test_another_losss_backward_through_our_parameters_is_a_clear_error():
     assert "requires_grad_(False) or detach()" in log, log
 
 
+def test_model_zero_grad_while_updates_are_pending():
+    """Cross-iteration mode: step() returns with the gradients still on the wire. torch 2.x's model.zero_grad() then
+    sets p.grad to None: the update must still use the averaged gradient (it was skipped). Zeroing in place
+    (set_to_none=False) would change what is being averaged: a clear error, not a wrong update."""
+    code = ("import copy, torch, commsched.torch as hvd\n"
+            "hvd.init()\n"
+            "torch.manual_seed(0)\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))\n"
+            "ref = copy.deepcopy(m)\n"
+            "opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), "
+            "named_parameters=m.named_parameters())\n"
+            "x = torch.randn(8, 3)\n"
+            "def train(model, o):\n"
+            "    for _ in range(3):\n"
+            "        model.zero_grad(set_to_none=True)  # the updates of the step before are pending here\n"
+            "        model(x).pow(2).mean().backward()\n"
+            "        o.step()\n"
+            "train(m, opt)\n"
+            "print('overlap', opt.cross_iteration, 'pending', opt.pending_updates)\n"
+            "opt.flush()\n"
+            "train(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9))\n"
+            "print('as plain torch', all(torch.equal(p, q) for p, q in zip(m.parameters(), ref.parameters())))\n"
+            "m(x).pow(2).mean().backward()\n"
+            "opt.step()\n"
+            "m.zero_grad(set_to_none=False)\n"
+            "m(x)\n")
+    rc, log = run_single(["-c", code])
+    assert rc != 0, log
+    assert "overlap True pending 4" in log and "as plain torch True" in log, log
+    assert "the gradient 'grad.0.weight' was changed in place while it was being averaged" in log, log
+
+
 def test_models_that_differ_across_workers_name_the_tensor(tmp_path):
     # Rank 1's first convolution has 6 channels instead of 4: the servers see different sizes for that key.
     rc, log = launch(2, [HERE / "torch_worker.py", "--out", tmp_path, "--steps", 2, "--width", 6, "--width-rank", 1],

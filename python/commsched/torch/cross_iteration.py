@@ -179,12 +179,11 @@ class CrossIteration:
         kernels, are shared), not one per module. Each parameter's update is its own, so when it lands changes no
         bit of it, only that it lands before the parameter is read."""
         pending = self._pending_update
-        batch = []
+        finished = []
         for p in params:
             task = pending.pop(p, None)
             if task is not None:
-                self._finish(task)
-                batch.append(p)
+                finished.append((p, task))
         order, i = self._pending_order, self._pending_next
         while i < len(order):
             p = order[i]
@@ -193,15 +192,32 @@ class CrossIteration:
                 if not task.arrived():
                     break
                 del pending[p]
-                self._finish(task)
-                batch.append(p)
+                finished.append((p, task))
             i += 1
         self._pending_next = i
-        if not batch:
+        if not finished:
             return
+        for _, task in finished:
+            self._finish(task)
+        batch = [p for p, _ in finished]
+        reset = self._lend_averaged_grads(finished)
         self._step_subset(batch)
+        for p, grad in reset.items():
+            p.grad = grad
         if self._deferred_zero:
             self._zero_deferred(batch)
+
+    @staticmethod
+    def _lend_averaged_grads(finished):
+        """Where p.grad was reset while its update was pending by something other than optimizer.zero_grad() (a
+        torch 2.x model.zero_grad() sets it to None), the update still uses the averaged gradient: it is lent to
+        p.grad for the step. Returns what to put back afterwards."""
+        reset = {}
+        for p, task in finished:
+            if not task.held_by(p):
+                reset[p] = p.grad
+                p.grad = task.grad
+        return reset
 
     def _zero_deferred(self, params):
         for p in params:

@@ -20,6 +20,15 @@ class _GradTask:
     def __init__(self, handle, name, work, cctx, grad, sparse=None):
         self.handle, self.name, self.work, self.cctx, self.grad = handle, name, work, cctx, grad
         self.sparse = sparse
+        # p.grad's version counter as it went out: an in-place change while on the wire shows as a new version.
+        self.version = grad._version if sparse is None else None
+
+    def held_by(self, p):
+        """Whether p.grad is still this task's gradient (not reset by something other than optimizer.zero_grad())."""
+        g = p.grad
+        if g is None or g.is_sparse or self.grad.is_sparse:
+            return g is self.grad
+        return g.data_ptr() == self.grad.data_ptr()
 
     def arrived(self):
         """Whether the reduced gradient is here (finishing it will not wait); a sparse one is never taken early."""
@@ -173,6 +182,11 @@ class GradientExchange:
             return
         if task.handle is not None:
             runtime.wait(task.handle, task.name)
+        if task.grad._version != task.version:
+            raise RuntimeError(f"the gradient '{task.name}' was changed in place while it was being averaged: clear "
+                               "gradients with optimizer.zero_grad() (not model.zero_grad(set_to_none=False)), and "
+                               "call optimizer.synchronize() before changing them (clip_grad_norm_, "
+                               "GradScaler.unscale_), as in Horovod")
         result = self._compression.decompress(task.work, task.cctx)
         scale = self._predivide / self._process_set.size() if self._op == ops.Average else self._predivide
         if result.data_ptr() != task.grad.data_ptr():
