@@ -88,18 +88,21 @@ def errors(model_params, foreign):
     return out
 
 
-def add_group_mid_step():
-    """add_param_group() between backward() and step(): the message it raises."""
+def add_group_refusals():
+    """What add_param_group() raises between backward() and step(), and for a parameter missing from
+    named_parameters (then the optimizer keeps the groups it had)."""
     model = TwiceUsed(reads_weight=False)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.b.parameters(), lr=0.1), cross_iteration=False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.b.parameters(), lr=0.1), cross_iteration=False,
+                                   named_parameters=model.b.named_parameters())
+    out = {}
     F.cross_entropy(model(torch.zeros(2, model.inp.in_features)), torch.zeros(2, dtype=torch.long)).backward()
-    try:
-        opt.add_param_group({"params": list(model.a.parameters())})
-    except RuntimeError as e:
-        return str(e)
-    finally:
+    for case in ("mid_step", "unnamed"):
+        try:
+            opt.add_param_group({"params": list(model.a.parameters())})
+        except (RuntimeError, ValueError) as e:
+            out[case] = f"{e} (groups: {len(opt.param_groups)})"
         opt.synchronize()
-    return None
+    return out
 
 
 # groups=: the first and the last layer in one group (in backward order: the last and the first gradient).
@@ -129,7 +132,7 @@ def run_cases(a, rank, size, report):
                                             args=lambda named: {"sparse_as_dense": dense})
     elif a.case == "add_param_group":
         report["states"][a.case], _ = train(a.steps, a.batch, rank, size, True, late=True)
-        report["mid_step_refusal"] = add_group_mid_step()
+        report["refusals"] = add_group_refusals()
     elif a.case == "errors":
         model = TwiceUsed(reads_weight=False)
         report["errors"] = errors(list(model.parameters()), torch.nn.Parameter(torch.zeros(2)))

@@ -88,7 +88,11 @@ def test_a_param_group_added_after_wrapping_is_averaged_too(tmp_path, servers):
     s0, s1 = states(out, "add_param_group", [0, 1])
     assert_bitwise(s0, s1, "rank 1 vs rank 0")
     assert_close(s0, reference(2, late=True), "a group added halfway")
-    assert "add_param_group() between backward() and step()" in (info[0]["mid_step_refusal"] or ""), info[0]
+    refusals = info[0]["refusals"]
+    assert "add_param_group() between backward() and step()" in refusals.get("mid_step", ""), refusals
+    unnamed = "parameter 0 of the new group (shape (8, 8)) is not in the named_parameters"
+    assert unnamed in refusals.get("unnamed", ""), refusals
+    assert refusals["unnamed"].endswith("(groups: 1)"), refusals
 
 
 def test_arguments_that_cannot_be_honoured_raise(tmp_path):

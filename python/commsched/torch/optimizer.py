@@ -119,7 +119,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self.flush()
         super(self.__class__, self).add_param_group(param_group)
         if not constructing:
-            self._adopt(self.param_groups[-1]["params"])
+            try:
+                self._adopt(self.param_groups[-1]["params"])
+            except ValueError:
+                self.param_groups.pop()  # refused: the optimizer stays as it was
+                raise
 
     def _adopt(self, params):
         known = set(self._params)
