@@ -35,12 +35,15 @@ def batch(model, step, micro, total):
     return x, y
 
 
-def train(steps, per_worker, rank, size, wrap, sparse=False, args=lambda named: {}):
-    """args(named parameters) -> DistributedOptimizer's keyword arguments (groups= needs the model's parameters)."""
+def train(steps, per_worker, rank, size, wrap, sparse=False, args=lambda named: {}, late=False):
+    """args(named parameters) -> DistributedOptimizer's keyword arguments (groups= needs the model's parameters).
+    late: layer `a` joins the optimizer halfway, through add_param_group (as when unfreezing for fine-tuning)."""
     torch.manual_seed(0)
     model = Bag() if sparse else TwiceUsed(reads_weight=False)
+    held_back = list(model.a.parameters()) if late else []
     # Sparse gradients: plain SGD (its sparse update); dense ones: momentum too.
-    opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.0 if sparse else 0.9)
+    opt = torch.optim.SGD([p for p in model.parameters() if all(p is not q for q in held_back)], lr=0.2,
+                          momentum=0.0 if sparse else 0.9)
     order = []
     if wrap:
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
@@ -49,6 +52,8 @@ def train(steps, per_worker, rank, size, wrap, sparse=False, args=lambda named: 
         submit = opt._submit
         opt._submit = lambda p: (order.append(opt._names[p]), submit(p))[1]
     for step in range(steps):
+        if held_back and step == steps // 2:
+            opt.add_param_group({"params": held_back, "lr": 0.1})
         opt.zero_grad()
         for micro in range(PASSES):
             x, y = batch(model, step, micro, per_worker * size)
@@ -83,6 +88,23 @@ def errors(model_params, foreign):
     return out
 
 
+def add_group_refusals():
+    """What add_param_group() raises between backward() and step(), and for a parameter missing from
+    named_parameters (then the optimizer keeps the groups it had)."""
+    model = TwiceUsed(reads_weight=False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.b.parameters(), lr=0.1), cross_iteration=False,
+                                   named_parameters=model.b.named_parameters())
+    out = {}
+    F.cross_entropy(model(torch.zeros(2, model.inp.in_features)), torch.zeros(2, dtype=torch.long)).backward()
+    for case in ("mid_step", "unnamed"):
+        try:
+            opt.add_param_group({"params": list(model.a.parameters())})
+        except (RuntimeError, ValueError) as e:
+            out[case] = f"{e} (groups: {len(opt.param_groups)})"
+        opt.synchronize()
+    return out
+
+
 # groups=: the first and the last layer in one group (in backward order: the last and the first gradient).
 GROUP_CASES = {
     "plain": lambda named: {},
@@ -108,6 +130,9 @@ def run_cases(a, rank, size, report):
         dense = a.case == "sparse_as_dense"
         report["states"][a.case], _ = train(a.steps, a.batch, rank, size, True, sparse=True,
                                             args=lambda named: {"sparse_as_dense": dense})
+    elif a.case == "add_param_group":
+        report["states"][a.case], _ = train(a.steps, a.batch, rank, size, True, late=True)
+        report["refusals"] = add_group_refusals()
     elif a.case == "errors":
         model = TwiceUsed(reads_weight=False)
         report["errors"] = errors(list(model.parameters()), torch.nn.Parameter(torch.zeros(2)))
@@ -116,7 +141,8 @@ def run_cases(a, rank, size, report):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--case", required=True, choices=["process_set", "groups", "sparse", "sparse_as_dense", "errors"])
+    ap.add_argument("--case", required=True,
+                    choices=["process_set", "groups", "sparse", "sparse_as_dense", "add_param_group", "errors"])
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--batch", type=int, default=4)
     a = ap.parse_args()

@@ -39,9 +39,9 @@ def assert_close(state, ref, what):
     assert err <= 1e-6, f"{what}: relative error {err:.3g} against single-process training"
 
 
-def reference(workers, sparse=False):
+def reference(workers, sparse=False, late=False):
     """One process on the combined batch of `workers` ranks."""
-    return train(STEPS, BATCH * workers, 0, 1, wrap=False, sparse=sparse)[0]
+    return train(STEPS, BATCH * workers, 0, 1, wrap=False, sparse=sparse, late=late)[0]
 
 
 @BACKENDS
@@ -79,6 +79,20 @@ def test_sparse_gradients(tmp_path, servers, case):
     s0, s1 = states(out, case, [0, 1])
     assert_bitwise(s0, s1, "rank 1 vs rank 0")
     assert_close(s0, reference(2, sparse=True), case)
+
+
+@BACKENDS
+def test_a_param_group_added_after_wrapping_is_averaged_too(tmp_path, servers):
+    """Horovod's wrapper leaves it out of the reduction (the ranks drift apart); here it joins it."""
+    out, info = run(tmp_path, "add_param_group", 2, servers)
+    s0, s1 = states(out, "add_param_group", [0, 1])
+    assert_bitwise(s0, s1, "rank 1 vs rank 0")
+    assert_close(s0, reference(2, late=True), "a group added halfway")
+    refusals = info[0]["refusals"]
+    assert "add_param_group() between backward() and step()" in refusals.get("mid_step", ""), refusals
+    unnamed = "parameter 0 of the new group (shape (8, 8)) is not in the named_parameters"
+    assert unnamed in refusals.get("unnamed", ""), refusals
+    assert refusals["unnamed"].endswith("(groups: 1)"), refusals
 
 
 def test_arguments_that_cannot_be_honoured_raise(tmp_path):

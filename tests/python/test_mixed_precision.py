@@ -3,6 +3,7 @@ bf16 autocast with GradScaler (Horovod's synchronize / unscale_ / skip_synchroni
 overflowed on one rank only is skipped on every rank alike), bf16 and fp16 parameters, fp16 and bf16 compression. In each mode the loss
 falls, the ranks end bitwise equal, and equal to WFBP waiting in step()."""
 import json
+import re
 
 import pytest
 import torch
@@ -60,3 +61,15 @@ def test_grad_scaler_skips_the_overflowing_step_on_every_rank(runs):
     skipped = [i["skipped_steps"] for i in info]
     # Rank 0's gradients overflowed there, rank 1's did not: the averaged ones did on both.
     assert skipped == [[OVERFLOW_STEP]] * WORKERS, f"expected every rank to skip step {OVERFLOW_STEP}: {skipped}"
+
+
+@pytest.mark.skipif(not hasattr(torch.amp, "GradScaler"), reason=f"torch {torch.__version__} has no CPU GradScaler")
+@pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
+def test_plain_grad_scaler_step_unscales_the_averaged_gradients(servers):
+    """torch's own recipe, scaler.step(optimizer) without Horovod's synchronize() first: GradScaler must unscale (and
+    look for inf in) the averaged gradients, not buffers still being reduced."""
+    rc, log = launch(WORKERS, [HERE / "grad_scaler_step_worker.py"], servers=servers, deterministic=False)
+    assert rc == 0, log
+    for r in range(WORKERS):
+        found = re.search(rf"rank {r}: skipped \[2\], largest difference from single-process training (\S+)", log)
+        assert found and float(found.group(1)) <= 1e-6, log

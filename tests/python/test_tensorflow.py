@@ -32,7 +32,8 @@ def test_every_horovod_tensorflow_name_exists():
                    "load_model"]
     for module in (commsched.keras, tfk):
         assert not [n for n in keras_names if not hasattr(module, n)], module
-    for cb in ("BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateWarmupCallback"):
+    for cb in ("BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateWarmupCallback",
+               "LearningRateScheduleCallback"):
         assert hasattr(tfk.callbacks, cb) and hasattr(commsched.keras.callbacks, cb)
 
 
@@ -40,6 +41,32 @@ def test_calls_before_init_name_the_fix():
     import commsched.tensorflow as hvd
     with pytest.raises(ValueError, match=r"call commsched.tensorflow.init\(\) first"):
         hvd.rank()
+
+
+def test_learning_rate_callbacks_follow_horovods_schedule(tmp_path):
+    """Horovod's Keras ImageNet example's shape: a warm-up, then a constant multiplier over a range of epochs (set at
+    each epoch's first batch), then a callable one batch by batch (staircase=False). One process: the warm-up holds
+    the rate (its factor is 1 / size() at the start)."""
+    script = tmp_path / "schedule.py"
+    script.write_text("import numpy as np, keras\n"
+                      "import commsched.keras as hvd\n"
+                      "hvd.init()\n"
+                      "seen = []\n"
+                      "record = keras.callbacks.LambdaCallback(on_train_batch_begin=lambda b, logs: seen.append(\n"
+                      "    round(float(model.optimizer.learning_rate.numpy()), 6)))\n"
+                      "model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
+                      "model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.3)), loss='mse',\n"
+                      "              jit_compile=False)\n"
+                      "cbs = [hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.1, warmup_epochs=1),\n"
+                      "       hvd.callbacks.LearningRateScheduleCallback(0.1, 0.5, start_epoch=1, end_epoch=3),\n"
+                      "       hvd.callbacks.LearningRateScheduleCallback(0.1, lambda e: 0.01 * e, start_epoch=3,\n"
+                      "                                                  staircase=False), record]\n"
+                      "model.fit(np.ones((12, 2)), np.ones((12, 1)), batch_size=4, epochs=4, verbose=0,\n"
+                      "          callbacks=cbs)\n"
+                      "print('rates', seen)\n")
+    rc, log = run_single([script], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=120)
+    assert rc == 0, log
+    assert "rates [0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.003, 0.003333, 0.003667]" in log, log
 
 
 @BACKENDS

@@ -118,6 +118,87 @@ def test_step_before_init_is_a_clear_error():
     assert "commsched.torch has not been initialized: call commsched.torch.init() first" in log, log
 
 
+@pytest.mark.parametrize("cross", ["1", "0"])
+def test_zero_grad_defaults_to_what_the_wrapped_optimizer_does(cross):
+    """torch 2.x's zero_grad() sets p.grad to None by default (1.13's zeroes it); Horovod's wrapper inherits that, so
+    a script that tests `p.grad is None` after zero_grad() sees the same with and without the wrapper."""
+    code = ("import torch, commsched.torch as hvd\n"
+            "hvd.init()\n"
+            "m = torch.nn.Linear(2, 1)\n"
+            "plain = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "m(torch.ones(1, 2)).sum().backward()\n"
+            "plain.zero_grad()\n"
+            "want = m.weight.grad is None\n"
+            "opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), "
+            "named_parameters=m.named_parameters(), model=m)\n"
+            "for _ in range(2):\n"
+            "    m(torch.ones(1, 2)).sum().backward()\n"
+            "    opt.step()\n"
+            "    opt.zero_grad()\n"
+            "    m(torch.ones(1, 2))  # lands a deferred update (cross-iteration) and its deferred zero_grad\n"
+            "print('grad is None', m.weight.grad is None, 'as torch', want)\n")
+    rc, log = run_single(["-c", code], env={"COMMSCHED_CROSS_ITERATION": cross})
+    assert rc == 0, log
+    want = torch.__version__ >= "2"
+    assert f"grad is None {want} as torch {want}" in log, log
+
+
+def test_another_losss_backward_through_our_parameters_is_a_clear_error():
+    """A GAN whose generator loss backpropagates into the discriminator without excluding it: the discriminator's
+    optimizer counts that pass, and its next backward is one too many. The error names the parameter and the fix."""
+    code = ("import torch, commsched.torch as hvd\n"
+            "hvd.init()\n"
+            "G, D = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)\n"
+            "opt_g = hvd.DistributedOptimizer(torch.optim.SGD(G.parameters(), lr=0.1), "
+            "named_parameters=[('G.' + n, p) for n, p in G.named_parameters()])\n"
+            "opt_d = hvd.DistributedOptimizer(torch.optim.SGD(D.parameters(), lr=0.1), "
+            "named_parameters=[('D.' + n, p) for n, p in D.named_parameters()])\n"
+            "for _ in range(2):\n"
+            "    fake = G(torch.ones(1, 2))\n"
+            "    opt_d.zero_grad()\n"
+            "    D(fake.detach()).sum().backward()\n"
+            "    opt_d.step()\n"
+            "    opt_g.zero_grad()\n"
+            "    D(fake).sum().backward()  # reaches D's parameters too\n"
+            "    opt_g.step()\n")
+    rc, log = run_single(["-c", code])
+    assert rc != 0, log
+    assert "gradient of 'D.bias' was computed more than backward_passes_per_step=1 times" in log, log
+    assert "requires_grad_(False) or detach()" in log, log
+
+
+def test_model_zero_grad_while_updates_are_pending():
+    """Cross-iteration mode: step() returns with the gradients still on the wire. torch 2.x's model.zero_grad() then
+    sets p.grad to None: the update must still use the averaged gradient (it was skipped). Zeroing in place
+    (set_to_none=False) would change what is being averaged: a clear error, not a wrong update."""
+    code = ("import copy, torch, commsched.torch as hvd\n"
+            "hvd.init()\n"
+            "torch.manual_seed(0)\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))\n"
+            "ref = copy.deepcopy(m)\n"
+            "opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), "
+            "named_parameters=m.named_parameters())\n"
+            "x = torch.randn(8, 3)\n"
+            "def train(model, o):\n"
+            "    for _ in range(3):\n"
+            "        model.zero_grad(set_to_none=True)  # the updates of the step before are pending here\n"
+            "        model(x).pow(2).mean().backward()\n"
+            "        o.step()\n"
+            "train(m, opt)\n"
+            "print('overlap', opt.cross_iteration, 'pending', opt.pending_updates)\n"
+            "opt.flush()\n"
+            "train(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9))\n"
+            "print('as plain torch', all(torch.equal(p, q) for p, q in zip(m.parameters(), ref.parameters())))\n"
+            "m(x).pow(2).mean().backward()\n"
+            "opt.step()\n"
+            "m.zero_grad(set_to_none=False)\n"
+            "m(x)\n")
+    rc, log = run_single(["-c", code])
+    assert rc != 0, log
+    assert "overlap True pending 4" in log and "as plain torch True" in log, log
+    assert "the gradient 'grad.0.weight' was changed in place while it was being averaged" in log, log
+
+
 def test_models_that_differ_across_workers_name_the_tensor(tmp_path):
     # Rank 1's first convolution has 6 channels instead of 4: the servers see different sizes for that key.
     rc, log = launch(2, [HERE / "torch_worker.py", "--out", tmp_path, "--steps", 2, "--width", 6, "--width-rank", 1],

@@ -51,47 +51,73 @@ class MetricAverageCallback(keras.callbacks.Callback):
         logs.update({k: float(v) for k, v in zip(names, averaged)})
 
 
-class LearningRateWarmupCallback(keras.callbacks.Callback):
-    """Horovod's warm-up (Goyal et al., 2017): over the first warmup_epochs epochs the learning rate rises batch by
-    batch from initial_lr / size() to initial_lr (pass the rate already scaled by size(), as Horovod's examples do).
-    momentum_correction is accepted for compatibility and not applied (Keras 3 optimizers keep no rate-scaled
-    momentum to correct). steps_per_epoch defaults to what fit() reports."""
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Horovod's: from start_epoch until end_epoch (None: to the end) the learning rate is initial_lr *
+    multiplier(epoch). A constant multiplier is applied at each epoch's first batch (staircase); a callable one there
+    too, or with staircase=False before every batch at the fractional epoch (epoch + batch / steps_per_epoch).
+    momentum_correction is accepted for compatibility and not applied (a Keras 3 optimizer's momentum is a constant of
+    its traced update step, so changing it for one batch would not reach the update). steps_per_epoch defaults to what
+    fit() reports."""
 
-    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None, verbose=0):
         super().__init__()
         del momentum_correction
-        if warmup_epochs <= 0:
-            raise ValueError(f"LearningRateWarmupCallback: warmup_epochs={warmup_epochs} must be > 0")
+        if initial_lr is None:
+            raise ValueError(f"{type(self).__name__}: initial_lr is required")
         self.initial_lr = float(initial_lr)
-        self.warmup_epochs = warmup_epochs
+        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        self.staircase = staircase or not callable(multiplier)  # a constant changes nothing within an epoch
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
         self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
         self._epoch = 0
 
     def on_train_begin(self, logs=None):
-        if self.steps_per_epoch is None:
-            self.steps_per_epoch = self.params.get("steps") if self.params else None
-        if not self.steps_per_epoch:
-            raise ValueError("LearningRateWarmupCallback: pass steps_per_epoch= (fit() did not report the number "
-                             "of steps)")
-        optimizer = self.model.optimizer
-        if not hasattr(optimizer.learning_rate, "assign"):
-            raise ValueError("LearningRateWarmupCallback: the optimizer's learning rate is a schedule; a warm-up "
+        if not hasattr(self.model.optimizer.learning_rate, "assign"):
+            raise ValueError(f"{type(self).__name__}: the optimizer's learning rate is a schedule; this callback "
                              "needs a plain rate")
-
-    def multiplier(self, epoch):
-        """The rate's factor at a fractional epoch: 1/size at 0, rising linearly to 1 at warmup_epochs."""
-        n = ops.context().size
-        return 1.0 / n * (epoch * (n - 1) / self.warmup_epochs + 1)
+        if not self.staircase and not self.steps_per_epoch:
+            self.steps_per_epoch = self.params.get("steps") if self.params else None
+            if not self.steps_per_epoch:
+                raise ValueError(f"{type(self).__name__}: pass steps_per_epoch= (fit() did not report the number "
+                                 "of steps)")
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self._epoch >= self.warmup_epochs:
+        if self._epoch < self.start_epoch or (self.end_epoch is not None and self._epoch >= self.end_epoch):
             return
-        epoch = self._epoch + (batch + 1) / self.steps_per_epoch
-        self.model.optimizer.learning_rate.assign(self.initial_lr * self.multiplier(min(epoch, self.warmup_epochs)))
+        if not self.staircase:
+            self._set_rate(self._epoch + batch / self.steps_per_epoch)
+        elif batch == 0:
+            self._set_rate(self._epoch)
+
+    def _set_rate(self, epoch):
+        self.model.optimizer.learning_rate.assign(self.initial_lr * self.multiplier(epoch))
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Horovod's warm-up (Goyal et al., 2017): over the first warmup_epochs epochs the learning rate rises batch by
+    batch from initial_lr / size() to initial_lr (pass the rate already scaled by size(), as Horovod's examples do).
+    momentum_correction: as LearningRateScheduleCallback. steps_per_epoch defaults to what fit() reports."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
+        if warmup_epochs <= 0:
+            raise ValueError(f"LearningRateWarmupCallback: warmup_epochs={warmup_epochs} must be > 0")
+        # Each batch's rate is the one at its end (epoch + (batch + 1) / steps_per_epoch), as in Horovod, so the last
+        # batch of the warm-up runs at initial_lr.
+        super().__init__(initial_lr, lambda epoch: self.warmup_multiplier(epoch + 1 / self.steps_per_epoch),
+                         start_epoch=0, end_epoch=warmup_epochs, staircase=False,
+                         momentum_correction=momentum_correction, steps_per_epoch=steps_per_epoch, verbose=verbose)
+        self.warmup_epochs = warmup_epochs
+
+    def warmup_multiplier(self, epoch):
+        """The rate's factor at a fractional epoch: 1/size at 0, rising linearly to 1 at warmup_epochs."""
+        n = ops.context().size
+        return 1.0 / n * (min(epoch, self.warmup_epochs) * (n - 1) / self.warmup_epochs + 1)
 
     def on_epoch_end(self, epoch, logs=None):
         if epoch == self.warmup_epochs - 1:

@@ -179,12 +179,11 @@ class CrossIteration:
         kernels, are shared), not one per module. Each parameter's update is its own, so when it lands changes no
         bit of it, only that it lands before the parameter is read."""
         pending = self._pending_update
-        batch = []
+        finished = []
         for p in params:
             task = pending.pop(p, None)
             if task is not None:
-                self._finish(task)
-                batch.append(p)
+                finished.append((p, task))
         order, i = self._pending_order, self._pending_next
         while i < len(order):
             p = order[i]
@@ -193,15 +192,32 @@ class CrossIteration:
                 if not task.arrived():
                     break
                 del pending[p]
-                self._finish(task)
-                batch.append(p)
+                finished.append((p, task))
             i += 1
         self._pending_next = i
-        if not batch:
+        if not finished:
             return
+        for _, task in finished:
+            self._finish(task)
+        batch = [p for p, _ in finished]
+        reset = self._lend_averaged_grads(finished)
         self._step_subset(batch)
+        for p, grad in reset.items():
+            p.grad = grad
         if self._deferred_zero:
             self._zero_deferred(batch)
+
+    @staticmethod
+    def _lend_averaged_grads(finished):
+        """Where p.grad was reset while its update was pending by something other than optimizer.zero_grad() (a
+        torch 2.x model.zero_grad() sets it to None), the update still uses the averaged gradient: it is lent to
+        p.grad for the step. Returns what to put back afterwards."""
+        reset = {}
+        for p, task in finished:
+            if not task.held_by(p):
+                reset[p] = p.grad
+                p.grad = task.grad
+        return reset
 
     def _zero_deferred(self, params):
         for p in params:
@@ -262,6 +278,15 @@ class ForwardCoverage:
         compiled.quiet_global_hook_warning()
         self.handles = [torch_module.register_module_forward_pre_hook(self._pre),
                         torch_module.register_module_forward_hook(self._post)]
+
+    def adopt(self, params):
+        """Parameters added to the optimizer (add_param_group): ours from now on. The optimizer lands their updates
+        when the outermost forward holding any of ours begins (as orphans), so they count as covered, and outermost
+        modules once found to hold none of ours are looked at again."""
+        self._mine.update(params)
+        self._covered.update(params)
+        for module in [m for m, held in self._is_root.items() if not held]:
+            del self._is_root[module]
 
     def decide(self):
         """(exact, first parameter not covered or None); from then on the hooks only apply updates."""

@@ -20,6 +20,15 @@ class _GradTask:
     def __init__(self, handle, name, work, cctx, grad, sparse=None):
         self.handle, self.name, self.work, self.cctx, self.grad = handle, name, work, cctx, grad
         self.sparse = sparse
+        # p.grad's version counter as it went out: an in-place change while on the wire shows as a new version.
+        self.version = grad._version if sparse is None else None
+
+    def held_by(self, p):
+        """Whether p.grad is still this task's gradient (not reset by something other than optimizer.zero_grad())."""
+        g = p.grad
+        if g is None or g.is_sparse or self.grad.is_sparse:
+            return g is self.grad
+        return g.data_ptr() == self.grad.data_ptr()
 
     def arrived(self):
         """Whether the reduced gradient is here (finishing it will not wait); a sparse one is never taken early."""
@@ -29,8 +38,10 @@ class _GradTask:
 class GradientExchange:
     """The optimizer's gradient hooks, priorities and submissions (assembled into the wrapper class)."""
 
-    def _register_grad_hooks(self):
-        for i, p in enumerate(self._params):
+    def _register_grad_hooks(self, start=0):
+        """Hooks the parameters from position `start` on (later ones: add_param_group)."""
+        for i in range(start, len(self._params)):
+            p = self._params[i]
             # The AccumulateGrad node of p: its hook runs once p.grad holds this backward's gradient.
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
             # Compiled autograd traces backward hooks into its graph: ours talk to the engine, so they stay out of it
@@ -48,9 +59,7 @@ class GradientExchange:
             if not self._order_final:
                 self._learn_order(p)
             if self._passes_left[i] <= 0 or p in self._inflight:
-                raise RuntimeError(f"gradient of '{self._names[p]}' was computed more than "
-                                   f"backward_passes_per_step={self._passes_per_step} times before step(); "
-                                   "call step() (or raise backward_passes_per_step)")
+                raise RuntimeError(self._computed_again(p))
             if self._ready_times is not None:
                 self._ready_times[i] = time.perf_counter()
             self._queue_backward_end()
@@ -59,6 +68,15 @@ class GradientExchange:
                 self._ready(p)
                 self._completed_pass = True
         return hook
+
+    def _computed_again(self, p):
+        # Also what a second optimizer's loss causes when its backward reaches our parameters (a GAN's generator loss
+        # through the discriminator): that pass counts as one of ours, and our next backward is then one too many.
+        return (f"gradient of '{self._names[p]}' was computed more than backward_passes_per_step="
+                f"{self._passes_per_step} times before this optimizer's step() took it: call step() after each "
+                "backward (or raise backward_passes_per_step); if another loss's backward reaches these parameters "
+                "(e.g. a generator's loss through the discriminator), exclude them from it with "
+                "requires_grad_(False) or detach()")
 
     def _learn_order(self, p):
         if self._forward_order:
@@ -164,6 +182,11 @@ class GradientExchange:
             return
         if task.handle is not None:
             runtime.wait(task.handle, task.name)
+        if task.grad._version != task.version:
+            raise RuntimeError(f"the gradient '{task.name}' was changed in place while it was being averaged: clear "
+                               "gradients with optimizer.zero_grad() (not model.zero_grad(set_to_none=False)), and "
+                               "call optimizer.synchronize() before changing them (clip_grad_norm_, "
+                               "GradScaler.unscale_), as in Horovod")
         result = self._compression.decompress(task.work, task.cctx)
         scale = self._predivide / self._process_set.size() if self._op == ops.Average else self._predivide
         if result.data_ptr() != task.grad.data_ptr():

@@ -17,6 +17,7 @@ After the last step, call optimizer.flush() (state_dict() does) before reading t
 forward or model.state_dict().
 """
 import contextlib
+import inspect
 import warnings
 
 import torch
@@ -30,6 +31,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, model, cross_iteration, original, horovod):
         super(self.__class__, self).__init__(params)
+        # The class's defaults (e.g. SGD's momentum=0) are not the wrapped optimizer's: a group added later
+        # (add_param_group) takes what the wrapped optimizer was given, as it would unwrapped.
+        self.defaults = original.defaults
         self.state.update(original.state)
         self._compression = compression
         self._op = ops._resolve_op(None, op)
@@ -39,6 +43,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         optimizer_args.check_predivide(gradient_predivide_factor, self._op)
         self._predivide = gradient_predivide_factor
         self._names = optimizer_args.parameter_names(self.param_groups, named_parameters)
+        self._named = named_parameters is not None
         self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         self._process_set = horovod["process_set"]
         self._sparse_as_dense = horovod["sparse_as_dense"]
@@ -61,13 +66,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._completed_pass = False
         self._backward_done_sent = False
         self._synchronized = False
+        self._synchronized_for_scaler = False  # synchronize() was GradScaler.step's (_step_supports_amp_scaling)
         self._should_synchronize = True
         self._warned_fallback = False
+        # zero_grad()'s default is the wrapped optimizer's (torch 2.x: set_to_none=True), as Horovod's wrapper inherits
+        self._set_to_none_default = _zero_grad_default(original)
         self._keep = []                 # gradient accumulators and hook handles (their lifetime is ours)
         self._register_grad_hooks()
         # The model's signature (gradient sizes in declaration order) keys the auto-tuner's store of best knobs; with
         # the gradients' ready times of the first backwards it is what the tuner's warm start simulates.
-        self._context().set_model([p.numel() * p.element_size() for p in self._params])
+        self._tell_model()
         self._ready_times = None        # per parameter, while the tuner wants backward times (rank 0, first steps)
         self._watch_backward_times(self._context())
         self._model = model
@@ -96,6 +104,50 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._coverage = ForwardCoverage(self)
             self._keep.extend(self._coverage.handles)
 
+    def _tell_model(self):
+        self._context().set_model([p.numel() * p.element_size() for p in self._params])
+
+    def add_param_group(self, param_group):
+        """A group added after wrapping (e.g. layers unfrozen for fine-tuning) is reduced like the others from the
+        next backward on. (Horovod's wrapper hooks only the parameters it was given, so it leaves such a group out of
+        the reduction and the ranks drift apart.)"""
+        constructing = "_keep" not in vars(self)  # torch's __init__ adds the wrapped optimizer's groups
+        if not constructing:
+            if self._inflight:
+                raise RuntimeError("add_param_group() between backward() and step(): this step's gradients are "
+                                   "already on their way; add the group after step()")
+            self.flush()
+        super(self.__class__, self).add_param_group(param_group)
+        if not constructing:
+            try:
+                self._adopt(self.param_groups[-1]["params"])
+            except ValueError:
+                self.param_groups.pop()  # refused: the optimizer stays as it was
+                raise
+
+    def _adopt(self, params):
+        known = set(self._params)
+        new = [p for p in params if p.requires_grad and p not in known]
+        start = len(self._params)
+        for i, p in enumerate(params):
+            if p not in self._names:
+                if self._named:
+                    raise ValueError(f"add_param_group(): parameter {i} of the new group (shape {tuple(p.shape)}) "
+                                     "is not in the named_parameters given to DistributedOptimizer (give it every "
+                                     "parameter the optimizer may hold, e.g. model.named_parameters())")
+                self._names[p] = f"param.{len(self._names)}"
+        self._params.extend(new)
+        self._passes_left.extend([self._passes_per_step] * len(new))
+        self._group_index = {p: i for i, g in enumerate(self.param_groups) for p in g["params"]}
+        self._set_priorities(self._by_priority)  # the new ones last, until a forward order is learned
+        self._register_grad_hooks(start)
+        # Their updates land when the outermost forward begins, before any module reads them (cross-iteration).
+        self._orphans.extend(new)
+        if self._coverage is not None:
+            self._coverage.adopt(new)
+        self._tell_model()
+        self._watch_backward_times(self._context())
+
     def _context(self):
         """The Context gradients go through: the process set's (the global one by default)."""
         return self._process_set.context()
@@ -120,6 +172,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         finally:
             self._should_synchronize = True
 
+    @property
+    def _step_supports_amp_scaling(self):
+        """GradScaler.step(optimizer) asks this just before it unscales p.grad in place and looks for inf in it. By
+        then the gradients must be the averaged ones (as after Horovod's synchronize() / unscale_ / skip_synchronize
+        recipe), or it would unscale buffers still being reduced: wrong updates, different on each rank. So they are
+        awaited here; False: GradScaler unscales them itself."""
+        if self._inflight and self._should_synchronize:
+            self.synchronize()
+            self._synchronized_for_scaler = True
+        return False
+
     def step(self, closure=None):
         runtime.context()  # a clear error when init() was not called
         ctx = self._context()
@@ -134,13 +197,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             return self._step_with_closure(ctx, closure)
         if self._should_synchronize:
-            if self._synchronized:
+            if self._synchronized and not self._synchronized_for_scaler:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
                               "optimizer.synchronize(): the gradients are reduced once, as intended, but use "
                               "skip_synchronize() as in Horovod")
             else:
                 self.synchronize()
-        self._synchronized = False
+        self._synchronized = self._synchronized_for_scaler = False
         loss = super(self.__class__, self).step(closure)
         self._next_step(ctx)
         return loss
@@ -173,7 +236,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         ctx.iteration_end()
         self._watch_backward_times(ctx)
 
-    def zero_grad(self, set_to_none=False):
+    def zero_grad(self, set_to_none=None):
+        if set_to_none is None:
+            set_to_none = self._set_to_none_default
         if not self._pending_update:
             return super(self.__class__, self).zero_grad(set_to_none)
         # Gradients still on the wire (cross-iteration): zero them once their update is applied.
@@ -215,7 +280,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._pending_update.clear()
         self._deferred_zero.clear()
         self._group_ready.clear()
-        self._synchronized = False
+        self._synchronized = self._synchronized_for_scaler = False
         self._backward_done_sent = False
         self._completed_pass = False
         self._passes_left = [self._passes_per_step] * len(self._params)
@@ -225,8 +290,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def rejoin(self):
         """The group was formed again (a new Context): tells it the model, as the constructor told the first."""
         self.forget_inflight()
-        self._context().set_model([p.numel() * p.element_size() for p in self._params])
+        self._tell_model()
         self._watch_backward_times(self._context())
+
+
+def _zero_grad_default(optimizer):
+    param = inspect.signature(optimizer.zero_grad).parameters.get("set_to_none")
+    return bool(param.default) if param is not None and param.default is not inspect.Parameter.empty else False
 
 
 def _class_body():

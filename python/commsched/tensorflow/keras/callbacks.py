@@ -1,3 +1,3 @@
 """commsched.tensorflow.keras.callbacks: the callbacks of commsched.keras.callbacks."""
-from commsched.keras.callbacks import (BroadcastGlobalVariablesCallback, LearningRateWarmupCallback,  # noqa: F401
-                                       MetricAverageCallback)
+from commsched.keras.callbacks import (BroadcastGlobalVariablesCallback, LearningRateScheduleCallback,  # noqa: F401
+                                       LearningRateWarmupCallback, MetricAverageCallback)
