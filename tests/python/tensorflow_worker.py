@@ -3,6 +3,7 @@
     tensorflow_worker.py api   --out DIR   every collective of commsched.tensorflow, eager and in tf.function
     tensorflow_worker.py tape  --out DIR   DistributedGradientTape training beside single-process training
     tensorflow_worker.py keras --out DIR   model.fit with commsched.keras beside single-process model.fit
+    tensorflow_worker.py loss_scale --out DIR   mixed_float16 model.fit where one rank alone overflows
 
 Each rank checks its results against values computed locally and writes its final weights to DIR/<mode>.<rank>.npz
 (the test compares the ranks). Training data is generated here; every rank starts from different weights (seeded by
@@ -94,6 +95,9 @@ def api(args):
     variables = [tf.Variable(np.full([3], float(hvd.rank()))), tf.Variable(hvd.rank() * 10, dtype=tf.int64)]
     hvd.broadcast_variables(variables, root_rank=1)
     check(variables[0].numpy().tolist() == [1.0] * 3 and variables[1].numpy() == 10, "broadcast_variables")
+    gathered = hvd.allgather_object({"rank": hvd.rank(), "tag": "x" * (hvd.rank() + 1)})
+    check(gathered == [{"rank": r, "tag": "x" * (r + 1)} for r in range(hvd.size())], f"allgather_object: {gathered}")
+    check(hvd.broadcast_object({"from": hvd.rank()}, root_rank=1) == {"from": 1}, "broadcast_object")
     try:
         hvd.elastic.run(lambda: None)()
         check(False, "elastic.run did not raise")
@@ -202,13 +206,37 @@ def keras_fit(args):
           f"{losses[-1]:.4f}, cross-iteration={opt.cross_iteration_active()})", flush=True)
 
 
+def keras_loss_scale(args):
+    """mixed_float16: the DistributedOptimizer inside a LossScaleOptimizer (compile wraps it so); rank 1's first
+    batch overflows in float16 and rank 0's does not: both ranks must skip that step together and stay equal."""
+    import keras
+    import commsched.keras as khvd
+    khvd.init()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    x, y, xs, ys = data()
+    if hvd.rank() == 1:
+        xs = xs.copy()
+        xs[:BATCH] *= 3e4
+    model = keras_model(seed=hvd.rank())
+    # What compile wraps a plain optimizer in under mixed_float16, with a scale that overflows on rank 1 only.
+    opt = keras.optimizers.LossScaleOptimizer(khvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), initial_scale=1)
+    model.compile(optimizer=opt, loss="mse", jit_compile=False)
+    steps = 3
+    model.fit(xs[:BATCH * steps], ys[:BATCH * steps], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[khvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    updates = int(model.optimizer.iterations.numpy())
+    check(updates == steps - 1, f"loss scale: {updates} updates of {steps} steps (the overflowed step counts none)")
+    np.savez(pathlib.Path(args.out) / f"loss_scale.{hvd.rank()}.npz", *model.get_weights())
+    print(f"rank {hvd.rank()}: loss_scale ok (scale {float(model.optimizer.dynamic_scale.numpy()):g})", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["api", "tape", "keras"])
+    ap.add_argument("mode", choices=["api", "tape", "keras", "loss_scale"])
     ap.add_argument("--out", default=".")
     ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="keras mode's optimizer")
     args = ap.parse_args()
-    {"api": api, "tape": tape, "keras": keras_fit}[args.mode](args)
+    {"api": api, "tape": tape, "keras": keras_fit, "loss_scale": keras_loss_scale}[args.mode](args)
     hvd.shutdown()
 
 

@@ -26,7 +26,7 @@ def test_every_horovod_tensorflow_name_exists():
     names = """init shutdown is_initialized size rank local_rank local_size cross_rank cross_size allreduce
                grouped_allreduce allgather broadcast broadcast_variables alltoall join DistributedGradientTape
                DistributedOptimizer Compression elastic Average Sum Min Max Adasum Product HorovodInternalError
-               start_timeline stop_timeline gloo_built mpi_built nccl_built""".split()
+               start_timeline stop_timeline gloo_built mpi_built nccl_built allgather_object broadcast_object""".split()
     assert not [n for n in names if not hasattr(hvd, n)]
     keras_names = ["DistributedOptimizer", "callbacks", "init", "rank", "size", "allreduce", "broadcast",
                    "load_model"]
@@ -120,6 +120,15 @@ def test_keras_adamw_on_a_schedule_is_exact_with_and_without_cross_iteration(tmp
     assert rc == 0, log
     assert log.count(f"cross-iteration={cross_iteration == '1'}") == 2, log
     _equal_across_ranks(tmp_path, "keras")
+
+
+def test_mixed_precision_skips_an_overflowed_step_on_every_rank_together(tmp_path):
+    """Keras decides on each rank's own gradients whether the step overflowed, before the inner optimizer averages
+    them: a rank that alone overflowed skipped the averaging the other waited in (a hang)."""
+    rc, log = launch(2, [HERE / "tensorflow_worker.py", "loss_scale", "--out", tmp_path], servers=1, timeout=150)
+    assert rc == 0, log
+    assert log.count("loss_scale ok") == 2, log
+    _equal_across_ranks(tmp_path, "loss_scale")
 
 
 def test_the_tuner_runs_live_on_the_tape_path(tmp_path):

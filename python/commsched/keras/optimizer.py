@@ -11,6 +11,7 @@ Cross-iteration overlap (the default, as in commsched.torch): apply() puts the g
 the next forward applies each variable's update just before reading it (deferred.py says how that stays exact and
 where it falls back to waiting in apply()). Within a step, communication overlaps the backward (gradients.py).
 """
+import keras
 import tensorflow as tf
 
 from commsched.keras import deferred
@@ -58,6 +59,28 @@ def _cross_iteration_active(self):
     return state is not None and state.deferring
 
 
+def _agreeing_check_finite(check_finite):
+    """LossScaleOptimizer.check_finite over every worker when the optimizer it wraps is distributed (mixed_float16
+    wraps the compiled optimizer itself): it decides on each rank's own gradients whether to call the inner apply(),
+    where the gradients are averaged, so a rank that alone overflowed would skip the averaging the others wait in.
+    Every rank now skips the step when any rank overflowed, as when the averaged gradient is checked."""
+    def wrapper(self, grads):
+        finite = check_finite(self, grads)
+        if not getattr(type(self.inner_optimizer), "_commsched_wrapped", False):
+            return finite
+        overflowed = ops.allreduce(tf.cast(tf.logical_not(finite), tf.int32), op=ops.Sum,
+                                   name="keras.loss_scale.overflowed")
+        return tf.equal(overflowed, 0)
+    wrapper.__wrapped__ = check_finite
+    return wrapper
+
+
+def _install_loss_scale_agreement():
+    lso = keras.optimizers.LossScaleOptimizer
+    if not hasattr(lso.check_finite, "__wrapped__"):
+        lso.check_finite = _agreeing_check_finite(lso.check_finite)
+
+
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=None,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=ops.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0, groups=None,
@@ -74,6 +97,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if not hasattr(optimizer, "apply") or not hasattr(optimizer, "get_config"):
         raise TypeError(f"DistributedOptimizer needs a Keras 3 optimizer, got {type(optimizer).__name__}")
     op = ops.resolve_op(None, op)
+    _install_loss_scale_agreement()
     base = type(optimizer)
     if getattr(base, "_commsched_wrapped", False):
         base = base.__bases__[0]

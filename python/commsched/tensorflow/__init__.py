@@ -25,8 +25,9 @@ from commsched.tensorflow import elastic
 from commsched.tensorflow import native as _native
 from commsched.tensorflow.compression import Compression
 from commsched.tensorflow.gradients import DistributedGradientTape
-from commsched.tensorflow.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, alltoall,
-                                      broadcast, broadcast_variables, global_process_set, grouped_allreduce, join)
+from commsched.tensorflow.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object,
+                                      allreduce, alltoall, broadcast, broadcast_object, broadcast_variables,
+                                      global_process_set, grouped_allreduce, join)
 
 HorovodInternalError = _core.HorovodInternalError
 NotInitializedError = _core.NotInitializedError

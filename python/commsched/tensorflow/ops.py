@@ -13,6 +13,7 @@ every rank as long as every rank traces the same code.
 """
 import collections
 import itertools
+import pickle
 import threading
 
 import numpy as np
@@ -237,6 +238,43 @@ def broadcast_variables(variables, root_rank, process_set=None):
     outs = _host(body, values, [v.dtype for v in values], base)
     assigns = [v.assign(tf.reshape(o, v.shape)) for v, o in zip(variables, outs)]
     return tf.group(*assigns)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None):
+    """Rank root_rank's `obj` (any picklable object) on every worker; eager (a Python value, not a tensor)."""
+    del session
+    check_process_set(process_set)
+    ctx = context()
+    name = auto_name("broadcast_object", name)
+    mine = ctx.rank == int(root_rank)
+    payload = _pickled(obj) if mine else np.zeros(0, np.uint8)
+    length = int(hc.broadcast(ctx, np.array([payload.size], np.int64), int(root_rank), f"{name}.length").wait()[0])
+    data = hc.broadcast(ctx, payload if mine else np.zeros(length, np.uint8), int(root_rank), f"{name}.data").wait()
+    return obj if mine else _unpickled(data, name, int(root_rank))
+
+
+def allgather_object(obj, session=None, name=None, process_set=None):
+    """Every worker's `obj` (any picklable object), as a list in rank order; eager."""
+    del session
+    check_process_set(process_set)
+    ctx = context()
+    name = auto_name("allgather_object", name)
+    payload = _pickled(obj)
+    sizes = hc.exchange(ctx, [payload.size], f"{name}.sizes")[:, 0].tolist()
+    data = hc.allgather(ctx, payload, f"{name}.data").wait()
+    offsets = np.cumsum([0] + sizes)
+    return [_unpickled(data[offsets[r]:offsets[r + 1]], name, r) for r in range(ctx.size)]
+
+
+def _pickled(obj):
+    return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+
+
+def _unpickled(data, name, rank):
+    try:
+        return pickle.loads(data.tobytes())
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
+        raise RuntimeError(f"'{name}': could not decode rank {rank}'s object: {e}") from e
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=None):
