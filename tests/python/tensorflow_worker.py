@@ -95,6 +95,9 @@ def api(args):
     variables = [tf.Variable(np.full([3], float(hvd.rank()))), tf.Variable(hvd.rank() * 10, dtype=tf.int64)]
     hvd.broadcast_variables(variables, root_rank=1)
     check(variables[0].numpy().tolist() == [1.0] * 3 and variables[1].numpy() == 10, "broadcast_variables")
+    import keras
+    kept = hvd.allreduce(keras.Variable([float(hvd.rank())]), op=hvd.Sum).numpy().tolist()
+    check(kept == [sum(range(hvd.size()))], f"allreduce of a Keras Variable: {kept}")
     gathered = hvd.allgather_object({"rank": hvd.rank(), "tag": "x" * (hvd.rank() + 1)})
     check(gathered == [{"rank": r, "tag": "x" * (r + 1)} for r in range(hvd.size())], f"allgather_object: {gathered}")
     check(hvd.broadcast_object({"from": hvd.rank()}, root_rank=1) == {"from": 1}, "broadcast_object")

@@ -145,8 +145,9 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     check_process_set(process_set)
     op = resolve_op(average, op)
     name = auto_name("allreduce", name)
-    if isinstance(tensor, tf.IndexedSlices):
-        tensor = tf.convert_to_tensor(tensor)
+    # A tensor before custom_gradient, which refuses variables read inside it (a Keras 3 Variable is no tf.Tensor);
+    # IndexedSlices are densified.
+    tensor = tf.convert_to_tensor(tensor)
     spec = getattr(compression, "engine_spec", None)
 
     @tf.custom_gradient
