@@ -69,6 +69,13 @@ def test_learning_rate_callbacks_follow_horovods_schedule(tmp_path):
     assert "rates [0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.003, 0.003333, 0.003667]" in log, log
 
 
+def test_keras_backward_passes_per_step_points_to_kerass_own_accumulation():
+    import keras
+    import commsched.keras as hvd
+    with pytest.raises(ValueError, match=r"backward_passes_per_step=3: .* gradient_accumulation_steps=3"):
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=3)
+
+
 @BACKENDS
 def test_collectives_on_two_ranks(tmp_path, servers):
     rc, log = launch(2, [HERE / "tensorflow_worker.py", "api", "--out", tmp_path], servers=servers, timeout=240,

@@ -86,14 +86,16 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=None, scale_local_gradients=True, cross_iteration=None):
     """Horovod's signature. Returns `optimizer` itself, now averaging its gradients over every worker before each
-    update. backward_passes_per_step > 1 (local accumulation) is not supported: raise the batch size instead.
+    update. backward_passes_per_step > 1 is refused: Keras's own gradient_accumulation_steps accumulates locally.
     cross_iteration: defer each update to the next forward (None: COMMSCHED_CROSS_ITERATION, default on)."""
     del name, device_dense, device_sparse, sparse_as_dense, average_aggregated_gradients, num_groups, groups
     del scale_local_gradients
     ops.check_process_set(process_set)
     if backward_passes_per_step != 1:
         raise ValueError(f"backward_passes_per_step={backward_passes_per_step}: commsched.keras reduces every step "
-                         "(only 1 is supported; accumulate by raising the batch size)")
+                         "(only 1 is supported); to accumulate locally give the Keras optimizer "
+                         f"gradient_accumulation_steps={backward_passes_per_step} (it applies the mean of the "
+                         "accumulated gradients, as average_aggregated_gradients=True does) or raise the batch size")
     if not hasattr(optimizer, "apply") or not hasattr(optimizer, "get_config"):
         raise TypeError(f"DistributedOptimizer needs a Keras 3 optimizer, got {type(optimizer).__name__}")
     op = ops.resolve_op(None, op)
