@@ -55,18 +55,30 @@ def child_env(extra):
     return env
 
 
+def _kill_session(sid):
+    """SIGKILLs every process of session `sid`: the launcher puts its workers in a process group of their own, which
+    outlives a kill of the launcher's group (and holds the output pipe open, so reading it would never end)."""
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            # Fields after the command's closing parenthesis: state ppid pgrp session ...
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            pass
+
+
 def run_process(cmd, env, timeout):
-    """Runs cmd in its own process group; on timeout the whole group is killed and the test fails."""
+    """Runs cmd in its own session; on timeout every process of the session is killed and the test fails."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_session(proc.pid)
         out, _ = proc.communicate()
         pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{out}")
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_session(proc.pid)
         proc.wait()
         raise
     return proc.returncode, out
