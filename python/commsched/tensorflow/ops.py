@@ -1,4 +1,5 @@
-"""TensorFlow operations over the engine: allreduce, grouped_allreduce, allgather, broadcast, alltoall, join.
+"""TensorFlow operations over the engine: allreduce, grouped_allreduce, allgather, broadcast, alltoall, join;
+broadcast_object and allgather_object (pickled Python values, eager only).
 
 Sums and broadcasts of the engine's dtypes are two native ops (native.py): CommschedSubmit copies the tensor into a
 buffer of its own and queues the task, CommschedWait (an asynchronous kernel) completes with that buffer once the
