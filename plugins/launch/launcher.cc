@@ -142,7 +142,8 @@ class Cluster {
     }
     if (!group_) group_.emplace(old_mask_, "commsched launch");  // children start with the caller's signal mask
     const std::string name = joiner ? "worker (joiner " + id + ")" : role + " " + std::to_string(rank);
-    const size_t at = group_->spawn(ProcessSpec{name, argv, env, ""});
+    // Spawned from the launcher's main thread only (run() and supervise()), as dies_with_parent needs.
+    const size_t at = group_->spawn(ProcessSpec{name, argv, env, "", /*dies_with_parent=*/true});
     children_.push_back(Child{at, worker, local, id});
   }
 

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,9 +105,12 @@ size_t ProcessGroup::spawn(const ProcessSpec& spec) {
   ExecArgs exec(spec);
   const std::string cannot_run = "[" + tag_ + "] cannot run '" + spec.argv[0] + "': ";
   const std::string cannot_log = "[" + tag_ + "] cannot write the log " + spec.log + " of " + spec.name + ": ";
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(tag_ + ": fork failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
+    // A parent gone before the prctl took effect would never send the signal: then the child goes at once.
+    if (spec.dies_with_parent && (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent)) ::_exit(137);
     ::setpgid(0, pgid_);  // 0 for the first child: it leads the group
     if (child_mask_) ::sigprocmask(SIG_SETMASK, &*child_mask_, nullptr);
     if (!spec.log.empty()) {

@@ -23,6 +23,10 @@ struct ProcessSpec {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;    // set on top of this process's environment
   std::string log;                           // stdout+stderr go to this file; empty: inherited
+  // SIGKILLed when the thread that spawned it exits (PR_SET_PDEATHSIG), so a launcher killed outright (SIGKILL, an
+  // OOM kill) leaves no worker behind to hang on its peers. Only for a caller that spawns from a thread living as
+  // long as the process: the signal follows the spawning thread, not the process.
+  bool dies_with_parent = false;
 };
 
 struct ProcessState {

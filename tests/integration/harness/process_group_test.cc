@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -136,6 +137,53 @@ TEST(ProcessGroup, AProgramIsFoundOnThePathTheSpecSets) {
   ASSERT_TRUE(g.wait_all(20s));
   EXPECT_EQ(g.members()[1].code, 127);
   EXPECT_NE(slurp(log).find("cannot run 'sh'"), std::string::npos) << slurp(log);
+}
+
+// What becomes of a `sleep 60` spawned by a process that then dies without cleaning up (as a launcher killed with
+// SIGKILL): judged in a forked "judge" process that adopts orphans (a subreaper), so the sleeper, once orphaned, is
+// its child to wait for. Returns the signal that ended the sleeper, or 0 when it outlived its parent (by 1 s).
+int fate_of_an_orphan(bool dies_with_parent) {
+  const pid_t judge = ::fork();
+  if (judge < 0) return -1;
+  if (judge == 0) {
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    int fds[2];
+    if (::pipe(fds) != 0) ::_exit(100);
+    const pid_t parent = ::fork();
+    if (parent == 0) {  // spawns the sleeper, tells its pid, dies without the group's destructor once it runs
+      const TempDir dir;
+      const std::string ready = dir / "ready";
+      ProcessGroup g;
+      ProcessSpec spec{"sleeper", {"/bin/sh", "-c", "touch " + ready + "; exec sleep 60"}, {}, ""};
+      spec.dies_with_parent = dies_with_parent;
+      const pid_t sleeper = g.member(g.spawn(spec)).pid;
+      (void)!::write(fds[1], &sleeper, sizeof sleeper);
+      // Past exec: a parent gone before the child's prctl is the other path (the child exits by itself).
+      for (int i = 0; i < 1000 && ::access(ready.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(10ms);
+      std::filesystem::remove_all(dir.path);  // _exit runs no destructor
+      ::_exit(0);
+    }
+    pid_t sleeper = -1;
+    if (parent < 0 || ::read(fds[0], &sleeper, sizeof sleeper) != sizeof sleeper) ::_exit(101);
+    ::waitpid(parent, nullptr, 0);
+    for (int i = 0; i < (dies_with_parent ? 1000 : 100); ++i) {  // up to 10 s for the kill, 1 s to outlive
+      int status = 0;
+      if (::waitpid(sleeper, &status, WNOHANG) == sleeper) ::_exit(WIFSIGNALED(status) ? WTERMSIG(status) : 102);
+      std::this_thread::sleep_for(10ms);
+    }
+    ::kill(sleeper, SIGKILL);
+    ::_exit(0);
+  }
+  int status = 0;
+  if (::waitpid(judge, &status, 0) != judge || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// A child spawned with dies_with_parent is killed when its parent dies (the launcher's workers, when the launcher is
+// SIGKILLed: else they live on and hang on their peers); without it, it lives on.
+TEST(ProcessGroup, AChildThatDiesWithItsParentIsKilledWhenTheParentIsAndNoOtherIs) {
+  EXPECT_EQ(fate_of_an_orphan(true), SIGKILL) << "100+: the judge failed; 0: the child outlived its parent";
+  EXPECT_EQ(fate_of_an_orphan(false), 0) << "a child without dies_with_parent must outlive its parent";
 }
 
 TEST(ProcessGroup, LeavesNothingBehindWhenDestroyedAndTerminateEscalates) {
