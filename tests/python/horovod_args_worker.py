@@ -102,6 +102,15 @@ def add_group_refusals():
         except (RuntimeError, ValueError) as e:
             out[case] = f"{e} (groups: {len(opt.param_groups)})"
         opt.synchronize()
+    # Halfway through backward_passes_per_step=2: the first pass is accumulated, nothing is on the wire yet.
+    model = TwiceUsed(reads_weight=False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.b.parameters(), lr=0.1), cross_iteration=False,
+                                   named_parameters=model.named_parameters(), backward_passes_per_step=2)
+    F.cross_entropy(model(torch.zeros(2, model.inp.in_features)), torch.zeros(2, dtype=torch.long)).backward()
+    try:
+        opt.add_param_group({"params": list(model.a.parameters())})
+    except RuntimeError as e:
+        out["mid_accumulation"] = f"{e} (groups: {len(opt.param_groups)})"
     return out
 
 

@@ -90,6 +90,7 @@ def test_a_param_group_added_after_wrapping_is_averaged_too(tmp_path, servers):
     assert_close(s0, reference(2, late=True), "a group added halfway")
     refusals = info[0]["refusals"]
     assert "add_param_group() between backward() and step()" in refusals.get("mid_step", ""), refusals
+    assert "already being accumulated" in refusals.get("mid_accumulation", ""), refusals
     unnamed = "parameter 0 of the new group (shape (8, 8)) is not in the named_parameters"
     assert unnamed in refusals.get("unnamed", ""), refusals
     assert refusals["unnamed"].endswith("(groups: 1)"), refusals

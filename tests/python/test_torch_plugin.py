@@ -199,6 +199,50 @@ def test_model_zero_grad_while_updates_are_pending():
     assert "the gradient 'grad.0.weight' was changed in place while it was being averaged" in log, log
 
 
+def test_gradients_cut_from_one_buffer_are_averaged_without_a_false_in_place_error():
+    """torch.cat of two parameters in the forward: backward hands both gradients as views of one buffer, which share
+    autograd's version counter, so scaling one (here the predivide) bumps the other's. That is not a change by the
+    user and must not raise. Compared with plain torch on the same data."""
+    code = ("import copy, torch, commsched.torch as hvd\n"
+            "hvd.init()\n"
+            "torch.manual_seed(0)\n"
+            "w1, w2 = torch.nn.Parameter(torch.randn(2, 3)), torch.nn.Parameter(torch.randn(2, 3))\n"
+            "r1, r2 = copy.deepcopy(w1), copy.deepcopy(w2)\n"
+            "x = torch.randn(3, 5)\n"
+            "def train(a, b, opt):\n"
+            "    for _ in range(3):\n"
+            "        opt.zero_grad()\n"
+            "        (torch.cat([a, b]) @ x).pow(2).mean().backward()\n"
+            "        opt.step()\n"
+            "opt = hvd.DistributedOptimizer(torch.optim.SGD([w1, w2], lr=0.1), named_parameters=[('w1', w1), ('w2', w2)],"
+            " gradient_predivide_factor=2.0, cross_iteration=False)\n"
+            "train(w1, w2, opt)\n"
+            "train(r1, r2, torch.optim.SGD([r1, r2], lr=0.1))\n"
+            "print('as plain torch', torch.allclose(w1, r1) and torch.allclose(w2, r2))\n")
+    rc, log = run_single(["-c", code])
+    assert rc == 0, log
+    assert "as plain torch True" in log, log
+
+
+def test_an_optimizer_that_sets_step_supports_amp_scaling_in_its_init_can_be_wrapped():
+    """torch's fused optimizers (and subclasses fixing fused=True) set _step_supports_amp_scaling in __init__, which
+    the wrapper runs again: the wrapper's own answer (GradScaler unscales the averaged gradients) must stand."""
+    code = ("import torch, commsched.torch as hvd\n"
+            "hvd.init()\n"
+            "class Mine(torch.optim.SGD):\n"
+            "    def __init__(self, params, lr=0.1):\n"
+            "        super().__init__(params, lr=lr)\n"
+            "        self._step_supports_amp_scaling = True\n"
+            "m = torch.nn.Linear(3, 1)\n"
+            "opt = hvd.DistributedOptimizer(Mine(m.parameters(), lr=0.1), named_parameters=m.named_parameters())\n"
+            "m(torch.ones(2, 3)).sum().backward()\n"
+            "opt.step()\n"
+            "print('wrapped', opt._step_supports_amp_scaling)\n")
+    rc, log = run_single(["-c", code])
+    assert rc == 0, log
+    assert "wrapped False" in log, log
+
+
 def test_models_that_differ_across_workers_name_the_tensor(tmp_path):
     # Rank 1's first convolution has 6 channels instead of 4: the servers see different sizes for that key.
     rc, log = launch(2, [HERE / "torch_worker.py", "--out", tmp_path, "--steps", 2, "--width", 6, "--width-rank", 1],

@@ -57,7 +57,12 @@ def child_env(extra):
 
 def _kill_session(sid):
     """SIGKILLs every process of session `sid`: the launcher puts its workers in a process group of their own, which
-    outlives a kill of the launcher's group (and holds the output pipe open, so reading it would never end)."""
+    outlives a kill of the launcher's group (and holds the output pipe open, so reading it would never end). The
+    launcher (the session's leader) goes first, so it cannot start another worker meanwhile."""
+    try:
+        os.kill(sid, signal.SIGKILL)
+    except OSError:
+        pass
     for entry in pathlib.Path("/proc").iterdir():
         try:
             # Fields after the command's closing parenthesis: state ppid pgrp session ...

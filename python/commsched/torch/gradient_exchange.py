@@ -13,6 +13,11 @@ import torch
 from commsched.torch import collectives, compiled, ops, runtime
 
 
+def _sole_tensor_of_its_storage(t):
+    storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()  # torch 1.13: storage()
+    return t.storage_offset() == 0 and storage.nbytes() == t.numel() * t.element_size()
+
+
 class _GradTask:
     """A gradient in flight: the C++ handle and how to turn the wire result back into p.grad. A sparse gradient's
     task has no handle: `sparse` waits for its all-gathers and returns the combined sparse gradient."""
@@ -20,8 +25,11 @@ class _GradTask:
     def __init__(self, handle, name, work, cctx, grad, sparse=None):
         self.handle, self.name, self.work, self.cctx, self.grad = handle, name, work, cctx, grad
         self.sparse = sparse
-        # p.grad's version counter as it went out: an in-place change while on the wire shows as a new version.
-        self.version = grad._version if sparse is None else None
+        # p.grad's version counter as it went out: an in-place change while on the wire shows as a new version. Only
+        # where the gradient is its storage's one tensor: autograd counts versions per storage, and gradients cut
+        # from one buffer (torch.cat or torch.stack of parameters in the forward) share it, so averaging one of them
+        # would look like a change of the others.
+        self.version = grad._version if sparse is None and _sole_tensor_of_its_storage(grad) else None
 
     def held_by(self, p):
         """Whether p.grad is still this task's gradient (not reset by something other than optimizer.zero_grad())."""
@@ -182,7 +190,7 @@ class GradientExchange:
             return
         if task.handle is not None:
             runtime.wait(task.handle, task.name)
-        if task.grad._version != task.version:
+        if task.version is not None and task.grad._version != task.version:
             raise RuntimeError(f"the gradient '{task.name}' was changed in place while it was being averaged: clear "
                                "gradients with optimizer.zero_grad() (not model.zero_grad(set_to_none=False)), and "
                                "call optimizer.synchronize() before changing them (clip_grad_norm_, "

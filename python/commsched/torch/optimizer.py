@@ -113,9 +113,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         the reduction and the ranks drift apart.)"""
         constructing = "_keep" not in vars(self)  # torch's __init__ adds the wrapped optimizer's groups
         if not constructing:
-            if self._inflight:
+            accumulating = any(n != self._passes_per_step for n in self._passes_left)  # backward_passes_per_step
+            if self._inflight or accumulating:
                 raise RuntimeError("add_param_group() between backward() and step(): this step's gradients are "
-                                   "already on their way; add the group after step()")
+                                   "already " + ("on their way" if self._inflight else "being accumulated") +
+                                   "; add the group after step()")
             self.flush()
         super(self.__class__, self).add_param_group(param_group)
         if not constructing:
@@ -178,10 +180,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         then the gradients must be the averaged ones (as after Horovod's synchronize() / unscale_ / skip_synchronize
         recipe), or it would unscale buffers still being reduced: wrong updates, different on each rank. So they are
         awaited here; False: GradScaler unscales them itself."""
-        if self._inflight and self._should_synchronize:
+        if getattr(self, "_inflight", None) and self._should_synchronize:
             self.synchronize()
             self._synchronized_for_scaler = True
         return False
+
+    @_step_supports_amp_scaling.setter
+    def _step_supports_amp_scaling(self, value):
+        """The wrapped class's __init__ may set it (torch's fused optimizers, a subclass fixing fused=True): ignored,
+        since GradScaler must unscale the averaged gradients itself (the getter); a fused step without GradScaler's
+        arguments is an ordinary one."""
+        del value
 
     def step(self, closure=None):
         runtime.context()  # a clear error when init() was not called
