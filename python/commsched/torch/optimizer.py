@@ -51,8 +51,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._group_of = optimizer_args.resolve_groups(horovod["groups"], horovod["num_groups"], self._params)
         self._group_ready = {}          # group -> its members whose gradient of this step is ready
         self._set_priorities(self._params)
-        # Each parameter's param group, for narrowing the groups to a set of parameters (_step_subset).
-        self._group_index = {p: i for i, g in enumerate(self.param_groups) for p in g["params"]}
+        self._index_groups()
         self._forward_order = []        # params in first-seen forward order (first iteration)
         self._order_final = False
         self._backward_order = []       # params in first backward's hook order (when there is no model)
@@ -104,6 +103,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._coverage = ForwardCoverage(self)
             self._keep.extend(self._coverage.handles)
 
+    def _index_groups(self):
+        """Each parameter's param group, for narrowing the groups to a set of parameters (_step_subset)."""
+        self._group_index = {p: i for i, g in enumerate(self.param_groups) for p in g["params"]}
+
     def _tell_model(self):
         self._context().set_model([p.numel() * p.element_size() for p in self._params])
 
@@ -131,16 +134,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         known = set(self._params)
         new = [p for p in params if p.requires_grad and p not in known]
         start = len(self._params)
+        if not self._named:  # param.I by position, as the constructor named them
+            self._names = optimizer_args.parameter_names(self.param_groups, None)
         for i, p in enumerate(params):
             if p not in self._names:
-                if self._named:
-                    raise ValueError(f"add_param_group(): parameter {i} of the new group (shape {tuple(p.shape)}) "
-                                     "is not in the named_parameters given to DistributedOptimizer (give it every "
-                                     "parameter the optimizer may hold, e.g. model.named_parameters())")
-                self._names[p] = f"param.{len(self._names)}"
+                raise ValueError(f"add_param_group(): parameter {i} of the new group (shape {tuple(p.shape)}) "
+                                 "is not in the named_parameters given to DistributedOptimizer (give it every "
+                                 "parameter the optimizer may hold, e.g. model.named_parameters())")
         self._params.extend(new)
         self._passes_left.extend([self._passes_per_step] * len(new))
-        self._group_index = {p: i for i, g in enumerate(self.param_groups) for p in g["params"]}
+        self._index_groups()
         self._set_priorities(self._by_priority)  # the new ones last, until a forward order is learned
         self._register_grad_hooks(start)
         # Their updates land when the outermost forward begins, before any module reads them (cross-iteration).
