@@ -3,22 +3,53 @@
 #include <chrono>
 
 #include "comm_backends/collective/kv_store.h"
-#include "plugins/launch/process_group.h"
+#include "comm_backends/control/socket.h"
+#include "plugins/launch/node_link.h"
 
 namespace commsched {
 
-ElasticStore::ElasticStore(const std::string& secret)
-    : server_(std::make_unique<collective::TcpStoreServer>("127.0.0.1", free_loopback_port(), secret)),
-      client_(std::make_unique<collective::TcpStoreClient>("127.0.0.1", server_->port(), std::chrono::seconds(10),
-                                                           secret)) {}
+ElasticStore::ElasticStore(std::unique_ptr<collective::TcpStoreServer> server, const std::string& host, int port,
+                           const std::string& secret, int nnodes)
+    : server_(std::move(server)),
+      client_(std::make_unique<collective::TcpStoreClient>(server_ ? "127.0.0.1" : host, port,
+                                                           std::chrono::seconds(10), secret)),
+      address_(host + ":" + std::to_string(port)),
+      nnodes_(nnodes) {}
+
+std::unique_ptr<ElasticStore> ElasticStore::serve(const std::string& bind, const std::string& host,
+                                                  const std::string& secret, int nnodes, int rendezvous_port) {
+  int port = 0;
+  do port = control::free_port(bind == "*" ? "0.0.0.0" : bind);
+  while (port == rendezvous_port);
+  auto server = std::make_unique<collective::TcpStoreServer>(bind, port, secret);
+  return std::unique_ptr<ElasticStore>(new ElasticStore(std::move(server), host, port, secret, nnodes));
+}
+
+std::unique_ptr<ElasticStore> ElasticStore::connect(const std::string& address, const std::string& secret,
+                                                    int nnodes) {
+  const auto [host, port] = parse_host_port(address);
+  return std::unique_ptr<ElasticStore>(new ElasticStore(nullptr, host, port, secret, nnodes));
+}
 
 ElasticStore::~ElasticStore() = default;
-
-std::string ElasticStore::address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
 
 void ElasticStore::mark_lost(const std::string& id) { client_->set(std::string(kElasticPrefix) + "lost/" + id, "1"); }
 
 void ElasticStore::abort(const std::string& why) { client_->set(std::string(kElasticPrefix) + "abort", why); }
+
+// Keys of the launchers' own (python/commsched/_elastic.py never reads them).
+void ElasticStore::set_alive(int node, int workers) {
+  client_->set(std::string(kElasticPrefix) + "launcher/alive/" + std::to_string(node), std::to_string(workers));
+}
+
+int ElasticStore::alive() const {
+  int n = 0;
+  for (int node = 0; node < nnodes_; ++node) {
+    const auto v = client_->try_get(std::string(kElasticPrefix) + "launcher/alive/" + std::to_string(node));
+    n += v ? std::stoi(*v) : 0;  // a node yet to start its workers has none
+  }
+  return n;
+}
 
 std::optional<ElasticStore::Generation> ElasticStore::latest() const {
   const std::string p = kElasticPrefix;

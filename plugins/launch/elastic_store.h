@@ -18,15 +18,25 @@ inline constexpr const char* kElasticPrefix = "commsched/elastic/";
 
 class ElasticStore {
  public:
-  // Serves the store on loopback; `secret` is the run's (empty: authentication off), as the workers will prove it.
-  explicit ElasticStore(const std::string& secret);
+  // Node 0 (or the only node): serves the store on `bind` ("127.0.0.1", or "*" where other nodes must reach it) and
+  // advertises it as host:port; `secret` is the run's (empty: authentication off), as the workers will prove it.
+  // nnodes: how many launchers count their workers in it. Its port is below the kernel's ephemeral range (where a
+  // root port a user took from bind(0) lies) and never `rendezvous_port` (bound later, by worker 0).
+  static std::unique_ptr<ElasticStore> serve(const std::string& bind, const std::string& host,
+                                             const std::string& secret, int nnodes, int rendezvous_port);
+  // Another node: node 0's store at `address` (HOST:PORT, as COMMSCHED_ELASTIC_STORE has it).
+  static std::unique_ptr<ElasticStore> connect(const std::string& address, const std::string& secret, int nnodes);
   ~ElasticStore();
   // HOST:PORT for COMMSCHED_ELASTIC_STORE.
-  std::string address() const;
+  std::string address() const { return address_; }
   // The worker with this COMMSCHED_ELASTIC_ID is gone: the survivors stop waiting for it when they re-form.
   void mark_lost(const std::string& id);
   // Every worker gives up with `why` (fewer workers than the minimum remain).
   void abort(const std::string& why);
+  // How many workers run on `node` now (its launcher says; node 0's says 0 for a node whose launcher is lost), and
+  // on every node together: what the minimum is judged against.
+  void set_alive(int node, int workers);
+  int alive() const;
 
   // The latest generation the workers formed after the first: its number, its workers and the port its rendezvous
   // root (parameter server 0) binds. None while there is only the first, or when the last was an abort.
@@ -38,8 +48,13 @@ class ElasticStore {
   std::optional<Generation> latest() const;
 
  private:
-  std::unique_ptr<collective::TcpStoreServer> server_;
+  ElasticStore(std::unique_ptr<collective::TcpStoreServer> server, const std::string& host, int port,
+               const std::string& secret, int nnodes);
+
+  std::unique_ptr<collective::TcpStoreServer> server_;  // node 0 only
   std::unique_ptr<collective::TcpStoreClient> client_;
+  std::string address_;
+  int nnodes_ = 1;
 };
 
 }  // namespace commsched

@@ -66,6 +66,7 @@ class Cluster {
       auto [host, port] = parse_host_port(o_.root);
       root_host_ = host;
       port_ = port + 1;
+      if (o_.min_workers > 0 && o_.node_rank == 0) start_elastic();  // its address goes to every node with GO
       say("node " + std::to_string(o_.node_rank) + " of " + std::to_string(o_.nnodes) + ": joining at " + o_.root);
       // The rendezvous store's rule: a root beyond loopback needs the run's secret; on loopback it is used if set.
       link_ = NodeLink::join(o_.nnodes, o_.node_rank, host, port, env_, o_.join_timeout_s,
@@ -78,7 +79,8 @@ class Cluster {
       const std::map<std::string, std::string> auth = run_auth_env();
       env_.insert(auth.begin(), auth.end());
     }
-    if (o_.min_workers > 0) start_elastic();
+    if (o_.min_workers > 0 && !link_) start_elastic();
+    if (link_) follow_node0_elastic();
     for (int s = 0; s < o_.servers; ++s) spawn("server", s);
     for (int w = 0; w < o_.workers; ++w) spawn("worker", w);
     for (int j = 0; j < o_.join_workers; ++j) spawn("worker", o_.workers - 1, /*joiner=*/true);
@@ -92,14 +94,37 @@ class Cluster {
 
  private:
   // Elastic: the membership store, and what every worker must know of it.
+  // Across nodes node 0 serves it where the others reach it (the root's host), and its settings are node 0's.
   void start_elastic() {
     auto own = env_.find("COMMSCHED_SECRET");
-    const std::string secret = own != env_.end() ? own->second : ClusterAuth::from_env().secret_for("127.0.0.1");
-    elastic_ = std::make_unique<ElasticStore>(secret);
+    const std::string secret = own != env_.end() ? own->second : ClusterAuth::from_env().secret_for(root_host_);
+    const bool local = is_loopback_host(root_host_);
+    elastic_ = ElasticStore::serve(local ? "127.0.0.1" : "*", local ? "127.0.0.1" : root_host_, secret, o_.nnodes,
+                                   port_);
     restarts_left_ = o_.restarts;
+    min_workers_ = o_.min_workers;
     env_["COMMSCHED_ELASTIC_STORE"] = elastic_->address();
     env_["COMMSCHED_MIN_WORKERS"] = std::to_string(o_.min_workers);
     env_["COMMSCHED_MAX_WORKERS"] = std::to_string(o_.max_workers);
+  }
+
+  // Another node of a multi-node run: elastic when node 0 is (its GO carried the store's address), which every node
+  // must agree on; node 0 survives the loss of a whole node then.
+  void follow_node0_elastic() {
+    const auto store = env_.find("COMMSCHED_ELASTIC_STORE");
+    const bool node0_elastic = store != env_.end();
+    if (node0_elastic != (o_.min_workers > 0))
+      throw InvalidArgument("launch: node 0 runs " + std::string(node0_elastic ? "" : "not ") +
+                            "elastic (--min-workers) but node " + std::to_string(o_.node_rank) + " does " +
+                            (node0_elastic ? "not" : "") + ": give every node the same elastic settings");
+    if (!node0_elastic) return;
+    if (o_.node_rank == 0) {
+      link_->survive_lost_nodes();
+      return;
+    }
+    elastic_ = ElasticStore::connect(store->second, ClusterAuth::from_env().secret_for(root_host_), o_.nnodes);
+    restarts_left_ = o_.restarts;
+    min_workers_ = std::stoi(env_.at("COMMSCHED_MIN_WORKERS"));
   }
 
   // The environment contract of this node's `local`-th worker or server.
@@ -136,7 +161,8 @@ class Cluster {
     const int rank = std::stoi(env.at("COMMSCHED_RANK"));
     std::string id;
     if (elastic_ && worker) {
-      id = std::to_string(next_elastic_id_++);
+      // Unique in the job: each node numbers its own.
+      id = (link_ ? std::to_string(o_.node_rank) + "-" : std::string()) + std::to_string(next_elastic_id_++);
       env["COMMSCHED_ELASTIC_ID"] = id;
       if (joiner) env["COMMSCHED_ELASTIC_JOIN"] = "1";
     }
@@ -145,6 +171,7 @@ class Cluster {
     // Spawned from the launcher's main thread only (run() and supervise()), as dies_with_parent needs.
     const size_t at = group_->spawn(ProcessSpec{name, argv, env, "", /*dies_with_parent=*/true});
     children_.push_back(Child{at, worker, local, id});
+    if (elastic_ && worker) elastic_->set_alive(o_.node_rank, alive_workers());
   }
 
   // Reaps exited children; returns the first non-zero exit seen (if any) that ends the run.
@@ -180,25 +207,39 @@ class Cluster {
       return true;
     }
     elastic_->mark_lost(c->id);
+    elastic_->set_alive(o_.node_rank, alive_workers());
     if (!elastic_failure_) elastic_failure_ = *m.code;
     if (restarts_left_ > 0) {
       --restarts_left_;
-      say(m.name + " exited with status " + std::to_string(*m.code) + "; elastic: starting it again as a joiner (" +
-          std::to_string(restarts_left_) + " restart(s) left)");
+      say(m.name + here() + " exited with status " + std::to_string(*m.code) +
+          "; elastic: starting it again as a joiner (" + std::to_string(restarts_left_) + " restart(s) left)");
       spawn("worker", c->local, /*joiner=*/true);
       return true;
     }
-    const int alive = alive_workers();
-    say(m.name + " exited with status " + std::to_string(*m.code) + "; elastic: " + std::to_string(alive) +
-        " worker(s) remain (minimum " + std::to_string(o_.min_workers) + ")");
-    if (alive < o_.min_workers && !elastic_deadline_) {
+    judge_minimum(m.name + here() + " exited with status " + std::to_string(*m.code));
+    return true;
+  }
+
+  // Elastic, node 0: a node whose launcher is lost took its workers with it (they die with their launcher).
+  void node_lost(const LinkEvent& ev) {
+    if (!elastic_failure_) elastic_failure_ = 1;
+    elastic_->set_alive(ev.node, 0);
+    judge_minimum(ev.message);
+  }
+
+  // After a loss: below the minimum (every node's workers counted) the workers are told to give up, and the run
+  // fails once they have (or after a grace).
+  void judge_minimum(const std::string& what) {
+    const int alive = elastic_->alive();
+    say(what + "; elastic: " + std::to_string(alive) + " worker(s) remain (minimum " + std::to_string(min_workers_) +
+        ")");
+    if (alive < min_workers_ && !elastic_deadline_) {
       const std::string why = "fewer workers than the minimum remain (" + std::to_string(alive) + " < " +
-                              std::to_string(o_.min_workers) + ", --min-workers)";
+                              std::to_string(min_workers_) + ", --min-workers)";
       elastic_->abort(why);
       say(why + "; stopping the run");
       elastic_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     }
-    return true;
   }
 
   // Elastic with servers: they keep nothing between rounds (the workers hold the model), so every generation gets
@@ -257,8 +298,9 @@ class Cluster {
           teardown(SIGTERM);
           return 1;
         }
+        if (ev->kind == LinkEvent::Kind::node_lost) node_lost(*ev);
         if (ev->kind == LinkEvent::Kind::all_workers_done) all_workers_done = true;
-        if (ev->kind == LinkEvent::Kind::all_done) return 0;  // node 0: every node finished
+        if (ev->kind == LinkEvent::Kind::all_done) return finished_code();  // node 0: every node finished
       }
       follow_generations();
       if (auto bad = reap()) {
@@ -282,7 +324,7 @@ class Cluster {
           sent_done = true;
           link_->done();
         }
-        if (o_.node_rank != 0) return 0;
+        if (o_.node_rank != 0) return finished_code();
         continue;  // node 0 serves the other launchers until every node has finished
       }
       // Workers done: servers leave on their own once every worker said goodbye; do not wait forever.
@@ -313,6 +355,7 @@ class Cluster {
   std::unique_ptr<ElasticStore> elastic_;  // elastic runs only
   int next_elastic_id_ = 0;
   int restarts_left_ = 0;
+  int min_workers_ = 0;                    // node 0's --min-workers
   int servers_generation_ = 0;             // the generation whose servers run
   std::optional<int> elastic_failure_;     // the first absorbed failure's code
   std::optional<std::chrono::steady_clock::time_point> elastic_deadline_;  // stopped below the minimum
@@ -331,9 +374,11 @@ int launch_local_cluster(const LaunchOptions& opts) {
   if (opts.nnodes > 1 && opts.root.empty())
     throw InvalidArgument("launch: --nnodes " + std::to_string(opts.nnodes) + " needs --root HOST:PORT (node 0's "
                           "address and a free port, the same on every node)");
-  if (opts.min_workers > 0 && opts.nnodes > 1)
-    throw InvalidArgument("launch: --min-workers (elastic training) runs on one node; got --nnodes " +
-                          std::to_string(opts.nnodes));
+  // A generation's rendezvous root is its rank 0's host, where across nodes no server of that generation may run.
+  if (opts.min_workers > 0 && opts.nnodes > 1 && opts.servers > 0)
+    throw InvalidArgument("launch: elastic training across nodes (--min-workers with --nnodes " +
+                          std::to_string(opts.nnodes) + ") runs on Gloo: use -s 0 (got -s " +
+                          std::to_string(opts.servers) + ")");
   if ((opts.max_workers > 0 || opts.restarts > 0 || opts.join_workers > 0) && opts.min_workers == 0)
     throw InvalidArgument("launch: --max-workers, --restarts and --join-workers are elastic settings: set "
                           "--min-workers too");

@@ -4,10 +4,13 @@
 // (root HOST:PORT, see node_link.h), the cluster's rendezvous is HOST:PORT+1, and node i's workers get global ranks
 // i*W .. i*W+W-1 (servers likewise). Ctrl-C (or SIGTERM) is forwarded; when any process on any node exits non-zero,
 // or a node's launcher disappears, every node tears its processes down and launch returns non-zero.
-// Elastic (min_workers > 0, one node): the launcher serves the job's membership store (COMMSCHED_ELASTIC_STORE), a
-// worker that fails is marked lost there instead of ending the run, a failed worker is started again as a joiner
-// while `restarts` allow, and the run fails only when fewer than min_workers remain. Parameter servers keep nothing
-// between rounds: each generation the workers form gets servers of its own (a failed server is not the end either).
+// Elastic (min_workers > 0): the launcher (node 0's, across nodes) serves the job's membership store
+// (COMMSCHED_ELASTIC_STORE), a worker that fails is marked lost there instead of ending the run, a failed worker is
+// started again as a joiner while `restarts` allow, and the run fails only when fewer than min_workers remain.
+// Parameter servers keep nothing between rounds: each generation the workers form gets servers of its own (a failed
+// server is not the end either). Across nodes (Gloo only) the minimum counts every node's workers (each launcher
+// publishes its own in the store), and node 0 survives a lost node (NodeLink::survive_lost_nodes): its workers died
+// with their launcher.
 #pragma once
 
 #include <map>

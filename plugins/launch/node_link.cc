@@ -270,6 +270,10 @@ LinkEvent NodeLink::lose(Peer& p, const std::string& why) {
   if (live_) live_->forget(static_cast<Liveness::Id>(p.node));
   p.fd.reset();
   p.inbox.clear();
+  if (node_rank_ == 0 && survive_lost_nodes_) {
+    p.done = p.workers_done = true;
+    return LinkEvent{LinkEvent::Kind::node_lost, "node " + std::to_string(p.node) + ": " + why, p.node};
+  }
   if (node_rank_ == 0) broadcast("ABORT " + std::to_string(p.node) + " " + why, p.node);
   return LinkEvent{LinkEvent::Kind::abort, "node " + std::to_string(p.node) + ": " + why};
 }

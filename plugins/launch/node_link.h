@@ -32,8 +32,10 @@
 namespace commsched {
 
 struct LinkEvent {
-  enum class Kind { abort, all_workers_done, all_done } kind;
+  // node_lost: only where lost nodes are survived (NodeLink::survive_lost_nodes), on node 0.
+  enum class Kind { abort, all_workers_done, all_done, node_lost } kind;
   std::string message;
+  int node = -1;  // node_lost: which
 };
 
 class NodeLink {
@@ -58,6 +60,9 @@ class NodeLink {
   void workers_done();             // this node's workers exited 0
   void done();                     // this node's processes all exited 0
   void abort(const std::string& why);
+  // Elastic runs, node 0: a node whose launcher is lost (closed, silent) is reported as node_lost and counted as
+  // finished instead of aborting the run (its workers die with their launcher; the survivors re-form without them).
+  void survive_lost_nodes() { survive_lost_nodes_ = true; }
 
  private:
   struct Peer {
@@ -94,6 +99,7 @@ class NodeLink {
   bool my_done_ = false;
   bool walldone_sent_ = false;
   bool all_done_reported_ = false;
+  bool survive_lost_nodes_ = false;
   std::optional<Liveness> live_;  // none: only a closed connection counts
   std::chrono::milliseconds heartbeat_{0};
   Clock::time_point last_sent_{};

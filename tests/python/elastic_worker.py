@@ -47,6 +47,9 @@ def fault_here(state):
             _servers_killed.append(True)
             kill_servers()
         return
+    if os.environ["ELASTIC_FAULT"] == "kill-launcher":  # a whole node lost: its workers die with their launcher
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(60)
     if os.environ["ELASTIC_FAULT"] == "stop":  # the test resumes it (SIGCONT) once the others have finished
         with open(os.path.join(os.environ["ELASTIC_OUT"], "frozen.pid"), "w") as f:
             f.write(str(os.getpid()))

@@ -16,8 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch_cluster import (HERE, PYTHON, child_env, commsched_bin, free_port_pair, run_process,  # noqa: E402
-                           run_single)
+from torch_cluster import (HERE, PYTHON, child_env, commsched_bin, finish_launchers, free_port_pair,  # noqa: E402
+                           run_process, run_single)
 
 WORKER = HERE / "elastic_worker.py"
 
@@ -65,6 +65,57 @@ def test_a_killed_worker_is_left_behind_and_the_others_finish(tmp_path, referenc
     assert "worker 2 exited with status 137; elastic: 3 worker(s) remain" in log, log
     assert "generation 1 formed with 3 worker(s) (was 4; " in log and "; gone: 2)" in log, log
     assert_survivors(results(tmp_path), ["0", "1", "3"], 3, reference, log)
+
+
+def elastic_nodes(out, env, workers=2, min_workers=2, servers=0, timeout=150):
+    """Two launchers (node 0 and node 1) on this machine meeting at node 0's --root, `workers` workers each, Gloo.
+    Returns their exit codes and their output."""
+    port = free_port_pair()
+    full = child_env({"COMMSCHED_TIMEOUT": "5", "COMMSCHED_BACKEND": "gloo", **env})
+    procs = []
+    for node in (1, 0):  # node 1 first: it waits for node 0
+        cmd = [commsched_bin(), "launch", "--nnodes", "2", "--node-rank", str(node), "--root", f"127.0.0.1:{port}",
+               "-w", str(workers), "-s", str(servers), "--min-workers", str(min_workers), "--join-timeout", "30",
+               "--", PYTHON, str(WORKER), "--out", str(out)]
+        procs.append(subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True))
+    codes, outs = finish_launchers(procs, timeout)
+    return codes[::-1], "\n".join(outs)
+
+
+def test_across_nodes_a_killed_worker_is_left_behind(tmp_path, reference):
+    """Node 1's first worker (elastic id 1-0: ids are numbered per node) dies; the three others re-form over the
+    store node 0's launcher serves, and finish."""
+    codes, log = elastic_nodes(tmp_path, {"ELASTIC_VICTIM": "1-0", "ELASTIC_FAULT": "kill", "ELASTIC_FAULT_STEP": "7"})
+    assert codes == [0, 0], log
+    assert "worker 2 on node 1 exited with status 137; elastic: 3 worker(s) remain (minimum 2)" in log, log
+    assert_survivors(results(tmp_path), ["0-0", "0-1", "1-1"], 3, reference, log)
+
+
+def test_across_nodes_a_lost_node_is_survived(tmp_path, reference):
+    """Node 1's launcher is killed outright (a host gone): its workers die with it, node 0 counts the node lost
+    instead of tearing the run down, and its two workers, the minimum, finish."""
+    codes, log = elastic_nodes(tmp_path, {"ELASTIC_VICTIM": "1-1", "ELASTIC_FAULT": "kill-launcher",
+                                          "ELASTIC_FAULT_STEP": "7"})
+    assert codes[0] == 0 and codes[1] == -signal.SIGKILL, (codes, log)
+    lost = "node 1: its launcher is gone (connection closed before it finished); elastic: 2 worker(s) remain"
+    assert lost in log, log
+    assert_survivors(results(tmp_path), ["0-0", "0-1"], 2, reference, log)
+
+
+def test_across_nodes_below_the_minimum_every_node_stops(tmp_path):
+    codes, log = elastic_nodes(tmp_path, {"ELASTIC_VICTIM": "1-1", "ELASTIC_FAULT": "kill-launcher",
+                                          "ELASTIC_FAULT_STEP": "7"}, min_workers=3)
+    assert codes[0] != 0, log
+    assert "fewer workers than the minimum remain (2 < 3, --min-workers)" in log, log
+    stopped = sorted(pathlib.Path(f).name for f in glob.glob(os.path.join(tmp_path, "stopped.*.txt")))
+    assert stopped == ["stopped.0-0.txt", "stopped.0-1.txt"], (stopped, log)
+
+
+def test_across_nodes_elastic_runs_on_gloo_only(tmp_path):
+    codes, log = elastic_nodes(tmp_path, {}, servers=1, timeout=60)
+    assert codes[0] != 0 and codes[1] != 0, log
+    assert "elastic training across nodes (--min-workers with --nnodes 2) runs on Gloo: use -s 0 (got -s 1)" in log, log
 
 
 def test_on_the_parameter_server_each_generation_gets_fresh_servers(tmp_path, reference):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from torch_cluster import HERE, PYTHON, child_env, commsched_bin, free_port_pair
+from torch_cluster import HERE, PYTHON, child_env, commsched_bin, finish_launchers as finish, free_port_pair
 
 
 def start_nodes(mode, servers, workers=1):
@@ -20,18 +20,6 @@ def start_nodes(mode, servers, workers=1):
         procs.append(subprocess.Popen(cmd, env=child_env({}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, start_new_session=True))
     return procs[1], procs[0]  # node 0, node 1
-
-
-def finish(procs, timeout):
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=timeout)[0])
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            os.killpg(p.pid, signal.SIGKILL)
-        pytest.fail("a launcher did not exit: " + "\n".join(p.communicate()[0] for p in procs))
-    return [p.returncode for p in procs], outs
 
 
 @pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])

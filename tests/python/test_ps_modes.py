@@ -12,7 +12,10 @@ from torch_cluster import launch  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "pytorch_train.py"
-TARGET = 1.0  # the loss starts near 2.3; synchronous training passes 1.0 after about 20 of these 40 steps
+TARGET = 1.0  # the loss starts near 2.3; synchronous training passes 1.0 after about 20 steps
+# Asynchronous training is not deterministic (stale gradients, the order of pushes): 20 runs each on torch 2.15 and
+# 1.13 passed 1.0 after 21 to 40 steps, so 40 steps failed now and then; 60 leave a margin beyond the slowest seen.
+STEPS = 60
 
 
 @pytest.mark.parametrize("mode", [{"COMMSCHED_PS_MODE": "async"},
@@ -20,7 +23,7 @@ TARGET = 1.0  # the loss starts near 2.3; synchronous training passes 1.0 after 
                          ids=["async", "ssp1"])
 def test_the_example_reaches_its_target_loss(tmp_path, mode):
     result = tmp_path / "r.json"
-    rc, out = launch(2, [TRAIN, "--steps", 40, "--warmup", 2, "--target-loss", TARGET, "--result", result],
+    rc, out = launch(2, [TRAIN, "--steps", STEPS, "--warmup", 2, "--target-loss", TARGET, "--result", result],
                      env=mode, timeout=400, deterministic=False)
     assert rc == 0, out
     words = " ".join(f"{k}={v}" for k, v in mode.items())

@@ -113,3 +113,17 @@ def run_single(script_args, env=None, timeout=60):
     full = child_env(env or {})
     full = {k: v for k, v in full.items() if k in clean or k in (env or {}) or k == "PYTHONPATH"}
     return run_process([PYTHON] + [str(a) for a in script_args], full, timeout)
+
+
+def finish_launchers(procs, timeout):
+    """Waits for launchers started side by side (one per node); kills them all when one does not exit in time.
+    Returns their exit codes and outputs, in the order given."""
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+        pytest.fail("a launcher did not exit: " + "\n".join(p.communicate()[0] for p in procs))
+    return [p.returncode for p in procs], outs

@@ -257,5 +257,37 @@ TEST(NodeLinkLiveness, PollingLaunchersStayAliveAndASilentOneIsLostNamingIt) {
   EXPECT_GE(took, std::chrono::milliseconds(1500));
 }
 
+// Elastic runs: node 0 reports a node whose launcher is gone as lost, to itself alone (no ABORT reaches the other
+// nodes), and counts it as finished, so the run still ends when the others are done.
+TEST(NodeLinkElastic, ALostNodeIsReportedToNodeZeroAloneAndCountsAsFinished) {
+  const int port = free_loopback_port();
+  auto root = join_async(3, 0, port, "");
+  auto n1 = join_async(3, 1, port, "");
+  const int lost = connect_to(link_port(port, ""));  // node 2: says HELLO, then its launcher dies
+  const std::string hello = "HELLO 2\n";
+  ASSERT_EQ(::send(lost, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+  std::unique_ptr<NodeLink> link0 = root.get().link, link1 = n1.get().link;
+  link0->survive_lost_nodes();
+  ::close(lost);
+  std::optional<LinkEvent> event;
+  for (int i = 0; i < 500 && !event; ++i) event = link0->poll(10);
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->kind, LinkEvent::Kind::node_lost);
+  EXPECT_EQ(event->node, 2);
+  EXPECT_NE(event->message.find("node 2: its launcher is gone"), std::string::npos) << event->message;
+  for (int i = 0; i < 20; ++i) {
+    const auto heard = link1->poll(10);
+    EXPECT_TRUE(!heard || heard->kind != LinkEvent::Kind::abort) << heard->message;
+  }
+  link1->workers_done();
+  link1->done();
+  link0->workers_done();
+  link0->done();
+  bool all_done = false;
+  for (int i = 0; i < 500 && !all_done; ++i)
+    if (const auto e = link0->poll(10)) all_done = e->kind == LinkEvent::Kind::all_done;
+  EXPECT_TRUE(all_done) << "node 0 waits for the lost node forever";
+}
+
 }  // namespace
 }  // namespace commsched
