@@ -46,6 +46,8 @@ std::string store_secret(const std::string& host) { return ClusterAuth::from_env
 
 void bind_elastic(py::module_& m) {
   m.def("cluster_env", &cluster_env_dict, "the cluster contract this process derives from its environment");
+  m.def("advertised_host", [] { return control::advertised_host(ClusterEnv::from_env()); },
+        "the address this process's peers reach it at: COMMSCHED_BIND's, else the one on the route to the root");
   m.def("free_port", &control::free_port, py::arg("host") = "127.0.0.1",
         "a TCP port on host nobody listens on, below the kernel's ephemeral range (for a rendezvous store to bind)");
   py::class_<collective::TcpStoreServer>(m, "StoreServer", "a rendezvous store served from a background thread")

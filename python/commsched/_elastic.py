@@ -74,7 +74,10 @@ class Membership:
         self.min_workers = int(env["min_workers"])
         self.max_workers = int(env["max_workers"])
         self.uid = os.environ.get("COMMSCHED_ELASTIC_ID") or f"{socket.gethostname()}:{os.getpid()}"
-        self.host = env["root_addr"] if env["root_addr"] in ("127.0.0.1", "localhost") else socket.gethostname()
+        # Where the others reach this process (as its data sockets are advertised), not its host name: two hosts may
+        # share a name (network namespaces, containers) or have one that does not resolve elsewhere. It also tells
+        # which members share a host (their local ranks).
+        self.host = _C.advertised_host()
         self.generation = None
         self.members = []      # [{"uid", "host"}] in rank order
         self.joins_seen = 0    # join requests let in up to the current generation

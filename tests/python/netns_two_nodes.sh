@@ -2,6 +2,7 @@
 # Two `commsched launch` nodes as two hosts: network namespaces joined by a veth pair (bench/netns_link.sh, 1 Gbit/s
 # tbf), node 0 at address A, node 1 at B, sharing a fresh COMMSCHED_SECRET. Needs root. Prints each node's output and exits with the first failure.
 #   netns_two_nodes.sh COMMSCHED_BIN WORKERS SERVERS -- worker command...
+# NETNS_LAUNCH_ARGS: more `commsched launch` options for both nodes (e.g. "--min-workers 2").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/bench/netns_link.sh"
@@ -16,10 +17,10 @@ COMMSCHED_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export COMMSCHED_SECRET
 log1=$(mktemp)
 ip netns exec "$NB" "$bin" launch --nnodes 2 --node-rank 1 --root "$A:$port" -w "$workers" -s "$servers" \
-  --join-timeout 30 -- "$@" >"$log1" 2>&1 &
+  --join-timeout 30 ${NETNS_LAUNCH_ARGS:-} -- "$@" >"$log1" 2>&1 &
 pid1=$!
 ip netns exec "$NA" "$bin" launch --nnodes 2 --node-rank 0 --root "$A:$port" -w "$workers" -s "$servers" \
-  --join-timeout 30 -- "$@" 2>&1 | sed 's/^/node0| /'
+  --join-timeout 30 ${NETNS_LAUNCH_ARGS:-} -- "$@" 2>&1 | sed 's/^/node0| /'
 rc0=${PIPESTATUS[0]}
 wait "$pid1"
 rc1=$?

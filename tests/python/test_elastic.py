@@ -112,6 +112,21 @@ def test_across_nodes_below_the_minimum_every_node_stops(tmp_path):
     assert stopped == ["stopped.0-0.txt", "stopped.0-1.txt"], (stopped, log)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
+def test_across_two_namespace_hosts_rank_0_is_lost_and_the_others_finish(tmp_path, reference):
+    """Two hosts (network namespaces joined by a veth pair, one secret): node 0's store is reached beyond loopback,
+    and with rank 0 (node 0's first worker) gone the next generation's root is a survivor's address, which the other
+    host must reach."""
+    env = child_env({"COMMSCHED_TIMEOUT": "5", "COMMSCHED_BACKEND": "gloo", "NETNS_LAUNCH_ARGS": "--min-workers 2",
+                     "ELASTIC_VICTIM": "0-0", "ELASTIC_FAULT": "kill", "ELASTIC_FAULT_STEP": "7"})
+    cmd = [str(HERE / "netns_two_nodes.sh"), commsched_bin(), "2", "0", "--", PYTHON, str(WORKER),
+           "--out", str(tmp_path)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log
+    assert_survivors(results(tmp_path), ["0-1", "1-0", "1-1"], 3, reference, log)
+
+
 def test_across_nodes_elastic_runs_on_gloo_only(tmp_path):
     codes, log = elastic_nodes(tmp_path, {}, servers=1, timeout=60)
     assert codes[0] != 0 and codes[1] != 0, log
