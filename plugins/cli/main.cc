@@ -1,6 +1,7 @@
 // The `commsched` command-line tool.
 //   commsched run      a model profile through the engine, WFBP against the scheduler, on loopback or a local PS cluster
 //   commsched launch   a local parameter-server cluster around any command
+//   commsched horovodrun  horovodrun's command line: one launch per host, over ssh
 //   commsched server   one parameter server (roles from the environment contract)
 //   commsched bench    the comparison grid: simulated, or run as real local clusters (--mode cluster)
 //   commsched trace-merge  the per-rank trace files of one run as one Perfetto trace
@@ -17,6 +18,7 @@
 #include "simulator/huge_pages.h"
 #include "plugins/cli/run_command.h"
 #include "plugins/cli/trace_merge.h"
+#include "plugins/launch/horovodrun.h"
 #include "plugins/launch/launch_cli.h"
 
 int main(int argc, char** argv) {
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
   commsched::add_run_subcommand(app);
   commsched::add_synthetic_worker_subcommand(app);
   commsched::add_launch_subcommand(app);
+  commsched::add_horovodrun_subcommand(app);
   commsched::add_server_subcommand(app);
   commsched::add_bench_subcommand(app, commsched::run_cluster_trial);
   commsched::add_trace_merge_subcommand(app);

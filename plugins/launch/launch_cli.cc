@@ -33,7 +33,7 @@ void add_launch_subcommand(CLI::App& app) {
   sub->add_option("--join-timeout", opts->join_timeout_s, "seconds to wait for every node's launcher (default 120)");
   sub->add_option("--min-workers", opts->min_workers,
                   "elastic training: a failed worker no longer ends the run; the survivors continue until fewer than "
-                  "this many remain (one node only)")
+                  "this many remain (across nodes: Gloo only, -s 0)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-workers", opts->max_workers, "elastic training: at most this many workers at once")
       ->check(CLI::NonNegativeNumber);

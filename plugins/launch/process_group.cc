@@ -94,6 +94,33 @@ void say(const std::string& what, int err) {
     if (s != nullptr) (void)!::write(2, s, std::strlen(s));
 }
 
+struct Pipe {
+  control::Fd read, write;
+};
+
+// The pipe a child's stdin reads ProcessSpec::input from; none when there is no input.
+Pipe input_pipe(const ProcessSpec& spec) {
+  Pipe p;
+  if (spec.input.empty()) return p;
+  if (spec.input.size() > 65536)
+    throw std::runtime_error("the input for " + spec.name + " is " + std::to_string(spec.input.size()) +
+                             " bytes; at most 65536 go through its stdin");
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 for " + spec.name + ": " + std::strerror(errno));
+  p.read.reset(fds[0]);
+  p.write.reset(fds[1]);
+  return p;
+}
+
+void write_input(Pipe& p, const std::string& text) {
+  for (size_t done = 0; p.write.valid() && done < text.size();) {
+    const ssize_t n = ::write(p.write.get(), text.data() + done, text.size() - done);
+    if (n <= 0 && errno != EINTR) break;
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  p.write.reset();
+}
+
 }  // namespace
 
 size_t ProcessGroup::spawn(const ProcessSpec& spec) {
@@ -106,9 +133,11 @@ size_t ProcessGroup::spawn(const ProcessSpec& spec) {
   const std::string cannot_run = "[" + tag_ + "] cannot run '" + spec.argv[0] + "': ";
   const std::string cannot_log = "[" + tag_ + "] cannot write the log " + spec.log + " of " + spec.name + ": ";
   const pid_t parent = ::getpid();
+  Pipe input = input_pipe(spec);
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(tag_ + ": fork failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
+    if (input.read.valid()) ::dup2(input.read.get(), 0);
     // A parent gone before the prctl took effect would never send the signal: then the child goes at once.
     if (spec.dies_with_parent && (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent)) ::_exit(137);
     ::setpgid(0, pgid_);  // 0 for the first child: it leads the group
@@ -124,6 +153,10 @@ size_t ProcessGroup::spawn(const ProcessSpec& spec) {
     say(cannot_run, errno);
     ::_exit(127);
   }
+  // Written while this process still holds the read end too: a child already gone cannot raise SIGPIPE here, and
+  // the text fits the pipe's buffer, so the write never waits for the child.
+  write_input(input, spec.input);
+  input.read.reset();
   ::setpgid(pid, pgid_);  // from both sides: no window in which the child is outside the group
   if (pgid_ == 0) pgid_ = pid;
   members_.push_back(ProcessState{spec.name, pid, spec.log, std::nullopt, 0, {}});

@@ -27,6 +27,9 @@ struct ProcessSpec {
   // OOM kill) leaves no worker behind to hang on its peers. Only for a caller that spawns from a thread living as
   // long as the process: the signal follows the spawning thread, not the process.
   bool dies_with_parent = false;
+  // Written to the child's stdin (a pipe, closed after it; at most 64 KiB) for what must not appear on a command line,
+  // which any user of the host can read (a secret handed through ssh). Empty: stdin is inherited.
+  std::string input;
 };
 
 struct ProcessState {

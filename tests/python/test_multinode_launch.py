@@ -1,5 +1,6 @@
 """Multi-node `commsched launch` without ssh: two launchers (node 0 and node 1) on this machine, meeting at node 0's
---root; the cluster spans both; a failed worker or Ctrl-C on either node tears both nodes down."""
+--root; the cluster spans both; a failed worker or Ctrl-C on either node tears both nodes down. And `commsched
+horovodrun`, horovodrun's command line over them: on this host, and on two namespace hosts reached through ssh."""
 import os
 import signal
 import subprocess
@@ -62,3 +63,44 @@ def test_two_launchers_on_two_namespace_hosts():
     assert res.returncode == 0, log
     assert "node0| rank 0 of 2 local 0/1 cross 0: sum 3.0" in log, log
     assert "node1| rank 1 of 2 local 0/1 cross 1: sum 3.0" in log, log
+
+
+def horovodrun(args, timeout=120):
+    res = subprocess.run([commsched_bin(), "horovodrun", *args], env=child_env({"COMMSCHED_BACKEND": "gloo"}),
+                         capture_output=True, text=True, timeout=timeout)
+    return res.returncode, res.stdout + res.stderr
+
+
+def test_horovodrun_on_this_host_runs_np_workers():
+    rc, log = horovodrun(["-np", "2", PYTHON, str(HERE / "multinode_worker.py"), "ok"])
+    assert rc == 0, log
+    for r in range(2):
+        assert f"rank {r} of 2 local {r}/2 cross 0: sum 3.0" in log, log
+
+
+@pytest.mark.parametrize("args, error", [
+    (["-np", "3", "-H", "a:2,b:2"], "-np 3 puts 2 worker(s) on a but 1 on b; commsched runs the same number on every "
+                                    "host: choose -np or the slots so that they divide evenly (-np 4 here)"),
+    (["-np", "5", "-H", "a:2,b:2"], "-np 5 is more than the hosts' 4 slot(s)"),
+    (["--mpi", "-np", "2"], "--mpi is not supported: commsched starts its own processes"),
+    (["-np", "2", "--fusion-threshold-mb", "32"], "unknown option --fusion-threshold-mb"),
+    (["-np", "2", "-H", "localhost:1,b:1"], "name each by an address the others reach, not 'localhost'"),
+    (["-H", "a:2"], "-np (the number of workers) is required"),
+], ids=["uneven", "too-many", "mpi", "unknown", "localhost", "no-np"])
+def test_horovodrun_refuses_what_it_cannot_run_naming_why(args, error):
+    rc, log = horovodrun(args + ["python3", "-c", "pass"], timeout=30)
+    assert rc != 0 and error in log, log
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
+def test_horovodrun_on_two_namespace_hosts_over_ssh():
+    """Both hosts are started over (a stand-in for) ssh with a bare environment: the workers find torch and
+    commsched through the forwarded environment, and prove the secret that came on ssh's stdin."""
+    cmd = [str(HERE / "netns_horovodrun.sh"), commsched_bin(), "--", PYTHON, str(HERE / "multinode_worker.py"), "ok"]
+    res = subprocess.run(cmd, env=child_env({"COMMSCHED_BACKEND": "gloo"}), capture_output=True, text=True,
+                         timeout=120)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log
+    for r in range(4):
+        assert f"rank {r} of 4 local {r % 2}/2 cross {r // 2}: sum 10.0" in log, log
+    assert "IFS= read -r COMMSCHED_SECRET" in log and "COMMSCHED_SECRET=" not in log, log

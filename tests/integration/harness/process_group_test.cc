@@ -76,6 +76,27 @@ TEST(ProcessGroup, ReportsExitCodesSignalsAndWritesLogsWithTheEnvironment) {
   EXPECT_NE(slurp(dir / "b.log").find("cannot run '/nonexistent/program'"), std::string::npos);
 }
 
+// ProcessSpec::input reaches the child's stdin and ends there (the child sees end of file after it), also when the
+// child never reads it or is gone before it could.
+TEST(ProcessGroup, TheInputIsTheChildsStdinAndAChildThatIgnoresItDoesNotHurtTheParent) {
+  const TempDir dir;
+  const std::string log = dir / "c.log";
+  ProcessGroup g;
+  ProcessSpec reads{"reads", {"/bin/sh", "-c", "IFS= read -r first; rest=$(cat); echo \"[$first][$rest]\""}, {}, log};
+  reads.input = "a secret\nmore\n";
+  g.spawn(reads);
+  ProcessSpec gone{"gone", {"/nonexistent/program"}, {}, ""};
+  gone.input = std::string(60000, 'x');
+  g.spawn(gone);
+  ASSERT_TRUE(g.wait_all(20s));
+  EXPECT_EQ(g.members()[0].code, 0);
+  EXPECT_EQ(slurp(log), "[a secret][more]\n");
+  EXPECT_EQ(g.members()[1].code, 127);
+  ProcessSpec big{"big", {"/bin/true"}, {}, ""};
+  big.input = std::string(65537, 'x');
+  EXPECT_THROW(g.spawn(big), std::runtime_error);
+}
+
 // A child holds none of the parent's descriptors past stderr, CLOEXEC or not (a parent's listening socket left open
 // in a worker would keep its port and its peers' connections alive after the parent closed it), and a variable the
 // spec sets replaces the parent's value of it instead of standing beside it.

@@ -1,0 +1,103 @@
+// `commsched horovodrun`'s pure parts: hosts and hostfiles as horovodrun reads them, workers placed as it places them
+// (or refused where `commsched launch` cannot run the shares), and the command a remote host's shell runs, checked
+// by running it in a real shell with characters a shell would otherwise read.
+#include "plugins/launch/horovodrun.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/types.h"
+#include "plugins/launch/process_group.h"
+
+namespace commsched {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(Horovodrun, HostsAreReadAsHorovodrunReadsThem) {
+  const auto h = parse_hosts("a:2,b,10.0.0.3:3");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0].host, "a");
+  EXPECT_EQ(h[0].slots, 2);
+  EXPECT_EQ(h[1].slots, 1);
+  EXPECT_EQ(h[2].host, "10.0.0.3");
+  EXPECT_EQ(h[2].slots, 3);
+  EXPECT_TRUE(has(error_of([] { parse_hosts("a:0"); }), "-H entry 'a:0'"));
+  EXPECT_TRUE(has(error_of([] { parse_hosts("a:two"); }), "'two'"));
+  EXPECT_TRUE(has(error_of([] { parse_hosts(":2"); }), "names no host"));
+}
+
+TEST(Horovodrun, AHostfileNamesTheLineItCannotRead) {
+  const auto h = parse_hostfile("# the cluster\nnode1 slots=4\n\nnode2   slots = 2  # spare\nnode3\n", "hosts.txt");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0].host, "node1");
+  EXPECT_EQ(h[0].slots, 4);
+  EXPECT_EQ(h[1].slots, 2);
+  EXPECT_EQ(h[2].slots, 1);
+  const std::string e = error_of([] { parse_hostfile("node1 slots=4\nnode2 cpus=2\n", "hosts.txt"); });
+  EXPECT_TRUE(has(e, "hosts.txt line 2")) << e;
+  EXPECT_TRUE(has(error_of([] { parse_hostfile("# nobody\n", "h"); }), "names no host"));
+}
+
+TEST(Horovodrun, WorkersFillTheHostsInOrderAndUnevenSharesAreRefusedWithAFittingNp) {
+  const auto hosts = parse_hosts("a:2,b:2,c:2");
+  auto p = place_workers(4, hosts);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].host, "a");
+  EXPECT_EQ(p[1].host, "b");
+  EXPECT_EQ(p[1].slots, 2);
+  EXPECT_EQ(place_workers(2, hosts).size(), 1u);
+  const std::string uneven = error_of([&] { place_workers(3, hosts); });
+  EXPECT_TRUE(has(uneven, "puts 2 worker(s) on a but 1 on b")) << uneven;
+  EXPECT_TRUE(has(uneven, "(-np 4 here)")) << uneven;
+  EXPECT_TRUE(has(error_of([&] { place_workers(7, hosts); }), "-np 7 is more than the hosts' 6 slot(s)"));
+}
+
+TEST(Horovodrun, TheEnvironmentForwardedLeavesOutThisHostsOwnAndTheSecret) {
+  const char* vars[] = {"PATH=/opt/bin", "HOSTNAME=here", "SSH_AUTH_SOCK=/tmp/a", "COMMSCHED_SECRET=hidden",
+                        "PYTHONPATH=/p", "BASH_FUNC_f%%=() { :; }", "COMMSCHED_BACKEND=gloo", "PWD=/x", nullptr};
+  const auto env = forwarded_env(const_cast<char**>(vars));
+  const std::map<std::string, std::string> want = {
+      {"COMMSCHED_BACKEND", "gloo"}, {"PATH", "/opt/bin"}, {"PYTHONPATH", "/p"}};
+  EXPECT_EQ(env, want);
+}
+
+// The remote command, run by /bin/sh as sshd would run it: every word arrives unchanged, the secret is read from
+// stdin (not the command line), and the working directory and environment are the caller's.
+TEST(Horovodrun, TheRemoteCommandReachesTheProgramWordForWordWithTheSecretFromStdin) {
+  const auto base = std::filesystem::temp_directory_path() / ("hvdrun it's $here " + std::to_string(::getpid()));
+  std::filesystem::create_directories(base);
+  const std::string log = (base / "out").string();
+  const std::string cmd = remote_command(
+      base.string(), {{"X", "it's $HOME `date` \"q\""}},
+      {"/bin/sh", "-c", "printf '%s|' \"$PWD\" \"$X\" \"$COMMSCHED_SECRET\" \"$@\"", "sh", "a b", "c'd", "$e", ""},
+      /*read_secret=*/true);
+  EXPECT_FALSE(has(cmd, "s3cret"));
+  ProcessGroup g;
+  ProcessSpec spec{"remote", {"/bin/sh", "-c", cmd}, {}, log};
+  spec.input = "s3cret\n";
+  g.spawn(spec);
+  ASSERT_TRUE(g.wait_all(20s));
+  std::ifstream in(log);
+  std::stringstream got;
+  got << in.rdbuf();
+  EXPECT_EQ(got.str(), base.string() + "|it's $HOME `date` \"q\"|s3cret|a b|c'd|$e||");
+  std::filesystem::remove_all(base);
+}
+
+}  // namespace
+}  // namespace commsched
