@@ -36,6 +36,7 @@ struct RunOptions {
   double start_timeout_s = 120;
   int min_np = 0, max_np = 0, servers = 0;
   bool verbose = false;
+  std::map<std::string, std::string> env;  // horovodrun's settings as commsched's variables, for every process
   std::vector<std::string> command;
 };
 
@@ -85,6 +86,10 @@ const std::vector<ValuedFlag>& valued_flags() {
       {{"--servers-per-host"},
        [](RunOptions& o, const std::string& f, const std::string& v) { o.servers = to_int(f, v, 0); }},
       {{"--ssh-command"}, [](RunOptions& o, const std::string&, const std::string& v) { o.ssh_command = split_words(v); }},
+      {{"--timeline-filename"},
+       [](RunOptions& o, const std::string&, const std::string& v) { o.env["COMMSCHED_TIMELINE"] = v; }},
+      {{"--autotune-log-file"},
+       [](RunOptions& o, const std::string&, const std::string& v) { o.env["COMMSCHED_TUNER_CSV"] = v; }},
   };
   return flags;
 }
@@ -129,11 +134,16 @@ RunOptions parse_args(const std::vector<std::string>& args) {
       o.verbose = true;
       continue;
     }
+    if (flag == "--autotune") {  // the scheduler's online tuner: partition size, credit, fusion bound
+      o.env["COMMSCHED_TUNE"] = "1";
+      continue;
+    }
     const ValuedFlag* f = valued_flag(flag);
     if (!f)
       throw InvalidArgument("horovodrun: unknown option " + flag + " (supported: -np, -H/--hosts, --hostfile, -p, -i, "
                             "--network-interface, --start-timeout, --min-np, --max-np, --gloo, --verbose, "
-                            "--servers-per-host, --ssh-command)");
+                            "--autotune, --autotune-log-file, --timeline-filename, --servers-per-host, "
+                            "--ssh-command; commsched's knobs are COMMSCHED_* variables: `commsched options`)");
     const bool inline_value = args[i] != flag;
     if (!inline_value && i + 1 >= args.size()) throw InvalidArgument("horovodrun: " + flag + " needs a value");
     f->set(o, flag, value);
@@ -266,6 +276,8 @@ int run_hosts(const RunOptions& o, const std::vector<HostSlots>& placed) {
 }
 
 int horovodrun(const RunOptions& o) {
+  // Set here, before any process starts, so that this host's launcher and the forwarded environment carry them.
+  for (const auto& [k, v] : o.env) ::setenv(k.c_str(), v.c_str(), 1);
   std::vector<HostSlots> hosts = !o.hostfile.empty() ? parse_hostfile(read_file(o.hostfile), o.hostfile)
                                  : !o.hosts.empty()  ? parse_hosts(o.hosts)
                                                      : std::vector<HostSlots>{{"localhost", o.np}};

@@ -71,11 +71,15 @@ def horovodrun(args, timeout=120):
     return res.returncode, res.stdout + res.stderr
 
 
-def test_horovodrun_on_this_host_runs_np_workers():
-    rc, log = horovodrun(["-np", "2", PYTHON, str(HERE / "multinode_worker.py"), "ok"])
+def test_horovodrun_on_this_host_runs_np_workers_with_horovodruns_settings(tmp_path):
+    """--timeline-filename becomes COMMSCHED_TIMELINE: each rank writes its trace."""
+    timeline = tmp_path / "t.json"
+    rc, log = horovodrun(["-np", "2", "--timeline-filename", str(timeline), PYTHON, str(HERE / "multinode_worker.py"),
+                          "ok"])
     assert rc == 0, log
     for r in range(2):
         assert f"rank {r} of 2 local {r}/2 cross 0: sum 3.0" in log, log
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.rank0.json", "t.rank1.json"], log
 
 
 @pytest.mark.parametrize("args, error", [
