@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -59,6 +61,12 @@ ValueType<std::string> choice_value(std::vector<std::string> choices);
 // "a, b, c".
 std::string join_names(const std::vector<std::string>& names);
 
+// Another system's variable for one option (Horovod's HOROVOD_TIMELINE, BytePS's BYTEPS_PARTITION_BYTES), so that
+// its job files keep their settings. `unit` is appended to the value (HOROVOD_CYCLE_TIME counts milliseconds).
+struct ForeignVariable {
+  std::string_view var, option, unit = {};
+};
+
 template <class Config>
 class OptionTable {
  public:
@@ -104,6 +112,16 @@ class OptionTable {
   void set_from_env(Config& c) const {
     for (const Entry& e : entries_)
       if (auto v = env_value(e.info.env)) e.apply(c, e.info.env, *v);
+  }
+
+  // Applies each foreign variable that is set where the option's own variable is not; errors name that variable.
+  void set_from_foreign_env(Config& c, std::span<const ForeignVariable> vars) const {
+    for (const ForeignVariable& f : vars) {
+      const Entry* e = find(f.option);
+      if (e == nullptr) throw std::logic_error("no " + what_ + " option '" + std::string(f.option) + "'");
+      if (env_value(e->info.env)) continue;
+      if (auto v = env_value(std::string(f.var))) e->apply(c, std::string(f.var), *v + std::string(f.unit));
+    }
   }
 
   std::vector<OptionInfo> infos() const {

@@ -83,11 +83,19 @@ OptionTable<EngineConfig> build_engine_table() {
   return t;
 }
 
-// BytePS's names of two knobs, so BytePS job files keep their tuning: below the COMMSCHED_* variables. BytePS counts
-// its credit in partitions, commsched in bytes: honoured as credit x partition when the partition size is given.
-void apply_byteps_knobs(EngineConfig& c) {
-  if (!env_value(env_of("partition_bytes")))
-    if (auto v = env_value("BYTEPS_PARTITION_BYTES")) c.set("partition_bytes", *v, "BYTEPS_PARTITION_BYTES");
+// BytePS's and Horovod's names of the knobs their job files set, below the COMMSCHED_* variables. Horovod's fusion
+// threshold and cycle time tune commsched's Horovod-like baseline (the fusion policy); its timeline is per rank here
+// (t.json: t.rank0.json, ...).
+constexpr ForeignVariable kForeignEngineVariables[] = {
+    {"BYTEPS_PARTITION_BYTES", "partition_bytes"},
+    {"HOROVOD_TIMELINE", "timeline"},
+    {"HOROVOD_FUSION_THRESHOLD", "fusion_bytes"},
+    {"HOROVOD_CYCLE_TIME", "fusion_cycle", "ms"},
+};
+
+// BytePS counts its credit in partitions, commsched in bytes: honoured as credit x partition when the partition size
+// is given.
+void apply_byteps_credit(EngineConfig& c) {
   const auto credit = env_value("BYTEPS_SCHEDULING_CREDIT");
   if (!credit || env_value(env_of("credit_bytes"))) return;
   const int64_t n = parse_int("BYTEPS_SCHEDULING_CREDIT", *credit, 1, 1 << 20);
@@ -120,7 +128,8 @@ void EngineConfig::set(std::string_view option, std::string_view value, std::str
 EngineConfig EngineConfig::from_env() {
   EngineConfig c;
   engine_option_table().set_from_env(c);
-  apply_byteps_knobs(c);
+  engine_option_table().set_from_foreign_env(c, kForeignEngineVariables);
+  apply_byteps_credit(c);
   c.validate();
   return c;
 }

@@ -61,6 +61,8 @@ TunerOptions TunerOptions::from_env() { return from_env(TunerOptions{}); }
 TunerOptions TunerOptions::from_env(TunerOptions defaults) {
   TunerOptions o = std::move(defaults);
   tuner_option_table().set_from_env(o);
+  constexpr ForeignVariable horovod[] = {{"HOROVOD_AUTOTUNE_LOG", "csv"}};  // Horovod's tuner log: one row per trial
+  tuner_option_table().set_from_foreign_env(o, horovod);
   o.validate();
   return o;
 }

@@ -64,6 +64,8 @@ const OptionTable<ContextEnvOptions>& context_option_table() {
 ContextEnvOptions ContextEnvOptions::from_env() {
   ContextEnvOptions o;
   context_option_table().set_from_env(o);
+  constexpr ForeignVariable horovod[] = {{"HOROVOD_AUTOTUNE", "tune"}};  // a Horovod job keeps its tuning switch
+  context_option_table().set_from_foreign_env(o, horovod);
   return o;
 }
 

@@ -50,6 +50,19 @@ TEST(OptionCatalogue, EveryLayerReadsItsRows) {
   ::unsetenv("COMMSCHED_TUNER_MAX_PARTITION");
 }
 
+// Horovod's tuning switch and tuner log, below commsched's own variables.
+TEST(OptionCatalogue, HorovodsAutotuneVariablesAreHonoured) {
+  ::setenv("HOROVOD_AUTOTUNE", "1", 1);
+  ::setenv("HOROVOD_AUTOTUNE_LOG", "/tmp/tune.csv", 1);
+  EXPECT_TRUE(ContextEnvOptions::from_env().tune);
+  EXPECT_EQ(tuner::TunerOptions::from_env().csv_path, "/tmp/tune.csv");
+  ::setenv("COMMSCHED_TUNE", "0", 1);
+  EXPECT_FALSE(ContextEnvOptions::from_env().tune);
+  ::unsetenv("COMMSCHED_TUNE");
+  ::unsetenv("HOROVOD_AUTOTUNE");
+  ::unsetenv("HOROVOD_AUTOTUNE_LOG");
+}
+
 // The backend registry says what a backend object answers.
 TEST(BackendRegistry, LoopbackRowMatchesTheBackend) {
   const BackendInfo* info = find_backend("loopback");
