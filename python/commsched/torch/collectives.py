@@ -85,8 +85,8 @@ def _rows(tensor):
 
 def allgather(tensor, name=None, process_set=None):
     name = ops._auto_name("allgather", name, process_set)
-    return ops.with_grad([tensor], lambda t: ops.synchronize(allgather_async(t, name, process_set)),
-                         lambda g: (_allgather_grad(g, _rows(tensor), process_set),))
+    return ops._with_grad([tensor], lambda t: ops.synchronize(allgather_async(t, name, process_set)),
+                          lambda g: (_allgather_grad(g, _rows(tensor), process_set),))
 
 
 def _group(kind, tensors, name, make, process_set):
@@ -103,10 +103,13 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
 
 def grouped_allgather(tensors, name=None, process_set=None):
     name = ops._auto_name("grouped_allgather", name, process_set)
-    return list(ops.with_grad(tensors, lambda *ts: tuple(ops.synchronize(grouped_allgather_async(ts, name,
-                                                                                                 process_set))),
-                              lambda *gs: tuple(_allgather_grad(g, _rows(t), process_set)
-                                                for g, t in zip(gs, tensors))))
+
+    def run(*ts):
+        return tuple(ops.synchronize(grouped_allgather_async(ts, name, process_set)))
+
+    def grad(*gs):
+        return tuple(_allgather_grad(g, _rows(t), process_set) for g, t in zip(gs, tensors))
+    return list(ops._with_grad(tensors, run, grad))
 
 
 def _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor, process_set, inplace):
@@ -141,7 +144,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
             raise RuntimeError(f"grouped_allreduce: no gradient for op={op!r} (only Sum and Average)")
         return tuple(ops.synchronize(grouped_allreduce_async(list(gs), None, None, op, prescale_factor,
                                                              postscale_factor, process_set)))
-    outs = ops.with_grad([c for c, _ in pairs], run, grad)
+    outs = ops._with_grad([c for c, _ in pairs], run, grad)
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
 
 
@@ -188,11 +191,13 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=ops.Averag
                   prescale_factor=1.0, postscale_factor=1.0):
     name = ops._auto_name("reducescatter", name, process_set)
     compressed, cctx = compression.compress(tensor)
-    out = ops.with_grad([compressed], lambda t: ops.synchronize(reducescatter_async(t, name, op, process_set,
-                                                                                   prescale_factor,
-                                                                                   postscale_factor)),
-                        lambda g: (_reducescatter_grad(g, op, process_set, prescale_factor, postscale_factor),))
-    return compression.decompress(out, cctx)
+
+    def run(t):
+        return ops.synchronize(reducescatter_async(t, name, op, process_set, prescale_factor, postscale_factor))
+
+    def grad(g):
+        return (_reducescatter_grad(g, op, process_set, prescale_factor, postscale_factor),)
+    return compression.decompress(ops._with_grad([compressed], run, grad), cctx)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=ops.Average, process_set=None, prescale_factor=1.0,
@@ -206,11 +211,14 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=o
                           prescale_factor=1.0, postscale_factor=1.0):
     name = ops._auto_name("grouped_reducescatter", name, process_set)
     pairs = [compression.compress(t) for t in tensors]
-    outs = ops.with_grad([c for c, _ in pairs],
-                         lambda *ts: tuple(ops.synchronize(grouped_reducescatter_async(
-                             list(ts), name, op, process_set, prescale_factor, postscale_factor))),
-                         lambda *gs: tuple(_reducescatter_grad(g, op, process_set, prescale_factor,
-                                                               postscale_factor) for g in gs))
+
+    def run(*ts):
+        return tuple(ops.synchronize(grouped_reducescatter_async(list(ts), name, op, process_set, prescale_factor,
+                                                                 postscale_factor)))
+
+    def grad(*gs):
+        return tuple(_reducescatter_grad(g, op, process_set, prescale_factor, postscale_factor) for g in gs)
+    outs = ops._with_grad([c for c, _ in pairs], run, grad)
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
 
 
@@ -264,8 +272,10 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
         output, got = ops.synchronize(alltoall_async(t, splits, name, process_set))
         received.append(got)
         return output
-    output = ops.with_grad([tensor], run,
-                           lambda g: (ops.synchronize(alltoall_async(g, received[0], None, process_set))[0],))
+
+    def grad(g):
+        return (ops.synchronize(alltoall_async(g, received[0], None, process_set))[0],)
+    output = ops._with_grad([tensor], run, grad)
     return output if splits is None else (output, received[0])
 
 

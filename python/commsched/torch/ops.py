@@ -199,7 +199,7 @@ class _WithGrad(torch.autograd.Function):
         return (None, None, *fctx.grad(*grads))
 
 
-def with_grad(tensors, run, grad):
+def _with_grad(tensors, run, grad):
     """run(*tensors), through autograd (gradients from grad) when one of `tensors` needs a gradient, as Horovod's
     collectives are. Names are resolved before, so both paths number unnamed operations alike on every rank."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
@@ -223,7 +223,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         if op not in (Average, Sum):
             raise RuntimeError(f"allreduce: no gradient for op={op!r} (only Sum and Average)")
         return (synchronize(allreduce_async(g, None, None, op, prescale_factor, postscale_factor, process_set)),)
-    return compression.decompress(with_grad([compressed], run, grad), cctx)
+    return compression.decompress(_with_grad([compressed], run, grad), cctx)
 
 
 # BytePS names: push_pull is the parameter server's sum (average by default).
@@ -284,7 +284,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
     def grad(g):
         out = synchronize(allreduce_async(g, op=Average, process_set=process_set))
         return (out if runtime.rank() == root_rank else torch.zeros_like(out),)
-    return with_grad([tensor], lambda t: synchronize(broadcast_async(t, root_rank, name, process_set)), grad)
+    return _with_grad([tensor], lambda t: synchronize(broadcast_async(t, root_rank, name, process_set)), grad)
 
 
 def _pending(handle):
