@@ -6,8 +6,10 @@ again joins at the next commit and receives the state; torchrun's --max-restarts
 states' commit/restore and the sampler, in one process.
 """
 import glob
+import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import time
@@ -244,6 +246,20 @@ def test_torchrun_max_restarts_meets_in_a_new_generation(tmp_path):
         assert f"rank {r} of 2: attempt 1, generation 1, finished at step 10" in log, log
     a, b = (torch.load(tmp_path / f"model.{r}.pt") for r in range(2))
     assert all(torch.equal(a[k], b[k]) for k in a), log
+
+
+def test_the_sampler_gives_every_sample_once_per_epoch_when_a_worker_is_lost(tmp_path):
+    """The lost worker's committed batches count as processed on the survivors too (each rank records every rank's
+    batch): the survivors share what the epoch has left, repeating nothing and skipping nothing."""
+    cmd = [commsched_bin(), "launch", "-w", "3", "-s", "0", "--min-workers", "2", "--", PYTHON,
+           str(HERE / "elastic_sampler_worker.py"), str(tmp_path)]
+    rc, log = run_process(cmd, child_env({"COMMSCHED_TIMEOUT": "5", "COMMSCHED_BACKEND": "gloo"}), 150)
+    assert rc == 0, log
+    assert "worker 2 exited with status 137" in log and len(re.findall(r"finished as rank \d of 2", log)) == 2, log
+    for epoch in range(2):
+        seen = [s for f in tmp_path.glob("samples.*.jsonl") for line in f.read_text().splitlines()
+                for e, samples in [json.loads(line)] if e == epoch for s in samples]
+        assert sorted(seen) == list(range(36)), f"epoch {epoch}: {sorted(seen)}\n{log}"
 
 
 def test_launch_refuses_elastic_settings_without_a_minimum():

@@ -42,6 +42,21 @@ def test_every_horovod_name_behaves_on_two_ranks(tmp_path, servers):
 
 
 @pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
+def test_gradients_flow_through_every_collective_as_in_horovod(servers):
+    """broadcast, allgather, alltoall, reducescatter and the grouped forms are differentiable in horovod.torch; a
+    model-parallel or mixture-of-experts layer built on them must train the same here."""
+    rc, log = launch(2, [HERE / "collective_grads_worker.py"], servers=servers, timeout=90)
+    assert rc == 0, log
+    assert log.count("gradients ok") == 2, log
+
+
+def test_sync_batch_norm_with_unequal_batches_float16_and_an_input_off_the_default_device():
+    rc, log = launch(2, [HERE / "sync_batch_norm_worker.py"], servers=0, timeout=90)
+    assert rc == 0, log
+    assert log.count("sync batch norm ok") == 2, log
+
+
+@pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
 def test_a_process_set_runs_without_the_ranks_outside_it(servers):
     rc, log = launch(3, [HERE / "process_set_worker.py"], servers=servers, timeout=90)
     assert rc == 0, log

@@ -69,26 +69,24 @@ def allgather_async(tensor, name=None, process_set=None):
                                      ops._pset(process_set)))
 
 
-class _AllgatherFn(torch.autograd.Function):
-    @staticmethod
-    def forward(fctx, tensor, name, process_set):
-        fctx.rows, fctx.process_set = (tensor.shape[0] if tensor.dim() else 1), process_set
-        return ops.synchronize(allgather_async(tensor, name, process_set))
+def _allgather_grad(grad, rows, process_set):
+    """The gradient of an allgather input of `rows` rows: its slice of the members' output gradients averaged (as
+    Horovod's)."""
+    ps = ops._pset(process_set)
+    summed = ops.synchronize(ops.allreduce_async(grad, op=ops.Average, process_set=process_set))
+    every = _exchange([rows], ops._auto_name("allgather.grad_rows", None, ps), ps)[:, 0].tolist()
+    me = ps.context().rank
+    return summed.narrow(0, sum(every[:me]), rows)
 
-    @staticmethod
-    def backward(fctx, grad):
-        # Each rank's slice of the summed output gradients (Horovod averages them).
-        ps = ops._pset(fctx.process_set)
-        summed = ops.allreduce(grad, op=ops.Average, process_set=fctx.process_set)
-        rows = _exchange([fctx.rows], ops._auto_name("allgather.grad_rows", None, ps), ps)[:, 0].tolist()
-        me = ps.context().rank
-        return summed.narrow(0, sum(rows[:me]), fctx.rows), None, None
+
+def _rows(tensor):
+    return tensor.shape[0] if tensor.dim() else 1
 
 
 def allgather(tensor, name=None, process_set=None):
-    if tensor.requires_grad and torch.is_grad_enabled():
-        return _AllgatherFn.apply(tensor, ops._auto_name("allgather", name, process_set), process_set)
-    return ops.synchronize(allgather_async(tensor, name, process_set))
+    name = ops._auto_name("allgather", name, process_set)
+    return ops._with_grad([tensor], lambda t: ops.synchronize(allgather_async(t, name, process_set)),
+                          lambda g: (_allgather_grad(g, _rows(tensor), process_set),))
 
 
 def _group(kind, tensors, name, make, process_set):
@@ -104,7 +102,14 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
-    return ops.synchronize(grouped_allgather_async(tensors, name, process_set))
+    name = ops._auto_name("grouped_allgather", name, process_set)
+
+    def run(*ts):
+        return tuple(ops.synchronize(grouped_allgather_async(ts, name, process_set)))
+
+    def grad(*gs):
+        return tuple(_allgather_grad(g, _rows(t), process_set) for g, t in zip(gs, tensors))
+    return list(ops._with_grad(tensors, run, grad))
 
 
 def _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor, process_set, inplace):
@@ -126,9 +131,20 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=None):
-    pairs = [compression.compress(t.detach()) for t in tensors]
-    outs = ops.synchronize(grouped_allreduce_async([c for c, _ in pairs], average, name, op, prescale_factor,
-                                                   postscale_factor, process_set))
+    op = ops._resolve_op(average, op, gather_ok=True)
+    name = ops._auto_name("grouped_allreduce", name, process_set)
+    pairs = [compression.compress(t) for t in tensors]
+
+    def run(*ts):
+        return tuple(ops.synchronize(grouped_allreduce_async(list(ts), None, name, op, prescale_factor,
+                                                             postscale_factor, process_set)))
+
+    def grad(*gs):
+        if op not in (ops.Average, ops.Sum):
+            raise RuntimeError(f"grouped_allreduce: no gradient for op={op!r} (only Sum and Average)")
+        return tuple(ops.synchronize(grouped_allreduce_async(list(gs), None, None, op, prescale_factor,
+                                                             postscale_factor, process_set)))
+    outs = ops._with_grad([c for c, _ in pairs], run, grad)
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
 
 
@@ -163,11 +179,25 @@ def reducescatter_async(tensor, name=None, op=ops.Average, process_set=None, pre
                                            prescale_factor, postscale_factor))
 
 
+def _reducescatter_grad(grad, op, process_set, prescale_factor, postscale_factor):
+    """Each input row reaches one member's block, scaled by both factors (and 1/size for Average): its gradient is
+    that member's output gradient, scaled alike; the members' blocks gathered in rank order."""
+    size = ops._pset(process_set).context().size
+    scale = prescale_factor * postscale_factor / (size if op == ops.Average else 1)
+    return ops.synchronize(allgather_async(grad, None, process_set)) * scale
+
+
 def reducescatter(tensor, name=None, compression=Compression.none, op=ops.Average, process_set=None,
                   prescale_factor=1.0, postscale_factor=1.0):
-    compressed, cctx = compression.compress(tensor.detach())
-    out = ops.synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor, postscale_factor))
-    return compression.decompress(out, cctx)
+    name = ops._auto_name("reducescatter", name, process_set)
+    compressed, cctx = compression.compress(tensor)
+
+    def run(t):
+        return ops.synchronize(reducescatter_async(t, name, op, process_set, prescale_factor, postscale_factor))
+
+    def grad(g):
+        return (_reducescatter_grad(g, op, process_set, prescale_factor, postscale_factor),)
+    return compression.decompress(ops._with_grad([compressed], run, grad), cctx)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=ops.Average, process_set=None, prescale_factor=1.0,
@@ -179,9 +209,16 @@ def grouped_reducescatter_async(tensors, name=None, op=ops.Average, process_set=
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=ops.Average, process_set=None,
                           prescale_factor=1.0, postscale_factor=1.0):
-    pairs = [compression.compress(t.detach()) for t in tensors]
-    outs = ops.synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, process_set,
-                                                       prescale_factor, postscale_factor))
+    name = ops._auto_name("grouped_reducescatter", name, process_set)
+    pairs = [compression.compress(t) for t in tensors]
+
+    def run(*ts):
+        return tuple(ops.synchronize(grouped_reducescatter_async(list(ts), name, op, process_set, prescale_factor,
+                                                                 postscale_factor)))
+
+    def grad(*gs):
+        return tuple(_reducescatter_grad(g, op, process_set, prescale_factor, postscale_factor) for g in gs)
+    outs = ops._with_grad([c for c, _ in pairs], run, grad)
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
 
 
@@ -226,9 +263,20 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
-    """The output; with splits= also received_splits (rows received from each rank), as Horovod returns them."""
-    output, received = ops.synchronize(alltoall_async(tensor, splits, name, process_set))
-    return output if splits is None else (output, received)
+    """The output; with splits= also received_splits (rows received from each rank), as Horovod returns them.
+    Differentiable: each block of the output's gradient goes back to the rank it came from."""
+    name = ops._auto_name("alltoall", name, process_set)
+    received = []
+
+    def run(t):
+        output, got = ops.synchronize(alltoall_async(t, splits, name, process_set))
+        received.append(got)
+        return output
+
+    def grad(g):
+        return (ops.synchronize(alltoall_async(g, received[0], None, process_set))[0],)
+    output = ops._with_grad([tensor], run, grad)
+    return output if splits is None else (output, received[0])
 
 
 def barrier(process_set=None):

@@ -279,8 +279,11 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.reset()
 
     def record_batch(self, batch_idx, batch_size):
-        """Marks this rank's batch `batch_idx` (of this sampler's current order) as processed on every rank's share."""
-        self.record_indices(self.get_indices(batch_idx, batch_size))
+        """Marks batch `batch_idx` (of this sampler's current order) of every rank's share as processed: the ranks
+        step together, so a commit after it covers every rank's batch, and a worker lost later takes no record with
+        it (with only its own indices, the survivors would process a lost worker's committed batches again)."""
+        for share in self._shares:
+            self.record_indices(share[batch_idx * batch_size:(batch_idx + 1) * batch_size])
 
     def record_indices(self, indices):
         self.processed_indices.update(indices)
@@ -306,7 +309,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         remaining = [i for i in order if i not in self.processed_indices]
         per_rank = (len(remaining) + size - 1) // size if remaining else 0
         padded = remaining + remaining[:per_rank * size - len(remaining)]
-        self.indices = padded[rank:per_rank * size:size]
+        self._shares = [padded[r:per_rank * size:size] for r in range(size)]
+        self.indices = self._shares[rank]
 
     def __iter__(self):
         return iter(self.indices)

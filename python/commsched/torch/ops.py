@@ -185,36 +185,45 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
-class _AllreduceFn(torch.autograd.Function):
-    """allreduce with a gradient: the gradient of a sum over ranks is the same reduction of the output gradients."""
+class _WithGrad(torch.autograd.Function):
+    """A collective with a gradient: forward returns run(*tensors) (a tensor or a tuple of them), backward
+    grad(*output_gradients) (a tuple: one gradient per input tensor)."""
 
     @staticmethod
-    def forward(fctx, tensor, op, name, prescale_factor, postscale_factor, process_set):
-        fctx.args = (op, prescale_factor, postscale_factor, process_set)
-        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor, process_set))
+    def forward(fctx, run, grad, *tensors):
+        fctx.grad = grad
+        return run(*tensors)
 
     @staticmethod
-    def backward(fctx, grad):
-        op, pre, post, ps = fctx.args
-        if op not in (Average, Sum):
-            raise RuntimeError(f"allreduce: no gradient for op={op!r} (only Sum and Average)")
-        out = synchronize(allreduce_async(grad, None, None, op, pre, post, ps))
-        return out, None, None, None, None, None
+    def backward(fctx, *grads):
+        return (None, None, *fctx.grad(*grads))
+
+
+def _with_grad(tensors, run, grad):
+    """run(*tensors), through autograd (gradients from grad) when one of `tensors` needs a gradient, as Horovod's
+    collectives are. Names are resolved before, so both paths number unnamed operations alike on every rank."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return _WithGrad.apply(run, grad, *tensors)
+    return run(*tensors)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
-    """Horovod's allreduce: returns a new tensor (averaged by default); differentiable for Sum and Average."""
+    """Horovod's allreduce: returns a new tensor (averaged by default); differentiable for Sum and Average (the
+    gradient of a reduction over ranks is the same reduction of the output gradients)."""
     op = _resolve_op(average, op, gather_ok=True)
     compressed, cctx = compression.compress(tensor)
-    if compressed.requires_grad and torch.is_grad_enabled():
-        out = _AllreduceFn.apply(compressed, op, _auto_name("allreduce", name, process_set), prescale_factor,
-                                 postscale_factor, process_set)
-    else:
-        out = synchronize(_reduce_async(compressed.detach().clone(), _auto_name("allreduce", name, process_set), op,
-                                        prescale_factor, postscale_factor, process_set=process_set,
-                                        compression=compression.engine_spec))
-    return compression.decompress(out, cctx)
+    name = _auto_name("allreduce", name, process_set)
+
+    def run(t):
+        return synchronize(_reduce_async(t.detach().clone(), name, op, prescale_factor, postscale_factor,
+                                         process_set=process_set, compression=compression.engine_spec))
+
+    def grad(g):
+        if op not in (Average, Sum):
+            raise RuntimeError(f"allreduce: no gradient for op={op!r} (only Sum and Average)")
+        return (synchronize(allreduce_async(g, None, None, op, prescale_factor, postscale_factor, process_set)),)
+    return compression.decompress(_with_grad([compressed], run, grad), cctx)
 
 
 # BytePS names: push_pull is the parameter server's sum (average by default).
@@ -268,7 +277,14 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    """Differentiable as Horovod's: root_rank's input gets the members' output gradients averaged, the others'
+    inputs zeros (they reach no output)."""
+    name = _auto_name("broadcast", name, process_set)
+
+    def grad(g):
+        out = synchronize(allreduce_async(g, op=Average, process_set=process_set))
+        return (out if runtime.rank() == root_rank else torch.zeros_like(out),)
+    return _with_grad([tensor], lambda t: synchronize(broadcast_async(t, root_rank, name, process_set)), grad)
 
 
 def _pending(handle):

@@ -36,11 +36,13 @@ class SyncBatchNorm(_BatchNorm):
                                 self._momentum() if self.training else 0.0, self.eps)
         dims = [0] + list(range(2, input.dim()))
         shape = [1, -1] + [1] * (input.dim() - 2)
-        local = torch.cat([torch.tensor([input.numel() / input.shape[1]], dtype=input.dtype),
-                           input.sum(dim=dims)])
+        # Statistics in float32 for half-precision inputs, as torch's BatchNorm keeps them: a float16 count or sum
+        # overflows past 65504 (one channel of 8 x 100 x 100 already). On the input's device (CUDA), not the default.
+        x = input.float() if input.dtype in (torch.float16, torch.bfloat16) else input
+        local = torch.cat([x.new_full((1,), x.numel() / x.shape[1]), x.sum(dim=dims)])
         first = ops.allreduce(local, op=ops.Sum, name=None)
         count, mean = first[0], first[1:] / first[0]
-        centered = input - mean.reshape(shape)
+        centered = x - mean.reshape(shape)
         var = ops.allreduce((centered * centered).sum(dim=dims), op=ops.Sum) / count
         out = centered * torch.rsqrt(var + self.eps).reshape(shape)
         if self.affine:
@@ -51,4 +53,4 @@ class SyncBatchNorm(_BatchNorm):
                 n = float(count.item())
                 self.running_mean.mul_(1 - m).add_(mean.detach(), alpha=m)
                 self.running_var.mul_(1 - m).add_(var.detach() * (n / max(n - 1.0, 1.0)), alpha=m)
-        return out
+        return out.to(input.dtype)
