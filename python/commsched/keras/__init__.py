@@ -19,6 +19,7 @@ from commsched.tensorflow import (Average, Compression, HorovodInternalError, Ma
                                   rank, shutdown, size, start_timeline, stop_timeline)
 from commsched.tensorflow import allgather as _allgather
 from commsched.tensorflow import allreduce as _allreduce
+from commsched.tensorflow.sync_batch_norm import SyncBatchNormalization
 from commsched.tensorflow import broadcast as _broadcast
 
 if not _keras.__version__.startswith("3."):

@@ -97,6 +97,14 @@ def is_homogeneous():
     return ctx.size % max(1, ctx.local_size) == 0
 
 
+def __getattr__(name):
+    """SyncBatchNormalization on first use: it is a Keras 3 layer, and importing Keras is left to those who use it."""
+    if name == "SyncBatchNormalization":
+        from commsched.tensorflow.sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
+    raise AttributeError(f"module 'commsched.tensorflow' has no attribute '{name}'")
+
+
 def DistributedOptimizer(optimizer, *args, **kwargs):
     """A Keras optimizer whose gradients are averaged over every worker: see commsched.keras.DistributedOptimizer."""
     from commsched.keras import DistributedOptimizer as keras_optimizer

@@ -1,0 +1,158 @@
+"""One rank of the tests of Horovod's Keras pieces (run by test_keras_api.py under `commsched launch`, 2 ranks).
+
+    keras_api_worker.py sync_bn          SyncBatchNormalization beside BatchNormalization on the whole batch
+    keras_api_worker.py loss_scale_pair  two LossScaleOptimizers whose overflow checks run in another order per rank
+    keras_api_worker.py best_checkpoint  BestModelCheckpoint saves the best model on rank 0 only
+
+Each rank checks its results against values computed locally and prints '<mode> ok'.
+"""
+import argparse
+import concurrent.futures
+import os
+import pathlib
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import commsched.keras as hvd  # noqa: E402
+
+FEATURES = 4
+ROWS = (3, 5)  # rank 0's and rank 1's rows of the whole batch: unequal on purpose
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(f"rank {hvd.rank()}: {what}")
+
+
+def close(a, b):
+    return np.allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+# ---- SyncBatchNormalization ----
+
+def bn_layers():
+    """A SyncBatchNormalization and a BatchNormalization with the same (non-trivial) gamma and beta."""
+    rs = np.random.RandomState(3)
+    gamma, beta = rs.rand(FEATURES).astype(np.float32) + 0.5, rs.randn(FEATURES).astype(np.float32)
+    made = []
+    for cls in (hvd.SyncBatchNormalization, keras.layers.BatchNormalization):
+        layer = cls(momentum=0.8)
+        layer.build((None, FEATURES))
+        layer.gamma.assign(gamma)
+        layer.beta.assign(beta)
+        made.append(layer)
+    return made
+
+
+def bn_step(layer, x, w):
+    """Outputs and the gradients of sum(outputs * w) for the input, gamma and beta (training mode)."""
+    x = tf.convert_to_tensor(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, training=True)
+        loss = tf.reduce_sum(y * w)
+    return [y] + tape.gradient(loss, [x, layer.gamma, layer.beta])
+
+
+def sync_bn(args):
+    """Each rank holds its rows of one batch (3 and 5 rows). The loss of the whole batch is the sum of the ranks'
+    losses, so each rank's outputs and input gradient must be its rows of those of one BatchNormalization over the
+    whole batch, and the sum over the ranks of the gamma and beta gradients theirs; the moving statistics follow."""
+    hvd.init()
+    rs = np.random.RandomState(5)
+    x_all = (rs.randn(sum(ROWS), FEATURES) * 2 + 1).astype(np.float32)
+    w_all = rs.randn(sum(ROWS), FEATURES).astype(np.float32)
+    mine = slice(sum(ROWS[:hvd.rank()]), sum(ROWS[:hvd.rank() + 1]))
+    sync, reference = bn_layers()
+    for step, run in enumerate([lambda f, *a: f(*a), lambda f, *a: tf.function(f)(*a)]):  # eager, then traced
+        x_step, w_step = x_all + step, w_all * (step + 1)
+        y, dx, dgamma, dbeta = run(bn_step, sync, x_step[mine], w_step[mine])
+        y_ref, dx_ref, dgamma_ref, dbeta_ref = bn_step(reference, x_step, w_step)
+        check(close(y, y_ref.numpy()[mine]), f"step {step}: outputs differ from the whole batch's")
+        check(close(dx, dx_ref.numpy()[mine]), f"step {step}: input gradient differs: {dx} vs {dx_ref[mine]}")
+        for what, got, want in (("gamma", dgamma, dgamma_ref), ("beta", dbeta, dbeta_ref)):
+            summed = hvd.allreduce(got, average=False, name=f"check.{what}.{step}")
+            check(close(summed, want), f"step {step}: {what} gradient summed over the ranks {summed} != {want}")
+        for stat in ("moving_mean", "moving_variance"):
+            got, want = getattr(sync, stat).numpy(), getattr(reference, stat).numpy()
+            check(close(got, want), f"step {step}: {stat} {got} != {want}")
+    calls = next(sync._commsched_calls)
+    inferred = sync(x_all[mine], training=False)
+    check(next(sync._commsched_calls) == calls + 1, "inference mode communicated")
+    check(close(inferred, reference(x_all, training=False).numpy()[mine]), "inference outputs differ")
+    print(f"rank {hvd.rank()}: sync_bn ok", flush=True)
+
+
+# ---- two LossScaleOptimizers ----
+
+def loss_scale_pair(args):
+    """A GAN under mixed_float16 has two LossScaleOptimizers whose overflow checks TensorFlow may start in either
+    order. Here both run at once (two threads), rank 0 starting A's first and rank 1 B's; A's gradient overflowed on
+    rank 1 only. Each check must pair with its own optimizer's check on the other rank: A overflowed on both, B on
+    neither (one name for both paired rank 0's A with rank 1's B)."""
+    hvd.init()
+    a = keras.optimizers.LossScaleOptimizer(hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)))
+    b = keras.optimizers.LossScaleOptimizer(hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)))
+    grads = {"A": [tf.constant([np.inf if hvd.rank() == 1 else 1.0])], "B": [tf.constant([1.0])]}
+    order = [("A", a), ("B", b)] if hvd.rank() == 0 else [("B", b), ("A", a)]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        started = {}
+        for name, opt in order:
+            started[name] = pool.submit(lambda o=opt, g=grads[name]: bool(o.check_finite(g)))
+            time.sleep(0.5)  # the first check is submitted before the second starts (not an assertion on time)
+        finite = {name: f.result() for name, f in started.items()}
+    check(finite == {"A": False, "B": True}, f"overflow checks paired with the wrong optimizer: {finite}")
+    print(f"rank {hvd.rank()}: loss_scale_pair ok", flush=True)
+
+
+# ---- BestModelCheckpoint ----
+
+def best_checkpoint(args):
+    """A score that goes 3, 1, 2 over three epochs (mode='min'): the model is saved after epochs 1 and 2, not 3, and
+    by rank 0 only (each rank is given its own path); what is saved is the model after epoch 2."""
+    hvd.init()
+    out = pathlib.Path(args.out)
+    scores, weights = [3.0, 1.0, 2.0], []
+
+    def score(epoch, logs):
+        logs["score"] = scores[epoch]
+        weights.append([w.copy() for w in model.get_weights()])
+    keras.utils.set_random_seed(hvd.rank())
+    model = keras.Sequential([keras.Input([FEATURES]), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse", jit_compile=False)
+    for weights_only, suffix in ((False, "keras"), (True, "weights.h5")):
+        weights.clear()
+        path = out / f"best.{hvd.rank()}.{suffix}"
+        best = hvd.callbacks.BestModelCheckpoint(monitor="score", mode="min", verbose=1, filepath=str(path),
+                                                 save_weights_only=weights_only)
+        model.fit(np.ones((8, FEATURES)), np.ones((8, 1)), batch_size=4, epochs=3, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                             keras.callbacks.LambdaCallback(on_epoch_end=score), best])
+        check(path.exists() == (hvd.rank() == 0), f"{path} exists: {path.exists()}")
+        if hvd.rank() == 0:
+            saved = keras.Sequential([keras.Input([FEATURES]), keras.layers.Dense(1)])
+            if weights_only:
+                saved.load_weights(path)
+            else:
+                saved = keras.models.load_model(path)
+            check(all(np.array_equal(s, w) for s, w in zip(saved.get_weights(), weights[1])),
+                  "the saved model is not the one after the best epoch (2)")
+    print(f"rank {hvd.rank()}: best_checkpoint ok", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["sync_bn", "loss_scale_pair", "best_checkpoint"])
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+    globals()[args.mode](args)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
