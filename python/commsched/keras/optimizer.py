@@ -11,6 +11,8 @@ Cross-iteration overlap (the default, as in commsched.torch): apply() puts the g
 the next forward applies each variable's update just before reading it (deferred.py says how that stays exact and
 where it falls back to waiting in apply()). Within a step, communication overlaps the backward (gradients.py).
 """
+import itertools
+
 import keras
 import tensorflow as tf
 
@@ -59,6 +61,27 @@ def _cross_iteration_active(self):
     return state is not None and state.deferring
 
 
+_loss_scale_ids = itertools.count()  # one per LossScaleOptimizer, in construction order
+
+
+def _loss_scale_name(optimizer):
+    """The collective name of this LossScaleOptimizer's overflow check: its own, so that two of them in one step (a
+    GAN's generator and discriminator) never pair one's check on a rank with the other's on another rank, whatever
+    order TensorFlow runs them in. Numbered in construction order (the same on every rank that builds the same
+    model); one built before commsched.keras wrapped anything gets its number at its first check."""
+    if getattr(optimizer, "_commsched_loss_scale_id", None) is None:
+        optimizer._commsched_loss_scale_id = next(_loss_scale_ids)
+    return f"keras.loss_scale.{optimizer._commsched_loss_scale_id}.overflowed"
+
+
+def _numbering_init(init):
+    def wrapper(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _loss_scale_name(self)
+    wrapper.__wrapped__ = init
+    return wrapper
+
+
 def _agreeing_check_finite(check_finite):
     """LossScaleOptimizer.check_finite over every worker when the optimizer it wraps is distributed (mixed_float16
     wraps the compiled optimizer itself): it decides on each rank's own gradients whether to call the inner apply(),
@@ -69,7 +92,7 @@ def _agreeing_check_finite(check_finite):
         if not getattr(type(self.inner_optimizer), "_commsched_wrapped", False):
             return finite
         overflowed = ops.allreduce(tf.cast(tf.logical_not(finite), tf.int32), op=ops.Sum,
-                                   name="keras.loss_scale.overflowed")
+                                   name=_loss_scale_name(self))
         return tf.equal(overflowed, 0)
     wrapper.__wrapped__ = check_finite
     return wrapper
@@ -79,6 +102,7 @@ def _install_loss_scale_agreement():
     lso = keras.optimizers.LossScaleOptimizer
     if not hasattr(lso.check_finite, "__wrapped__"):
         lso.check_finite = _agreeing_check_finite(lso.check_finite)
+        lso.__init__ = _numbering_init(lso.__init__)
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=None,
