@@ -26,3 +26,19 @@ def test_each_loss_scale_optimizer_agrees_on_its_own_overflow(tmp_path):
                      timeout=180)
     assert rc == 0, log
     assert log.count("loss_scale_pair ok") == 2, log
+
+
+def test_best_model_checkpoint_saves_the_best_epoch_on_rank_0_only(tmp_path):
+    rc, log = launch(2, [HERE / "keras_api_worker.py", "best_checkpoint", "--out", tmp_path], servers=1, timeout=240)
+    assert rc == 0, log
+    assert log.count("best_checkpoint ok") == 2, log
+    assert (tmp_path / "best.0.keras").exists() and not (tmp_path / "best.1.keras").exists()
+    assert log.count("score improved") == 4 and log.count("did not improve") == 2, log  # rank 0's, per fit
+
+
+@pytest.mark.parametrize("cross_iteration", ["1", "0"])
+def test_momentum_correction_reaches_the_compiled_update(cross_iteration):
+    env = dict(TF_QUIET, COMMSCHED_CROSS_ITERATION=cross_iteration)
+    rc, log = run_single([HERE / "keras_momentum_worker.py"], env=env, timeout=180)
+    assert rc == 0, log
+    assert f"momentum correction ok (cross-iteration={cross_iteration == '1'})" in log, log
