@@ -3,6 +3,7 @@
     keras_api_worker.py sync_bn          SyncBatchNormalization beside BatchNormalization on the whole batch
     keras_api_worker.py loss_scale_pair  two LossScaleOptimizers whose overflow checks run in another order per rank
     keras_api_worker.py best_checkpoint  BestModelCheckpoint saves the best model on rank 0 only
+    keras_api_worker.py tf_names         reducescatter, grouped_allgather, broadcast_, ... of commsched.tensorflow
 
 Each rank checks its results against values computed locally and prints '<mode> ok'.
 """
@@ -145,9 +146,46 @@ def best_checkpoint(args):
     print(f"rank {hvd.rank()}: best_checkpoint ok", flush=True)
 
 
+# ---- the rest of horovod.tensorflow's names ----
+
+def tf_names(args):
+    """reducescatter (5 rows: rank 0 keeps 3, rank 1 2, as Horovod splits them) with its gradient, grouped_allgather,
+    broadcast_, broadcast_object_fn, the *_op constants, and process sets refused by name."""
+    import commsched.tensorflow as htf
+    hvd.init()
+    me, n = hvd.rank(), hvd.size()
+    base = np.arange(10, dtype=np.float32).reshape(5, 2)
+    mine = slice(0, 3) if me == 0 else slice(3, 5)
+    x = tf.Variable(base * (me + 1))
+    with tf.GradientTape() as tape:
+        summed = htf.reducescatter(x, op=htf.Sum)
+        loss = tf.reduce_sum(summed * (me + 1))
+    check(close(summed, (base * 3)[mine]), f"reducescatter Sum: {summed}")
+    want = np.concatenate([np.full((3, 2), 1.0), np.full((2, 2), 2.0)])  # each rank's rows: its weight (r + 1)
+    check(close(tape.gradient(loss, x), want), "reducescatter gradient: every rank's rows' gradients gathered")
+    averaged = tf.function(lambda v: hvd.reducescatter(v))(x)  # commsched.keras's, Average, traced
+    check(close(averaged, (base * 1.5)[mine]), f"reducescatter Average: {averaged}")
+    gathered = htf.grouped_allgather([tf.fill([me + 1], float(me)), tf.constant([[me]])])
+    check(gathered[0].numpy().tolist() == [0.0, 1.0, 1.0] and gathered[1].numpy().tolist() == [[0], [1]],
+          f"grouped_allgather: {gathered}")
+    variables = [tf.Variable([float(me)]), tf.Variable([me * 10])]
+    check(htf.broadcast_(variables, root_rank=1) == variables and variables[0].numpy()[0] == 1.0
+          and variables[1].numpy()[0] == 10, "broadcast_")
+    check(htf.broadcast_object_fn(root_rank=1)({"from": me}) == {"from": 1}, "broadcast_object_fn")
+    check([int(htf.rank_op()), int(htf.size_op()), int(htf.local_rank_op()), int(htf.local_size_op()),
+           int(htf.process_set_included_op())] == [me, n, me, n, 1], "the *_op constants")
+    for refused in (lambda: htf.ProcessSet([0]), lambda: htf.add_process_set([0]), lambda: htf.size_op(1)):
+        try:
+            refused()
+            check(False, "a process set other than the global one was accepted")
+        except (ValueError, NotImplementedError) as e:
+            check("global process set only" in str(e), f"message: {e}")
+    print(f"rank {hvd.rank()}: tf_names ok", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["sync_bn", "loss_scale_pair", "best_checkpoint"])
+    ap.add_argument("mode", choices=["sync_bn", "loss_scale_pair", "best_checkpoint", "tf_names"])
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
     globals()[args.mode](args)

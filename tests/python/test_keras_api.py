@@ -42,3 +42,36 @@ def test_momentum_correction_reaches_the_compiled_update(cross_iteration):
     rc, log = run_single([HERE / "keras_momentum_worker.py"], env=env, timeout=180)
     assert rc == 0, log
     assert f"momentum correction ok (cross-iteration={cross_iteration == '1'})" in log, log
+
+
+@pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
+def test_the_rest_of_horovod_tensorflows_collectives(tmp_path, servers):
+    rc, log = launch(2, [HERE / "keras_api_worker.py", "tf_names", "--out", tmp_path], servers=servers, timeout=180)
+    assert rc == 0, log
+    assert log.count("tf_names ok") == 2, log
+
+
+def test_every_horovod_name_exists_or_says_why_not():
+    """Horovod 0.28's public names of horovod.tensorflow, horovod.keras and horovod.tensorflow.keras (callbacks
+    too). TensorFlow 1's broadcast_global_variables and BroadcastGlobalVariablesHook raise, naming what to use."""
+    import commsched.keras
+    import commsched.tensorflow as hvd
+    import commsched.tensorflow.keras as tfk
+    names = """SyncBatchNormalization reducescatter grouped_reducescatter grouped_allgather broadcast_
+               broadcast_object_fn rank_op local_rank_op size_op local_size_op process_set_included_op ProcessSet
+               add_process_set remove_process_set global_process_set is_homogeneous broadcast_global_variables
+               BroadcastGlobalVariablesHook cuda_built rocm_built ddl_built ccl_built mpi_enabled gloo_enabled
+               mpi_threads_supported""".split()
+    assert not [n for n in names if not hasattr(hvd, n)]
+    keras_names = """SyncBatchNormalization reducescatter allgather broadcast_global_variables ProcessSet
+                     global_process_set add_process_set remove_process_set gloo_built gloo_enabled nccl_built
+                     mpi_built cuda_built rocm_built is_initialized cross_rank cross_size elastic""".split()
+    for module in (commsched.keras, tfk):
+        assert not [n for n in keras_names if not hasattr(module, n)], module
+        assert module.SyncBatchNormalization is hvd.SyncBatchNormalization
+        assert hasattr(module.callbacks, "BestModelCheckpoint")
+    for tf1 in (lambda: hvd.broadcast_global_variables(0), lambda: hvd.BroadcastGlobalVariablesHook(0)):
+        with pytest.raises(NotImplementedError, match=r"TensorFlow 1's; .* broadcast_variables\(model.variables"):
+            tf1()
+    with pytest.raises(ValueError, match="pass filepath="):
+        commsched.keras.callbacks.BestModelCheckpoint(monitor="val_loss")
