@@ -150,7 +150,8 @@ def best_checkpoint(args):
 
 def tf_names(args):
     """reducescatter (5 rows: rank 0 keeps 3, rank 1 2, as Horovod splits them) with its gradient, grouped_allgather,
-    broadcast_, broadcast_object_fn, the *_op constants, and process sets refused by name."""
+    broadcast_, broadcast_object_fn, the *_op constants, PartialDistributedGradientTape (a local layer's gradient
+    stays the rank's own, divided by size() with scale_local_gradients), and process sets refused by name."""
     import commsched.tensorflow as htf
     hvd.init()
     me, n = hvd.rank(), hvd.size()
@@ -174,6 +175,16 @@ def tf_names(args):
     check(htf.broadcast_object_fn(root_rank=1)({"from": me}) == {"from": 1}, "broadcast_object_fn")
     check([int(htf.rank_op()), int(htf.size_op()), int(htf.local_rank_op()), int(htf.local_size_op()),
            int(htf.process_set_included_op())] == [me, n, me, n, 1], "the *_op constants")
+    dense = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")
+    dense.build((None, 1))
+    shared = tf.Variable([1.0])
+    for scale in (True, False):
+        with tf.GradientTape() as tape:
+            loss = (me + 1) * (tf.reduce_sum(shared) + tf.reduce_sum(dense(tf.ones([1, 1]))))
+        partial = htf.PartialDistributedGradientTape(tape, local_layers=dense, scale_local_gradients=scale)
+        g_shared, g_local = partial.gradient(loss, [shared, dense.kernel])
+        want = (me + 1) / n if scale else me + 1
+        check(close(g_shared, [1.5]) and close(g_local, [[want]]), f"partial tape: {g_shared}, {g_local}")
     for refused in (lambda: htf.ProcessSet([0]), lambda: htf.add_process_set([0]), lambda: htf.size_op(1)):
         try:
             refused()

@@ -61,7 +61,7 @@ def test_every_horovod_name_exists_or_says_why_not():
                broadcast_object_fn rank_op local_rank_op size_op local_size_op process_set_included_op ProcessSet
                add_process_set remove_process_set global_process_set is_homogeneous broadcast_global_variables
                BroadcastGlobalVariablesHook cuda_built rocm_built ddl_built ccl_built mpi_enabled gloo_enabled
-               mpi_threads_supported""".split()
+               mpi_threads_supported PartialDistributedGradientTape""".split()
     assert not [n for n in names if not hasattr(hvd, n)]
     keras_names = """SyncBatchNormalization reducescatter allgather broadcast_global_variables ProcessSet
                      global_process_set add_process_set remove_process_set gloo_built gloo_enabled nccl_built

@@ -26,7 +26,7 @@ from commsched import _runtime_core as _core
 from commsched.tensorflow import elastic
 from commsched.tensorflow import native as _native
 from commsched.tensorflow.compression import Compression
-from commsched.tensorflow.gradients import DistributedGradientTape
+from commsched.tensorflow.gradients import DistributedGradientTape, PartialDistributedGradientTape
 from commsched.tensorflow.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object,
                                       allreduce, alltoall, broadcast, broadcast_, broadcast_object,
                                       broadcast_object_fn, broadcast_variables, global_process_set,

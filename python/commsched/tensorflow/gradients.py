@@ -99,20 +99,45 @@ def reduce_gradients(grads, variables, op=ops.Average, compression=None, gradien
         return [tf.identity(outs[i]) if i in outs else None for i in range(len(grads))]
 
 
-class _DistributedGradientTape:
-    """Delegates to the wrapped tf.GradientTape; gradient() returns the averaged gradients."""
+def _key(variable):
+    return variable.ref() if hasattr(variable, "ref") else id(variable)
 
-    def __init__(self, tape, compression, op, gradient_predivide_factor):
+
+class _DistributedGradientTape:
+    """Delegates to the wrapped tf.GradientTape; gradient() returns the averaged gradients (those of registered local
+    sources stay this worker's own)."""
+
+    def __init__(self, tape, compression, op, gradient_predivide_factor, scale_local_gradients):
         self._tape = tape
         self._compression = compression
         self._op = ops.resolve_op(None, op)
         self._predivide = gradient_predivide_factor
+        self._scale_local = scale_local_gradients
+        self._local = set()
+
+    def register_local_source(self, source):
+        """Horovod's: `source`'s gradient is not reduced (model parallelism: a worker-local layer); with
+        scale_local_gradients (the default) it is divided by size(), as Horovod does."""
+        self._local.add(_key(source))
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients, **kwargs)
-        flat = tf.nest.flatten(grads)
-        reduced = reduce_gradients(flat, tf.nest.flatten(sources), self._op, self._compression, self._predivide)
-        return tf.nest.pack_sequence_as(grads, reduced)
+        flat, variables = tf.nest.flatten(grads), tf.nest.flatten(sources)
+        shared = [i for i, v in enumerate(variables) if _key(v) not in self._local]
+        reduced = reduce_gradients([flat[i] for i in shared], [variables[i] for i in shared], self._op,
+                                   self._compression, self._predivide)
+        out = [self._local_gradient(g) for g in flat]
+        for i, g in zip(shared, reduced):
+            out[i] = g
+        return tf.nest.pack_sequence_as(grads, out)
+
+    def _local_gradient(self, grad):
+        if grad is None or not self._scale_local:
+            return grad
+        n = ops.context().size
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values / n, grad.indices, grad.dense_shape)
+        return grad / n
 
     def __enter__(self):
         self._tape.__enter__()
@@ -131,7 +156,28 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     """Horovod's DistributedGradientTape: wraps a tf.GradientTape (before or after recording) so gradient() returns
     the gradients averaged over every worker, each variable's gradient a scheduler task. Sparse gradients travel
     dense; num_groups/groups are accepted for compatibility (commsched schedules per tensor, and partitions and
-    fuses by its own knobs)."""
-    del device_dense, device_sparse, sparse_as_dense, num_groups, groups, scale_local_gradients
+    fuses by its own knobs). register_local_source(v) keeps v's gradient local (scale_local_gradients: divided by
+    size())."""
+    del device_dense, device_sparse, sparse_as_dense, num_groups, groups
     ops.check_process_set(process_set)
-    return _DistributedGradientTape(gradtape, compression, op, gradient_predivide_factor)
+    return _DistributedGradientTape(gradtape, compression, op, gradient_predivide_factor, scale_local_gradients)
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None,
+                                   sparse_as_dense=False, op=ops.Average, gradient_predivide_factor=1.0,
+                                   num_groups=0, groups=None, process_set=None, local_layers=None,
+                                   scale_local_gradients=True):
+    """Horovod's: DistributedGradientTape whose local_layers' (a Keras layer or a list of them) trainable weights
+    keep their local gradients (register_local_source)."""
+    import keras
+    layers = [] if local_layers is None else [local_layers] if isinstance(local_layers, keras.layers.Layer) \
+        else list(local_layers)
+    for layer in layers:
+        if not isinstance(layer, keras.layers.Layer):
+            raise ValueError(f"PartialDistributedGradientTape: local_layers holds {layer!r}, not a Keras layer")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set,
+                                   scale_local_gradients)
+    for variable in (v for layer in layers for v in layer.trainable_weights):
+        tape.register_local_source(variable)
+    return tape
