@@ -150,8 +150,9 @@ def best_checkpoint(args):
 
 def tf_names(args):
     """reducescatter (5 rows: rank 0 keeps 3, rank 1 2, as Horovod splits them) with its gradient, grouped_allgather,
-    broadcast_, broadcast_object_fn, the *_op constants, PartialDistributedGradientTape (a local layer's gradient
-    stays the rank's own, divided by size() with scale_local_gradients), and process sets refused by name."""
+    broadcast_, broadcast_object_fn, the *_op constants, PartialDistributedGradientTape and
+    PartialDistributedOptimizer (a local layer's gradient stays the rank's own, divided by size() with
+    scale_local_gradients), and process sets refused by name."""
     import commsched.tensorflow as htf
     hvd.init()
     me, n = hvd.rank(), hvd.size()
@@ -185,6 +186,13 @@ def tf_names(args):
         g_shared, g_local = partial.gradient(loss, [shared, dense.kernel])
         want = (me + 1) / n if scale else me + 1
         check(close(g_shared, [1.5]) and close(g_local, [[want]]), f"partial tape: {g_shared}, {g_local}")
+    model = keras.Sequential([keras.Input([1]), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones"),
+                              keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")])
+    opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=model.layers[1])
+    opt.build(model.trainable_variables)
+    opt.apply([tf.fill([1, 1], me + 1.0)] * 2, model.trainable_variables)
+    kernels = [k.numpy().item() for k in model.trainable_variables]
+    check(close(kernels, [1 - 1.5, 1 - (me + 1) / n]), f"PartialDistributedOptimizer: {kernels}")
     for refused in (lambda: htf.ProcessSet([0]), lambda: htf.add_process_set([0]), lambda: htf.size_op(1)):
         try:
             refused()

@@ -65,7 +65,8 @@ def test_every_horovod_name_exists_or_says_why_not():
     assert not [n for n in names if not hasattr(hvd, n)]
     keras_names = """SyncBatchNormalization reducescatter allgather broadcast_global_variables ProcessSet
                      global_process_set add_process_set remove_process_set gloo_built gloo_enabled nccl_built
-                     mpi_built cuda_built rocm_built is_initialized cross_rank cross_size elastic""".split()
+                     mpi_built cuda_built rocm_built is_initialized cross_rank cross_size elastic
+                     PartialDistributedOptimizer""".split()
     for module in (commsched.keras, tfk):
         assert not [n for n in keras_names if not hasattr(module, n)], module
         assert module.SyncBatchNormalization is hvd.SyncBatchNormalization

@@ -13,7 +13,7 @@ where a GPU is present).
 import keras as _keras
 
 from commsched.keras import callbacks
-from commsched.keras.optimizer import DistributedOptimizer
+from commsched.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from commsched.tensorflow import (Average, Compression, HorovodInternalError, Max, Min, NotInitializedError,
                                   ProcessSet, Sum, add_process_set, broadcast_global_variables, ccl_built,
                                   cross_rank, cross_size, cuda_built, ddl_built, elastic, global_process_set,
