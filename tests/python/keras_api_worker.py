@@ -152,7 +152,7 @@ def tf_names(args):
     """reducescatter (5 rows: rank 0 keeps 3, rank 1 2, as Horovod splits them) with its gradient, grouped_allgather,
     broadcast_, broadcast_object_fn, the *_op constants, PartialDistributedGradientTape and
     PartialDistributedOptimizer (a local layer's gradient stays the rank's own, divided by size() with
-    scale_local_gradients), and process sets refused by name."""
+    scale_local_gradients), BroadcastGlobalVariablesCallback's local_variables, and process sets refused by name."""
     import commsched.tensorflow as htf
     hvd.init()
     me, n = hvd.rank(), hvd.size()
@@ -193,6 +193,13 @@ def tf_names(args):
     opt.apply([tf.fill([1, 1], me + 1.0)] * 2, model.trainable_variables)
     kernels = [k.numpy().item() for k in model.trainable_variables]
     check(close(kernels, [1 - 1.5, 1 - (me + 1) / n]), f"PartialDistributedOptimizer: {kernels}")
+    model.layers[0].kernel.assign([[me + 10.0]])
+    model.layers[1].kernel.assign([[me + 20.0]])
+    broadcast = hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[model.layers[1].kernel])
+    broadcast.set_model(model)
+    broadcast.on_train_begin()
+    kernels = [k.numpy().item() for k in model.trainable_variables]
+    check(kernels == [10.0, me + 20.0], f"BroadcastGlobalVariablesCallback with local_variables: {kernels}")
     for refused in (lambda: htf.ProcessSet([0]), lambda: htf.add_process_set([0]), lambda: htf.size_op(1)):
         try:
             refused()

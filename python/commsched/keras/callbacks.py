@@ -6,26 +6,31 @@ from tensorflow.python.framework import tensor_conversion_registry
 
 from commsched import _host_collectives as hc
 from commsched.keras import deferred
-from commsched.tensorflow import ops
+from commsched.tensorflow import gradients, ops
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Sets every worker's model (and optimizer) variables to rank root_rank's when training begins, so all ranks
     start from the same weights. Optimizer variables that do not exist yet then (an optimizer built lazily by its
-    first update) are broadcast after the first batch."""
+    first update) are broadcast after the first batch. local_variables (Horovod's, model parallelism): variables
+    each rank keeps its own."""
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         del device
         self.root_rank = root_rank
+        self._local = {gradients.variable_key(v) for v in (local_variables or [])}
         self._optimizer_done = False
+
+    def _shared(self, variables):
+        return [v for v in variables if gradients.variable_key(v) not in self._local]
 
     def _optimizer_variables(self):
         optimizer = getattr(self.model, "optimizer", None)
-        return list(optimizer.variables) if optimizer is not None and optimizer.built else []
+        return self._shared(optimizer.variables) if optimizer is not None and optimizer.built else []
 
     def on_train_begin(self, logs=None):
-        ops.broadcast_variables(self.model.variables, self.root_rank)
+        ops.broadcast_variables(self._shared(self.model.variables), self.root_rank)
         variables = self._optimizer_variables()
         if variables:
             ops.broadcast_variables(variables, self.root_rank)
