@@ -86,7 +86,31 @@ def sync_bn(args):
     inferred = sync(x_all[mine], training=False)
     check(next(sync._commsched_calls) == calls + 1, "inference mode communicated")
     check(close(inferred, reference(x_all, training=False).numpy()[mine]), "inference outputs differ")
+    sync_bn_fit()
     print(f"rank {hvd.rank()}: sync_bn ok", flush=True)
+
+
+def bn_model(cls):
+    keras.utils.set_random_seed(11)
+    return keras.Sequential([keras.Input([FEATURES]), keras.layers.Dense(3), cls(), keras.layers.Dense(1)])
+
+
+def sync_bn_fit():
+    """model.fit with a SyncBatchNormalization and DistributedOptimizer, 4 rows per rank per step, ends where
+    single-process fit with BatchNormalization does on the combined batches of 8 (weights and moving statistics)."""
+    rs = np.random.RandomState(9)
+    x = rs.randn(16, FEATURES).astype(np.float32)
+    y = rs.randn(16, 1).astype(np.float32)
+    model = bn_model(hvd.SyncBatchNormalization)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.5)), loss="mse",
+                  jit_compile=False)
+    model.fit(x[hvd.rank()::2], y[hvd.rank()::2], batch_size=4, epochs=2, shuffle=False, verbose=0)
+    reference = bn_model(keras.layers.BatchNormalization)
+    reference.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.5), loss="mse", jit_compile=False)
+    rows = np.concatenate([np.arange(r, 16, 2)[k * 4:(k + 1) * 4] for k in range(2) for r in range(2)])
+    reference.fit(x[rows], y[rows], batch_size=8, epochs=2, shuffle=False, verbose=0)
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        check(close(got, want), f"model.fit with SyncBatchNormalization: {got} != {want}")
 
 
 # ---- two LossScaleOptimizers ----
