@@ -13,13 +13,18 @@ where a GPU is present).
 import keras as _keras
 
 from commsched.keras import callbacks
-from commsched.keras.optimizer import DistributedOptimizer
-from commsched.tensorflow import (Average, Compression, HorovodInternalError, Max, Min, NotInitializedError, Sum,
-                                  cross_rank, cross_size, elastic, init, is_initialized, local_rank, local_size,
-                                  rank, shutdown, size, start_timeline, stop_timeline)
+from commsched.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
+from commsched.tensorflow import (Average, Compression, HorovodInternalError, Max, Min, NotInitializedError,
+                                  ProcessSet, Sum, add_process_set, broadcast_global_variables, ccl_built,
+                                  cross_rank, cross_size, cuda_built, ddl_built, elastic, global_process_set,
+                                  gloo_built, gloo_enabled, init, is_homogeneous, is_initialized, local_rank,
+                                  local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
+                                  remove_process_set, rocm_built, shutdown, size, start_timeline, stop_timeline)
 from commsched.tensorflow import allgather as _allgather
 from commsched.tensorflow import allreduce as _allreduce
 from commsched.tensorflow import broadcast as _broadcast
+from commsched.tensorflow import reducescatter as _reducescatter
+from commsched.tensorflow.sync_batch_norm import SyncBatchNormalization
 
 if not _keras.__version__.startswith("3."):
     raise ImportError(f"commsched.keras needs Keras 3 (this is Keras {_keras.__version__})")
@@ -40,10 +45,9 @@ def broadcast(value, root_rank, name=None):
     return _broadcast(value, root_rank, name=name)
 
 
-def broadcast_global_variables(root_rank):
-    raise NotImplementedError("broadcast_global_variables is TensorFlow 1's; with Keras 3 use "
-                              "callbacks.BroadcastGlobalVariablesCallback(root_rank) or "
-                              "commsched.tensorflow.broadcast_variables(model.variables, root_rank)")
+def reducescatter(value, name=None, op=Average):
+    """This rank's rows of the average (or sum) of `value` over every worker (commsched.tensorflow.reducescatter)."""
+    return _reducescatter(value, name=name, op=op)
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none):

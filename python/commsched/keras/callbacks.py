@@ -1,28 +1,36 @@
-"""Horovod's Keras callbacks for Keras 3: broadcast the initial state, average the metrics, warm the learning rate up."""
+"""Horovod's Keras callbacks for Keras 3: initial broadcast, metric averaging, learning-rate schedules, best model."""
 import keras
 import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework import tensor_conversion_registry
 
 from commsched import _host_collectives as hc
-from commsched.tensorflow import ops
+from commsched.keras import deferred
+from commsched.tensorflow import gradients, ops
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Sets every worker's model (and optimizer) variables to rank root_rank's when training begins, so all ranks
     start from the same weights. Optimizer variables that do not exist yet then (an optimizer built lazily by its
-    first update) are broadcast after the first batch."""
+    first update) are broadcast after the first batch. local_variables (Horovod's, model parallelism): variables
+    each rank keeps its own."""
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         del device
         self.root_rank = root_rank
+        self._local = {gradients.variable_key(v) for v in (local_variables or [])}
         self._optimizer_done = False
+
+    def _shared(self, variables):
+        return [v for v in variables if gradients.variable_key(v) not in self._local]
 
     def _optimizer_variables(self):
         optimizer = getattr(self.model, "optimizer", None)
-        return list(optimizer.variables) if optimizer is not None and optimizer.built else []
+        return self._shared(optimizer.variables) if optimizer is not None and optimizer.built else []
 
     def on_train_begin(self, logs=None):
-        ops.broadcast_variables(self.model.variables, self.root_rank)
+        ops.broadcast_variables(self._shared(self.model.variables), self.root_rank)
         variables = self._optimizer_variables()
         if variables:
             ops.broadcast_variables(variables, self.root_rank)
@@ -55,14 +63,18 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     """Horovod's: from start_epoch until end_epoch (None: to the end) the learning rate is initial_lr *
     multiplier(epoch). A constant multiplier is applied at each epoch's first batch (staircase); a callable one there
     too, or with staircase=False before every batch at the fractional epoch (epoch + batch / steps_per_epoch).
-    momentum_correction is accepted for compatibility and not applied (a Keras 3 optimizer's momentum is a constant of
-    its traced update step, so changing it for one batch would not reach the update). steps_per_epoch defaults to what
-    fit() reports."""
+    steps_per_epoch defaults to what fit() reports.
+
+    momentum_correction (Goyal et al., 2017): when the rate changes from lr_old to lr_new, the batch that follows runs
+    with the optimizer's momentum scaled by lr_new / lr_old, restored after it; a no-op for an optimizer without a
+    momentum (Adam), as in Horovod. The momentum is then read from a variable (_Momentum), so the compiled update
+    sees each batch's value. Under cross-iteration overlap a step's update runs in the next step's forward, after
+    this callback has moved on: the update pending is applied first (eagerly) whenever the rate or the momentum
+    changes, so each step's update uses its own rate and momentum (that step loses the overlap)."""
 
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                  momentum_correction=True, steps_per_epoch=None, verbose=0):
         super().__init__()
-        del momentum_correction
         if initial_lr is None:
             raise ValueError(f"{type(self).__name__}: initial_lr is required")
         self.initial_lr = float(initial_lr)
@@ -72,6 +84,9 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.end_epoch = end_epoch
         self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
+        self.momentum_correction = momentum_correction
+        self._momentum = None  # the optimizer's _Momentum while this callback corrects it
+        self._corrected = False  # whether the current batch runs with a corrected momentum
         self._epoch = 0
 
     def on_train_begin(self, logs=None):
@@ -83,6 +98,8 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             if not self.steps_per_epoch:
                 raise ValueError(f"{type(self).__name__}: pass steps_per_epoch= (fit() did not report the number "
                                  "of steps)")
+        if self.momentum_correction:
+            self._momentum = _Momentum.install(self.model)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -95,14 +112,60 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         elif batch == 0:
             self._set_rate(self._epoch)
 
+    def on_train_batch_end(self, batch, logs=None):
+        if self._corrected:
+            deferred.flush_all()  # this batch's update, if deferred, runs with the corrected momentum
+            self._momentum.variable.assign(float(self._momentum))
+            self._corrected = False
+
     def _set_rate(self, epoch):
-        self.model.optimizer.learning_rate.assign(self.initial_lr * self.multiplier(epoch))
+        rate = self.model.optimizer.learning_rate
+        old, new = float(rate.numpy()), self.initial_lr * self.multiplier(epoch)
+        deferred.flush_all()  # the previous step's update, if deferred, runs with the rate it was computed for
+        rate.assign(new)
+        if self._momentum is not None and old != 0:
+            self._momentum.variable.assign(float(self._momentum) * new / old)
+            self._corrected = True
+
+
+class _Momentum(float):
+    """An optimizer's momentum that its compiled update reads from a variable: Keras 3 bakes a plain float into the
+    traced train step, so a change for one batch would never reach the update. As a float it keeps the value the
+    optimizer was built with, so Keras's choices made from it (whether momentum slots exist) and saved configs stay
+    as they were; converted to a tensor (ops.cast in the update) it reads the variable."""
+
+    @classmethod
+    def install(cls, model):
+        """The model's optimizer's momentum as a _Momentum (made once), or None where it has no momentum."""
+        optimizer = model.optimizer
+        momentum = getattr(optimizer, "momentum", None)
+        if isinstance(momentum, cls):
+            return momentum
+        if not isinstance(momentum, float) or momentum == 0:
+            return None
+        held = cls(momentum)
+        with tf.init_scope():
+            held.variable = tf.Variable(momentum, trainable=False, dtype=tf.float32, name="commsched_momentum")
+        optimizer.momentum = held
+        model.make_train_function(force=True)  # a train step traced before has the plain float in it
+        return held
+
+
+def _read_momentum(value, dtype=None, name=None, as_ref=False):
+    del name, as_ref
+    read = value.variable.read_value()
+    return read if dtype is None else tf.cast(read, dtype)
+
+
+# Ahead of float's own conversion (a constant), which a subclass of float would otherwise get.
+tensor_conversion_registry.register_tensor_conversion_function_internal(_Momentum, _read_momentum, priority=-1)
 
 
 class LearningRateWarmupCallback(LearningRateScheduleCallback):
     """Horovod's warm-up (Goyal et al., 2017): over the first warmup_epochs epochs the learning rate rises batch by
     batch from initial_lr / size() to initial_lr (pass the rate already scaled by size(), as Horovod's examples do).
-    momentum_correction: as LearningRateScheduleCallback. steps_per_epoch defaults to what fit() reports."""
+    momentum_correction: as LearningRateScheduleCallback (every batch of the warm-up changes the rate).
+    steps_per_epoch defaults to what fit() reports."""
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
         if warmup_epochs <= 0:
@@ -124,3 +187,23 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
             self.model.optimizer.learning_rate.assign(self.initial_lr)
             if self.verbose and ops.context().rank == 0:
                 print(f"Epoch {epoch + 1}: finished gradual learning rate warmup to {self.initial_lr:g}.")
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's: a ModelCheckpoint with save_best_only=True that saves on rank 0 only (the other ranks hold the same
+    weights). monitor, verbose, mode, save_freq as Horovod's (its first argument is monitor); filepath names the
+    file (Horovod's Spark estimator sets it for the user; here it is required): a .keras file, or .weights.h5 with
+    save_weights_only=True. Put MetricAverageCallback before it to judge by the metrics averaged over the ranks."""
+
+    def __init__(self, monitor="val_loss", verbose=0, mode="auto", save_freq="epoch", filepath=None,
+                 save_weights_only=False, initial_value_threshold=None):
+        if filepath is None:
+            raise ValueError("BestModelCheckpoint: pass filepath= (a .keras file, or a .weights.h5 file with "
+                             "save_weights_only=True)")
+        super().__init__(filepath, monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq,
+                         initial_value_threshold=initial_value_threshold)
+
+    def _save_model(self, epoch, batch, logs):
+        if ops.context().rank == 0:
+            super()._save_model(epoch, batch, logs)

@@ -11,6 +11,8 @@ Cross-iteration overlap (the default, as in commsched.torch): apply() puts the g
 the next forward applies each variable's update just before reading it (deferred.py says how that stays exact and
 where it falls back to waiting in apply()). Within a step, communication overlaps the backward (gradients.py).
 """
+import itertools
+
 import keras
 import tensorflow as tf
 
@@ -24,14 +26,15 @@ def _make_apply(base):
                      else list(self._trainable_variables))
         settings = self._commsched
         state = settings.get("deferred")
-        if state is not None and state.covers(variables) and state.hook_is_before():
+        if state is not None and not settings["local"] and state.covers(variables) and state.hook_is_before():
             with tf.control_dependencies([state.apply_pending()]):  # a no-op when the forward applied them
                 return state.defer(grads)
         if state is not None:
             state.deferring = False
             state.apply_pending()  # the synchronous update below must follow the pending one
-        reduced = gradients.reduce_gradients(list(grads), variables, settings["op"], settings["compression"],
-                                             settings["gradient_predivide_factor"], prefix="keras.grad")
+        reduced = gradients.reduce_shared_gradients(list(grads), variables, settings["local"], settings["scale_local"],
+                                                    settings["op"], settings["compression"],
+                                                    settings["gradient_predivide_factor"], prefix="keras.grad")
         return base.apply(self, reduced, trainable_variables)
     return apply
 
@@ -53,10 +56,38 @@ def _flush(self):
         state.apply_pending()
 
 
+def _register_local_var(self, variable):
+    """Horovod's: `variable`'s gradient is not reduced (a worker-local layer), and is divided by size() with
+    scale_local_gradients (the default). Register them before the first step: with local variables every update
+    waits in apply() (the deferred update of cross-iteration overlap reduces every variable)."""
+    self._commsched["local"].add(gradients.variable_key(variable))
+
+
 def _cross_iteration_active(self):
     """Whether the last update was deferred to the next forward (cross-iteration overlap in effect)."""
     state = self._commsched.get("deferred")
     return state is not None and state.deferring
+
+
+_loss_scale_ids = itertools.count()  # one per LossScaleOptimizer, in construction order
+
+
+def _loss_scale_name(optimizer):
+    """The collective name of this LossScaleOptimizer's overflow check: its own, so that two of them in one step (a
+    GAN's generator and discriminator) never pair one's check on a rank with the other's on another rank, whatever
+    order TensorFlow runs them in. Numbered in construction order (the same on every rank that builds the same
+    model); one built before commsched.keras wrapped anything gets its number at its first check."""
+    if getattr(optimizer, "_commsched_loss_scale_id", None) is None:
+        optimizer._commsched_loss_scale_id = next(_loss_scale_ids)
+    return f"keras.loss_scale.{optimizer._commsched_loss_scale_id}.overflowed"
+
+
+def _numbering_init(init):
+    def wrapper(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _loss_scale_name(self)
+    wrapper.__wrapped__ = init
+    return wrapper
 
 
 def _agreeing_check_finite(check_finite):
@@ -69,7 +100,7 @@ def _agreeing_check_finite(check_finite):
         if not getattr(type(self.inner_optimizer), "_commsched_wrapped", False):
             return finite
         overflowed = ops.allreduce(tf.cast(tf.logical_not(finite), tf.int32), op=ops.Sum,
-                                   name="keras.loss_scale.overflowed")
+                                   name=_loss_scale_name(self))
         return tf.equal(overflowed, 0)
     wrapper.__wrapped__ = check_finite
     return wrapper
@@ -79,6 +110,7 @@ def _install_loss_scale_agreement():
     lso = keras.optimizers.LossScaleOptimizer
     if not hasattr(lso.check_finite, "__wrapped__"):
         lso.check_finite = _agreeing_check_finite(lso.check_finite)
+        lso.__init__ = _numbering_init(lso.__init__)
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=None,
@@ -89,7 +121,6 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     update. backward_passes_per_step > 1 is refused: Keras's own gradient_accumulation_steps accumulates locally.
     cross_iteration: defer each update to the next forward (None: COMMSCHED_CROSS_ITERATION, default on)."""
     del name, device_dense, device_sparse, sparse_as_dense, average_aggregated_gradients, num_groups, groups
-    del scale_local_gradients
     ops.check_process_set(process_set)
     if backward_passes_per_step != 1:
         raise ValueError(f"backward_passes_per_step={backward_passes_per_step}: commsched.keras reduces every step "
@@ -106,13 +137,29 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     else:
         cls = type(base.__name__, (base,), {"apply": _make_apply(base), "build": _make_build(base), "flush": _flush,
                                             "cross_iteration_active": _cross_iteration_active,
+                                            "register_local_var": _register_local_var,
                                             "_commsched_wrapped": True,
                                             "__module__": base.__module__, "__qualname__": base.__qualname__})
         optimizer.__class__ = cls
-    optimizer._commsched = {"op": op, "compression": compression,
+    optimizer._commsched = {"op": op, "compression": compression, "local": set(), "scale_local": scale_local_gradients,
                             "gradient_predivide_factor": gradient_predivide_factor,
                             "cross_iteration": deferred.enabled(optimizer, cross_iteration)}
     if optimizer.built and optimizer._commsched["cross_iteration"]:  # a loaded model's optimizer
         optimizer._commsched["deferred"] = deferred.DeferredUpdates(optimizer, base, optimizer._trainable_variables,
                                                                     optimizer._commsched)
+    return optimizer
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=None,
+                                sparse_as_dense=False, gradient_predivide_factor=1.0, op=ops.Average,
+                                backward_passes_per_step=1, average_aggregated_gradients=False, groups=None,
+                                process_set=None, local_layers=None, scale_local_gradients=True):
+    """Horovod's: DistributedOptimizer whose local_layers' (a Keras layer or a list of them) trainable weights keep
+    their local gradients (register_local_var)."""
+    layers = gradients.keras_layers(local_layers, "PartialDistributedOptimizer")
+    optimizer = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+                                     gradient_predivide_factor, op, backward_passes_per_step,
+                                     average_aggregated_gradients, 0, groups, process_set, scale_local_gradients)
+    for variable in (v for layer in layers for v in layer.trainable_weights):
+        optimizer.register_local_var(variable)
     return optimizer

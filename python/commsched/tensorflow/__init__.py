@@ -17,6 +17,8 @@ init(policy=..., partition_bytes=...), as for commsched.torch. Sums and broadcas
 callbacks (tf.numpy_function); all work in eager mode and inside tf.function (not under XLA: compile with
 jit_compile=False). Keras: commsched.keras (or commsched.tensorflow.keras).
 """
+import tensorflow as tf
+
 from commsched import _C, _build_queries
 from commsched._build_queries import (ccl_built, cuda_built, ddl_built, gloo_built, mpi_built,  # noqa: F401
                                       mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
@@ -24,10 +26,12 @@ from commsched import _runtime_core as _core
 from commsched.tensorflow import elastic
 from commsched.tensorflow import native as _native
 from commsched.tensorflow.compression import Compression
-from commsched.tensorflow.gradients import DistributedGradientTape
+from commsched.tensorflow.gradients import DistributedGradientTape, PartialDistributedGradientTape
 from commsched.tensorflow.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object,
-                                      allreduce, alltoall, broadcast, broadcast_object, broadcast_variables,
-                                      global_process_set, grouped_allreduce, join)
+                                      allreduce, alltoall, broadcast, broadcast_, broadcast_object,
+                                      broadcast_object_fn, broadcast_variables, global_process_set,
+                                      grouped_allgather, grouped_allreduce, grouped_reducescatter, join,
+                                      reducescatter)
 
 HorovodInternalError = _core.HorovodInternalError
 NotInitializedError = _core.NotInitializedError
@@ -95,6 +99,78 @@ def cross_rank():
 def is_homogeneous():
     ctx = _core.context(_CALLER)
     return ctx.size % max(1, ctx.local_size) == 0
+
+
+# Horovod's *_op: the values as int32 tensors. commsched's worker set is fixed at start, so they are constants.
+def rank_op(name=None):
+    return tf.constant(rank(), tf.int32, name=name)
+
+
+def local_rank_op(name=None):
+    return tf.constant(local_rank(), tf.int32, name=name)
+
+
+def size_op(process_set_id=0, name=None):
+    _check_process_set_id(process_set_id)
+    return tf.constant(size(), tf.int32, name=name)
+
+
+def local_size_op(name=None):
+    return tf.constant(local_size(), tf.int32, name=name)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1: this process belongs to the process set (every process belongs to the global one, id 0)."""
+    _check_process_set_id(process_set_id)
+    return tf.constant(1, tf.int32, name=name)
+
+
+_GLOBAL_ONLY = ("commsched.tensorflow runs on the global process set only (global_process_set, id 0); process "
+                "sets are in commsched.torch")
+
+
+def _check_process_set_id(process_set_id):
+    if process_set_id != 0:
+        raise ValueError(f"process_set_id={process_set_id}: {_GLOBAL_ONLY}")
+
+
+class ProcessSet:
+    """Horovod's process sets: not in commsched.tensorflow (raises, saying so)."""
+
+    def __init__(self, ranks_or_comm=None):
+        raise NotImplementedError(f"ProcessSet({ranks_or_comm!r}): {_GLOBAL_ONLY}")
+
+
+def add_process_set(process_set):
+    raise NotImplementedError(f"add_process_set({process_set!r}): {_GLOBAL_ONLY}")
+
+
+def remove_process_set(process_set):
+    raise NotImplementedError(f"remove_process_set({process_set!r}): {_GLOBAL_ONLY}")
+
+
+def broadcast_global_variables(root_rank):
+    """TensorFlow 1's (graph collections of global variables, which TensorFlow 2 and Keras 3 do not have)."""
+    raise NotImplementedError("broadcast_global_variables is TensorFlow 1's; with TensorFlow 2 call "
+                              f"broadcast_variables(model.variables, root_rank={root_rank}) (and the optimizer's "
+                              "variables after its first step), or with Keras "
+                              "callbacks.BroadcastGlobalVariablesCallback(root_rank)")
+
+
+class BroadcastGlobalVariablesHook:
+    """TensorFlow 1's SessionRunHook (tf.estimator, gone from TensorFlow 2.16): raises, saying what to use."""
+
+    def __init__(self, root_rank, device=""):
+        del device
+        broadcast_global_variables(root_rank)
+
+
+def __getattr__(name):
+    """SyncBatchNormalization on first use: it is a Keras 3 layer, and importing Keras is left to those who use it."""
+    if name == "SyncBatchNormalization":
+        from commsched.tensorflow.sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
+    raise AttributeError(f"module 'commsched.tensorflow' has no attribute '{name}'")
 
 
 def DistributedOptimizer(optimizer, *args, **kwargs):

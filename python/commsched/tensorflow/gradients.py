@@ -99,19 +99,54 @@ def reduce_gradients(grads, variables, op=ops.Average, compression=None, gradien
         return [tf.identity(outs[i]) if i in outs else None for i in range(len(grads))]
 
 
-class _DistributedGradientTape:
-    """Delegates to the wrapped tf.GradientTape; gradient() returns the averaged gradients."""
+def variable_key(variable):
+    """What identifies a variable in a set (tf.Variable is not hashable by value; a Keras 3 Variable has no ref())."""
+    return variable.ref() if hasattr(variable, "ref") else id(variable)
 
-    def __init__(self, tape, compression, op, gradient_predivide_factor):
+
+def reduce_shared_gradients(grads, variables, local, scale_local, op=ops.Average, compression=None,
+                            gradient_predivide_factor=1.0, prefix="grad"):
+    """reduce_gradients over the variables whose variable_key is not in `local`; the local ones keep this worker's
+    gradient, divided by size() when scale_local (Horovod's scale_local_gradients)."""
+    shared = [i for i, v in enumerate(variables) if variable_key(v) not in local]
+    reduced = reduce_gradients([grads[i] for i in shared], [variables[i] for i in shared], op, compression,
+                               gradient_predivide_factor, prefix)
+    out = [_local_gradient(g, scale_local) for g in grads]
+    for i, g in zip(shared, reduced):
+        out[i] = g
+    return out
+
+
+def _local_gradient(grad, scale):
+    if grad is None or not scale:
+        return grad
+    n = ops.context().size
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / n, grad.indices, grad.dense_shape)
+    return grad / n
+
+
+class _DistributedGradientTape:
+    """Delegates to the wrapped tf.GradientTape; gradient() returns the averaged gradients (those of registered local
+    sources stay this worker's own)."""
+
+    def __init__(self, tape, compression, op, gradient_predivide_factor, scale_local_gradients):
         self._tape = tape
         self._compression = compression
         self._op = ops.resolve_op(None, op)
         self._predivide = gradient_predivide_factor
+        self._scale_local = scale_local_gradients
+        self._local = set()
+
+    def register_local_source(self, source):
+        """Horovod's: `source`'s gradient is not reduced (model parallelism: a worker-local layer); with
+        scale_local_gradients (the default) it is divided by size(), as Horovod does."""
+        self._local.add(variable_key(source))
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients, **kwargs)
-        flat = tf.nest.flatten(grads)
-        reduced = reduce_gradients(flat, tf.nest.flatten(sources), self._op, self._compression, self._predivide)
+        reduced = reduce_shared_gradients(tf.nest.flatten(grads), tf.nest.flatten(sources), self._local,
+                                          self._scale_local, self._op, self._compression, self._predivide)
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def __enter__(self):
@@ -131,7 +166,35 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     """Horovod's DistributedGradientTape: wraps a tf.GradientTape (before or after recording) so gradient() returns
     the gradients averaged over every worker, each variable's gradient a scheduler task. Sparse gradients travel
     dense; num_groups/groups are accepted for compatibility (commsched schedules per tensor, and partitions and
-    fuses by its own knobs)."""
-    del device_dense, device_sparse, sparse_as_dense, num_groups, groups, scale_local_gradients
+    fuses by its own knobs). register_local_source(v) keeps v's gradient local (scale_local_gradients: divided by
+    size())."""
+    del device_dense, device_sparse, sparse_as_dense, num_groups, groups
     ops.check_process_set(process_set)
-    return _DistributedGradientTape(gradtape, compression, op, gradient_predivide_factor)
+    return _DistributedGradientTape(gradtape, compression, op, gradient_predivide_factor, scale_local_gradients)
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None,
+                                   sparse_as_dense=False, op=ops.Average, gradient_predivide_factor=1.0,
+                                   num_groups=0, groups=None, process_set=None, local_layers=None,
+                                   scale_local_gradients=True):
+    """Horovod's: DistributedGradientTape whose local_layers' (a Keras layer or a list of them) trainable weights
+    keep their local gradients (register_local_source)."""
+    layers = keras_layers(local_layers, "PartialDistributedGradientTape")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set,
+                                   scale_local_gradients)
+    for variable in (v for layer in layers for v in layer.trainable_weights):
+        tape.register_local_source(variable)
+    return tape
+
+
+def keras_layers(local_layers, caller):
+    """local_layers (None, a Keras layer or an iterable of them) as a list; anything else is named in the error."""
+    import keras
+    if local_layers is None:
+        return []
+    layers = [local_layers] if isinstance(local_layers, keras.layers.Layer) else list(local_layers)
+    for layer in layers:
+        if not isinstance(layer, keras.layers.Layer):
+            raise ValueError(f"{caller}: local_layers holds {layer!r}, not a Keras layer")
+    return layers

@@ -202,6 +202,52 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=None):
     return out
 
 
+def _my_rows(rows):
+    """(start, count) of this rank's rows of `rows` split over the workers as Horovod's reducescatter does: equal
+    blocks, the first rows % size ranks one row more."""
+    ctx = context()
+    me = tf.constant(ctx.rank, rows.dtype)
+    base, extra = rows // ctx.size, rows % ctx.size
+    return me * base + tf.minimum(me, extra), base + tf.cast(me < extra, rows.dtype)
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=None, op=Average, process_set=None,
+                          prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """Horovod's grouped_reducescatter: each tensor reduced (Average or Sum) over every worker, of which this rank
+    keeps its block of rows (dimension 0 split as Horovod does). The backends have no reduce-scatter: it is an
+    all-reduce of each tensor and a slice, so it moves size() times the bytes of a true one. Differentiable (the
+    gradient is every rank's rows' gradients, gathered back by the all-reduce's gradient)."""
+    if op not in (Average, Sum):
+        raise ValueError(f"reducescatter: op={op!r}: expected commsched.tensorflow.Average or Sum")
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for i, t in enumerate(tensors):
+        if t.shape.rank == 0:
+            raise ValueError(f"reducescatter: tensor {i} is a scalar; it needs a dimension 0 to split")
+    del device_dense
+    base = auto_name("reducescatter", name)
+    outs = []
+    for i, t in enumerate(tensors):
+        reduced = allreduce(t, compression=compression, op=op, prescale_factor=prescale_factor,
+                            postscale_factor=postscale_factor, name=f"{base}.{i}", process_set=process_set)
+        start, count = _my_rows(tf.shape(reduced, out_type=tf.int64)[0])
+        outs.append(reduced[start:start + count])
+    return outs
+
+
+def reducescatter(tensor, device_dense="", compression=None, op=Average, name=None, process_set=None,
+                  ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's reducescatter: see grouped_reducescatter."""
+    del ignore_name_scope
+    return grouped_reducescatter([tensor], device_dense, compression, op, process_set, prescale_factor,
+                                 postscale_factor, name)[0]
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    """Horovod's grouped_allgather: allgather of each tensor; returns the list."""
+    base = auto_name("grouped_allgather", name)
+    return [allgather(t, name=f"{base}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
+
+
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=None):
     """Every worker gets rank root_rank's tensor (a new tensor)."""
     del ignore_name_scope
@@ -242,6 +288,14 @@ def broadcast_variables(variables, root_rank, process_set=None):
     return tf.group(*assigns)
 
 
+def broadcast_(variables, root_rank, name=None, process_set=None):
+    """Horovod's in-place broadcast: assigns rank root_rank's values to `variables`; returns them."""
+    del name
+    variables = list(variables)
+    broadcast_variables(variables, root_rank, process_set=process_set)
+    return variables
+
+
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None):
     """Rank root_rank's `obj` (any picklable object) on every worker; eager (a Python value, not a tensor)."""
     del session
@@ -266,6 +320,11 @@ def allgather_object(obj, session=None, name=None, process_set=None):
     data = hc.allgather(ctx, payload, f"{name}.data").wait()
     offsets = np.cumsum([0] + sizes)
     return [_unpickled(data[offsets[r]:offsets[r + 1]], name, r) for r in range(ctx.size)]
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=None):
+    """Horovod's: a function that returns rank root_rank's value of its argument (broadcast_object)."""
+    return lambda obj: broadcast_object(obj, root_rank, session, name, process_set)
 
 
 def _pickled(obj):

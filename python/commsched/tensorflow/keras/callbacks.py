@@ -1,3 +1,4 @@
 """commsched.tensorflow.keras.callbacks: the callbacks of commsched.keras.callbacks."""
-from commsched.keras.callbacks import (BroadcastGlobalVariablesCallback, LearningRateScheduleCallback,  # noqa: F401
-                                       LearningRateWarmupCallback, MetricAverageCallback)
+from commsched.keras.callbacks import (BestModelCheckpoint, BroadcastGlobalVariablesCallback,  # noqa: F401
+                                       LearningRateScheduleCallback, LearningRateWarmupCallback,
+                                       MetricAverageCallback)
