@@ -12,10 +12,10 @@ where a GPU is present).
 """
 import keras as _keras
 
-from commsched.keras import callbacks
+from commsched.keras import callbacks, elastic
 from commsched.keras.optimizer import DistributedOptimizer
 from commsched.tensorflow import (Average, Compression, HorovodInternalError, Max, Min, NotInitializedError, Sum,
-                                  cross_rank, cross_size, elastic, init, is_initialized, local_rank, local_size,
+                                  cross_rank, cross_size, init, is_initialized, local_rank, local_size,
                                   rank, shutdown, size, start_timeline, stop_timeline)
 from commsched.tensorflow import allgather as _allgather
 from commsched.tensorflow import allreduce as _allreduce

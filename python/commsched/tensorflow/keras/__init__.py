@@ -1,4 +1,4 @@
 """commsched.tensorflow.keras: the same module as commsched.keras (Horovod's horovod.tensorflow.keras)."""
 from commsched.keras import *  # noqa: F401,F403
 from commsched.keras import (DistributedOptimizer, allgather, allreduce, broadcast,  # noqa: F401
-                             broadcast_global_variables, callbacks, load_model)
+                             broadcast_global_variables, callbacks, elastic, load_model)
