@@ -1,0 +1,105 @@
+"""Elastic training with TensorFlow and Keras (Horovod's hvd.elastic API) under `commsched launch --min-workers`:
+a worker that kills itself mid-epoch is left behind and the two others finish with equal weights, having resumed
+from their last commit (Keras's model.fit with the elastic callbacks; a custom loop whose tf.function, traced once,
+averages over the new size; on Gloo and on the parameter server); below the minimum every survivor stops with
+ElasticError. tf_elastic_worker.py is the training script.
+"""
+import importlib.util
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+# Only asked, never imported here (test_tensorflow.py says why).
+if importlib.util.find_spec("tensorflow") is None:
+    pytest.skip("tensorflow not installed (the test venv has tensorflow-cpu)", allow_module_level=True)
+
+from torch_cluster import HERE, PYTHON, child_env, commsched_bin, run_process  # noqa: E402
+
+WORKER = HERE / "tf_elastic_worker.py"
+FAULT_STEP = 9  # epoch 1, batch 3 of 6: mid-epoch
+
+
+def elastic_launch(out, mode, workers=3, min_workers=2, servers=0, victim="1", timeout=240):
+    cmd = [commsched_bin(), "launch", "-w", str(workers), "-s", str(servers), "--min-workers", str(min_workers),
+           "--", PYTHON, str(WORKER), "--out", str(out), "--mode", mode]
+    # A worker killed inside a collective is noticed by the ranks waiting on it within COMMSCHED_TIMEOUT.
+    env = {"COMMSCHED_TIMEOUT": "5", "TF_CPP_MIN_LOG_LEVEL": "2", "ELASTIC_VICTIM": victim,
+           "ELASTIC_FAULT_STEP": str(FAULT_STEP)}
+    if servers == 0:
+        env["COMMSCHED_BACKEND"] = "gloo"
+    return run_process(cmd, child_env(env), timeout)
+
+
+# The workers share one output pipe, so a line may run on into another worker's: values stop at a '['.
+_EVENT = re.compile(r"\[(\w+)\] (commit|start)((?: \w+=[^\s\[]+)+)")
+
+
+def events(log, ident):
+    """(kind, {field: value}) of one worker's commit and start lines, in order."""
+    return [(kind, dict(f.split("=", 1) for f in fields.split()))
+            for who, kind, fields in _EVENT.findall(log) if who == ident]
+
+
+def assert_resumed_from_last_commit(log, ident, epoch, batch):
+    """The worker's second start (generation 1, 2 workers) has the state and weights of its last commit before."""
+    seen = events(log, ident)
+    starts = [i for i, (kind, f) in enumerate(seen) if kind == "start" and f["generation"] == "1"]
+    assert len(starts) == 1, (ident, log)
+    start = seen[starts[0]][1]
+    last_commit = [f for kind, f in seen[:starts[0]] if kind == "commit"][-1]
+    assert start["size"] == "2", (ident, log)
+    assert (start["epoch"], start["batch"], start["digest"]) == (
+        last_commit["epoch"], last_commit["batch"], last_commit["digest"]), (ident, start, last_commit, log)
+    assert (start["epoch"], start["batch"]) == (str(epoch), str(batch)), (ident, start, log)
+
+
+def assert_survivors_agree(out, ids, log):
+    finals = {ident: np.load(pathlib.Path(out) / f"final.{ident}.npz") for ident in ids}
+    assert sorted(p.name for p in pathlib.Path(out).glob("final.*.npz")) == [f"final.{i}.npz" for i in ids], log
+    first = finals[ids[0]]
+    for ident, final in finals.items():
+        assert int(final["size"]) == 2 and int(final["epoch"]) == 2, (ident, log)
+        weights = sorted(k for k in final.files if k.startswith("arr_"))
+        assert weights and all(np.array_equal(final[k], first[k]) for k in weights), (ident, log)
+
+
+def test_keras_fit_survives_a_worker_killed_mid_epoch(tmp_path):
+    rc, log = elastic_launch(tmp_path, "keras", victim="2")
+    assert rc == 0, log
+    assert "worker 2 exited with status 137; elastic: 2 worker(s) remain" in log, log
+    assert "generation 1 formed with 2 worker(s) (was 3; " in log, log
+    for ident in ("0", "1"):
+        # Killed at the start of batch 3: the last commit was at the end of batch 2 (UpdateBatchStateCallback
+        # records the index of the batch finished).
+        assert_resumed_from_last_commit(log, ident, epoch=1, batch=2)
+    assert_survivors_agree(tmp_path, ["0", "1"], log)
+
+
+@pytest.mark.parametrize("servers", [0, 1], ids=["gloo", "ps"])
+def test_a_custom_loop_with_tensorflow_state_survives_and_its_traced_step_averages_over_the_new_size(tmp_path,
+                                                                                                    servers):
+    rc, log = elastic_launch(tmp_path, "loop", servers=servers)
+    assert rc == 0, log
+    assert "worker 1 exited with status 137; elastic: 2 worker(s) remain" in log, log
+    for ident in ("0", "2"):
+        assert_resumed_from_last_commit(log, ident, epoch=1, batch=3)  # state.batch: the next batch to train
+        commits = [f for kind, f in events(log, ident) if kind == "commit"]
+        # Rank 0's 1 averaged over the workers, by the step traced once in generation 0: 1/3, then 1/2.
+        assert {f["root_share"] for f in commits[:FAULT_STEP]} == {"0.3333"}, (ident, log)
+        assert {f["root_share"] for f in commits[FAULT_STEP:]} == {"0.5000"}, (ident, log)
+        assert {f["traces"] for f in commits} == {"1"}, (ident, log)
+    if servers:
+        assert "elastic: generation 1 of 2 worker(s): started its 1 server(s)" in log, log
+    assert_survivors_agree(tmp_path, ["0", "2"], log)
+
+
+def test_below_the_minimum_every_survivor_stops_with_elastic_error(tmp_path):
+    rc, log = elastic_launch(tmp_path, "loop", min_workers=3)
+    assert rc != 0, log
+    stopped = sorted(pathlib.Path(tmp_path).glob("stopped.*.txt"))
+    assert [p.name for p in stopped] == ["stopped.0.txt", "stopped.2.txt"], log
+    for p in stopped:
+        assert "fewer workers than the minimum remain (2 < 3, --min-workers)" in p.read_text(), log
+    assert not list(pathlib.Path(tmp_path).glob("final.*.npz")), log
