@@ -1,8 +1,8 @@
 """Elastic training with TensorFlow and Keras (Horovod's hvd.elastic API) under `commsched launch --min-workers`:
 a worker that kills itself mid-epoch is left behind and the two others finish with equal weights, having resumed
 from their last commit (Keras's model.fit with the elastic callbacks; a custom loop whose tf.function, traced once,
-averages over the new size; on Gloo and on the parameter server); below the minimum every survivor stops with
-ElasticError. tf_elastic_worker.py is the training script.
+averages over the new size; on Gloo and on the parameter server); a joiner is let in at a commit and receives the
+state; below the minimum every survivor stops with ElasticError. tf_elastic_worker.py is the training script.
 """
 import importlib.util
 import pathlib
@@ -21,12 +21,12 @@ WORKER = HERE / "tf_elastic_worker.py"
 FAULT_STEP = 9  # epoch 1, batch 3 of 6: mid-epoch
 
 
-def elastic_launch(out, mode, workers=3, min_workers=2, servers=0, victim="1", timeout=240):
+def elastic_launch(out, mode, workers=3, min_workers=2, servers=0, victim="1", extra=(), env=None, timeout=240):
     cmd = [commsched_bin(), "launch", "-w", str(workers), "-s", str(servers), "--min-workers", str(min_workers),
-           "--", PYTHON, str(WORKER), "--out", str(out), "--mode", mode]
+           *extra, "--", PYTHON, str(WORKER), "--out", str(out), "--mode", mode]
     # A worker killed inside a collective is noticed by the ranks waiting on it within COMMSCHED_TIMEOUT.
     env = {"COMMSCHED_TIMEOUT": "5", "TF_CPP_MIN_LOG_LEVEL": "2", "ELASTIC_VICTIM": victim,
-           "ELASTIC_FAULT_STEP": str(FAULT_STEP)}
+           "ELASTIC_FAULT_STEP": str(FAULT_STEP), **(env or {})}
     if servers == 0:
         env["COMMSCHED_BACKEND"] = "gloo"
     return run_process(cmd, child_env(env), timeout)
@@ -42,25 +42,26 @@ def events(log, ident):
             for who, kind, fields in _EVENT.findall(log) if who == ident]
 
 
-def assert_resumed_from_last_commit(log, ident, epoch, batch):
-    """The worker's second start (generation 1, 2 workers) has the state and weights of its last commit before."""
+def assert_resumed_from_last_commit(log, ident, epoch, batch, size=2):
+    """The worker's second start (generation 1, `size` workers) has the state and weights of its last commit
+    before."""
     seen = events(log, ident)
     starts = [i for i, (kind, f) in enumerate(seen) if kind == "start" and f["generation"] == "1"]
     assert len(starts) == 1, (ident, log)
     start = seen[starts[0]][1]
     last_commit = [f for kind, f in seen[:starts[0]] if kind == "commit"][-1]
-    assert start["size"] == "2", (ident, log)
+    assert start["size"] == str(size), (ident, log)
     assert (start["epoch"], start["batch"], start["digest"]) == (
         last_commit["epoch"], last_commit["batch"], last_commit["digest"]), (ident, start, last_commit, log)
     assert (start["epoch"], start["batch"]) == (str(epoch), str(batch)), (ident, start, log)
 
 
-def assert_survivors_agree(out, ids, log):
+def assert_survivors_agree(out, ids, log, size=2):
     finals = {ident: np.load(pathlib.Path(out) / f"final.{ident}.npz") for ident in ids}
     assert sorted(p.name for p in pathlib.Path(out).glob("final.*.npz")) == [f"final.{i}.npz" for i in ids], log
     first = finals[ids[0]]
     for ident, final in finals.items():
-        assert int(final["size"]) == 2 and int(final["epoch"]) == 2, (ident, log)
+        assert int(final["size"]) == size and int(final["epoch"]) == 2, (ident, log)
         weights = sorted(k for k in final.files if k.startswith("arr_"))
         assert weights and all(np.array_equal(final[k], first[k]) for k in weights), (ident, log)
 
@@ -103,3 +104,20 @@ def test_below_the_minimum_every_survivor_stops_with_elastic_error(tmp_path):
     for p in stopped:
         assert "fewer workers than the minimum remain (2 < 3, --min-workers)" in p.read_text(), log
     assert not list(pathlib.Path(tmp_path).glob("final.*.npz")), log
+
+
+def test_a_joiner_is_let_in_at_a_commit_and_receives_the_state(tmp_path):
+    """--join-workers 1: a third worker waits in init() and is let in at a commit (the first one when it is waiting
+    by then); it starts from the state the two others committed, trained weights included, and the three finish
+    alike."""
+    rc, log = elastic_launch(tmp_path, "loop", workers=2, victim="none", extra=["--join-workers", "1"],
+                             env={"ELASTIC_WAIT_FOR_SIZE": "3"})
+    assert rc == 0, log
+    assert "generation 1 formed with 3 worker(s) (was 2; workers joined)" in log, log
+    joined = [f for kind, f in events(log, "2") if kind == "start"]
+    first = {f["generation"]: f for kind, f in events(log, "0") if kind == "start"}
+    assert len(joined) == 1 and joined[0]["generation"] == "1" and sorted(first) == ["0", "1"], log
+    assert [joined[0][k] for k in ("size", "epoch", "batch", "digest")] == [
+        first["1"][k] for k in ("size", "epoch", "batch", "digest")], log
+    assert joined[0]["batch"] != "0" and joined[0]["digest"] != first["0"]["digest"], log  # after training
+    assert_survivors_agree(tmp_path, ["0", "1", "2"], log, size=3)

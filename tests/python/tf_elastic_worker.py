@@ -3,7 +3,8 @@ launch --min-workers`. --mode keras: model.fit with KerasState and the elastic c
 --mode loop: a custom loop, a tf.function step with DistributedGradientTape and a TensorFlowState. Every step trains
 on a fixed global batch, each rank on its slice for the current size. The victim (the worker whose launcher id is
 ELASTIC_VICTIM) SIGKILLs itself at the start of global step ELASTIC_FAULT_STEP (epoch * STEPS + batch), in the first
-generation only, while the others wait for its gradients.
+generation only, while the others wait for its gradients. ELASTIC_WAIT_FOR_SIZE=n (loop): the last step waits,
+committing, until a joiner has made the job n workers.
 
 Each worker prints (prefixed with its launcher id) "commit ..." after every commit and "start ..." each time the
 training function begins, with the generation, rank, size, state and a digest of the weights (after the sync);
@@ -13,6 +14,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -47,6 +49,15 @@ def fault_here(epoch, batch):
             and epoch * STEPS + batch == int(os.environ.get("ELASTIC_FAULT_STEP", "-1"))):
         say(f"killing myself at epoch {epoch} batch {batch}")
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def wait_for_joiners(state):
+    """ELASTIC_WAIT_FOR_SIZE=n: the last step waits (committing, so joiners are let in) until n workers train."""
+    wanted = int(os.environ.get("ELASTIC_WAIT_FOR_SIZE", "0"))
+    deadline = time.monotonic() + 90
+    while hvd.size() < wanted and time.monotonic() < deadline:
+        time.sleep(0.1)
+        state.commit()
 
 
 def digest(variables):
@@ -120,6 +131,8 @@ def train_loop(out):
         is_root.assign(1.0 if hvd.rank() == 0 else 0.0)
         while state.epoch < EPOCHS:
             while state.batch < STEPS:
+                if (state.epoch, state.batch) == (EPOCHS - 1, STEPS - 1):
+                    wait_for_joiners(state)
                 fault_here(state.epoch, state.batch)
                 x, y = global_batch(state.epoch, state.batch)
                 mine, _ = my_slice()

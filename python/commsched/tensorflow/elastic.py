@@ -16,13 +16,13 @@ and lets new ones join. A custom loop:
 Keras's model.fit: commsched.keras.elastic (KerasState and the commit/update callbacks). Run it with `commsched launch
 -w 4 -s 0 --min-workers 2 -- python3 train.py` (README, "Elastic training").
 
-It is commsched.torch.elastic's mechanism (commsched._elastic_state: the states' base, the run() loop; commsched._elastic:
-the membership). What is TensorFlow's here: a failed collective surfaces as a TensorFlow error (the native ops'
-"commsched: communication of ... failed", or a host callback's HorovodInternalError) and run() treats it as Horovod's
-HorovodInternalError; re-forming makes a new Context and points the native ops at it (commsched.tensorflow.init), and
-averages read the number of workers when they run, so a tf.function (model.fit's train function) traced before the
-re-forming needs no retracing; hvd.rank() and hvd.size() give the new generation's values. Eager mode only (no TF1
-sessions).
+It is commsched.torch.elastic's mechanism (commsched._elastic_state: the states' base, the run() loop;
+commsched._elastic: the membership). What is TensorFlow's here: a failed collective surfaces as a TensorFlow error
+(the native ops' "commsched: communication of ... failed", or a host callback's HorovodInternalError) and run()
+treats it as Horovod's HorovodInternalError; re-forming makes a new Context and points the native ops at it
+(commsched.tensorflow.init), and averages read the number of workers when they run, so a tf.function (model.fit's
+train function) traced before the re-forming needs no retracing; hvd.rank() and hvd.size() give the new
+generation's values. Eager mode only (no TF1 sessions).
 """
 import tensorflow as tf
 
