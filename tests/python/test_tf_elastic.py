@@ -15,7 +15,7 @@ import pytest
 if importlib.util.find_spec("tensorflow") is None:
     pytest.skip("tensorflow not installed (the test venv has tensorflow-cpu)", allow_module_level=True)
 
-from torch_cluster import HERE, PYTHON, child_env, commsched_bin, run_process  # noqa: E402
+from torch_cluster import HERE, PYTHON, child_env, commsched_bin, run_process, run_single  # noqa: E402
 
 WORKER = HERE / "tf_elastic_worker.py"
 FAULT_STEP = 9  # epoch 1, batch 3 of 6: mid-epoch
@@ -121,3 +121,57 @@ def test_a_joiner_is_let_in_at_a_commit_and_receives_the_state(tmp_path):
         first["1"][k] for k in ("size", "epoch", "batch", "digest")], log
     assert joined[0]["batch"] != "0" and joined[0]["digest"] != first["0"]["digest"], log  # after training
     assert_survivors_agree(tmp_path, ["0", "1", "2"], log, size=3)
+
+
+def test_states_commit_restore_and_the_callbacks_in_one_process(tmp_path):
+    script = tmp_path / "states.py"
+    script.write_text(STATES_SCRIPT)
+    rc, out = run_single([script], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=120)
+    assert rc == 0 and "states ok" in out, out
+
+
+STATES_SCRIPT = r'''
+import numpy as np, keras, tensorflow as tf
+import commsched.keras as hvd
+import commsched.tensorflow as htf
+
+hvd.init()
+v = tf.Variable([1.0, 2.0])
+state = htf.elastic.TensorFlowState([v], epoch=1)
+v.assign([5.0, 6.0])
+state.epoch = 2
+state.restore()
+assert v.numpy().tolist() == [1.0, 2.0] and state.epoch == 1
+v.assign([7.0, 8.0])
+state.commit()
+v.assign([0.0, 0.0])
+state.restore()
+assert v.numpy().tolist() == [7.0, 8.0]
+
+model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)), loss="mse",
+              jit_compile=False)
+state = hvd.elastic.KerasState(model, epoch=0, batch=0)
+assert model.optimizer.built  # built here, so that every worker syncs the same variables
+commits = []
+callbacks = [hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+             hvd.elastic.CommitStateCallback(state, batches_per_commit=2),
+             keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: commits.append(
+                 (state.epoch, state.batch, int(model.optimizer.iterations.numpy()))))]
+
+@hvd.elastic.run
+def train(state):
+    model.fit(np.ones((12, 2)), np.ones((12, 1)), batch_size=4, epochs=2 - state.epoch, verbose=0,
+              callbacks=callbacks)
+    return state.epoch
+
+assert train(state) == 2 and state.batch == 0, (state.epoch, state.batch)  # without an elastic store: called once
+assert [c[:2] for c in commits] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)], commits
+trained = [w.copy() for w in model.get_weights()]
+model.fit(np.ones((8, 2)), np.zeros((8, 1)), batch_size=4, epochs=1, verbose=0)
+state.restore()  # back to the commit at the end of the last epoch: weights and optimizer (its step counter too)
+assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), trained))
+assert int(model.optimizer.iterations.numpy()) == 6
+print("states ok")
+hvd.shutdown()
+'''

@@ -21,6 +21,7 @@ from commsched import _C, _build_queries, _elastic
 from commsched._build_queries import (ccl_built, cuda_built, ddl_built, gloo_built, mpi_built,  # noqa: F401
                                       mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from commsched import _runtime_core as _core
+from commsched.tensorflow import elastic
 from commsched.tensorflow import gradients as _gradients
 from commsched.tensorflow import native as _native
 from commsched.tensorflow import ops as _ops
@@ -29,11 +30,11 @@ from commsched.tensorflow.gradients import DistributedGradientTape
 from commsched.tensorflow.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object,
                                       allreduce, alltoall, broadcast, broadcast_object, broadcast_variables,
                                       global_process_set, grouped_allreduce, join)
-from commsched.tensorflow import elastic  # noqa: E402  (after the names it uses)
 
 HorovodInternalError = _core.HorovodInternalError
 NotInitializedError = _core.NotInitializedError
 _CALLER = "commsched.tensorflow"
+_init_args = None  # init()'s arguments, for the Context of an elastic job's next generation
 
 
 def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **options):
@@ -69,9 +70,6 @@ def _unbind():
     dropped (their tasks end cancelled)."""
     _native.unbind()
     _ops.forget_pending()
-
-
-_init_args = None  # init()'s arguments, for the Context of an elastic job's next generation
 
 
 def restart_for_membership():
