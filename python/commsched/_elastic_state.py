@@ -23,7 +23,8 @@ ElasticError = _elastic.ElasticError
 
 class Runtime:
     """What a framework supplies to the shared elastic code. Subclasses set `caller` (the framework's module, for
-    messages) and override every method."""
+    messages) and override broadcast_object and restart, and internal_error where the framework's own exceptions can
+    mean a failed collective."""
     caller = "commsched"
 
     def broadcast_object(self, obj, root_rank, name):
@@ -31,8 +32,8 @@ class Runtime:
         raise NotImplementedError
 
     def shutdown(self):
-        """Leaves the broken group: the framework's runtime lets go of the Context, which stops."""
-        raise NotImplementedError
+        """Leaves the broken group: the Context stops (the framework's shutdown hooks let go of it first)."""
+        core.shutdown()
 
     def restart(self):
         """Connects the generation commsched._elastic has just put in the environment (a new Context)."""

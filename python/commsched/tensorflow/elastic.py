@@ -27,9 +27,8 @@ generation's values. Eager mode only (no TF1 sessions).
 import tensorflow as tf
 
 from commsched import _elastic_state
-from commsched import _runtime_core as core
 from commsched._elastic_state import ElasticError, HostsUpdatedInterrupt, ObjectState, State  # noqa: F401
-from commsched._runtime_core import HorovodInternalError  # noqa: F401  (Horovod's hvd.elastic has the name)
+from commsched._runtime_core import HorovodInternalError
 from commsched.tensorflow import ops
 
 # How a failed collective reads inside a TensorFlow error: the native CommschedWait kernel's message, and a host
@@ -42,9 +41,6 @@ class _TensorFlowRuntime(_elastic_state.Runtime):
 
     def broadcast_object(self, obj, root_rank, name):
         return ops.broadcast_object(obj, root_rank, name=name)
-
-    def shutdown(self):
-        core.shutdown()  # its hooks unbind the native ops first
 
     def restart(self):
         from commsched import tensorflow as hvd  # the package imports this module

@@ -39,9 +39,6 @@ class _TorchRuntime(_elastic_state.Runtime):
     def broadcast_object(self, obj, root_rank, name):
         return functions.broadcast_object(obj, root_rank, name=name)
 
-    def shutdown(self):
-        runtime.shutdown()
-
     def restart(self):
         runtime.restart_for_membership()
 
