@@ -12,11 +12,11 @@ where a GPU is present).
 """
 import keras as _keras
 
-from commsched.keras import callbacks
+from commsched.keras import callbacks, elastic
 from commsched.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from commsched.tensorflow import (Average, Compression, HorovodInternalError, Max, Min, NotInitializedError,
                                   ProcessSet, Sum, add_process_set, broadcast_global_variables, ccl_built,
-                                  cross_rank, cross_size, cuda_built, ddl_built, elastic, global_process_set,
+                                  cross_rank, cross_size, cuda_built, ddl_built, global_process_set,
                                   gloo_built, gloo_enabled, init, is_homogeneous, is_initialized, local_rank,
                                   local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
                                   remove_process_set, rocm_built, shutdown, size, start_timeline, stop_timeline)

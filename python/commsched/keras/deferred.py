@@ -93,6 +93,13 @@ class DeferredUpdates:
         self.tickets[i].assign(0)
         return tf.constant(True)
 
+    def forget(self):
+        """The group broke: the pending update's gradients will never be averaged, so it is dropped, not applied
+        (an elastic state rolls the weights back to its last commit)."""
+        for ticket in self.tickets:
+            ticket.assign(0)
+        self.deferring = self.hooked_eagerly = False
+
     def defer(self, grads):
         """Puts this step's gradients on the wire and keeps their tickets for the next forward."""
         settings = self.settings

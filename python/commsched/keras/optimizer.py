@@ -63,6 +63,14 @@ def _register_local_var(self, variable):
     self._commsched["local"].add(gradients.variable_key(variable))
 
 
+def _forget_inflight(self):
+    """An elastic job's group broke mid-step: the update still pending is dropped (its gradients were never
+    averaged), as commsched.torch's optimizer does."""
+    state = self._commsched.get("deferred")
+    if state is not None:
+        state.forget()
+
+
 def _cross_iteration_active(self):
     """Whether the last update was deferred to the next forward (cross-iteration overlap in effect)."""
     state = self._commsched.get("deferred")
@@ -136,6 +144,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         base = base.__bases__[0]
     else:
         cls = type(base.__name__, (base,), {"apply": _make_apply(base), "build": _make_build(base), "flush": _flush,
+                                            "forget_inflight": _forget_inflight,
                                             "cross_iteration_active": _cross_iteration_active,
                                             "register_local_var": _register_local_var,
                                             "_commsched_wrapped": True,

@@ -19,12 +19,14 @@ jit_compile=False). Keras: commsched.keras (or commsched.tensorflow.keras).
 """
 import tensorflow as tf
 
-from commsched import _C, _build_queries
+from commsched import _C, _build_queries, _elastic
 from commsched._build_queries import (ccl_built, cuda_built, ddl_built, gloo_built, mpi_built,  # noqa: F401
                                       mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from commsched import _runtime_core as _core
 from commsched.tensorflow import elastic
+from commsched.tensorflow import gradients as _gradients
 from commsched.tensorflow import native as _native
+from commsched.tensorflow import ops as _ops
 from commsched.tensorflow.compression import Compression
 from commsched.tensorflow.gradients import DistributedGradientTape, PartialDistributedGradientTape
 from commsched.tensorflow.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object,
@@ -36,19 +38,50 @@ from commsched.tensorflow.ops import (Adasum, Average, Max, Min, Product, Sum, a
 HorovodInternalError = _core.HorovodInternalError
 NotInitializedError = _core.NotInitializedError
 _CALLER = "commsched.tensorflow"
+_init_args = None  # init()'s arguments, for the Context of an elastic job's next generation
 
 
 def init(policy=None, backend=None, comm=None, tune=None, process_sets=None, **options):
     """Connects this process to the cluster described by the environment (see README, Configuration). Keywords are
     the option registry's names (`commsched options`); `comm` is accepted for Horovod compatibility and ignored.
-    Calling init() twice is harmless."""
+    Calling init() twice is harmless. In an elastic job (`commsched launch --min-workers`) a joiner waits here until
+    the job lets it in (see commsched.tensorflow.elastic)."""
     del comm
     if process_sets:
         raise ValueError("commsched.tensorflow runs on the global process set only (process_sets= is for "
                          "commsched.torch)")
-    _core.init(_CALLER, policy=policy, backend=backend, tune=tune, **options)
-    _native.bind(_core.context(_CALLER))
-    _core.on_shutdown(_native.unbind)
+
+    def prepare():
+        global _init_args
+        _init_args = dict(policy=policy, backend=backend, tune=tune, **options)
+        _elastic.start()  # an elastic job's worker: its rank in the current membership (a joiner waits for one)
+
+    if _core.init(_CALLER, policy=policy, backend=backend, tune=tune, prepare=prepare, **options):
+        _bind(_core.context(_CALLER))
+        _core.on_shutdown(_unbind)
+
+
+def _bind(ctx):
+    """Points the operations at a new Context: the native ops, the size an average divides by, the model's sizes
+    (the tuner's key) when a step has told them to an earlier Context."""
+    _native.bind(ctx)
+    _ops.set_size(ctx.size)
+    _gradients.tell_model(ctx)
+
+
+def _unbind():
+    """The Context goes: the native ops let go of it, and results of its operations that were never waited for are
+    dropped (their tasks end cancelled)."""
+    _native.unbind()
+    _ops.forget_pending()
+
+
+def restart_for_membership():
+    """An elastic job re-formed: the Context of the new generation (its ranks and rendezvous are in the environment,
+    set by commsched._elastic), made with init()'s arguments. Operations already traced into a tf.function use it
+    from their next run on."""
+    shutdown()
+    init(**dict(_init_args or {}))
 
 
 def shutdown():

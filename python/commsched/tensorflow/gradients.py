@@ -29,6 +29,12 @@ def _register_model(variables):
         ops.context().set_model(sizes)
 
 
+def tell_model(ctx):
+    """A new Context (an elastic job re-formed) learns the sizes the first step told the first one."""
+    if _registered_model:
+        ctx.set_model(_registered_model[0])
+
+
 def _check_reduce_args(grads, variables, op, gradient_predivide_factor):
     if op not in (ops.Average, ops.Sum):
         raise ValueError(f"gradients are reduced with Average or Sum, not op={op!r}")

@@ -119,15 +119,40 @@ def _native_wait(ticket, dtype, shape):
     return out
 
 
-def _sum_scale(op, postscale):
-    return postscale / context().size if op == Average else postscale
+_size = []  # a tf.Variable: the number of workers, read when an average runs
+
+
+def set_size(size):
+    """The size averages divide by, from now on: a variable, read when the operation runs, so a tf.function traced
+    before an elastic job re-formed divides by the new size (a Python number would be fixed at tracing)."""
+    if _size:
+        _size[0].assign(float(size))
+    else:
+        with tf.init_scope():
+            _size.append(tf.Variable(float(size), dtype=tf.float64, trainable=False, name="commsched_size"))
+
+
+def _postscaled(t, op, postscale):
+    """The sum `t` times postscale, and divided by the size for Average."""
+    if op != Average:
+        return _scaled(t, postscale)
+    scale = tf.constant(postscale, tf.float64) / _size[0]
+    if t.dtype.is_integer:  # integers: scale in float64 and round down (Horovod's average)
+        return tf.cast(tf.floor(tf.cast(t, tf.float64) * scale), t.dtype)
+    return t * tf.cast(scale, t.dtype)
+
+
+def forget_pending():
+    """The Context went: host-callback results that nobody waited for are dropped."""
+    with _lock:
+        _pending.clear()
 
 
 def _allreduce_raw(tensor, name, op, prescale, postscale, compression):
     tensor = tf.convert_to_tensor(tensor)
     if op in (Average, Sum) and _native_ok(tensor.dtype):
         ticket = _native_submit(_scaled(tensor, prescale), name, compression=compression, flush=_holding())
-        return _scaled(_native_wait(ticket, tensor.dtype, tensor.shape), _sum_scale(op, postscale))
+        return _postscaled(_native_wait(ticket, tensor.dtype, tensor.shape), op, postscale)
 
     def body(x):
         ctx = context()
@@ -177,7 +202,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     if op in (Average, Sum) and all(_native_ok(t.dtype) for t in tensors):
         tickets = [_native_submit(_scaled(t, prescale_factor), f"{base}.{i}", compression=spec, flush=_holding())
                    for i, t in enumerate(tensors)]
-        return [_scaled(_native_wait(k, t.dtype, t.shape), _sum_scale(op, postscale_factor))
+        return [_postscaled(_native_wait(k, t.dtype, t.shape), op, postscale_factor)
                 for k, t in zip(tickets, tensors)]
 
     def body(*xs):
@@ -265,13 +290,14 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     return out
 
 
-def broadcast_variables(variables, root_rank, process_set=None):
-    """Assigns rank root_rank's values to `variables` on every worker (all broadcasts in flight at once)."""
+def broadcast_variables(variables, root_rank, process_set=None, name=None):
+    """Assigns rank root_rank's values to `variables` on every worker (all broadcasts in flight at once). name: the
+    tasks' prefix (default: numbered by call, the same on every rank while every rank makes the same calls)."""
     check_process_set(process_set)
     variables = list(variables)
     if not variables:
         return None
-    base = auto_name("broadcast_variables", None)
+    base = auto_name("broadcast_variables", name)
     values = [tf.convert_to_tensor(v) for v in variables]
     if all(_native_ok(v.dtype) for v in values):
         tickets = [_native_submit(v, f"{base}.{i}", "broadcast", root=root_rank, flush=_holding())
@@ -382,7 +408,7 @@ def submit_reduce(tensor, name, priority, op, compression, prescale, postscale):
 
 def wait_ticket(ticket, dtype, shape, name, op, postscale):
     if _native_ok(dtype):
-        return _scaled(_native_wait(ticket, dtype, shape), _sum_scale(op, postscale))
+        return _postscaled(_native_wait(ticket, dtype, shape), op, postscale)
 
     def body(t):
         with _lock:

@@ -18,106 +18,33 @@ HorovodInternalError; run() then rolls the state back to its last commit, re-for
 (commsched._elastic: new ranks, a new rendezvous), broadcasts rank 0's state and calls train(state) again. A joiner
 waits in init() and is let in at the survivors' next commit (HostsUpdatedInterrupt). Without an elastic store
 (COMMSCHED_ELASTIC_STORE) run() calls the function once and a lost worker ends the job as usual.
+
+State, ObjectState, HostsUpdatedInterrupt and run()'s loop are commsched._elastic_state's, shared with
+commsched.tensorflow.elastic; this module adds what needs torch (TorchState, ElasticSampler, how torch's runtime
+broadcasts objects and is brought up again).
 """
 import copy
-import functools
-import sys
-import time
 
 import torch
 
-from commsched import _elastic
-from commsched.torch import functions, ops, runtime
-from commsched.torch.runtime import HorovodInternalError
-
-ElasticError = _elastic.ElasticError
-
-
-class HostsUpdatedInterrupt(RuntimeError):
-    """Raised by State.commit() on every rank when workers wait to join: run() re-forms the group with them.
-    skip_sync: whether the state need not be broadcast again (never here: a joiner needs it)."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("elastic: workers are waiting to join")
-        self.skip_sync = skip_sync
+from commsched import _elastic_state
+from commsched._elastic_state import ElasticError, HostsUpdatedInterrupt, ObjectState, State  # noqa: F401
+from commsched.torch import functions, runtime
+from commsched.torch.runtime import HorovodInternalError  # noqa: F401  (Horovod's hvd.elastic has the name)
 
 
-class State:
-    """What survives a membership change: subclasses say how to save (commit), restore and sync (from rank 0)."""
+class _TorchRuntime(_elastic_state.Runtime):
+    caller = runtime._CALLER
 
-    def __init__(self, bcast_object=None, get_rank=None):
-        self._bcast_object = bcast_object or functions.broadcast_object
-        self._rank = get_rank or runtime.rank
-        self._reset_callbacks = []
+    def broadcast_object(self, obj, root_rank, name):
+        return functions.broadcast_object(obj, root_rank, name=name)
 
-    def register_reset_callbacks(self, callbacks):
-        """Functions called after every membership change (to rescale the learning rate to the new size, ...)."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        self.reset()
-        for callback in self._reset_callbacks:
-            callback()
-
-    def on_hosts_updated(self, timestamp=None, update_res=None):
-        """Horovod's notification hook; commsched learns of joiners at commit() instead."""
-        del timestamp, update_res
-
-    def commit(self):
-        """Saves the state (the point a failure rolls back to), then lets waiting workers join."""
-        self.save()
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt on every rank when workers wait to join (rank 0 asks the membership store and
-        tells the others, so every rank decides alike)."""
-        membership = _elastic.membership()
-        if membership is None:
-            return
-        waiting = torch.tensor([membership.pending_joiners() if runtime.rank() == 0 else 0], dtype=torch.int64)
-        ops.broadcast_(waiting, 0, name="elastic.hosts_updated")
-        if int(waiting.item()) > 0:
-            raise HostsUpdatedInterrupt(skip_sync=False)
-
-    def save(self):
-        raise NotImplementedError
-
-    def restore(self):
-        raise NotImplementedError
-
-    def sync(self):
-        raise NotImplementedError
-
-    def reset(self):
-        """After a membership change, before training resumes (subclasses drop what the old group left behind)."""
+    def restart(self):
+        runtime.restart_for_membership()
 
 
-class ObjectState(State):
-    """Picklable attributes (epoch=0, batch=0, ...), kept as attributes of this object."""
-
-    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
-        super().__init__(bcast_object, get_rank)
-        self._saved_state = dict(kwargs)
-        for name, value in kwargs.items():
-            setattr(self, name, value)
-        self._saved_state = copy.deepcopy(self._saved_state)
-
-    def save(self):
-        self._saved_state = copy.deepcopy({name: getattr(self, name) for name in self._saved_state})
-
-    def restore(self):
-        self._restore_attributes()
-
-    def _restore_attributes(self):
-        for name, value in copy.deepcopy(self._saved_state).items():
-            setattr(self, name, value)
-
-    def sync(self):
-        """Rank 0's attributes as of its last commit, everywhere (a subclass's restore() is not called: what it
-        restores is synced by the subclass itself)."""
-        if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state, 0, name="elastic.object_state")
-            self._restore_attributes()
+_RUNTIME = _TorchRuntime()
+_elastic_state.register(runtime._CALLER, _RUNTIME)
 
 
 class TorchState(ObjectState):
@@ -178,88 +105,12 @@ class TorchState(ObjectState):
             sampler.reset()
 
 
-_CONNECT_TRIES = 3
-
-
-def _re_form(membership, why, started):
-    """Leaves the broken group, forms the next generation and connects it (a new Context). A member lost while the
-    new group connects fails the connection everywhere: the group is formed again without it."""
-    before = [m["uid"] for m in membership.members]
-    runtime.shutdown()
-    for attempt in range(_CONNECT_TRIES):
-        membership.reform()
-        try:
-            runtime.restart_for_membership()
-            break
-        except RuntimeError as e:
-            if attempt == _CONNECT_TRIES - 1:
-                raise ElasticError(f"elastic: generation {membership.generation} could not connect "
-                                   f"{_CONNECT_TRIES} times; last error: {e}") from e
-            print(f"[commsched] elastic: generation {membership.generation} did not connect ({e}); forming the "
-                  "next one", file=sys.stderr, flush=True)
-    gone = [uid for uid in before if uid not in {m["uid"] for m in membership.members}]
-    if gone:
-        why += "; gone: " + ", ".join(gone)
-    if runtime.rank() == 0:
-        print(f"[commsched] elastic: generation {membership.generation} formed with {runtime.size()} worker(s) "
-              f"(was {len(before)}; {why}) in {time.monotonic() - started:.2f} s", file=sys.stderr, flush=True)
-
-
-# A failure that loses nobody (a tensor the workers disagree on, ...) would fail again after every re-forming: after
-# this many in a row, the error is raised instead of retried.
-_FAILURES_WITHOUT_LOSS = 3
-
-
-def _recover(membership, state, error, streak):
-    """A collective failed: names the lost rank in the store (so the survivors need not wait for it), rolls the state
-    back and re-forms. Returns the number of failures in a row that lost nobody."""
-    started = time.monotonic()
-    before = [m["uid"] for m in membership.members]
-    lost = _elastic.lost_rank(str(error))
-    membership.mark_lost(lost)
-    # The Context goes first: until its shutdown returns, work already ordered may still write into the gradients
-    # that the rollback lets go of.
-    runtime.shutdown()
-    state.restore()
-    # The error names a lost rank, or none (a reset connection, a server lost, a mismatch): _re_form adds who left.
-    _re_form(membership, f"rank {lost} was lost" if lost is not None else "a communication failed", started)
-    unchanged = [m["uid"] for m in membership.members] == before
-    streak = streak + 1 if unchanged else 0
-    if streak >= _FAILURES_WITHOUT_LOSS:
-        raise ElasticError(f"elastic: the training function failed {streak} times in a row without losing a worker; "
-                           f"the last error: {error}") from error
-    return streak
-
-
 def run(func):
     """Horovod's @hvd.elastic.run: calls func(state, ...) and, when a worker is lost (HorovodInternalError) or
     workers wait to join (HostsUpdatedInterrupt), re-forms the group, rolls back to the last commit, syncs the state
     from rank 0 and calls func again. Raises ElasticError on every process when fewer than COMMSCHED_MIN_WORKERS
     remain."""
-    @functools.wraps(func)
-    def wrapper(state, *args, **kwargs):
-        runtime.context()  # a clear error when init() was not called
-        membership = _elastic.membership()
-        skip_sync = False
-        streak = 0  # failures in a row that lost nobody
-        while True:
-            if not skip_sync:
-                state.sync()
-            try:
-                result = func(state, *args, **kwargs)
-                if membership is not None:
-                    membership.finish()
-                return result
-            except HorovodInternalError as e:
-                if membership is None:
-                    raise
-                streak = _recover(membership, state, e, streak)
-                skip_sync = False
-            except HostsUpdatedInterrupt as e:
-                _re_form(membership, "workers joined", time.monotonic())
-                skip_sync = e.skip_sync
-            state.on_reset()
-    return wrapper
+    return _elastic_state.run(func, _RUNTIME)
 
 
 class ElasticSampler(torch.utils.data.Sampler):
