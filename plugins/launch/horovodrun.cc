@@ -218,9 +218,10 @@ ProcessSpec host_spec(const RunOptions& o, const HostSlots& h, int node, std::ve
   if (!o.ssh_port.empty()) spec.argv.insert(spec.argv.end(), {"-p", o.ssh_port});
   if (!o.ssh_identity.empty()) spec.argv.insert(spec.argv.end(), {"-i", o.ssh_identity});
   spec.argv.push_back(h.host);
-  spec.argv.push_back(remote_command(std::filesystem::current_path().string(), forwarded_env(environ), launch,
-                                     !secret.empty()));
-  if (!secret.empty()) spec.input = secret + "\n";
+  spec.argv.push_back(kRemoteShell);
+  std::map<std::string, std::string> env = forwarded_env(environ);
+  if (!secret.empty()) env["COMMSCHED_SECRET"] = secret;
+  spec.input = remote_script(std::filesystem::current_path().string(), env, launch);
   return spec;
 }
 
@@ -359,13 +360,13 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-std::string remote_command(const std::string& cwd, const std::map<std::string, std::string>& env,
-                           const std::vector<std::string>& argv, bool read_secret) {
-  std::string cmd = read_secret ? "IFS= read -r COMMSCHED_SECRET && export COMMSCHED_SECRET && " : "";
-  cmd += "cd " + shell_quote(cwd) + " && exec env";
-  for (const auto& [k, v] : env) cmd += " " + shell_quote(k + "=" + v);
-  for (const auto& a : argv) cmd += " " + shell_quote(a);
-  return cmd;
+std::string remote_script(const std::string& cwd, const std::map<std::string, std::string>& env,
+                          const std::vector<std::string>& argv) {
+  std::string script;
+  for (const auto& [k, v] : env) script += "export " + k + "=" + shell_quote(v) + "\n";
+  script += "cd " + shell_quote(cwd) + " && exec";
+  for (const auto& a : argv) script += " " + shell_quote(a);
+  return script + "\n";
 }
 
 std::map<std::string, std::string> forwarded_env(char** envp) {

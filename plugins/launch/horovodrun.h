@@ -6,7 +6,7 @@
 // The workers are placed as horovodrun places them (hosts in the order given, each filled up to its slots until -np),
 // and every host runs one `commsched launch --nnodes N --node-rank I` for its share: this host's directly, another
 // host's over ssh (BatchMode: keys, no password prompts), in the same working directory, with the launching shell's
-// environment (as horovodrun forwards it) and the run's secret written to ssh's stdin, never on a command line. The
+// environment (as horovodrun forwards it) and the run's secret, both written to ssh's stdin, never on a command line. The
 // launchers then meet at the first host's and run the job as one (plugins/launch/launcher.h): Gloo all-reduce by
 // default, as horovodrun's Gloo mode; `--servers-per-host S` runs the parameter server instead. Elastic: --min-np and
 // --max-np are `launch --min-workers` and `--max-workers`.
@@ -35,9 +35,12 @@ std::vector<HostSlots> parse_hostfile(const std::string& contents, const std::st
 std::vector<HostSlots> place_workers(int np, const std::vector<HostSlots>& hosts);
 // `s` as one word for a POSIX shell.
 std::string shell_quote(const std::string& s);
-// What a remote host's shell runs: read the secret from stdin (when read_secret), enter `cwd`, exec `argv` with `env`.
-std::string remote_command(const std::string& cwd, const std::map<std::string, std::string>& env,
-                           const std::vector<std::string>& argv, bool read_secret);
+// The command line ssh runs on a remote host: a POSIX shell that runs the script it reads from stdin (whatever the
+// user's login shell is). Nothing of the run is on it, since any user of that host can read a command line.
+inline constexpr const char* kRemoteShell = "/bin/sh -c 'eval \"$(cat)\"'";
+// The script written to ssh's stdin: export `env` (the secret among it), enter `cwd`, exec `argv`.
+std::string remote_script(const std::string& cwd, const std::map<std::string, std::string>& env,
+                          const std::vector<std::string>& argv);
 // The launching shell's environment as remote hosts get it: all of it but what describes this host or session
 // (HOSTNAME, PWD, SSH_*, ...) and the secret (sent on stdin). `environ`-style, null-terminated.
 std::map<std::string, std::string> forwarded_env(char** envp);

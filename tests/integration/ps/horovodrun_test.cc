@@ -76,26 +76,25 @@ TEST(Horovodrun, TheEnvironmentForwardedLeavesOutThisHostsOwnAndTheSecret) {
   EXPECT_EQ(env, want);
 }
 
-// The remote command, run by /bin/sh as sshd would run it: every word arrives unchanged, the secret is read from
-// stdin (not the command line), and the working directory and environment are the caller's.
-TEST(Horovodrun, TheRemoteCommandReachesTheProgramWordForWordWithTheSecretFromStdin) {
+// What ssh runs on a remote host, run by /bin/sh as sshd would run it, with the script on its stdin: every word
+// arrives unchanged, and the secret, the environment and the working directory are the caller's, though none of them
+// is on the command line.
+TEST(Horovodrun, TheRemoteScriptReachesTheProgramWordForWordAndNothingOfItIsOnTheCommandLine) {
   const auto base = std::filesystem::temp_directory_path() / ("hvdrun it's $here " + std::to_string(::getpid()));
   std::filesystem::create_directories(base);
   const std::string log = (base / "out").string();
-  const std::string cmd = remote_command(
-      base.string(), {{"X", "it's $HOME `date` \"q\""}},
-      {"/bin/sh", "-c", "printf '%s|' \"$PWD\" \"$X\" \"$COMMSCHED_SECRET\" \"$@\"", "sh", "a b", "c'd", "$e", ""},
-      /*read_secret=*/true);
-  EXPECT_FALSE(has(cmd, "s3cret"));
   ProcessGroup g;
-  ProcessSpec spec{"remote", {"/bin/sh", "-c", cmd}, {}, log};
-  spec.input = "s3cret\n";
+  ProcessSpec spec{"remote", {"/bin/sh", "-c", kRemoteShell}, {}, log};
+  spec.input = remote_script(
+      base.string(), {{"X", "it's $HOME `date` \"q\"\nline two"}, {"COMMSCHED_SECRET", "s3cret"}},
+      {"/bin/sh", "-c", "printf '%s|' \"$PWD\" \"$X\" \"$COMMSCHED_SECRET\" \"$@\"", "sh", "a b", "c'd", "$e", ""});
   g.spawn(spec);
   ASSERT_TRUE(g.wait_all(20s));
   std::ifstream in(log);
   std::stringstream got;
   got << in.rdbuf();
-  EXPECT_EQ(got.str(), base.string() + "|it's $HOME `date` \"q\"|s3cret|a b|c'd|$e||");
+  EXPECT_EQ(got.str(), base.string() + "|it's $HOME `date` \"q\"\nline two|s3cret|a b|c'd|$e||");
+  EXPECT_FALSE(has(kRemoteShell, "s3cret") || has(kRemoteShell, "COMMSCHED"));
   std::filesystem::remove_all(base);
 }
 
