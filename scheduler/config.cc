@@ -83,14 +83,12 @@ OptionTable<EngineConfig> build_engine_table() {
   return t;
 }
 
-// BytePS's and Horovod's names of the knobs their job files set, below the COMMSCHED_* variables. Horovod's fusion
-// threshold and cycle time tune commsched's Horovod-like baseline (the fusion policy); its timeline is per rank here
-// (t.json: t.rank0.json, ...).
+// BytePS's and Horovod's names of the knobs their job files set, below the COMMSCHED_* variables. Horovod's timeline
+// is per rank here (t.json: t.rank0.json, ...). Its fusion threshold and cycle time are not read: their values
+// (0 turns fusion off) do not mean what commsched's fusion knobs do, and a job that exports them must still start.
 constexpr ForeignVariable kForeignEngineVariables[] = {
     {"BYTEPS_PARTITION_BYTES", "partition_bytes"},
     {"HOROVOD_TIMELINE", "timeline"},
-    {"HOROVOD_FUSION_THRESHOLD", "fusion_bytes"},
-    {"HOROVOD_CYCLE_TIME", "fusion_cycle", "ms"},
 };
 
 // BytePS counts its credit in partitions, commsched in bytes: honoured as credit x partition when the partition size

@@ -63,8 +63,7 @@ struct EngineConfig {
   // `var` is what a bad value's error names (default: the environment variable; a CLI passes its flag).
   void set(std::string_view option, std::string_view value, std::string_view var = {});
   // Reads every COMMSCHED_* variable of engine_option_table(), and below them BytePS's BYTEPS_PARTITION_BYTES and
-  // BYTEPS_SCHEDULING_CREDIT (in partitions) and Horovod's HOROVOD_TIMELINE, HOROVOD_FUSION_THRESHOLD and
-  // HOROVOD_CYCLE_TIME.
+  // BYTEPS_SCHEDULING_CREDIT (in partitions) and Horovod's HOROVOD_TIMELINE.
   static EngineConfig from_env();
   // Checks cross-field consistency; throws InvalidArgument.
   void validate() const;

@@ -1,6 +1,7 @@
 #include "plugins/launch/elastic_store.h"
 
 #include <chrono>
+#include <sstream>
 
 #include "comm_backends/collective/kv_store.h"
 #include "comm_backends/control/socket.h"
@@ -20,7 +21,7 @@ std::unique_ptr<ElasticStore> ElasticStore::serve(const std::string& bind, const
                                                   const std::string& secret, int nnodes, int rendezvous_port) {
   int port = 0;
   do port = control::free_port(bind == "*" ? "0.0.0.0" : bind);
-  while (port == rendezvous_port);
+  while (port == rendezvous_port || port == rendezvous_port - 1);  // nor the root's own port, just below
   auto server = std::make_unique<collective::TcpStoreServer>(bind, port, secret);
   return std::unique_ptr<ElasticStore>(new ElasticStore(std::move(server), host, port, secret, nnodes));
 }
@@ -37,18 +38,35 @@ void ElasticStore::mark_lost(const std::string& id) { client_->set(std::string(k
 
 void ElasticStore::abort(const std::string& why) { client_->set(std::string(kElasticPrefix) + "abort", why); }
 
-// Keys of the launchers' own (python/commsched/_elastic.py never reads them).
-void ElasticStore::set_alive(int node, int workers) {
-  client_->set(std::string(kElasticPrefix) + "launcher/alive/" + std::to_string(node), std::to_string(workers));
+// Keys of the launchers' own (python/commsched/_elastic.py never reads them): a node's running workers' ids, one per
+// line ("" for none, as for a node yet to start its workers).
+namespace {
+std::string workers_key(int node) { return std::string(kElasticPrefix) + "launcher/workers/" + std::to_string(node); }
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+}  // namespace
+
+void ElasticStore::set_workers(int node, const std::vector<std::string>& ids) {
+  std::string text;
+  for (const std::string& id : ids) text += id + "\n";
+  client_->set(workers_key(node), text);
 }
 
 int ElasticStore::alive() const {
-  int n = 0;
-  for (int node = 0; node < nnodes_; ++node) {
-    const auto v = client_->try_get(std::string(kElasticPrefix) + "launcher/alive/" + std::to_string(node));
-    n += v ? std::stoi(*v) : 0;  // a node yet to start its workers has none
-  }
-  return n;
+  size_t n = 0;
+  for (int node = 0; node < nnodes_; ++node) n += split_lines(client_->try_get(workers_key(node)).value_or("")).size();
+  return static_cast<int>(n);
+}
+
+void ElasticStore::node_lost(int node) {
+  for (const std::string& id : split_lines(client_->try_get(workers_key(node)).value_or(""))) mark_lost(id);
+  set_workers(node, {});
 }
 
 std::optional<ElasticStore::Generation> ElasticStore::latest() const {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace commsched {
 namespace collective {
@@ -21,7 +22,8 @@ class ElasticStore {
   // Node 0 (or the only node): serves the store on `bind` ("127.0.0.1", or "*" where other nodes must reach it) and
   // advertises it as host:port; `secret` is the run's (empty: authentication off), as the workers will prove it.
   // nnodes: how many launchers count their workers in it. Its port is below the kernel's ephemeral range (where a
-  // root port a user took from bind(0) lies) and never `rendezvous_port` (bound later, by worker 0).
+  // root port a user took from bind(0) lies) and never `rendezvous_port` (bound later, by worker 0) or the port below
+  // it (a multi-node root's, which node 0's launcher binds after this).
   static std::unique_ptr<ElasticStore> serve(const std::string& bind, const std::string& host,
                                              const std::string& secret, int nnodes, int rendezvous_port);
   // Another node: node 0's store at `address` (HOST:PORT, as COMMSCHED_ELASTIC_STORE has it).
@@ -33,10 +35,12 @@ class ElasticStore {
   void mark_lost(const std::string& id);
   // Every worker gives up with `why` (fewer workers than the minimum remain).
   void abort(const std::string& why);
-  // How many workers run on `node` now (its launcher says; node 0's says 0 for a node whose launcher is lost), and
-  // on every node together: what the minimum is judged against.
-  void set_alive(int node, int workers);
+  // The workers (their COMMSCHED_ELASTIC_IDs) that run on `node` now, as its launcher says; how many run on every node
+  // together (what the minimum is judged against); and, from node 0, a node whose launcher is lost: its workers are
+  // marked lost (the survivors need not wait for them) and count no more.
+  void set_workers(int node, const std::vector<std::string>& ids);
   int alive() const;
+  void node_lost(int node);
 
   // The latest generation the workers formed after the first: its number, its workers and the port its rendezvous
   // root (parameter server 0) binds. None while there is only the first, or when the last was an abort.

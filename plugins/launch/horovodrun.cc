@@ -68,7 +68,8 @@ struct ValuedFlag {
 
 const std::vector<ValuedFlag>& valued_flags() {
   static const std::vector<ValuedFlag> flags = {
-      {{"-np", "--num-proc"}, [](RunOptions& o, const std::string& f, const std::string& v) { o.np = to_int(f, v, 1); }},
+      {{"-np", "--num-proc"},
+       [](RunOptions& o, const std::string& f, const std::string& v) { o.np = to_int(f, v, 1); }},
       {{"-H", "--hosts"}, [](RunOptions& o, const std::string&, const std::string& v) { o.hosts = v; }},
       {{"-hostfile", "--hostfile"}, [](RunOptions& o, const std::string&, const std::string& v) { o.hostfile = v; }},
       {{"-p", "--ssh-port"},
@@ -85,7 +86,8 @@ const std::vector<ValuedFlag>& valued_flags() {
        [](RunOptions& o, const std::string& f, const std::string& v) { o.max_np = to_int(f, v, 1); }},
       {{"--servers-per-host"},
        [](RunOptions& o, const std::string& f, const std::string& v) { o.servers = to_int(f, v, 0); }},
-      {{"--ssh-command"}, [](RunOptions& o, const std::string&, const std::string& v) { o.ssh_command = split_words(v); }},
+      {{"--ssh-command"},
+       [](RunOptions& o, const std::string&, const std::string& v) { o.ssh_command = split_words(v); }},
       {{"--timeline-filename"},
        [](RunOptions& o, const std::string&, const std::string& v) { o.env["COMMSCHED_TIMELINE"] = v; }},
       {{"--autotune-log-file"},
@@ -225,9 +227,28 @@ ProcessSpec host_spec(const RunOptions& o, const HostSlots& h, int node, std::ve
   return spec;
 }
 
+// What goes to ssh's stdin (the environment among it) must fit ProcessSpec::input's bound; the error names the
+// largest variables, the usual cause (module systems export long ones).
+void check_inputs(const std::vector<ProcessSpec>& specs) {
+  for (const ProcessSpec& spec : specs) {
+    if (spec.input.size() <= kMaxProcessInput) continue;
+    std::vector<std::pair<size_t, std::string>> sizes;
+    for (const auto& [k, v] : forwarded_env(environ)) sizes.emplace_back(v.size(), k);
+    std::sort(sizes.rbegin(), sizes.rend());
+    std::string largest;
+    for (size_t i = 0; i < std::min<size_t>(3, sizes.size()); ++i)
+      largest += (i ? ", " : "") + sizes[i].second + " (" + std::to_string(sizes[i].first) + " bytes)";
+    throw InvalidArgument("horovodrun: the environment sent to " + spec.name + " is " +
+                          std::to_string(spec.input.size()) + " bytes, above " + std::to_string(kMaxProcessInput) +
+                          "; the largest variables: " + largest + " (unset what the job does not need)");
+  }
+}
+
 // Waits for every host's launcher; the first to fail stops the others (their node link would too, within its
-// timeout). Ctrl-C and SIGTERM are passed on. Returns the first failure's code, 130 after a signal, else 0.
-int supervise(ProcessGroup& group, const sigset_t& mask) {
+// timeout), except in an elastic run, where node 0's launcher (member 0) survives a lost host and its own end decides.
+// Ctrl-C and SIGTERM go to the local processes (ssh clients included; a remote launcher stops when its node link to
+// node 0 closes). Returns the first failure's code, 130 after a signal, else 0.
+int supervise(ProcessGroup& group, const sigset_t& mask, bool elastic) {
   for (;;) {
     timespec tick{0, 100'000'000};
     const int sig = sigtimedwait(&mask, nullptr, &tick);
@@ -239,6 +260,10 @@ int supervise(ProcessGroup& group, const sigset_t& mask) {
     for (size_t i : group.reap()) {
       const ProcessState& m = group.members()[i];
       if (*m.code == 0) continue;
+      if (elastic && i != 0) {
+        say(m.name + " exited with status " + std::to_string(*m.code) + "; elastic: the run goes on without it");
+        continue;
+      }
       say(m.name + " exited with status " + std::to_string(*m.code) + "; stopping the others");
       group.terminate(SIGTERM, std::chrono::seconds(10));
       return *m.code;
@@ -258,11 +283,14 @@ int run_hosts(const RunOptions& o, const std::vector<HostSlots>& placed) {
   sigemptyset(&mask);
   for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&mask, s);
   sigprocmask(SIG_BLOCK, &mask, &old);
-  ProcessGroup group(old, "commsched horovodrun");
   const int n = static_cast<int>(placed.size());
-  for (int node = 0; node < n; ++node) {
-    const auto launch = launch_argv(o, n, node, root, placed[static_cast<size_t>(node)].slots);
-    ProcessSpec spec = host_spec(o, placed[static_cast<size_t>(node)], node, launch, secret);
+  std::vector<ProcessSpec> specs;  // all made before any starts: one that cannot be started fails the run untouched
+  for (int node = 0; node < n; ++node)
+    specs.push_back(host_spec(o, placed[static_cast<size_t>(node)], node,
+                              launch_argv(o, n, node, root, placed[static_cast<size_t>(node)].slots), secret));
+  check_inputs(specs);
+  ProcessGroup group(old, "commsched horovodrun");
+  for (const ProcessSpec& spec : specs) {
     if (o.verbose) {
       std::string line;
       for (const auto& a : spec.argv) line += (line.empty() ? "" : " ") + shell_quote(a);
@@ -271,7 +299,7 @@ int run_hosts(const RunOptions& o, const std::vector<HostSlots>& placed) {
     group.spawn(spec);
   }
   say(std::to_string(o.np) + " worker(s) on " + std::to_string(n) + " host(s), meeting at " + root);
-  const int rc = supervise(group, mask);
+  const int rc = supervise(group, mask, o.min_np > 0);
   sigprocmask(SIG_SETMASK, &old, nullptr);
   return rc;
 }
@@ -386,8 +414,9 @@ std::map<std::string, std::string> forwarded_env(char** envp) {
 }
 
 void add_horovodrun_subcommand(CLI::App& app) {
-  CLI::App* sub = app.add_subcommand("horovodrun", "horovodrun's command line (-np N [-H host:slots,...] command): "
-                                                   "one `commsched launch` per host, over ssh where it is not this one");
+  CLI::App* sub = app.add_subcommand(
+      "horovodrun", "horovodrun's command line (-np N [-H host:slots,...] command): one `commsched launch` per host, "
+                    "over ssh where it is not this one");
   sub->prefix_command();  // every argument is horovodrun's (CLI11 cannot parse -np)
   sub->callback([sub] {
     int rc = 2;

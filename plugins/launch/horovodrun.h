@@ -6,10 +6,10 @@
 // The workers are placed as horovodrun places them (hosts in the order given, each filled up to its slots until -np),
 // and every host runs one `commsched launch --nnodes N --node-rank I` for its share: this host's directly, another
 // host's over ssh (BatchMode: keys, no password prompts), in the same working directory, with the launching shell's
-// environment (as horovodrun forwards it) and the run's secret, both written to ssh's stdin, never on a command line. The
-// launchers then meet at the first host's and run the job as one (plugins/launch/launcher.h): Gloo all-reduce by
+// environment (as horovodrun forwards it) and the run's secret, both written to ssh's stdin, never on a command line.
+// The launchers then meet at the first host's and run the job as one (plugins/launch/launcher.h): Gloo all-reduce by
 // default, as horovodrun's Gloo mode; `--servers-per-host S` runs the parameter server instead. Elastic: --min-np and
-// --max-np are `launch --min-workers` and `--max-workers`.
+// --max-np are `launch --min-workers` and `--max-workers`, and a lost host no longer ends the run.
 #pragma once
 
 #include <CLI/CLI.hpp>

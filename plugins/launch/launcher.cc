@@ -113,10 +113,14 @@ class Cluster {
   void follow_node0_elastic() {
     const auto store = env_.find("COMMSCHED_ELASTIC_STORE");
     const bool node0_elastic = store != env_.end();
-    if (node0_elastic != (o_.min_workers > 0))
-      throw InvalidArgument("launch: node 0 runs " + std::string(node0_elastic ? "" : "not ") +
-                            "elastic (--min-workers) but node " + std::to_string(o_.node_rank) + " does " +
-                            (node0_elastic ? "not" : "") + ": give every node the same elastic settings");
+    if (node0_elastic != (o_.min_workers > 0)) {  // every node stops, saying why (node 0 would count this one lost)
+      const std::string why = std::string("node 0 runs ") +
+                              (node0_elastic ? "elastic (--min-workers)" : "without --min-workers") + " but node " +
+                              std::to_string(o_.node_rank) + (node0_elastic ? " without it" : " with it") +
+                              ": give every node the same elastic settings";
+      link_->abort(why);
+      throw InvalidArgument("launch: " + why);
+    }
     if (!node0_elastic) return;
     if (o_.node_rank == 0) {
       link_->survive_lost_nodes();
@@ -171,7 +175,7 @@ class Cluster {
     // Spawned from the launcher's main thread only (run() and supervise()), as dies_with_parent needs.
     const size_t at = group_->spawn(ProcessSpec{name, argv, env, "", /*dies_with_parent=*/true});
     children_.push_back(Child{at, worker, local, id});
-    if (elastic_ && worker) elastic_->set_alive(o_.node_rank, alive_workers());
+    if (elastic_ && worker) elastic_->set_workers(o_.node_rank, running_ids());
   }
 
   // Reaps exited children; returns the first non-zero exit seen (if any) that ends the run.
@@ -190,10 +194,11 @@ class Cluster {
     return nullptr;
   }
 
-  int alive_workers() const {
-    int n = 0;
-    for (const Child& c : children_) n += c.worker && !group_->members()[c.member].code;
-    return n;
+  std::vector<std::string> running_ids() const {
+    std::vector<std::string> ids;
+    for (const Child& c : children_)
+      if (c.worker && !group_->members()[c.member].code) ids.push_back(c.id);
+    return ids;
   }
 
   // Elastic: a failed worker the others can do without (marked lost for them; started again while restarts allow).
@@ -207,7 +212,7 @@ class Cluster {
       return true;
     }
     elastic_->mark_lost(c->id);
-    elastic_->set_alive(o_.node_rank, alive_workers());
+    elastic_->set_workers(o_.node_rank, running_ids());
     if (!elastic_failure_) elastic_failure_ = *m.code;
     if (restarts_left_ > 0) {
       --restarts_left_;
@@ -223,7 +228,7 @@ class Cluster {
   // Elastic, node 0: a node whose launcher is lost took its workers with it (they die with their launcher).
   void node_lost(const LinkEvent& ev) {
     if (!elastic_failure_) elastic_failure_ = 1;
-    elastic_->set_alive(ev.node, 0);
+    elastic_->node_lost(ev.node);
     judge_minimum(ev.message);
   }
 

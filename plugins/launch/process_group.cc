@@ -102,13 +102,22 @@ struct Pipe {
 Pipe input_pipe(const ProcessSpec& spec) {
   Pipe p;
   if (spec.input.empty()) return p;
-  if (spec.input.size() > 65536)
-    throw std::runtime_error("the input for " + spec.name + " is " + std::to_string(spec.input.size()) +
-                             " bytes; at most 65536 go through its stdin");
+  const size_t size = spec.input.size();
+  if (size > kMaxProcessInput)
+    throw std::runtime_error("the input for " + spec.name + " is " + std::to_string(size) + " bytes; at most " +
+                             std::to_string(kMaxProcessInput) + " go through its stdin");
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 for " + spec.name + ": " + std::strerror(errno));
   p.read.reset(fds[0]);
   p.write.reset(fds[1]);
+  // All of it must fit: it is written at once, with no reader but this process (a write that waited would wait
+  // for a child that may never read). A user over the kernel's pipe limits gets smaller pipes, so ask.
+  int capacity = ::fcntl(fds[1], F_GETPIPE_SZ);
+  if (capacity >= 0 && static_cast<size_t>(capacity) < size)
+    capacity = ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(size));
+  if (capacity < 0 || static_cast<size_t>(capacity) < size)
+    throw std::runtime_error("no pipe holds the " + std::to_string(size) + " bytes of input for " + spec.name +
+                             " (fs.pipe-max-size, or this user's pipe limit): " + std::strerror(errno));
   return p;
 }
 

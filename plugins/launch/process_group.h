@@ -17,6 +17,9 @@
 
 namespace commsched {
 
+// The most ProcessSpec::input may hold: the pipe is made to hold all of it (Linux's default fs.pipe-max-size).
+inline constexpr size_t kMaxProcessInput = 1 << 20;
+
 struct ProcessSpec {
   std::string name;                          // "worker 2", "rank 0": how reports name the process
   // argv[0] is the program, looked up when it has no '/' on the PATH `env` sets, else on this process's.
@@ -27,9 +30,9 @@ struct ProcessSpec {
   // OOM kill) leaves no worker behind to hang on its peers. Only for a caller that spawns from a thread living as
   // long as the process: the signal follows the spawning thread, not the process.
   bool dies_with_parent = false;
-  // Written to the child's stdin (a pipe, closed after it; at most 64 KiB) for what must not appear on a command line,
-  // which any user of the host can read (a secret handed through ssh). Empty: stdin is inherited.
-  std::string input;
+  // Written to the child's stdin (a pipe, closed after it; at most kMaxProcessInput) for what must not appear on a
+  // command line, which any user of the host can read (a secret handed through ssh). Empty: stdin is inherited.
+  std::string input = {};
 };
 
 struct ProcessState {

@@ -398,6 +398,8 @@ PYBIND11_MODULE(_C, m) {
   // Horovod's start_timeline / stop_timeline act on the trace of every engine of this process (the plugin runs one;
   // process sets' engines have none). An engine built with timeline=TIMELINE_DEFERRED records nothing until started.
   m.attr("TIMELINE_DEFERRED") = Timeline::kDeferred;
+  m.def("env_timeline", [] { return EngineConfig::from_env().timeline_path; },
+        "the trace file the environment asks for (COMMSCHED_TIMELINE, else HOROVOD_TIMELINE); empty: none");
   m.def("start_timeline", [](const std::string& path) { return Timeline::restart_all(path); }, py::arg("path"),
         "writes every engine's trace to `path` from now on (rank in the file name); returns how many engines");
   m.def("stop_timeline", [] { return Timeline::stop_all(); }, "finishes every engine's trace file");

@@ -78,8 +78,9 @@ def init(caller, policy=None, backend=None, tune=None, prepare=None, **options):
         engine = _split_options(options, caller)
         if policy is not None:
             engine["policy"] = str(policy)
-        if "timeline" not in engine and not os.environ.get(_registry_option("timeline", caller)["env"]):
-            # No trace file until start_timeline() (Horovod's API starts one at any time).
+        if "timeline" not in engine and _C.env_timeline() in ("", "DYNAMIC"):
+            # No trace file until start_timeline() (Horovod's API starts one at any time; HOROVOD_TIMELINE=DYNAMIC
+            # is Horovod's way of saying so).
             engine["timeline"] = _C.TIMELINE_DEFERRED
         _ctx = _C.Context(engine=engine, backend=backend or "", tune=tune)
         _framework = caller

@@ -129,6 +129,21 @@ def test_across_two_namespace_hosts_rank_0_is_lost_and_the_others_finish(tmp_pat
     assert_survivors(results(tmp_path), ["0-1", "1-0", "1-1"], 3, reference, log)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
+def test_horovodrun_min_np_survives_a_lost_host(tmp_path, reference):
+    """`commsched horovodrun --min-np 2` on two namespace hosts (reached through an ssh stand-in): host 1's launcher
+    is killed, and horovodrun lets node 0 carry the run instead of stopping it."""
+    env = child_env({"COMMSCHED_TIMEOUT": "5", "COMMSCHED_BACKEND": "gloo", "ELASTIC_VICTIM": "1-1",
+                     "ELASTIC_FAULT": "kill-launcher", "ELASTIC_FAULT_STEP": "7"})
+    cmd = [str(HERE / "netns_horovodrun.sh"), commsched_bin(), "--", "--min-np", "2", PYTHON, str(WORKER),
+           "--out", str(tmp_path)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log
+    assert "exited with status 137; elastic: the run goes on without it" in log, log
+    assert_survivors(results(tmp_path), ["0-0", "0-1"], 2, reference, log)
+
+
 def test_across_nodes_elastic_runs_on_gloo_only(tmp_path):
     codes, log = elastic_nodes(tmp_path, {}, servers=1, timeout=60)
     assert codes[0] != 0 and codes[1] != 0, log

@@ -90,6 +90,8 @@ def test_a_custom_loop_with_tensorflow_state_survives_and_its_traced_step_averag
         # Rank 0's 1 averaged over the workers, by the step traced once in generation 0: 1/3, then 1/2.
         assert {f["root_share"] for f in commits[:FAULT_STEP]} == {"0.3333"}, (ident, log)
         assert {f["root_share"] for f in commits[FAULT_STEP:]} == {"0.5000"}, (ident, log)
+        # hvd.size_op() in that step reads the group when it runs, as the average does.
+        assert [f["traced_size"] for f in commits] == ["3"] * FAULT_STEP + ["2"] * (len(commits) - FAULT_STEP), log
         assert {f["traces"] for f in commits} == {"1"}, (ident, log)
     if servers:
         assert "elastic: generation 1 of 2 worker(s): started its 1 server(s)" in log, log

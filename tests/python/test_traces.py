@@ -1,7 +1,10 @@
 """Traces: under `commsched launch` every rank writes its own file (rank in the name), and `commsched trace-merge`
 joins them into one Chrome/Perfetto trace with a track per rank, timestamps aligned at the rendezvous."""
 import json
+import pathlib
 import subprocess
+
+import pytest
 
 from torch_cluster import HERE, commsched_bin, launch
 
@@ -55,6 +58,19 @@ def test_per_rank_files_merge_into_one_aligned_trace(tmp_path):
         assert len(probe[r]) == 1
     # A collective ends at the same moment on both ranks; on clocks aligned at the rendezvous the ends agree.
     assert abs(probe[0][0] - probe[1][0]) < 500_000, f"probe ends {probe} (us) are not aligned"
+
+
+@pytest.mark.parametrize("variable", ["COMMSCHED_TIMELINE", "HOROVOD_TIMELINE"])
+def test_the_timeline_variable_of_a_horovod_job_writes_a_trace_per_rank(tmp_path, variable):
+    rc, log = launch(2, [HERE / "trace_worker.py"], env={variable: tmp_path / "t.json"})
+    assert rc == 0, log
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["t.rank0.json", "t.rank1.json"], log
+
+
+def test_horovod_dynamic_timeline_waits_for_start_timeline(tmp_path):
+    rc, log = launch(2, [HERE / "trace_worker.py"], env={"HOROVOD_TIMELINE": "DYNAMIC"})
+    assert rc == 0, log
+    assert not list(tmp_path.iterdir()) and not pathlib.Path("DYNAMIC.rank0.json").exists(), log
 
 
 def test_merge_refuses_two_files_of_one_rank(tmp_path):

@@ -21,7 +21,7 @@ import tensorflow as tf
 import keras
 
 import commsched.keras as hvd
-from commsched.tensorflow import DistributedGradientTape, allreduce
+from commsched.tensorflow import DistributedGradientTape, allreduce, size_op
 
 EPOCHS, STEPS, GLOBAL_BATCH = 2, 6, 24
 IDENT = os.environ.get("COMMSCHED_ELASTIC_ID", "?")
@@ -120,7 +120,7 @@ def train_loop(out):
         tape = DistributedGradientTape(tape)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return allreduce(is_root, name="root_share")
+        return allreduce(is_root, name="root_share"), size_op()
 
     state = hvd.elastic.TensorFlowState(model.weights + optimizer.variables, epoch=0, batch=0)
 
@@ -136,11 +136,11 @@ def train_loop(out):
                 fault_here(state.epoch, state.batch)
                 x, y = global_batch(state.epoch, state.batch)
                 mine, _ = my_slice()
-                share = float(step(x[mine], y[mine], np.float32(hvd.size() / GLOBAL_BATCH)))
+                share, traced_size = step(x[mine], y[mine], np.float32(hvd.size() / GLOBAL_BATCH))
                 state.batch += 1
                 state.commit()
                 say(f"commit epoch={state.epoch} batch={state.batch} digest={digest(model.weights)} "
-                    f"root_share={share:.4f} traces={len(traces)}")
+                    f"root_share={float(share):.4f} traced_size={int(traced_size)} traces={len(traces)}")
             state.epoch, state.batch = state.epoch + 1, 0
 
     train(state)

@@ -121,6 +121,8 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     def _set_rate(self, epoch):
         rate = self.model.optimizer.learning_rate
         old, new = float(rate.numpy()), self.initial_lr * self.multiplier(epoch)
+        if new == old:  # nothing changes: the deferred update keeps its overlap
+            return
         deferred.flush_all()  # the previous step's update, if deferred, runs with the rate it was computed for
         rate.assign(new)
         if self._momentum is not None and old != 0:

@@ -65,7 +65,7 @@ def _bind(ctx):
     """Points the operations at a new Context: the native ops, the size an average divides by, the model's sizes
     (the tuner's key) when a step has told them to an earlier Context."""
     _native.bind(ctx)
-    _ops.set_size(ctx.size)
+    _ops.set_group(rank=ctx.rank, size=ctx.size, local_rank=ctx.local_rank, local_size=ctx.local_size)
     _gradients.tell_model(ctx)
 
 
@@ -134,22 +134,23 @@ def is_homogeneous():
     return ctx.size % max(1, ctx.local_size) == 0
 
 
-# Horovod's *_op: the values as int32 tensors. commsched's worker set is fixed at start, so they are constants.
+# Horovod's *_op: the values as int32 tensors, read when they run (inside a tf.function traced before an elastic job
+# re-formed too).
 def rank_op(name=None):
-    return tf.constant(rank(), tf.int32, name=name)
+    return tf.identity(_ops.group_value("rank", tf.int32), name=name)
 
 
 def local_rank_op(name=None):
-    return tf.constant(local_rank(), tf.int32, name=name)
+    return tf.identity(_ops.group_value("local_rank", tf.int32), name=name)
 
 
 def size_op(process_set_id=0, name=None):
     _check_process_set_id(process_set_id)
-    return tf.constant(size(), tf.int32, name=name)
+    return tf.identity(_ops.group_value("size", tf.int32), name=name)
 
 
 def local_size_op(name=None):
-    return tf.constant(local_size(), tf.int32, name=name)
+    return tf.identity(_ops.group_value("local_size", tf.int32), name=name)
 
 
 def process_set_included_op(process_set_id=0, name=None):

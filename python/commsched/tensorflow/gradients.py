@@ -117,16 +117,18 @@ def reduce_shared_gradients(grads, variables, local, scale_local, op=ops.Average
     shared = [i for i, v in enumerate(variables) if variable_key(v) not in local]
     reduced = reduce_gradients([grads[i] for i in shared], [variables[i] for i in shared], op, compression,
                                gradient_predivide_factor, prefix)
-    out = [_local_gradient(g, scale_local) for g in grads]
+    out = list(grads)
     for i, g in zip(shared, reduced):
         out[i] = g
+    for i in sorted(set(range(len(grads))) - set(shared)):  # only the local ones: no division for the rest
+        out[i] = _local_gradient(grads[i], scale_local)
     return out
 
 
 def _local_gradient(grad, scale):
     if grad is None or not scale:
         return grad
-    n = ops.context().size
+    n = ops.group_value("size", grad.dtype)  # read when it runs: an elastic job's size may change
     if isinstance(grad, tf.IndexedSlices):
         return tf.IndexedSlices(grad.values / n, grad.indices, grad.dense_shape)
     return grad / n

@@ -119,24 +119,31 @@ def _native_wait(ticket, dtype, shape):
     return out
 
 
-_size = []  # a tf.Variable: the number of workers, read when an average runs
+_group = {}  # tf.Variables: this worker's rank, size, local_rank and local_size, read when an operation runs
 
 
-def set_size(size):
-    """The size averages divide by, from now on: a variable, read when the operation runs, so a tf.function traced
-    before an elastic job re-formed divides by the new size (a Python number would be fixed at tracing)."""
-    if _size:
-        _size[0].assign(float(size))
-    else:
-        with tf.init_scope():
-            _size.append(tf.Variable(float(size), dtype=tf.float64, trainable=False, name="commsched_size"))
+def set_group(**values):
+    """This worker's place in the group from now on (rank, size, local_rank, local_size): variables read when an
+    operation runs, so a tf.function traced before an elastic job re-formed uses the new group (a Python number
+    would be fixed at tracing)."""
+    for name, value in values.items():
+        if name in _group:
+            _group[name].assign(float(value))
+        else:
+            with tf.init_scope():
+                _group[name] = tf.Variable(float(value), dtype=tf.float64, trainable=False, name="commsched_" + name)
+
+
+def group_value(name, dtype):
+    """The current `name` of set_group, as a tensor of `dtype`."""
+    return tf.cast(_group[name], dtype)
 
 
 def _postscaled(t, op, postscale):
     """The sum `t` times postscale, and divided by the size for Average."""
     if op != Average:
         return _scaled(t, postscale)
-    scale = tf.constant(postscale, tf.float64) / _size[0]
+    scale = tf.constant(postscale, tf.float64) / group_value("size", tf.float64)
     if t.dtype.is_integer:  # integers: scale in float64 and round down (Horovod's average)
         return tf.cast(tf.floor(tf.cast(t, tf.float64) * scale), t.dtype)
     return t * tf.cast(scale, t.dtype)
@@ -230,9 +237,8 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=None):
 def _my_rows(rows):
     """(start, count) of this rank's rows of `rows` split over the workers as Horovod's reducescatter does: equal
     blocks, the first rows % size ranks one row more."""
-    ctx = context()
-    me = tf.constant(ctx.rank, rows.dtype)
-    base, extra = rows // ctx.size, rows % ctx.size
+    me, size = group_value("rank", rows.dtype), group_value("size", rows.dtype)
+    base, extra = rows // size, rows % size
     return me * base + tf.minimum(me, extra), base + tf.cast(me < extra, rows.dtype)
 
 

@@ -76,25 +76,25 @@ TEST(ProcessGroup, ReportsExitCodesSignalsAndWritesLogsWithTheEnvironment) {
   EXPECT_NE(slurp(dir / "b.log").find("cannot run '/nonexistent/program'"), std::string::npos);
 }
 
-// ProcessSpec::input reaches the child's stdin and ends there (the child sees end of file after it), also when the
-// child never reads it or is gone before it could.
+// ProcessSpec::input reaches the child's stdin and ends there (the child sees end of file after it), also when it
+// is larger than a pipe holds by default (the pipe is made to hold it), and also when the child never reads it or is
+// gone before it could.
 TEST(ProcessGroup, TheInputIsTheChildsStdinAndAChildThatIgnoresItDoesNotHurtTheParent) {
   const TempDir dir;
-  const std::string log = dir / "c.log";
+  const std::string log = dir / "c.log", counted = dir / "d.log";
   ProcessGroup g;
-  ProcessSpec reads{"reads", {"/bin/sh", "-c", "IFS= read -r first; rest=$(cat); echo \"[$first][$rest]\""}, {}, log};
-  reads.input = "a secret\nmore\n";
+  ProcessSpec reads{"reads", {"/bin/sh", "-c", "IFS= read -r first; rest=$(cat); echo \"[$first][$rest]\""}, {}, log,
+                    false, "a secret\nmore\n"};
   g.spawn(reads);
-  ProcessSpec gone{"gone", {"/nonexistent/program"}, {}, ""};
-  gone.input = std::string(60000, 'x');
-  g.spawn(gone);
+  g.spawn({"counts", {"/bin/sh", "-c", "wc -c"}, {}, counted, false, std::string(300000, 'x')});
+  g.spawn({"gone", {"/nonexistent/program"}, {}, "", false, std::string(200000, 'x')});
   ASSERT_TRUE(g.wait_all(20s));
   EXPECT_EQ(g.members()[0].code, 0);
   EXPECT_EQ(slurp(log), "[a secret][more]\n");
-  EXPECT_EQ(g.members()[1].code, 127);
-  ProcessSpec big{"big", {"/bin/true"}, {}, ""};
-  big.input = std::string(65537, 'x');
-  EXPECT_THROW(g.spawn(big), std::runtime_error);
+  EXPECT_EQ(std::stoul(slurp(counted)), 300000u);
+  EXPECT_EQ(g.members()[2].code, 127);
+  EXPECT_THROW(g.spawn({"big", {"/bin/true"}, {}, "", false, std::string(kMaxProcessInput + 1, 'x')}),
+               std::runtime_error);
 }
 
 // A child holds none of the parent's descriptors past stderr, CLOEXEC or not (a parent's listening socket left open

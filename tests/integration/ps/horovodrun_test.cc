@@ -84,7 +84,7 @@ TEST(Horovodrun, TheRemoteScriptReachesTheProgramWordForWordAndNothingOfItIsOnTh
   std::filesystem::create_directories(base);
   const std::string log = (base / "out").string();
   ProcessGroup g;
-  ProcessSpec spec{"remote", {"/bin/sh", "-c", kRemoteShell}, {}, log};
+  ProcessSpec spec{"remote", {"/bin/sh", "-c", kRemoteShell}, {}, log, false, ""};
   spec.input = remote_script(
       base.string(), {{"X", "it's $HOME `date` \"q\"\nline two"}, {"COMMSCHED_SECRET", "s3cret"}},
       {"/bin/sh", "-c", "printf '%s|' \"$PWD\" \"$X\" \"$COMMSCHED_SECRET\" \"$@\"", "sh", "a b", "c'd", "$e", ""});
