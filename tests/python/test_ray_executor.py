@@ -8,6 +8,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="ray is not installed for this interpreter (the test venv has it: "
                                         "scripts/test_venv.sh)")
 from commsched.ray import ElasticRayExecutor, RayExecutor, WorkerError  # noqa: E402  (was: from horovod.ray ...)
+from commsched.ray.runner import group_by_node  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -156,3 +157,9 @@ def test_refusals_name_the_culprit():
     assert executor.workers == []
     with pytest.raises(RuntimeError, match="no workers; call start"):
         executor.run(rank_and_sum)
+
+
+def test_ranks_go_node_by_node_whatever_order_ray_places_the_actors_in():
+    """Two nodes whose actors Ray interleaved: each node's ranks are consecutive, rank 0 is the first actor."""
+    assert group_by_node(["n2", "n1", "n2", "n3", "n1"]) == [[0, 2], [1, 4], [3]]
+    assert group_by_node(["n1"] * 3) == [[0, 1, 2]]

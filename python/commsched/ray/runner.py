@@ -163,10 +163,8 @@ class RayExecutor:
         """(actors in rank order, each rank's environment). Ranks go node by node in the order the nodes first
         appear among the actors, so rank 0 is the first actor and each node's ranks are consecutive."""
         nodes = self._wait("start the workers", [a.node_id.remote() for a in actors])
-        by_node = {}
-        for actor, node in zip(actors, nodes):
-            by_node.setdefault(node, []).append(actor)
-        ordered = [a for group in by_node.values() for a in group]
+        by_node = [[actors[i] for i in group] for group in group_by_node(nodes)]
+        ordered = [a for group in by_node for a in group]
         root = ordered[0]
         root_ip, root_port = self._wait("ask rank 0 for its address and a free port",
                                         [root.node_ip.remote(), root.free_port.remote()])
@@ -177,7 +175,7 @@ class RayExecutor:
             common["COMMSCHED_SECRET"] = secrets.token_urlsafe(24)  # the root binds beyond loopback
         common.update(_nic_env(self.settings.nics))
         envs = []
-        for group in by_node.values():
+        for group in by_node:
             gpus = self._node_gpus(group)
             for local_rank in range(len(group)):
                 env = dict(common, COMMSCHED_RANK=str(len(envs)), COMMSCHED_LOCAL_RANK=str(local_rank),
@@ -258,6 +256,15 @@ class RayExecutor:
         if self._pg is not None:
             remove_placement_group(self._pg)
             self._pg = None
+
+
+def group_by_node(nodes):
+    """Indices of the actors (nodes[i] is actor i's node) node by node, in the order the nodes first appear: the
+    ranks are these indices flattened, a node's local ranks its group's positions."""
+    groups = {}
+    for index, node in enumerate(nodes):
+        groups.setdefault(node, []).append(index)
+    return list(groups.values())
 
 
 def _nic_env(nics):
