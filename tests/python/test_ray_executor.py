@@ -127,16 +127,27 @@ def raise_on_rank_1():
     return hvd.allreduce(torch.ones(1), name="never_completes").item()  # waits for rank 1 forever
 
 
+def exit_on_rank_2():
+    import os
+    import torch
+    import commsched.torch as hvd
+    hvd.init()
+    if hvd.rank() == 2:
+        os._exit(3)  # the actor's process dies
+    return hvd.allreduce(torch.ones(1), name="never_completes").item()
+
+
 def test_a_failing_rank_is_named_without_a_hang_and_start_again_works():
     executor = started(3)
     try:
-        with pytest.raises(WorkerError, match="(?s)rank 1 failed.*ValueError: rank 1 gives up") as info:
-            executor.run(raise_on_rank_1)
-        assert info.value.rank == 1
-        with pytest.raises(RuntimeError, match="stopped after rank 1 failed.*call start"):
-            executor.run(rank_and_sum)
-        executor.start()
-        assert [r[4] for r in executor.run(rank_and_sum)] == [6.0] * 3
+        for fn, rank, cause in ((raise_on_rank_1, 1, "ValueError: rank 1 gives up"), (exit_on_rank_2, 2, "died")):
+            with pytest.raises(WorkerError, match=f"(?s)rank {rank} failed.*{cause}") as info:
+                executor.run(fn)
+            assert info.value.rank == rank
+            with pytest.raises(RuntimeError, match=f"stopped after rank {rank} failed.*call start"):
+                executor.run(rank_and_sum)
+            executor.start()
+            assert [r[4] for r in executor.run(rank_and_sum)] == [6.0] * 3
     finally:
         executor.shutdown()
 

@@ -3,12 +3,13 @@
 start() places one actor per worker (a placement group: PACK for num_workers, one bundle per host with STRICT_SPREAD
 for num_hosts, or the caller's own group), asks each actor its node, numbers the ranks node by node (so local ranks
 are consecutive, rank 0 on the first actor's node), picks the rendezvous port on rank 0's node from inside its actor
-and writes each actor's COMMSCHED_* environment. run() waits for every rank; the first rank that fails (its function
-raised, or its actor died) stops every worker, since the others may wait forever in a collective for it, and raises
-WorkerError naming that rank.
+and writes each actor's COMMSCHED_* environment. run() waits for every rank; a rank that fails (its function raised,
+or its actor died) stops every worker a few seconds later, since the others may wait forever in a collective for it,
+and WorkerError names the rank to blame.
 """
 import dataclasses
 import secrets
+import time
 import warnings
 from typing import Optional
 
@@ -19,14 +20,18 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from commsched.ray.worker import BaseHorovodWorker
 
 _NAME = "commsched.ray"
+# After a rank fails, how long the others may take to finish or fail too before every worker is stopped: when an
+# actor dies its peers may report losing it before Ray reports the death, and the dead rank is the one to name.
+_SETTLE_S = 5.0
 
 
 class WorkerError(RuntimeError):
     """A rank's function raised or its actor died; `rank` names it and `cause` is Ray's error (with the remote
     traceback)."""
 
-    def __init__(self, rank, cause):
-        super().__init__(f"{_NAME}: rank {rank} failed: {cause}")
+    def __init__(self, rank, cause, also=()):
+        also = f" (then ranks {', '.join(map(str, also))} failed too)" if also else ""
+        super().__init__(f"{_NAME}: rank {rank} failed{also}: {cause}")
         self.rank = rank
         self.cause = cause
 
@@ -232,18 +237,29 @@ class RayExecutor:
         return self.workers
 
     def _gather(self, refs):
-        """Every rank's result; on the first failure stops every worker and raises WorkerError naming the rank."""
+        """Every rank's result. After the first failure the others get _SETTLE_S to finish or fail too; then every
+        worker stops (one still running may wait forever for the failed rank) and WorkerError names the rank to
+        blame."""
         pending = {ref: rank for rank, ref in enumerate(refs)}
         results = [None] * len(refs)
+        failures = {}   # rank -> Ray's error, in the order they arrived
+        deadline = None
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+            if not ready:
+                break
             rank = pending.pop(ready[0])
             try:
                 results[rank] = ray.get(ready[0])
             except ray.exceptions.RayError as err:
-                self.shutdown()
-                self._stopped_because = f"every worker was stopped after rank {rank} failed"
-                raise WorkerError(rank, err) from err
+                failures[rank] = err
+                deadline = deadline or time.monotonic() + _SETTLE_S
+        if failures:
+            rank = _to_blame(failures)
+            self.shutdown()
+            self._stopped_because = f"every worker was stopped after rank {rank} failed"
+            raise WorkerError(rank, failures[rank], sorted(set(failures) - {rank})) from failures[rank]
         return results
 
     # ---- shutdown ----
@@ -265,6 +281,16 @@ def group_by_node(nodes):
     for index, node in enumerate(nodes):
         groups.setdefault(node, []).append(index)
     return list(groups.values())
+
+
+def _to_blame(failures):
+    """The failed rank to name: one whose actor died, else one whose own code raised, else the first. A rank whose
+    collective failed (HorovodInternalError: 'rank 2 lost') usually reports another's failure, and may report it
+    before Ray does. By the class's name: importing it would load commsched._C into the driver."""
+    ranks = list(failures)
+    died = [r for r in ranks if isinstance(failures[r], ray.exceptions.RayActorError)]
+    own = [r for r in ranks if type(getattr(failures[r], "cause", None)).__name__ != "HorovodInternalError"]
+    return (died or own or ranks)[0]
 
 
 def _nic_env(nics):
