@@ -174,3 +174,37 @@ def test_ranks_go_node_by_node_whatever_order_ray_places_the_actors_in():
     """Two nodes whose actors Ray interleaved: each node's ranks are consecutive, rank 0 is the first actor."""
     assert group_by_node(["n2", "n1", "n2", "n3", "n1"]) == [[0, 2], [1, 4], [3]]
     assert group_by_node(["n1"] * 3) == [[0, 1, 2]]
+
+
+def test_num_hosts_places_each_hosts_workers_together():
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), num_hosts=1, num_workers_per_host=2)
+    executor.start()
+    try:
+        assert executor.run(rank_and_sum) == [(0, 2, 0, 2, 3.0), (1, 2, 1, 2, 3.0)]
+    finally:
+        executor.shutdown()
+
+
+def run_inside_a_placement_group():
+    """What Ray Tune does: the executor's creator runs in a placement group that holds its workers' bundles too."""
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), num_workers=2)
+    executor.start()
+    try:
+        return executor._pg is None, executor.run(rank_and_sum)
+    finally:
+        executor.shutdown()
+
+
+def test_an_enclosing_placement_group_is_used_for_the_workers():
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    pg = placement_group([{"CPU": 1}] * 3)  # the creator's bundle and one per worker
+    ray.get(pg.ready(), timeout=60)
+    try:
+        inside = PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True)
+        no_own_group, results = ray.get(ray.remote(run_inside_a_placement_group)
+                                        .options(num_cpus=1, scheduling_strategy=inside).remote(), timeout=120)
+    finally:
+        remove_placement_group(pg)
+    assert no_own_group
+    assert results == [(0, 2, 0, 2, 3.0), (1, 2, 1, 2, 3.0)]
