@@ -160,6 +160,8 @@ def test_refusals_name_the_culprit():
         ElasticRayExecutor(ElasticRayExecutor.create_settings(min_num_proc=2))
     with pytest.raises(ValueError, match="num_workers must be a positive integer, got 0"):
         RayExecutor(settings, num_workers=0)
+    with pytest.raises(ValueError, match="num_workers, or num_hosts .* not neither"):
+        RayExecutor(settings)
     with pytest.raises(ValueError, match="gpus_per_worker=1 needs use_gpu=True"):
         RayExecutor(settings, num_workers=2, gpus_per_worker=1)
     executor = RayExecutor(settings, num_workers=2)

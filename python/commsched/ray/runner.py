@@ -82,8 +82,9 @@ class RayExecutor:
             _refuse_elastic(", ".join(f"{k}={v}" for k, v in elastic.items()))
         if gpus_per_worker and not use_gpu:
             raise ValueError(f"{_NAME}: gpus_per_worker={gpus_per_worker} needs use_gpu=True")
-        if num_workers is not None and num_hosts is not None:
-            raise ValueError(f"{_NAME}: give num_workers or num_hosts (with num_workers_per_host), not both")
+        if (num_workers is None) == (num_hosts is None):
+            raise ValueError(f"{_NAME}: give num_workers, or num_hosts (with num_workers_per_host), not "
+                             f"{'both' if num_workers else 'neither'}")
         for name, value in dict(num_workers=num_workers, num_hosts=num_hosts, num_workers_per_host=num_workers_per_host,
                                 gpus_per_worker=gpus_per_worker).items():
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -111,8 +112,8 @@ class RayExecutor:
         _refuse_servers(extra)
         self._stopped_because = None
         try:
-            actors = self._create_actors()
-            self.workers, envs = self._plan(actors, extra)
+            self.workers = self._create_actors()  # so that a failure below stops them
+            self.workers, envs = self._plan(self.workers, extra)
             self._wait("set the workers' environment",
                        [w.update_env_vars.remote({**env, **extra}) for w, env in zip(self.workers, envs)])
             self._wait("make the executable on each worker",
@@ -122,16 +123,9 @@ class RayExecutor:
             self.shutdown()
             raise
 
-    def _num_workers(self):
-        if self.num_workers is not None:
-            return self.num_workers
-        if self.num_hosts is not None:
-            return self.num_hosts * self.num_workers_per_host
-        raise ValueError(f"{_NAME}: give num_workers, or num_hosts and num_workers_per_host")
-
     def _create_actors(self):
         """Actors in creation order, each in its placement group bundle."""
-        n = self._num_workers()
+        n = self.num_workers or self.num_hosts * self.num_workers_per_host
         current = get_current_placement_group() if self.use_current_placement_group else None
         if current is not None:
             bundles, pg = [-1] * n, current   # any bundle of the caller's group
