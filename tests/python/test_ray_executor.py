@@ -162,6 +162,8 @@ def test_refusals_name_the_culprit():
         RayExecutor(settings, num_workers=0)
     with pytest.raises(ValueError, match="num_workers, or num_hosts .* not neither"):
         RayExecutor(settings)
+    with pytest.raises(ValueError, match="not both"):
+        RayExecutor(settings, num_workers=0, num_hosts=1)
     with pytest.raises(ValueError, match="gpus_per_worker=1 needs use_gpu=True"):
         RayExecutor(settings, num_workers=2, gpus_per_worker=1)
     executor = RayExecutor(settings, num_workers=2)
@@ -210,3 +212,12 @@ def test_an_enclosing_placement_group_is_used_for_the_workers():
         remove_placement_group(pg)
     assert no_own_group
     assert results == [(0, 2, 0, 2, 3.0), (1, 2, 1, 2, 3.0)]
+
+
+def test_more_workers_than_the_cluster_holds_time_out_naming_the_request():
+    settings = RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=2)
+    executor = RayExecutor(settings, num_workers=5, cpus_per_worker=1)  # the local Ray has 4 CPUs
+    with pytest.raises(TimeoutError, match=r"did not grant 5 x \{'CPU': 1\} \(PACK\) within "
+                                           r"placement_group_timeout_s=2 s"):
+        executor.start()
+    assert executor.workers == [] and executor._pg is None

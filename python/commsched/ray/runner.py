@@ -84,7 +84,7 @@ class RayExecutor:
             raise ValueError(f"{_NAME}: gpus_per_worker={gpus_per_worker} needs use_gpu=True")
         if (num_workers is None) == (num_hosts is None):
             raise ValueError(f"{_NAME}: give num_workers, or num_hosts (with num_workers_per_host), not "
-                             f"{'both' if num_workers else 'neither'}")
+                             f"{'both' if num_workers is not None else 'neither'}")
         for name, value in dict(num_workers=num_workers, num_hosts=num_hosts, num_workers_per_host=num_workers_per_host,
                                 gpus_per_worker=gpus_per_worker).items():
             if value is not None and (not isinstance(value, int) or value < 1):
