@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "options/parse.h"
 #include "scheduler/priority_credit_policy.h"
 
 namespace commsched {
@@ -98,12 +99,12 @@ void GlobalOrder::on_group_done(Nanos now) {
   if (--r->groups_left == 0) driver_->batch_done(r->batch, now);
 }
 
-void GlobalOrder::on_ready(int rank, std::span<const ReadyReport> reports, GlobalOrderOutput& out) {
+void GlobalOrder::on_ready(int rank, std::span<const ReadyReport> reports, GlobalOrderOutput& out, Nanos now) {
   reported_[rank] += reports.size();  // what its marks count (IterationMark::after)
   for (const auto& rep : reports) {
     ++stats_.reports;
     if (rep.cache_id == kNoCacheId) {
-      record(rank, rep, rep.desc, rep.name, out);
+      record(rank, rep, rep.desc, rep.name, now, out);
       continue;
     }
     ++stats_.cached_reports;
@@ -116,12 +117,12 @@ void GlobalOrder::on_ready(int rank, std::span<const ReadyReport> reports, Globa
       continue;
     }
     const CachedDesc& c = cache_[rep.cache_id];
-    record(rank, rep, c.desc, c.name, out);
+    record(rank, rep, c.desc, c.name, now, out);
   }
 }
 
 void GlobalOrder::record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name,
-                         GlobalOrderOutput& out) {
+                         Nanos now, GlobalOrderOutput& out) {
   if (joined_[rank]) {  // it stands in with zeros everywhere: a real submission now cannot be matched
     out.errors.push_back({desc.key, desc.offset, rep.round, Status::Code::invalid,
                           task_label(name, desc.key) + ": rank " + std::to_string(rank) + " submitted " +
@@ -134,6 +135,7 @@ void GlobalOrder::record(int rank, const ReadyReport& rep, const PartitionDesc& 
   Entry& e = it->second;
   if (fresh) {
     start_entry(e, rank, rep, desc, name);
+    e.since = now;
     e.reported = joined_;  // joined ranks stand in with zeros
     e.count = static_cast<int>(std::count(joined_.begin(), joined_.end(), true));
     for (int r = 0; r < size_; ++r)
@@ -227,6 +229,50 @@ std::string GlobalOrder::mismatch_message(const Entry& e, int rank, const Partit
   os << task_label(e.name, e.desc.key) << " differs across ranks: rank " << e.first_rank << " submitted "
      << e.desc.describe() << " (round " << e.round << "), rank " << rank << " submitted " << desc.describe()
      << " (round " << round << ")";
+  return os.str();
+}
+
+std::vector<StalledTask> GlobalOrder::stalled(Nanos now, Nanos min_wait) const {
+  std::unordered_map<uint64_t, StalledTask> by_key;  // a task's partitions wait together: report it once
+  for (const auto& [slot, e] : pending_) {
+    if (e.count == size_ || !e.poisoned.empty() || now - e.since < min_wait) continue;
+    auto [it, fresh] = by_key.try_emplace(slot.key);
+    if (!fresh && it->second.waited >= now - e.since) continue;
+    StalledTask& t = it->second = StalledTask{e.name, slot.key, now - e.since, {}, {}};
+    for (int r = 0; r < size_; ++r) {
+      if (e.reported[r]) t.ready.push_back(r);
+      else if (!gone_[r]) t.missing.push_back(r);
+    }
+  }
+  std::vector<StalledTask> out;
+  for (auto& [key, t] : by_key) out.push_back(std::move(t));
+  std::sort(out.begin(), out.end(), [](const StalledTask& a, const StalledTask& b) {
+    return a.waited != b.waited ? a.waited > b.waited : a.key < b.key;
+  });
+  return out;
+}
+
+void GlobalOrder::fail_stalled(uint64_t key, const std::string& message, GlobalOrderOutput& out) {
+  for (auto& [slot, e] : pending_)
+    if (slot.key == key && e.count < size_ && e.poisoned.empty()) poison(e, e.round, message, Status::Code::error, out);
+}
+
+namespace {
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+}  // namespace
+
+std::string describe_stalls(const std::vector<StalledTask>& stalls, size_t limit) {
+  std::ostringstream os;
+  for (size_t i = 0; i < stalls.size() && i < limit; ++i) {
+    const StalledTask& t = stalls[i];
+    os << (i ? "; " : "") << task_label(t.name, t.key) << " waits " << format_seconds(double(t.waited) / 1e9)
+       << " for " << rank_list(t.missing) << " (submitted by " << rank_list(t.ready) << ")";
+  }
+  if (stalls.size() > limit) os << "; and " << stalls.size() - limit << " more";
   return os.str();
 }
 

@@ -133,6 +133,19 @@ struct ErrorMsg {
 };
 
 
+// A tensor some ranks submitted and the others have not, for a while (stall reports, as Horovod's stall inspector
+// makes them): every rank must submit the same collectives under the same names, and one that submits another name
+// (a counter that differs, a step it skipped) or never gets there leaves the others waiting with no error.
+struct StalledTask {
+  std::string name;
+  uint64_t key = 0;
+  Nanos waited = 0;          // since the first rank reported it
+  std::vector<int> ready;    // ranks that submitted it
+  std::vector<int> missing;  // ranks that have not (ranks that joined or left aside)
+};
+// "task 'a' (key 0x..) waits 61 s for rank 2 (ready on ranks 0, 1); ..." at most `limit` tasks, then how many more.
+std::string describe_stalls(const std::vector<StalledTask>& stalls, size_t limit = 8);
+
 // One rank's end of backward (or flush): it covers the first `after` partitions that rank reported ready.
 struct IterationMark {
   bool backward = true;  // false: a flush (Engine::flush)
@@ -211,8 +224,14 @@ class GlobalOrder final : DispatchSink {
   // Partitions are ready everywhere and no policy has come: flush() would start with the default.
   bool needs_policy() const { return !policy_ && !complete_.empty(); }
 
-  // Records what `rank` has ready. Mismatches and protocol violations go to out.errors.
-  void on_ready(int rank, std::span<const ReadyReport> reports, GlobalOrderOutput& out);
+  // Records what `rank` has ready at `now` (the time stalled() counts from). Mismatches and protocol violations go
+  // to out.errors.
+  void on_ready(int rank, std::span<const ReadyReport> reports, GlobalOrderOutput& out, Nanos now = 0);
+  // Tasks reported by some ranks at least `min_wait` before `now` and not by the others, longest waiting first, one
+  // per task (its partition waiting longest).
+  std::vector<StalledTask> stalled(Nanos now, Nanos min_wait) const;
+  // Fails every partition of task `key` still waiting for reports, on every rank that holds it or reports it later.
+  void fail_stalled(uint64_t key, const std::string& message, GlobalOrderOutput& out);
   // `rank` is shutting down: whatever is pending can never be ordered.
   void on_bye(int rank, GlobalOrderOutput& out);
   // `rank` has joined (Horovod's join: it has no more data): it counts as ready, with zeros, for every partition the
@@ -259,6 +278,7 @@ class GlobalOrder final : DispatchSink {
     int32_t priority = 0;
     uint64_t seq = 0;          // first-report order: the policy's task id and tie-break after priority
     int first_rank = 0;        // whose description is recorded
+    Nanos since = 0;           // when the first report came
     std::vector<bool> reported;
     int count = 0;
     std::string poisoned;      // non-empty: this partition fails on every rank
@@ -273,7 +293,8 @@ class GlobalOrder final : DispatchSink {
     size_t groups_left = 0;
   };
 
-  void record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name, GlobalOrderOutput& out);
+  void record(int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name, Nanos now,
+              GlobalOrderOutput& out);
   // A new entry's description and order, first reported by `rank`.
   void start_entry(Entry& e, int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name);
   // Rank 0's cached report: ready everywhere now, when vouching may (true); the others' reports are then expected.

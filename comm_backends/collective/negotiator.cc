@@ -250,7 +250,7 @@ void Negotiator::take_inbox() {
   if (!reports.empty() && coordinator_) {
     GlobalOrderOutput out;
     note_ready(0, reports);
-    coordinator_->on_ready(0, reports, out);
+    coordinator_->on_ready(0, reports, out, now_ns());
     publish(out);
   } else if (!reports.empty()) {
     send_to(0, encode_ready(reports));
@@ -342,7 +342,7 @@ void Negotiator::coordinator_message(int from, MsgType type, ByteReader& r) {
     case MsgType::ready: {
       const auto reports = decode_ready(r);
       note_ready(from, reports);
-      if (!relay_.stopped()) coordinator_->on_ready(from, reports, out);
+      if (!relay_.stopped()) coordinator_->on_ready(from, reports, out, now_ns());
       break;
     }
     case MsgType::heartbeat: break;

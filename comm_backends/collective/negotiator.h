@@ -87,6 +87,11 @@ struct NegotiatorOptions {
   // waiting for the others' reports (GlobalOrder "Vouching"); the others run such an order as their submissions
   // come. A submission that then differs from what rank 0 ordered fails the group, naming the partition.
   bool vouch = true;
+  // Rank 0 logs the tensors some ranks submitted and others have not, once they have waited this long, and again
+  // each such interval while they wait (0: never); after stall_shutdown_s (0: never) it fails them on every rank,
+  // naming the ranks missing. A rank that submits another name or never gets there would hang the rest silently.
+  double stall_check_s = 60;
+  double stall_shutdown_s = 0;
 };
 
 // One partition ready on this rank. `token` is the caller's handle, given back by the callbacks.
@@ -292,6 +297,8 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // laggards go to every rank; every rank keeps rank 0's latest report.
   void note_ready(int rank, const std::vector<ReadyReport>& reports);
   void report_lags(std::chrono::steady_clock::time_point now);
+  // Rank 0: logs the stalled tensors (NegotiatorOptions::stall_check_s) and fails those past stall_shutdown_s.
+  void check_stalls();
   void heard_lags(std::vector<Straggler> lags);
 
   NegotiatorOptions opts_;
@@ -360,6 +367,7 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   std::optional<LagTracker> lag_;  // rank 0, under state_mu_
   bool lags_reported_ = false;     // rank 0: the last report named somebody
   std::chrono::steady_clock::time_point next_lag_report_{};
+  int64_t next_stall_check_ns_ = 0;  // rank 0: when check_stalls() looks again
   mutable std::mutex lags_mu_;
   StragglerBoard lags_{1};
 

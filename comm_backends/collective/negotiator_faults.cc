@@ -127,6 +127,7 @@ void Negotiator::keep_alive(Clock::time_point now) {
   }
   if (coordinator_ && now >= next_lag_report_) {
     report_lags(now);
+    check_stalls();
     next_lag_report_ = now + heartbeat_;
   }
   if (auto loss = live_.check(now); loss && !finished_)
@@ -168,6 +169,31 @@ void Negotiator::report_lags(Clock::time_point now) {
   for (int r = 1; r < opts_.size && !finished_; ++r)
     if (peers_[r].fd.valid() && !peers_[r].closed) send_to(r, frame);
   heard_lags(std::move(lags));
+}
+
+void Negotiator::check_stalls() {
+  const double check = opts_.stall_check_s, stop = opts_.stall_shutdown_s;
+  if (check <= 0 && stop <= 0) return;
+  const auto ns = [](double s) { return static_cast<int64_t>(s * 1e9); };
+  const int64_t now = now_ns();
+  const std::vector<StalledTask> stalls =
+      coordinator_->stalled(now, ns(check > 0 && stop > 0 ? std::min(check, stop) : std::max(check, stop)));
+  if (stalls.empty()) return;
+  if (check > 0 && now >= next_stall_check_ns_ && stalls.front().waited >= ns(check)) {
+    next_stall_check_ns_ = now + ns(check);  // once per interval while they wait
+    std::fprintf(stderr,
+                 "[commsched negotiator rank 0] stalled: %s. Every rank must submit the same collectives under the "
+                 "same names: a rank missing one submitted another name (an unnamed operation counted differently), "
+                 "skipped it, or is busy elsewhere%s\n",
+                 describe_stalls(stalls).c_str(),
+                 stop > 0 ? "" : " (COMMSCHED_STALL_SHUTDOWN fails them after a while instead)");
+  }
+  if (stop <= 0) return;
+  GlobalOrderOutput out;
+  for (const StalledTask& t : stalls)
+    if (t.waited >= ns(stop))
+      coordinator_->fail_stalled(t.key, "stalled: " + describe_stalls({t}) + "; failed after COMMSCHED_STALL_SHUTDOWN", out);
+  publish(out);
 }
 
 void Negotiator::heard_lags(std::vector<Straggler> lags) {

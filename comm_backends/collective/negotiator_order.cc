@@ -67,7 +67,7 @@ bool Negotiator::step_on_caller(std::vector<Submission>& subs, std::optional<boo
     if (!reports.empty()) {
       GlobalOrderOutput out;
       note_ready(0, reports);
-      coordinator_->on_ready(0, reports, out);
+      coordinator_->on_ready(0, reports, out, now_ns());
       publish(out);
     }
     if (mark) coordinator_->on_mark(0, *mark);

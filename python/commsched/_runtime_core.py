@@ -8,6 +8,8 @@ The C++ engine completes tasks on its own thread and only fills a C++ handle; ev
 and waits with the GIL released (``Handle.wait`` in small slices, so Ctrl-C still works).
 """
 import atexit
+import collections
+import itertools
 import os
 import re
 import threading
@@ -20,6 +22,7 @@ _lock = threading.Lock()
 _ctx = None
 _framework = None           # the plugin that called init(), for error messages ("commsched.tensorflow")
 _names_by_key = {}
+_noname_counts = collections.defaultdict(itertools.count)  # counted afresh in every Context (noname_index)
 _WAIT_SLICE_S = 0.2
 _shutdown_hooks = []        # run before the Context goes (native ops let go of it)
 
@@ -84,6 +87,7 @@ def init(caller, policy=None, backend=None, tune=None, prepare=None, **options):
             engine["timeline"] = _C.TIMELINE_DEFERRED
         _ctx = _C.Context(engine=engine, backend=backend or "", tune=tune)
         _framework = caller
+        _noname_counts.clear()
     atexit.register(shutdown)
     return True
 
@@ -116,6 +120,13 @@ def context(caller="commsched.tensorflow"):
         raise NotInitializedError(f"{caller} has not been initialized: call {caller}.init() first "
                                   f"(import {caller} as hvd; hvd.init())")
     return ctx
+
+
+def noname_index(key):
+    """The number of the next unnamed operation counted under `key` (a kind, a process set) in this Context, from 0.
+    Ranks name an unnamed operation by this count, so they must agree on it: an elastic joiner, a fresh process,
+    counts from 0, and so does every survivor once the generation it joins connects (a new Context)."""
+    return next(_noname_counts[key])
 
 
 def engine_dtype(array, name):

@@ -174,6 +174,14 @@ model.fit(np.ones((8, 2)), np.zeros((8, 1)), batch_size=4, epochs=1, verbose=0)
 state.restore()  # back to the commit at the end of the last epoch: weights and optimizer (its step counter too)
 assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), trained))
 assert int(model.optimizer.iterations.numpy()) == 6
+
+# Unnamed operations are numbered from 0 in every Context: a generation's survivors (a new Context each) and its
+# joiners (new processes) then name them alike.
+htf.allreduce(tf.ones(1))
+assert htf.ops.auto_name("allreduce", None) != "allreduce.noname.0"
+hvd.shutdown()
+hvd.init()
+assert htf.ops.auto_name("allreduce", None) == "allreduce.noname.0"
 print("states ok")
 hvd.shutdown()
 '''

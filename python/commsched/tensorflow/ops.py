@@ -12,7 +12,6 @@ Inside tf.function, stateful callbacks run in program order (TensorFlow's automa
 callback's Python code is fixed when the function is traced: unnamed operations get their names then, the same on
 every rank as long as every rank traces the same code.
 """
-import collections
 import itertools
 import pickle
 import threading
@@ -27,7 +26,6 @@ from commsched.tensorflow import native
 Average, Sum, Adasum, Min, Max, Product = hc.AVERAGE, hc.SUM, "adasum", hc.MIN, hc.MAX, hc.PRODUCT
 CALLER = "commsched.tensorflow"
 
-_noname_ids = collections.defaultdict(itertools.count)
 _pending = {}                   # handle id -> Pending (two-phase operations: gradients)
 _pending_ids = itertools.count(1)
 _lock = threading.Lock()
@@ -38,7 +36,7 @@ def context():
 
 
 def auto_name(kind, name):
-    return name if name is not None else f"{kind}.noname.{next(_noname_ids[kind])}"
+    return name if name is not None else f"{kind}.noname.{core.noname_index(('tensorflow', kind))}"
 
 
 def resolve_op(average, op):

@@ -1,11 +1,11 @@
 """Horovod-compatible collective operations: allreduce / push_pull / broadcast (+ _async and in-place variants),
 poll and synchronize. Async calls return an integer handle, as in Horovod."""
-import collections
 import itertools
 import threading
 
 import torch
 
+from commsched import _runtime_core as core
 from commsched.torch import runtime
 from commsched.torch.compression import Compression
 
@@ -25,7 +25,6 @@ _handles = {}
 _handle_ids = itertools.count(1)
 # Unnamed operations are numbered per process set: ranks outside a set do not count its operations, so the global
 # set's names still agree across ranks after some ranks worked in a subset.
-_noname_ids = collections.defaultdict(itertools.count)
 _lock = threading.Lock()
 
 # Dtypes the backends carry. Others travel as bytes (broadcast, allgather: padded into int32 words) or, for sums,
@@ -60,7 +59,7 @@ def _auto_name(kind, name, process_set=None):
     if name is not None:
         return name
     set_id = _pset(process_set).process_set_id
-    return f"{kind}.noname.{next(_noname_ids[set_id])}" + (f".set{set_id}" if set_id else "")
+    return f"{kind}.noname.{core.noname_index(('torch', set_id))}" + (f".set{set_id}" if set_id else "")
 
 
 def _resolve_op(average, op, gather_ok=False):

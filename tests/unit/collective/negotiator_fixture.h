@@ -116,9 +116,10 @@ class Group {
  public:
   // execute_blocks: the ranks run their groups on the negotiator thread (see RankLog::execute_ms). secret: the run's
   // shared secret every rank proves (empty: none). meanwhile: when set, rank 0 starts alone and this runs (given a
-  // store of its own) before the other ranks start.
+  // store of its own) before the other ranks start. adjust: changes every rank's options last.
   Group(int size, uint64_t fusion = 0, double timeout_s = 5, bool execute_blocks = false, std::string secret = {},
-        const std::function<void(control::Store&)>& meanwhile = {})
+        const std::function<void(control::Store&)>& meanwhile = {},
+        const std::function<void(NegotiatorOptions&)>& adjust = {})
       : server_("127.0.0.1", 0), logs_(size) {
     std::vector<std::future<void>> joins;
     negotiators_.resize(size);
@@ -130,6 +131,7 @@ class Group {
         NegotiatorOptions o = options(r, size, fusion, timeout_s);
         o.execute_blocks = execute_blocks;
         o.secret = secret;
+        if (adjust) adjust(o);
         negotiators_[r] = std::make_unique<Negotiator>(o, *stores_[r], logs_[r].callbacks());
       }));
     }

@@ -90,6 +90,29 @@ TEST(Negotiator, MismatchedSizesFailOnBothRanksNamingTheKey) {
   }
 }
 
+// Rank 1 submits under another name what rank 0 submits (an unnamed operation counted from another point): nothing
+// pairs them, and each rank would wait for the other forever. After COMMSCHED_STALL_SHUTDOWN both fail on their
+// rank, each naming its task and the rank it waited for.
+TEST(Negotiator, TensorsTheRanksNameDifferentlyFailAfterTheStallShutdownNamingTheRankMissing) {
+  Group g(2, 0, 5, false, {}, {}, [](NegotiatorOptions& o) {
+    o.stall_check_s = 0.2;
+    o.stall_shutdown_s = 0.5;
+  });
+  g.rank(0).submit({sub(5, 400, 0)});
+  g.rank(1).submit({sub(6, 400, 0)});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(g.log(r).wait_settled(1, 20s)) << "rank " << r << " still waits";
+    std::lock_guard lock(g.log(r).mu);
+    ASSERT_EQ(g.log(r).failures.size(), 1u);
+    const std::string& m = g.log(r).failures[0].second.message;
+    const std::string task = r == 0 ? "task 't5' (key 0x5)" : "task 't6' (key 0x6)";
+    const std::string missing = r == 0 ? "for rank 1 (submitted by rank 0)" : "for rank 0 (submitted by rank 1)";
+    EXPECT_NE(m.find(task), std::string::npos) << m;
+    EXPECT_NE(m.find(missing), std::string::npos) << m;
+    EXPECT_NE(m.find("COMMSCHED_STALL_SHUTDOWN"), std::string::npos) << m;
+  }
+}
+
 // Ranks 0 and 1 are real negotiators; rank 2 is a raw socket that joins like one and then does what the test says.
 TEST(Negotiator, ARankThatVanishesFailsPendingWorkWithPeerLost) {
   TwoRanksAndAFake g;

@@ -377,6 +377,47 @@ TEST(GlobalOrder, MismatchedDtypeIsAnErrorToo) {
   EXPECT_NE(out.errors[0].message.find("i32"), std::string::npos) << out.errors[0].message;
 }
 
+// Two ranks that name one collective differently (rank 2 counted its unnamed operations from 0 again) each wait for
+// the others forever; the stall report names both tasks and who is missing, and fail_stalled ends them everywhere.
+TEST(GlobalOrder, TasksWaitingForSomeRanksAreReportedLongestFirstAndCanBeFailed) {
+  constexpr Nanos kS = 1'000'000'000;
+  GlobalOrder c = make(3, 0);
+  GlobalOrderOutput out;
+  c.on_ready(0, std::vector{report(desc(5, 0, 64), 0), report(desc(5, 64, 64), 0)}, out, 1 * kS);
+  c.on_ready(1, std::vector{report(desc(5, 0, 64), 0), report(desc(5, 64, 64), 0)}, out, 2 * kS);
+  c.on_ready(2, std::vector{report(desc(9, 0, 64), 0)}, out, 3 * kS);
+  c.on_ready(0, std::vector{report(desc(6, 0, 64), 0)}, out, 4 * kS);
+  c.on_ready(1, std::vector{report(desc(6, 0, 64), 0)}, out, 4 * kS);
+  c.on_ready(2, std::vector{report(desc(6, 0, 64), 0)}, out, 4 * kS);  // ready everywhere: not stalled
+  c.flush(4 * kS, out);
+  EXPECT_TRUE(c.stalled(4 * kS, 60 * kS).empty());
+  const std::vector<StalledTask> s = c.stalled(63 * kS, 60 * kS);
+  ASSERT_EQ(s.size(), 2u);  // task 5 once for its two partitions
+  EXPECT_EQ(s[0].key, 5u);
+  EXPECT_EQ(s[0].waited, 62 * kS);
+  EXPECT_EQ(s[0].ready, (std::vector<int>{0, 1}));
+  EXPECT_EQ(s[0].missing, std::vector<int>{2});
+  EXPECT_EQ(s[1].key, 9u);
+  EXPECT_EQ(s[1].missing, (std::vector<int>{0, 1}));
+  const std::string text = describe_stalls(s);
+  EXPECT_NE(text.find("task 't5' (key 0x5) waits 62s for rank 2 (submitted by ranks 0, 1)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("task 't9' (key 0x9) waits 60s for ranks 0, 1 (submitted by rank 2)"), std::string::npos)
+      << text;
+  const std::string first = describe_stalls(s, 1);
+  EXPECT_TRUE(first.ends_with("; and 1 more") && first.find("t9") == std::string::npos) << first;
+
+  ASSERT_TRUE(out.errors.empty());
+  c.fail_stalled(5, "stalled", out);
+  ASSERT_EQ(out.errors.size(), 2u);  // both partitions, on every rank holding them
+  EXPECT_EQ(out.errors[0].key, 5u);
+  EXPECT_EQ(out.errors[1].key, 5u);
+  EXPECT_EQ(out.errors[0].message, "stalled");
+  EXPECT_EQ(c.stalled(63 * kS, 60 * kS).size(), 1u);  // failed ones are not reported again
+  c.on_ready(2, std::vector{report(desc(5, 0, 64), 0)}, out, 64 * kS);  // a late report learns the error too
+  EXPECT_EQ(out.errors.size(), 3u);
+}
+
 TEST(GlobalOrder, ByeFailsWhatCanNeverCompleteButKeepsWhatIsComplete) {
   GlobalOrder c = make(2, 0);
   GlobalOrderOutput out;
