@@ -37,6 +37,8 @@
 // A bad value raises InvalidArgument naming the variable, the value and what is allowed.
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 #include <string>
 
@@ -73,6 +75,10 @@ struct ClusterEnv {
   void validate() const;
   std::string describe() const;
 };
+
+// How long the processes of a job wait for each other while they start (the slowest may still be importing its
+// framework on a busy host): at least a minute, and at least three of its silence timeouts.
+inline double join_timeout_s(double timeout_s) { return std::max(60.0, 3 * timeout_s); }
 
 // The registry rows of ClusterEnv (group "cluster").
 const OptionTable<ClusterEnv>& cluster_option_table();

@@ -61,7 +61,7 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.rank = env.rank;
   o.size = env.num_workers;
   o.timeout_s = env.timeout_s;
-  o.join_timeout_s = std::max(60.0, 3 * env.timeout_s);
+  o.join_timeout_s = join_timeout_s(env.timeout_s);
   // A collective pays a call's latency that a parameter server's pipelined pushes hide, so on a collective
   // bytescheduler fuses small tensors up to the collective fusion size by default.
   if (policy.policy == PolicyKind::bytescheduler) o.auto_fusion_bytes = fusion_bytes;

@@ -93,15 +93,19 @@ GlooMesh connect_gloo_mesh(const ClusterEnv& env, int rank, int size, control::S
   control::ignore_sigpipe_unless_handled();  // a killed peer must fail our writes, not kill this rank (CI saw it)
   mesh.device = gloo::transport::tcp::CreateDevice(transport_attr(env));
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  // Gloo's timeout bounds every collective, so a hung (not dead) peer is noticed too.
-  ctx->setTimeout(to_ms(env.timeout_s));
-  GlooStore store(kv, prefix, to_ms(std::max(60.0, 3 * env.timeout_s)));
+  // Connecting waits (with the context's timeout) for ranks that may still be starting, as long as the rest of the
+  // rendezvous does: with COMMSCHED_TIMEOUT a rank that reached init() seconds after the others failed the job.
+  const auto join = to_ms(join_timeout_s(env.timeout_s));
+  ctx->setTimeout(join);
+  GlooStore store(kv, prefix, join);
   try {
     ctx->connectFullMesh(store, mesh.device);
   } catch (const std::exception& e) {
     throw std::runtime_error("gloo rank " + std::to_string(rank) + " of " + std::to_string(size) +
                              ": connecting to every rank failed: " + e.what());
   }
+  // From here Gloo's timeout bounds every collective, so a hung (not dead) peer is noticed too.
+  ctx->setTimeout(to_ms(env.timeout_s));
   mesh.context = ctx;
   return mesh;
 }

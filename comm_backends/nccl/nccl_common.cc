@@ -13,7 +13,7 @@ ncclComm_t nccl_communicator(int rank, int size, control::Store& store, const st
     check_nccl(ncclGetUniqueId(&id), who + ": ncclGetUniqueId");
     store.set(id_key, std::string(reinterpret_cast<const char*>(&id), sizeof id));
   } else {
-    const auto wait = std::chrono::milliseconds(static_cast<int64_t>(std::max(60.0, 3 * timeout_s) * 1000));
+    const auto wait = std::chrono::milliseconds(static_cast<int64_t>(join_timeout_s(timeout_s) * 1000));
     const std::string bytes = store.get(id_key, wait);
     if (bytes.size() != sizeof id) throw std::runtime_error(who + ": malformed ncclUniqueId in the rendezvous store");
     std::memcpy(&id, bytes.data(), sizeof id);

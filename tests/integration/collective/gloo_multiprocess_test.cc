@@ -47,6 +47,16 @@ TEST(GlooWithSecret, ExactResultsWhenEveryRankProvesTheSecret) {
   }
 }
 
+// A rank that reaches the mesh several silence timeouts after the others (a slow framework import) still joins: the
+// ranks wait for each other as long as the rest of the rendezvous does, and only collectives run on the short timeout.
+TEST(GlooLateRank, ARankStartingLaterThanTheTimeoutStillJoins) {
+  RankProcesses procs(GLOO_RANK_BIN, {"random", "9", "2"}, 3,
+                      {{"COMMSCHED_TIMEOUT", "2"}, {"GLOO_TEST_LATE_RANK", "2:7"}});
+  for (const auto& e : procs.wait(std::chrono::seconds(90))) {
+    EXPECT_TRUE(e.exited && e.code == 0) << describe(e) << " (see its output above)";
+  }
+}
+
 struct EngineCase {
   int ranks;
   const char* policy;

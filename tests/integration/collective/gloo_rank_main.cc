@@ -14,9 +14,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <random>
+#include <string>
+#include <thread>
 
 #include "comm_backends/gloo/gloo_backend.h"
 #include "scheduler/engine.h"
@@ -168,6 +171,12 @@ int main(int argc, char** argv) {
   }
   try {
     const ClusterEnv env = ClusterEnv::from_env();
+    // GLOO_TEST_LATE_RANK=R:S: rank R starts S seconds after the others (a slow framework import, a busy host).
+    if (const char* late = std::getenv("GLOO_TEST_LATE_RANK")) {
+      const std::string spec = late;
+      if (std::stoi(spec.substr(0, spec.find(':'))) == env.rank)
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::stod(spec.substr(spec.find(':') + 1))));
+    }
     const std::string scenario = argv[1];
     const uint64_t seed = std::stoull(argv[2]);
     const int arg = std::stoi(argv[3]);
