@@ -7,6 +7,7 @@
 
 #include "options/parse.h"
 #include "scheduler/priority_credit_policy.h"
+#include "scheduler/stall.h"
 
 namespace commsched {
 
@@ -256,14 +257,6 @@ void GlobalOrder::fail_stalled(uint64_t key, const std::string& message, GlobalO
   for (auto& [slot, e] : pending_)
     if (slot.key == key && e.count < size_ && e.poisoned.empty()) poison(e, e.round, message, Status::Code::error, out);
 }
-
-namespace {
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
-}  // namespace
 
 std::string describe_stalls(const std::vector<StalledTask>& stalls, size_t limit) {
   std::ostringstream os;

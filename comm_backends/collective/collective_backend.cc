@@ -8,7 +8,6 @@
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/control/socket.h"
-#include "options/parse.h"
 #include "scheduler/config.h"
 
 namespace commsched::collective {
@@ -29,14 +28,6 @@ const OptionTable<CollectiveOptions>& CollectiveOptions::table() {
            bool_value(),
            "all-reduce: rank 0 orders a partition every rank ran before as soon as it is ready there, without waiting "
            "for the others' reports (0: wait for every rank's)");
-    t.bind("stall_check", "COMMSCHED_STALL_CHECK", [](CollectiveOptions& o) -> double& { return o.stall_check_s; },
-           duration_value(),
-           "all-reduce: rank 0 logs the tensors some ranks submitted and others have not after this long, naming "
-           "both (0: never)");
-    t.bind("stall_shutdown", "COMMSCHED_STALL_SHUTDOWN",
-           [](CollectiveOptions& o) -> double& { return o.stall_shutdown_s; }, duration_value(),
-           "all-reduce: such tensors fail on every rank after this long, naming the ranks missing (0: never; they "
-           "wait for as long as the missing ranks take)");
     return t;
   }();
   return t;
@@ -45,13 +36,7 @@ const OptionTable<CollectiveOptions>& CollectiveOptions::table() {
 CollectiveOptions CollectiveOptions::from_env() {
   CollectiveOptions o;
   table().set_from_env(o);
-  // A Horovod job keeps its stall inspector's settings (seconds).
-  constexpr ForeignVariable horovod[] = {{"HOROVOD_STALL_CHECK_TIME_SECONDS", "stall_check", "s"},
-                                         {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "stall_shutdown", "s"}};
-  table().set_from_foreign_env(o, horovod);
-  if (auto off = env_value("HOROVOD_STALL_CHECK_DISABLE"); off && !env_value("COMMSCHED_STALL_CHECK") &&
-                                                              parse_bool("HOROVOD_STALL_CHECK_DISABLE", *off))
-    o.stall_check_s = 0;
+  o.stall = StallOptions::from_env();
   o.policy = EngineConfig::from_env();  // the engines' configuration: what a fusion bound of 0 means on rank 0
   return o;
 }
@@ -69,8 +54,7 @@ NegotiatorOptions CollectiveOptions::negotiator_options(const ClusterEnv& env) c
   o.knobs.credit_bytes = credit_bytes;
   o.spin_s = spin_s;
   o.vouch = vouch;
-  o.stall_check_s = stall_check_s;
-  o.stall_shutdown_s = stall_shutdown_s;
+  o.stall = stall;
   o.host = env.rank == 0 ? env.root_addr : control::advertised_host(env);
   o.secret = ClusterAuth::from_env().secret_for(env.root_addr);  // the rendezvous store's rule: one answer per run
   return o;

@@ -49,8 +49,7 @@ struct CollectiveOptions {
   uint64_t credit_bytes = 0;
   double spin_s = NegotiatorOptions{}.spin_s;  // COMMSCHED_COLLECTIVE_SPIN: see NegotiatorOptions::spin_s
   bool vouch = NegotiatorOptions{}.vouch;       // COMMSCHED_COLLECTIVE_VOUCH: see NegotiatorOptions::vouch
-  double stall_check_s = NegotiatorOptions{}.stall_check_s;        // COMMSCHED_STALL_CHECK
-  double stall_shutdown_s = NegotiatorOptions{}.stall_shutdown_s;  // COMMSCHED_STALL_SHUTDOWN
+  StallOptions stall;                            // COMMSCHED_STALL_*: see NegotiatorOptions::stall
   EngineConfig policy;
   static CollectiveOptions from_env();
   static const OptionTable<CollectiveOptions>& table();  // the option registry's rows

@@ -41,6 +41,7 @@ Negotiator::Negotiator(NegotiatorOptions opts, control::Store& store, Negotiator
                                 std::to_string(opts_.size) + ")");
   // Heartbeats several times per timeout, so one late packet never looks like a death.
   heartbeat_ = heartbeat_interval(opts_.timeout_s);
+  stall_watch_ = StallWatch(opts_.stall);
   wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   helper_left_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_.valid() || !helper_left_.valid()) throw std::runtime_error("negotiator: eventfd failed");

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "scheduler/global_order.h"
+#include "scheduler/stall.h"
 #include "scheduler/wait_helper.h"
 #include "comm_backends/collective/kv_store.h"
 #include "comm_backends/collective/protocol.h"
@@ -87,11 +88,9 @@ struct NegotiatorOptions {
   // waiting for the others' reports (GlobalOrder "Vouching"); the others run such an order as their submissions
   // come. A submission that then differs from what rank 0 ordered fails the group, naming the partition.
   bool vouch = true;
-  // Rank 0 logs the tensors some ranks submitted and others have not, once they have waited this long, and again
-  // each such interval while they wait (0: never); after stall_shutdown_s (0: never) it fails them on every rank,
-  // naming the ranks missing. A rank that submits another name or never gets there would hang the rest silently.
-  double stall_check_s = 60;
-  double stall_shutdown_s = 0;
+  // Rank 0 logs the tensors some ranks submitted and others have not and, after stall.shutdown_s, fails them on
+  // every rank (scheduler/stall.h).
+  StallOptions stall;
 };
 
 // One partition ready on this rank. `token` is the caller's handle, given back by the callbacks.
@@ -367,7 +366,7 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   std::optional<LagTracker> lag_;  // rank 0, under state_mu_
   bool lags_reported_ = false;     // rank 0: the last report named somebody
   std::chrono::steady_clock::time_point next_lag_report_{};
-  int64_t next_stall_check_ns_ = 0;  // rank 0: when check_stalls() looks again
+  StallWatch stall_watch_{StallOptions{}};  // rank 0: when check_stalls() logs and fails
   mutable std::mutex lags_mu_;
   StragglerBoard lags_{1};
 

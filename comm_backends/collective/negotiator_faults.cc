@@ -172,26 +172,17 @@ void Negotiator::report_lags(Clock::time_point now) {
 }
 
 void Negotiator::check_stalls() {
-  const double check = opts_.stall_check_s, stop = opts_.stall_shutdown_s;
-  if (check <= 0 && stop <= 0) return;
-  const auto ns = [](double s) { return static_cast<int64_t>(s * 1e9); };
+  if (stall_watch_.min_wait_s() <= 0) return;
   const int64_t now = now_ns();
   const std::vector<StalledTask> stalls =
-      coordinator_->stalled(now, ns(check > 0 && stop > 0 ? std::min(check, stop) : std::max(check, stop)));
+      coordinator_->stalled(now, static_cast<int64_t>(stall_watch_.min_wait_s() * 1e9));
   if (stalls.empty()) return;
-  if (check > 0 && now >= next_stall_check_ns_ && stalls.front().waited >= ns(check)) {
-    next_stall_check_ns_ = now + ns(check);  // once per interval while they wait
-    std::fprintf(stderr,
-                 "[commsched negotiator rank 0] stalled: %s. Every rank must submit the same collectives under the "
-                 "same names: a rank missing one submitted another name (an unnamed operation counted differently), "
-                 "skipped it, or is busy elsewhere%s\n",
-                 describe_stalls(stalls).c_str(),
-                 stop > 0 ? "" : " (COMMSCHED_STALL_SHUTDOWN fails them after a while instead)");
-  }
-  if (stop <= 0) return;
+  if (stall_watch_.log_due(double(now) / 1e9, double(stalls.front().waited) / 1e9))
+    std::fprintf(stderr, "[commsched negotiator rank 0] stalled: %s. %s\n", describe_stalls(stalls).c_str(),
+                 stall_watch_.advice().c_str());
   GlobalOrderOutput out;
   for (const StalledTask& t : stalls)
-    if (t.waited >= ns(stop))
+    if (stall_watch_.fails(double(t.waited) / 1e9))
       coordinator_->fail_stalled(t.key, "stalled: " + describe_stalls({t}) + "; failed after COMMSCHED_STALL_SHUTDOWN", out);
   publish(out);
 }

@@ -74,6 +74,7 @@ void PsConfig::set(std::string_view option, std::string_view value, std::string_
 PsConfig PsConfig::from_env() {
   PsConfig c;
   ps_option_table().set_from_env(c);
+  c.stall = StallOptions::from_env();
   return c;
 }
 

@@ -13,6 +13,7 @@
 #include "comm_backends/ps/transport.h"
 #include "options/option_table.h"
 #include "scheduler/reply_order.h"
+#include "scheduler/stall.h"
 
 namespace commsched {
 namespace collective {
@@ -37,6 +38,9 @@ struct PsConfig {
   // A server sends its most urgent ready reply first, each at the latest once this many have left since it was
   // ready (scheduler/reply_order.h); 0: every reply at once, in arrival order.
   int reply_bound = static_cast<int>(ReplyOrder<int>::kDefaultMaxOvertakes);
+  // Each server logs the sync rounds some workers pushed and others have not, and fails them after
+  // stall.shutdown_s (scheduler/stall.h; COMMSCHED_STALL_*, its own option table).
+  StallOptions stall;
 
   // Applies one option by its variable name without the prefix, lower case ("deterministic", "emulate_rate", ...).
   void set(std::string_view option, std::string_view value, std::string_view var = {});

@@ -50,7 +50,8 @@ Server::Server(const ClusterEnv& env, const PsConfig& cfg, std::unique_ptr<Trans
       replies_(van_, static_cast<uint64_t>(cfg.reply_bound), [t = transport_.get()] { t->wake(); }),
       sharder_(std::max(1, env.num_servers)),
       lag_(env.num_workers),
-      lag_warned_(static_cast<size_t>(env.num_workers)) {}
+      lag_warned_(static_cast<size_t>(env.num_workers)),
+      stall_watch_(cfg.stall) {}
 
 void Server::log(const std::string& line) const {
   std::ostringstream os;
@@ -78,6 +79,7 @@ int Server::run() {
     if (const auto now = Clock::now(); now >= next_lag_check_) {
       warn_laggards(now);
       report_lags(now);
+      check_stalls(now);
       next_lag_check_ = now + hb;
     }
   }
@@ -261,6 +263,22 @@ void Server::warn_laggards(Clock::time_point now) {
     else os << " (async: nobody waits for it)";
     log(os.str());
   }
+}
+
+void Server::check_stalls(Clock::time_point now) {
+  if (stall_watch_.min_wait_s() <= 0) return;
+  const std::vector<StalledSlot> stalls = engine_.stalled(now, stall_watch_.min_wait_s());
+  if (stalls.empty()) return;
+  if (stall_watch_.log_due(std::chrono::duration<double>(now.time_since_epoch()).count(), stalls.front().waited_s)) {
+    std::string list;
+    for (size_t i = 0; i < stalls.size() && i < 8; ++i) list += (i ? "; " : "") + stalls[i].describe();
+    if (stalls.size() > 8) list += "; and " + std::to_string(stalls.size() - 8) + " more";
+    log("stalled: " + list + ". " + stall_watch_.advice());
+  }
+  for (const StalledSlot& s : stalls)
+    if (stall_watch_.fails(s.waited_s))
+      engine_.fail_stalled(s, "stalled: " + s.describe() + "; failed after COMMSCHED_STALL_SHUTDOWN", outcomes_);
+  send_outcomes();
 }
 
 // Every worker hears who lags (StragglerBoard merges the servers' reports); an empty report once clears it.

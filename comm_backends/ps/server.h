@@ -97,10 +97,13 @@ class Server final : public control::VanProtocol {
   static constexpr std::chrono::seconds kLagRepeat{5};
   void warn_laggards(Clock::time_point now);
   void report_lags(Clock::time_point now);
+  // Logs the rounds some workers pushed and others have not, and fails those past COMMSCHED_STALL_SHUTDOWN.
+  void check_stalls(Clock::time_point now);
   bool lags_reported_ = false;  // the last report named somebody
   LagTracker lag_;
   std::vector<Clock::time_point> lag_warned_;  // by worker rank
   Clock::time_point next_lag_check_;
+  StallWatch stall_watch_;
 };
 
 }  // namespace ps

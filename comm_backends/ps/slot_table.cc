@@ -4,6 +4,10 @@
 #include <cstdint>
 #include <cstring>
 #include <sstream>
+#include <tuple>
+
+#include "options/parse.h"
+#include "scheduler/stall.h"
 
 namespace commsched::ps {
 
@@ -64,6 +68,7 @@ std::string SlotTable::malformed(const Header& h, const std::string& why) {
 
 std::string SlotTable::open(Slot& s, const Header& h) {
   s.first = h;
+  s.opened = Clock::now();
   const bool lane = h.type == MsgType::push_pull && (h.flags & kFlagLane);
   if (lane) {
     s.seen.assign(num_workers_, false);
@@ -86,6 +91,40 @@ std::string SlotTable::open(Slot& s, const Header& h) {
       return malformed(h, why);
   }
   return {};
+}
+
+std::string StalledSlot::describe() const {
+  return "key " + std::to_string(key) + " offset " + std::to_string(offset) + " round " + std::to_string(round) +
+         " waits " + format_seconds(waited_s) + " for " + rank_list(missing, "worker") + " (pushed by " +
+         rank_list(pushed, "worker") + ")";
+}
+
+std::vector<StalledSlot> SlotTable::stalled(Clock::time_point now, double min_wait_s) const {
+  std::vector<StalledSlot> out;
+  for (const auto& [k, s] : slots_) {
+    const double waited = std::chrono::duration<double>(now - s.opened).count();
+    const bool lane = s.first.type == MsgType::push_pull && (s.first.flags & kFlagLane);
+    if (lane || !s.error.empty() || s.arrived >= s.expected || waited < min_wait_s) continue;
+    StalledSlot t{k.key, k.offset, k.round, waited, {}, {}};
+    for (uint32_t r = 0; r < num_workers_; ++r) (s.seen[r] ? t.pushed : t.missing).push_back(static_cast<int>(r));
+    out.push_back(std::move(t));
+  }
+  std::sort(out.begin(), out.end(), [](const StalledSlot& a, const StalledSlot& b) {
+    return a.waited_s != b.waited_s ? a.waited_s > b.waited_s : std::tie(a.key, a.offset) < std::tie(b.key, b.offset);
+  });
+  return out;
+}
+
+void SlotTable::fail_stalled(const StalledSlot& slot, const std::string& message, std::vector<Outcome>& out) {
+  auto it = slots_.find(Key{slot.key, slot.offset, slot.round});
+  if (it == slots_.end() || !it->second.error.empty()) return;
+  Slot& s = it->second;
+  s.error = message;  // later pushes of this round get it too (push answers a poisoned slot's pushes at once)
+  s.held.clear();
+  s.acc.reset();
+  s.bcast_data.reset();
+  if (!s.waiters.empty()) out.push_back(error_for(s, std::move(s.waiters)));
+  s.waiters.clear();
 }
 
 void SlotTable::push(const Header& h, PeerId peer, std::unique_ptr<Payload> payload, std::vector<Outcome>& out,

@@ -16,6 +16,7 @@
 // the sum (a majority vote weighted by each worker's scale).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,8 +49,18 @@ struct Outcome {
   std::string error;
 };
 
+// A round some workers pushed and others have not (scheduler/stall.h): its slot and who is missing.
+struct StalledSlot {
+  uint64_t key = 0, offset = 0, round = 0;
+  double waited_s = 0;        // since its first push
+  std::vector<int> pushed;    // workers whose push came (joined ones stand in)
+  std::vector<int> missing;
+  std::string describe() const;  // "key 12 offset 0 round 3 waits 61s for worker 2 (pushed by workers 0, 1)"
+};
+
 class SlotTable {
  public:
+  using Clock = std::chrono::steady_clock;
   SlotTable(uint32_t num_workers, bool deterministic, Summer& summer, std::shared_ptr<BufferPool> pool);
   // One push_pull or bcast message from worker `h.sender_rank` (or entry `entry` of a push_pull_batch, as
   // entry_header makes it). Appends answers that became due to `out`.
@@ -61,6 +72,11 @@ class SlotTable {
   // Returns false (and does nothing) when `rank` had joined already.
   bool join(uint32_t rank, std::vector<Outcome>& out);
   bool all_joined() const;
+  // Sync rounds (not a hierarchical lane's) that some workers pushed at least `min_wait_s` before `now` and others
+  // have not, longest waiting first.
+  std::vector<StalledSlot> stalled(Clock::time_point now, double min_wait_s) const;
+  // Answers every push of that round with `message`, and every later one; appends the answers to `out`.
+  void fail_stalled(const StalledSlot& slot, const std::string& message, std::vector<Outcome>& out);
   // Every worker has joined: from now on every slot waits for every worker again.
   void end_joins();
   const BufferPool& pool() const { return *pool_; }
@@ -85,7 +101,8 @@ class SlotTable {
     std::vector<std::shared_ptr<Payload>> held;   // deterministic: by rank; streaming: [0] until the second push
     std::shared_ptr<std::byte> acc;               // streaming accumulator (accumulator type)
     std::shared_ptr<Payload> bcast_data;          // the broadcast root's payload
-    std::string error;                            // set once the slot is poisoned by a mismatch
+    std::string error;                            // set once the slot is poisoned by a mismatch (or a stall)
+    Clock::time_point opened;                     // its first push
     compression::Spec spec;                       // compressed pushes: the scheme, from the first push
   };
 

@@ -123,6 +123,27 @@ bool SumEngine::all_joined() {
 
 void SumEngine::end_joins() { everywhere(Work::Kind::end_joins, 0); }
 
+std::vector<StalledSlot> SumEngine::stalled(SlotTable::Clock::time_point now, double min_wait_s) {
+  std::vector<StalledSlot> all;
+  for (auto& s : shards_) {
+    std::lock_guard state(s->state_mu);
+    std::vector<StalledSlot> mine = s->slots.stalled(now, min_wait_s);
+    std::move(mine.begin(), mine.end(), std::back_inserter(all));
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const StalledSlot& a, const StalledSlot& b) { return a.waited_s > b.waited_s; });
+  return all;
+}
+
+void SumEngine::fail_stalled(const StalledSlot& slot, const std::string& message, std::vector<Outcome>& out) {
+  Header h;
+  h.key = slot.key;
+  h.offset = slot.offset;
+  Shard& s = shard_of(h, /*async=*/false);
+  std::lock_guard state(s.state_mu);
+  s.slots.fail_stalled(slot, message, out);
+}
+
 void SumEngine::drain(std::vector<Outcome>& out) {
   std::lock_guard lock(done_mu_);
   std::move(done_.begin(), done_.end(), std::back_inserter(out));

@@ -54,6 +54,10 @@ class SumEngine {
   // Every worker has joined (SlotTable::all_joined), and ending that on every shard (as join() waits).
   bool all_joined();
   void end_joins();
+  // Every shard's stalled sync rounds (SlotTable::stalled), longest waiting first.
+  std::vector<StalledSlot> stalled(SlotTable::Clock::time_point now, double min_wait_s);
+  // Fails one on its shard (SlotTable::fail_stalled); the answers are appended to `out`.
+  void fail_stalled(const StalledSlot& slot, const std::string& message, std::vector<Outcome>& out);
   // Answers of work done on the shards' threads since the last call, appended to `out`.
   void drain(std::vector<Outcome>& out);
   // Drops the work not started, waits for what runs, ends the threads. Idempotent; the destructor calls it.

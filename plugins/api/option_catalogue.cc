@@ -10,6 +10,7 @@
 #include "comm_backends/hierarchical/hierarchical_backend.h"
 #include "comm_backends/ps/ps_config.h"
 #include "scheduler/config.h"
+#include "scheduler/stall.h"
 #include "scheduler/policy_factory.h"
 #include "tuner/tuner_config.h"
 
@@ -76,6 +77,7 @@ std::vector<OptionInfo> all_options() {
   append(out, tuner::tuner_option_table());
   append(out, ps_option_table());
   append(out, collective::CollectiveOptions::table());
+  append(out, StallOptions::table());
   append(out, HierarchicalOptions::table());
   append(out, cluster_option_table());
   append(out, auth_option_table());

@@ -6,10 +6,10 @@
 
 #include "comm_backends/comm_backend.h"
 #include "comm_backends/backend_registry.h"
-#include "comm_backends/collective/collective_backend.h"
 #include "comm_backends/loopback/loopback_backend.h"
 #include "comm_backends/ps/ps_config.h"
 #include "plugins/api/option_catalogue.h"
+#include "scheduler/stall.h"
 #include "tests/unit/readme_section.h"
 #include "tuner/tuner_config.h"
 
@@ -68,16 +68,16 @@ TEST(OptionCatalogue, HorovodsAutotuneVariablesAreHonoured) {
 TEST(OptionCatalogue, HorovodsStallVariablesAreHonoured) {
   ::setenv("HOROVOD_STALL_CHECK_TIME_SECONDS", "30", 1);
   ::setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "120", 1);
-  collective::CollectiveOptions o = collective::CollectiveOptions::from_env();
-  EXPECT_EQ(o.stall_check_s, 30);
-  EXPECT_EQ(o.stall_shutdown_s, 120);
+  StallOptions o = StallOptions::from_env();
+  EXPECT_EQ(o.check_s, 30);
+  EXPECT_EQ(o.shutdown_s, 120);
   ::setenv("HOROVOD_STALL_CHECK_DISABLE", "1", 1);
-  EXPECT_EQ(collective::CollectiveOptions::from_env().stall_check_s, 0);
+  EXPECT_EQ(StallOptions::from_env().check_s, 0);
   ::setenv("COMMSCHED_STALL_CHECK", "5s", 1);
-  EXPECT_EQ(collective::CollectiveOptions::from_env().stall_check_s, 5);
+  EXPECT_EQ(StallOptions::from_env().check_s, 5);
   ::setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "soon", 1);
   try {
-    collective::CollectiveOptions::from_env();
+    StallOptions::from_env();
     ADD_FAILURE() << "a bad HOROVOD_STALL_SHUTDOWN_TIME_SECONDS was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"), std::string::npos) << e.what();
@@ -85,7 +85,7 @@ TEST(OptionCatalogue, HorovodsStallVariablesAreHonoured) {
   for (const char* v : {"HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
                         "HOROVOD_STALL_CHECK_DISABLE", "COMMSCHED_STALL_CHECK"})
     ::unsetenv(v);
-  EXPECT_EQ(collective::CollectiveOptions::from_env().stall_check_s, 60);
+  EXPECT_EQ(StallOptions::from_env().check_s, 60);
 }
 
 // The backend registry says what a backend object answers.

@@ -95,8 +95,8 @@ TEST(Negotiator, MismatchedSizesFailOnBothRanksNamingTheKey) {
 // rank, each naming its task and the rank it waited for.
 TEST(Negotiator, TensorsTheRanksNameDifferentlyFailAfterTheStallShutdownNamingTheRankMissing) {
   Group g(2, 0, 5, false, {}, {}, [](NegotiatorOptions& o) {
-    o.stall_check_s = 0.2;
-    o.stall_shutdown_s = 0.5;
+    o.stall.check_s = 0.2;
+    o.stall.shutdown_s = 0.5;
   });
   g.rank(0).submit({sub(5, 400, 0)});
   g.rank(1).submit({sub(6, 400, 0)});

@@ -178,6 +178,54 @@ TEST(PsSumEngine, AJoinReleasesWhatItCompletesBeforeItReturns) {
   EXPECT_FALSE(engine.all_joined());
 }
 
+// Worker 1 pushes under another key what worker 0 pushes (a name counted differently): each round waits for the
+// other worker. stalled() lists both, naming who pushed and who is missing; fail_stalled answers the waiting push, and
+// every later push of that round, with the error.
+TEST(PsSumEngine, RoundsSomeWorkersPushedAreListedAsStalledAndCanBeFailed) {
+  Summer summer(1, 1ull << 40);
+  SumEngine engine(SumEngine::Options{3, 3, false, std::nullopt, 0}, summer, BufferPool::create(), [] {});
+  std::vector<Outcome> out;
+  auto pushes = random_pushes(3, 2, 1, DType::f32, false, 9);  // keys 1000, 1001 (two partitions each), 3 workers
+  for (const Push& p : pushes)
+    if ((p.h.key == 1000 && p.h.sender_rank < 2) || (p.h.key == 1001 && p.h.sender_rank == 2))
+      engine.push(false, p.h, p.h.sender_rank + 1, std::make_unique<VecPayload>(p.data), out);
+  engine.join(7);  // a barrier (no such worker): every shard has taken the pushes
+  const auto now = SlotTable::Clock::now();
+  EXPECT_TRUE(engine.stalled(now, 60).empty());
+  const std::vector<StalledSlot> s = engine.stalled(now + std::chrono::seconds(61), 60);
+  ASSERT_EQ(s.size(), 4u);  // two partitions of each key
+  for (const StalledSlot& x : s) {
+    EXPECT_GE(x.waited_s, 61);
+    if (x.key == 1000) {
+      EXPECT_EQ(x.pushed, (std::vector<int>{0, 1}));
+      EXPECT_EQ(x.missing, std::vector<int>{2});
+    } else {
+      EXPECT_EQ(x.pushed, std::vector<int>{2});
+      EXPECT_EQ(x.missing, (std::vector<int>{0, 1}));
+    }
+  }
+  const StalledSlot first = *std::find_if(s.begin(), s.end(), [](const StalledSlot& x) { return x.key == 1000; });
+  EXPECT_NE(first.describe().find("key 1000 offset " + std::to_string(first.offset) + " round 0 waits 61"),
+            std::string::npos) << first.describe();
+  EXPECT_NE(first.describe().find("for worker 2 (pushed by workers 0, 1)"), std::string::npos) << first.describe();
+  engine.drain(out);
+  ASSERT_TRUE(out.empty());
+  engine.fail_stalled(first, "stalled", out);
+  ASSERT_EQ(out.size(), 1u);  // one answer for the round's two waiting pushes
+  EXPECT_EQ(out[0].error, "stalled");
+  EXPECT_EQ(out[0].waiters.size(), 2u);
+  EXPECT_EQ(engine.stalled(now + std::chrono::seconds(61), 60).size(), 3u);  // failed rounds are not listed again
+  out.clear();
+  const Push& late = *std::find_if(pushes.begin(), pushes.end(), [&](const Push& p) {
+    return p.h.key == 1000 && p.h.offset == first.offset && p.h.sender_rank == 2;
+  });
+  engine.push(false, late.h, 3, std::make_unique<VecPayload>(late.data), out);
+  engine.join(7);
+  engine.drain(out);
+  ASSERT_EQ(out.size(), 1u);  // the missing worker's late push learns the error too
+  EXPECT_EQ(out[0].error, "stalled");
+}
+
 TEST(PsSumEngine, StopDropsQueuedWorkAndTheReadyCallbackWakesTheOwner) {
   Summer summer(1, 1ull << 40);
   std::atomic<int> ready{0};
