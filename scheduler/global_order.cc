@@ -131,7 +131,9 @@ void GlobalOrder::record(int rank, const ReadyReport& rep, const PartitionDesc& 
     return;
   }
   const Slot slot{desc.key, desc.offset};
-  if (rank == 0 ? rep.cache_id != kNoCacheId && vouch(rep, desc, name) : vouched_report(rank, slot, rep.round)) return;
+  if (stall_failed_report(rank, slot, rep.round, out)) return;
+  if (rank == 0 ? rep.cache_id != kNoCacheId && vouch(rep, desc, name, now) : vouched_report(rank, slot, rep.round))
+    return;
   auto [it, fresh] = pending_.try_emplace(slot);
   Entry& e = it->second;
   if (fresh) {
@@ -175,13 +177,13 @@ void GlobalOrder::start_entry(Entry& e, int rank, const ReadyReport& rep, const 
   e.first_rank = rank;
 }
 
-bool GlobalOrder::vouch(const ReadyReport& rep, const PartitionDesc& desc, const std::string& name) {
+bool GlobalOrder::vouch(const ReadyReport& rep, const PartitionDesc& desc, const std::string& name, Nanos now) {
   const Slot slot{desc.key, desc.offset};
   if (!vouch_ || pending_.count(slot) || std::count(gone_.begin(), gone_.end(), true) > 0) return false;
   std::vector<bool> expect(size_, false);
   for (int r = 1; r < size_; ++r) expect[r] = !joined_[r];
   if (std::count(expect.begin(), expect.end(), true) > 0 &&
-      !vouched_.try_emplace({slot, rep.round}, Vouched{expect, name}).second)
+      !vouched_.try_emplace({slot, rep.round}, Vouched{expect, name, now}).second)
     return false;  // the same round vouched twice: let the ordinary path report the duplicate
   Entry& e = pending_[slot];
   start_entry(e, 0, rep, desc, name);
@@ -233,20 +235,31 @@ std::string GlobalOrder::mismatch_message(const Entry& e, int rank, const Partit
   return os.str();
 }
 
+template <class Reported>
+void GlobalOrder::add_stall(std::unordered_map<uint64_t, StalledTask>& by_key, uint64_t key, const std::string& name,
+                            Nanos waited, Reported reported) const {
+  auto [it, fresh] = by_key.try_emplace(key);
+  if (!fresh && it->second.waited >= waited) return;
+  StalledTask& t = it->second = StalledTask{name, key, waited, {}, {}};
+  for (int r = 0; r < size_; ++r) {
+    if (joined_[r] || gone_[r]) continue;  // standing in with zeros, or gone: neither submitted nor missing
+    (reported(r) ? t.ready : t.missing).push_back(r);
+  }
+}
+
 std::vector<StalledTask> GlobalOrder::stalled(Nanos now, Nanos min_wait) const {
   std::unordered_map<uint64_t, StalledTask> by_key;  // a task's partitions wait together: report it once
-  for (const auto& [slot, e] : pending_) {
-    if (e.count == size_ || !e.poisoned.empty() || now - e.since < min_wait) continue;
-    auto [it, fresh] = by_key.try_emplace(slot.key);
-    if (!fresh && it->second.waited >= now - e.since) continue;
-    StalledTask& t = it->second = StalledTask{e.name, slot.key, now - e.since, {}, {}};
-    for (int r = 0; r < size_; ++r) {
-      if (e.reported[r]) t.ready.push_back(r);
-      else if (!gone_[r]) t.missing.push_back(r);
-    }
-  }
+  for (const auto& [slot, e] : pending_)
+    if (e.count < size_ && e.poisoned.empty() && now - e.since >= min_wait)
+      add_stall(by_key, slot.key, e.name, now - e.since, [&e](int r) { return bool(e.reported[r]); });
+  // Ordered on rank 0's readiness alone (vouching) and still owed by some ranks: the usual stall once a tensor has
+  // run before (a rank that skips it in one step).
+  for (const auto& [k, v] : vouched_)
+    if (now - v.since >= min_wait)
+      add_stall(by_key, k.slot.key, v.name, now - v.since, [&v](int r) { return !v.expect[r]; });
   std::vector<StalledTask> out;
-  for (auto& [key, t] : by_key) out.push_back(std::move(t));
+  for (auto& [key, t] : by_key)
+    if (!t.missing.empty()) out.push_back(std::move(t));
   std::sort(out.begin(), out.end(), [](const StalledTask& a, const StalledTask& b) {
     return a.waited != b.waited ? a.waited > b.waited : a.key < b.key;
   });
@@ -254,8 +267,36 @@ std::vector<StalledTask> GlobalOrder::stalled(Nanos now, Nanos min_wait) const {
 }
 
 void GlobalOrder::fail_stalled(uint64_t key, const std::string& message, GlobalOrderOutput& out) {
-  for (auto& [slot, e] : pending_)
-    if (slot.key == key && e.count < size_ && e.poisoned.empty()) poison(e, e.round, message, Status::Code::error, out);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Entry& e = it->second;
+    if (it->first.key != key || e.count == size_ || !e.poisoned.empty()) {
+      ++it;
+      continue;
+    }
+    poison(e, e.round, message, Status::Code::error, out);
+    std::vector<bool> expect(size_);
+    for (int r = 0; r < size_; ++r) expect[r] = !e.reported[r] && !gone_[r];
+    stall_failed_[{it->first, e.round}] = StallFailed{std::move(expect), message};
+    it = pending_.erase(it);  // the ranks that reported it start its next round afresh
+  }
+  for (auto it = vouched_.begin(); it != vouched_.end();) {
+    if (it->first.slot.key != key) {
+      ++it;
+      continue;
+    }
+    out.errors.push_back({key, it->first.slot.offset, it->first.round, Status::Code::error, message});
+    stall_failed_[it->first] = StallFailed{it->second.expect, message};
+    it = vouched_.erase(it);
+  }
+}
+
+bool GlobalOrder::stall_failed_report(int rank, const Slot& slot, uint64_t round, GlobalOrderOutput& out) {
+  auto it = stall_failed_.find({slot, round});
+  if (it == stall_failed_.end() || !it->second.expect[rank]) return false;
+  out.errors.push_back({slot.key, slot.offset, round, Status::Code::error, it->second.message});
+  it->second.expect[rank] = false;
+  if (std::count(it->second.expect.begin(), it->second.expect.end(), true) == 0) stall_failed_.erase(it);
+  return true;
 }
 
 std::string describe_stalls(const std::vector<StalledTask>& stalls, size_t limit) {

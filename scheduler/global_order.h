@@ -298,7 +298,7 @@ class GlobalOrder final : DispatchSink {
   // A new entry's description and order, first reported by `rank`.
   void start_entry(Entry& e, int rank, const ReadyReport& rep, const PartitionDesc& desc, const std::string& name);
   // Rank 0's cached report: ready everywhere now, when vouching may (true); the others' reports are then expected.
-  bool vouch(const ReadyReport& rep, const PartitionDesc& desc, const std::string& name);
+  bool vouch(const ReadyReport& rep, const PartitionDesc& desc, const std::string& name, Nanos now);
   // `rank`'s report of a partition rank 0 vouched for: counted off (true).
   bool vouched_report(int rank, const Slot& slot, uint64_t round);
   // `rank` will report nothing more (joined or gone): no vouched partition waits for its report.
@@ -355,9 +355,24 @@ class GlobalOrder final : DispatchSink {
   struct Vouched {
     std::vector<bool> expect;  // the ranks whose report of it has not come
     std::string name;          // for the error when one of them shuts down
+    Nanos since = 0;           // when rank 0 vouched (stalled() counts from there)
   };
   bool vouch_ = false;
   std::unordered_map<VouchKey, Vouched, VouchKeyHash> vouched_;
+  // Partitions fail_stalled() failed, by (slot, round): the error for the ranks whose reports had not come, which get
+  // it when they do (their entry is gone, so the others' next round starts afresh).
+  struct StallFailed {
+    std::vector<bool> expect;
+    std::string message;
+  };
+  std::unordered_map<VouchKey, StallFailed, VouchKeyHash> stall_failed_;
+  // A stalled task's line for the partition `key` of `name`, waiting since `since`; `reported(r)` says whether rank r
+  // submitted it. Keeps the longest wait per task in `by_key`.
+  template <class Reported>
+  void add_stall(std::unordered_map<uint64_t, StalledTask>& by_key, uint64_t key, const std::string& name,
+                 Nanos waited, Reported reported) const;
+  // The stall-failed error for `rank`'s late report of (slot, round), if any (true: told).
+  bool stall_failed_report(int rank, const Slot& slot, uint64_t round, GlobalOrderOutput& out);
   GlobalOrderStats stats_;
 };
 

@@ -30,7 +30,7 @@ StallOptions StallOptions::from_env() {
   table().set_from_foreign_env(o, horovod);
   if (auto off = env_value("HOROVOD_STALL_CHECK_DISABLE");
       off && !env_value("COMMSCHED_STALL_CHECK") && parse_bool("HOROVOD_STALL_CHECK_DISABLE", *off))
-    o.check_s = 0;
+    o.check_s = o.shutdown_s = 0;  // Horovod's switch turns its whole stall inspector off
   return o;
 }
 

@@ -16,7 +16,8 @@ namespace commsched {
 struct StallOptions {
   double check_s = 60;    // COMMSCHED_STALL_CHECK: log what waited this long, again each interval (0: never)
   double shutdown_s = 0;  // COMMSCHED_STALL_SHUTDOWN: fail what waited this long, on every rank (0: never)
-  // COMMSCHED_STALL_*, else Horovod's HOROVOD_STALL_CHECK_TIME_SECONDS, _SHUTDOWN_TIME_SECONDS, _CHECK_DISABLE.
+  // COMMSCHED_STALL_*, else Horovod's HOROVOD_STALL_CHECK_TIME_SECONDS, _SHUTDOWN_TIME_SECONDS, _CHECK_DISABLE (which
+  // turns both off unless COMMSCHED_STALL_CHECK is set).
   static StallOptions from_env();
   static const OptionTable<StallOptions>& table();
 };

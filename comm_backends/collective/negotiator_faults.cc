@@ -2,6 +2,7 @@
 // stop, keep-alive and silence judged, the goodbye barrier at shutdown, and rank 0's straggler reports. The
 // connections are negotiator.cc's, the rounds negotiator_rounds.cc's, the order's path negotiator_order.cc's.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <utility>
 
@@ -174,8 +175,9 @@ void Negotiator::report_lags(Clock::time_point now) {
 void Negotiator::check_stalls() {
   if (stall_watch_.min_wait_s() <= 0) return;
   const int64_t now = now_ns();
+  const double wait_s = stall_watch_.min_wait_s();  // saturated: a duration past int64 nanoseconds means never
   const std::vector<StalledTask> stalls =
-      coordinator_->stalled(now, static_cast<int64_t>(stall_watch_.min_wait_s() * 1e9));
+      coordinator_->stalled(now, wait_s >= 9e9 ? INT64_MAX : static_cast<int64_t>(wait_s * 1e9));
   if (stalls.empty()) return;
   if (stall_watch_.log_due(double(now) / 1e9, double(stalls.front().waited) / 1e9))
     std::fprintf(stderr, "[commsched negotiator rank 0] stalled: %s. %s\n", describe_stalls(stalls).c_str(),
@@ -183,7 +185,8 @@ void Negotiator::check_stalls() {
   GlobalOrderOutput out;
   for (const StalledTask& t : stalls)
     if (stall_watch_.fails(double(t.waited) / 1e9))
-      coordinator_->fail_stalled(t.key, "stalled: " + describe_stalls({t}) + "; failed after COMMSCHED_STALL_SHUTDOWN", out);
+      coordinator_->fail_stalled(t.key, "stalled: " + describe_stalls({t}) + "; failed after COMMSCHED_STALL_SHUTDOWN",
+                                 out);
   publish(out);
 }
 

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "comm_backends/cluster_env.h"
+
 namespace commsched::nccl {
 
 ncclComm_t nccl_communicator(int rank, int size, control::Store& store, const std::string& id_key, double timeout_s,

@@ -182,6 +182,16 @@ assert htf.ops.auto_name("allreduce", None) != "allreduce.noname.0"
 hvd.shutdown()
 hvd.init()
 assert htf.ops.auto_name("allreduce", None) == "allreduce.noname.0"
+# Inside a traced function the name follows the function and the order in it, whatever ran before in the process.
+traced = []
+@tf.function
+def step(x):
+    traced.append(htf.ops.auto_name("allreduce", None))
+    traced.append(htf.ops.auto_name("allreduce", None))
+    return x
+step(tf.ones(1))
+step(tf.ones(2))  # traced again for the new shape: the same names
+assert traced == ["allreduce.noname.step.0", "allreduce.noname.step.1"] * 2, traced
 print("states ok")
 hvd.shutdown()
 '''

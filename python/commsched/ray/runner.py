@@ -63,6 +63,9 @@ def _refuse_servers(env):
                          "use `commsched launch -w N -s M` or Slurm (README, Running on clusters)")
 
 
+_SETTINGS_TIMEOUT = object()  # _wait's default: the settings' timeout_s
+
+
 class RayExecutor:
     """Horovod's RayExecutor: start(), run()/run_remote()/execute()/execute_single(), shutdown()."""
 
@@ -116,9 +119,11 @@ class RayExecutor:
             self.workers, envs = self._plan(self.workers, extra)
             self._wait("set the workers' environment",
                        [w.update_env_vars.remote({**env, **extra}) for w, env in zip(self.workers, envs)])
+            # Unbounded, as Horovod's: an executable may call init() (which waits for every rank as long as the
+            # workers' own join timeout), load data or import slowly; a failure still surfaces at once.
             self._wait("make the executable on each worker",
                        [w.start_executable.remote(executable_cls, executable_args, executable_kwargs)
-                        for w in self.workers])
+                        for w in self.workers], timeout=None)
         except BaseException:
             self.shutdown()
             raise
@@ -192,12 +197,16 @@ class RayExecutor:
         ids = self._wait("ask the workers for their GPUs", [a.get_gpu_ids.remote() for a in group])
         return ",".join(i for worker_ids in ids for i in worker_ids)
 
-    def _wait(self, what, refs):
-        timeout = self.settings.timeout_s
-        try:
-            return ray.get(refs, timeout=timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(f"{_NAME}: timed out after timeout_s={timeout} s waiting to {what}") from None
+    def _wait(self, what, refs, timeout=_SETTINGS_TIMEOUT):
+        """ray.get of refs (one per worker, in rank order once ranks are given, else in creation order) within
+        timeout_s (None: no bound); a timeout names the workers that did not answer."""
+        timeout = self.settings.timeout_s if timeout is _SETTINGS_TIMEOUT else timeout
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if pending:
+            late = [i for i, r in enumerate(refs) if r in pending]
+            raise TimeoutError(f"{_NAME}: timed out after timeout_s={timeout} s waiting to {what}: no answer from "
+                               f"worker(s) {late} of {len(refs)}")
+        return ray.get(refs)
 
     # ---- run ----
 

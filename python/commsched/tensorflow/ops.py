@@ -9,12 +9,14 @@ same in eager mode and inside tf.function. Gradients keep submit and wait apart 
 wire before anything waits (see gradients.py).
 
 Inside tf.function, stateful callbacks run in program order (TensorFlow's automatic control dependencies), and a
-callback's Python code is fixed when the function is traced: unnamed operations get their names then, the same on
-every rank as long as every rank traces the same code.
+callback's Python code is fixed when the function is traced: unnamed operations get their names then, after the
+function's graph and their order in it (auto_name), the same on every rank as long as every rank traces the same code.
 """
+import collections
 import itertools
 import pickle
 import threading
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +28,7 @@ from commsched.tensorflow import native
 Average, Sum, Adasum, Min, Max, Product = hc.AVERAGE, hc.SUM, "adasum", hc.MIN, hc.MAX, hc.PRODUCT
 CALLER = "commsched.tensorflow"
 
+_graph_noname_ids = weakref.WeakKeyDictionary()  # a traced graph -> its own counts of unnamed operations
 _pending = {}                   # handle id -> Pending (two-phase operations: gradients)
 _pending_ids = itertools.count(1)
 _lock = threading.Lock()
@@ -36,7 +39,17 @@ def context():
 
 
 def auto_name(kind, name):
-    return name if name is not None else f"{kind}.noname.{core.noname_index(('tensorflow', kind))}"
+    """An unnamed operation's name. Eager: counted per kind from 0 in each Context. Inside a tf.function being traced:
+    after the function's graph, counted per kind from 0 in that graph, so the name depends on the function's code
+    alone: an elastic survivor's function traced in an earlier generation and a joiner's traced now agree, and no
+    eager name of a later generation collides with it."""
+    if name is not None:
+        return name
+    if tf.executing_eagerly():
+        return f"{kind}.noname.{core.noname_index(('tensorflow', kind))}"
+    graph = tf.compat.v1.get_default_graph()
+    counts = _graph_noname_ids.setdefault(graph, collections.defaultdict(itertools.count))
+    return f"{kind}.noname.{graph.name}.{next(counts[kind])}"
 
 
 def resolve_op(average, op):

@@ -23,8 +23,6 @@ _GATHER_REDUCE = {Min: lambda s: torch.amin(s, dim=0), Max: lambda s: torch.amax
 
 _handles = {}
 _handle_ids = itertools.count(1)
-# Unnamed operations are numbered per process set: ranks outside a set do not count its operations, so the global
-# set's names still agree across ranks after some ranks worked in a subset.
 _lock = threading.Lock()
 
 # Dtypes the backends carry. Others travel as bytes (broadcast, allgather: padded into int32 words) or, for sums,
@@ -56,6 +54,8 @@ def _register(op):
 
 
 def _auto_name(kind, name, process_set=None):
+    """Unnamed operations are numbered per process set (ranks outside a set do not count its operations, so the
+    global set's names still agree across ranks after some ranks worked in a subset), from 0 in each Context."""
     if name is not None:
         return name
     set_id = _pset(process_set).process_set_id

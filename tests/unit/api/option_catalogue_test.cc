@@ -64,7 +64,8 @@ TEST(OptionCatalogue, HorovodsAutotuneVariablesAreHonoured) {
   ::unsetenv("HOROVOD_AUTOTUNE_LOG");
 }
 
-// Horovod's stall inspector settings (seconds), below commsched's own variables; its DISABLE switch turns the check off.
+// Horovod's stall inspector settings (seconds), below commsched's own variables; its DISABLE switch turns the
+// inspector off.
 TEST(OptionCatalogue, HorovodsStallVariablesAreHonoured) {
   ::setenv("HOROVOD_STALL_CHECK_TIME_SECONDS", "30", 1);
   ::setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "120", 1);
@@ -73,6 +74,7 @@ TEST(OptionCatalogue, HorovodsStallVariablesAreHonoured) {
   EXPECT_EQ(o.shutdown_s, 120);
   ::setenv("HOROVOD_STALL_CHECK_DISABLE", "1", 1);
   EXPECT_EQ(StallOptions::from_env().check_s, 0);
+  EXPECT_EQ(StallOptions::from_env().shutdown_s, 0);
   ::setenv("COMMSCHED_STALL_CHECK", "5s", 1);
   EXPECT_EQ(StallOptions::from_env().check_s, 5);
   ::setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "soon", 1);

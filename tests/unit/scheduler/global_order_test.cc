@@ -416,6 +416,36 @@ TEST(GlobalOrder, TasksWaitingForSomeRanksAreReportedLongestFirstAndCanBeFailed)
   EXPECT_EQ(c.stalled(63 * kS, 60 * kS).size(), 1u);  // failed ones are not reported again
   c.on_ready(2, std::vector{report(desc(5, 0, 64), 0)}, out, 64 * kS);  // a late report learns the error too
   EXPECT_EQ(out.errors.size(), 3u);
+  // The ranks that caught the error go on: the task's next round starts afresh (not "submitted twice").
+  c.on_ready(0, std::vector{report(desc(5, 0, 64), 0, 1)}, out, 65 * kS);
+  EXPECT_EQ(out.errors.size(), 3u) << out.errors.back().message;
+}
+
+// Once a task ran, rank 0 orders it on its own readiness (vouching); a rank that then skips it leaves the others in
+// the collective: the stall report names it too, and failing it tells every rank.
+TEST(GlobalOrder, AVouchedPartitionARankNeverSubmitsIsReportedAsStalled) {
+  constexpr Nanos kS = 1'000'000'000;
+  GlobalOrder c = make(3, 0);
+  c.set_vouching(true);
+  const auto d = desc(7, 0, 256);
+  const uint32_t id = order_once(c, 3, d);
+  GlobalOrderOutput out;
+  c.on_ready(0, std::vector{by_id(id, 1)}, out, 1 * kS);
+  c.on_ready(2, std::vector{by_id(id, 1)}, out, 1 * kS);
+  c.flush(1 * kS, out);
+  ASSERT_EQ(out.order.groups.size(), 1u);  // vouched and ordered
+  const std::vector<StalledTask> s = c.stalled(100 * kS, 60 * kS);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].key, 7u);
+  EXPECT_EQ(s[0].ready, (std::vector<int>{0, 2}));
+  EXPECT_EQ(s[0].missing, std::vector<int>{1});
+  c.fail_stalled(7, "stalled", out);
+  ASSERT_EQ(out.errors.size(), 1u);
+  EXPECT_EQ(out.errors[0].round, 1u);
+  EXPECT_TRUE(c.stalled(100 * kS, 60 * kS).empty());
+  c.on_ready(1, std::vector{by_id(id, 1)}, out, 101 * kS);  // rank 1 after all: told the error
+  EXPECT_EQ(out.errors.size(), 2u);
+  EXPECT_EQ(out.errors[1].message, "stalled");
 }
 
 TEST(GlobalOrder, ByeFailsWhatCanNeverCompleteButKeepsWhatIsComplete) {
