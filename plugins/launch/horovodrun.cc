@@ -370,13 +370,6 @@ std::vector<HostSlots> place_workers(int np, const std::vector<HostSlots>& hosts
   if (left > 0)
     throw InvalidArgument("horovodrun: -np " + std::to_string(np) + " is more than the hosts' " +
                           std::to_string(slots) + " slot(s)");
-  for (const HostSlots& h : placed)
-    if (h.slots != placed[0].slots)
-      throw InvalidArgument("horovodrun: -np " + std::to_string(np) + " puts " + std::to_string(placed[0].slots) +
-                            " worker(s) on " + placed[0].host + " but " + std::to_string(h.slots) + " on " + h.host +
-                            "; commsched runs the same number on every host: choose -np or the slots so that they "
-                            "divide evenly (-np " + std::to_string(static_cast<int>(placed.size()) * placed[0].slots) +
-                            " here)");
   return placed;
 }
 

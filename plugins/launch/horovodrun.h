@@ -29,9 +29,8 @@ struct HostSlots {
 std::vector<HostSlots> parse_hosts(const std::string& text);
 // A hostfile's lines, "host slots=N" (N=1 when left out; '#' starts a comment). Throws naming the file and line.
 std::vector<HostSlots> parse_hostfile(const std::string& contents, const std::string& path);
-// The hosts that run workers, each with its share: in order, each up to its slots, until np. `commsched launch` runs
-// the same number on every node, so shares that differ are refused with the -np that would fit; so is an np above
-// the slots.
+// The hosts that run workers, each with its share: in order, each up to its slots, until np (shares may differ:
+// each host's launcher numbers its workers after those of the hosts before it). An np above the slots is refused.
 std::vector<HostSlots> place_workers(int np, const std::vector<HostSlots>& hosts);
 // `s` as one word for a POSIX shell.
 std::string shell_quote(const std::string& s);

@@ -1,8 +1,9 @@
 // A parameter-server cluster around any command: S servers (this executable's `server` subcommand) and W workers
 // (the given command) per node, with the COMMSCHED_* environment contract set. One node: everything on loopback.
-// Several nodes (nnodes > 1): every node runs its own launcher with its node rank; they meet at node 0's launcher
-// (root HOST:PORT, see node_link.h), the cluster's rendezvous is HOST:PORT+1, and node i's workers get global ranks
-// i*W .. i*W+W-1 (servers likewise). Ctrl-C (or SIGTERM) is forwarded; when any process on any node exits non-zero,
+// Several nodes (nnodes > 1): every node runs its own launcher with its node rank and its own W and S (nodes may
+// differ, as hosts with different slots do); they meet at node 0's launcher (root HOST:PORT, see node_link.h), the
+// cluster's rendezvous is HOST:PORT+1, and node i's workers get the global ranks after those of nodes 0..i-1
+// (servers likewise). COMMSCHED_HIERARCHICAL, which needs equal machines, is refused with uneven worker counts. Ctrl-C (or SIGTERM) is forwarded; when any process on any node exits non-zero,
 // or a node's launcher disappears, every node tears its processes down and launch returns non-zero.
 // Elastic (min_workers > 0): the launcher (node 0's, across nodes) serves the job's membership store
 // (COMMSCHED_ELASTIC_STORE), a worker that fails is marked lost there instead of ending the run, a failed worker is

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# `commsched horovodrun -np 4 -H A:2,B:2` across two hosts: network namespaces joined by a veth pair
+# `commsched horovodrun -np NP -H A:SLOTS_A,B:SLOTS_B` across two hosts: network namespaces joined by a veth pair
 # (bench/netns_link.sh), each reached through a stand-in for ssh (this machine runs no sshd) that runs the command
 # in that host's namespace with a bare environment, as a remote login shell would, and passes its stdin on. Needs root.
-#   netns_horovodrun.sh COMMSCHED_BIN -- worker command...
+#   netns_horovodrun.sh COMMSCHED_BIN NP SLOTS_A SLOTS_B -- worker command...
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/bench/netns_link.sh"
 fake=$(mktemp)
 trap 'netns_link_down; rm -f "$fake"' EXIT INT TERM
-bin=$1
-shift 2
+bin=$1 np=$2 slots_a=$3 slots_b=$4
+shift 5
 netns_link_up chr 78 1gbit
 # ssh [-o OPT] [-p PORT] [-i FILE] HOST COMMAND
 cat >"$fake" <<EOF
@@ -19,4 +19,4 @@ case \$1 in $A) ns=$NA ;; $B) ns=$NB ;; *) echo "ssh stand-in: unknown host \$1"
 exec ip netns exec "\$ns" env -i PATH="$PATH" /bin/sh -c "\$2"
 EOF
 chmod +x "$fake"
-ip netns exec "$NA" "$bin" horovodrun -np 4 -H "$A:2,$B:2" --ssh-command "$fake" --verbose "$@"
+ip netns exec "$NA" "$bin" horovodrun -np "$np" -H "$A:$slots_a,$B:$slots_b" --ssh-command "$fake" --verbose "$@"
