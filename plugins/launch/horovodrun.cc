@@ -223,7 +223,10 @@ ProcessSpec host_spec(const RunOptions& o, const HostSlots& h, int node, std::ve
   spec.argv.push_back(kRemoteShell);
   std::map<std::string, std::string> env = forwarded_env(environ);
   if (!secret.empty()) env["COMMSCHED_SECRET"] = secret;
+  // Before launch's "--" (the worker command follows it): the remote launcher stops when ssh's stdin closes.
+  launch.insert(std::find(launch.begin() + 2, launch.end(), std::string("--")), "--stdin-lifeline");
   spec.input = remote_script(std::filesystem::current_path().string(), env, launch);
+  spec.keep_input_open = true;
   return spec;
 }
 
@@ -246,14 +249,15 @@ void check_inputs(const std::vector<ProcessSpec>& specs) {
 
 // Waits for every host's launcher; the first to fail stops the others (their node link would too, within its
 // timeout), except in an elastic run, where node 0's launcher (member 0) survives a lost host and its own end decides.
-// Ctrl-C and SIGTERM go to the local processes (ssh clients included; a remote launcher stops when its node link to
-// node 0 closes). Returns the first failure's code, 130 after a signal, else 0.
+// Ctrl-C and SIGTERM go to the local processes (ssh clients included); a remote launcher stops when its stdin, ssh's,
+// closes (closed here first). Returns the first failure's code, 130 after a signal, else 0.
 int supervise(ProcessGroup& group, const sigset_t& mask, bool elastic) {
   for (;;) {
     timespec tick{0, 100'000'000};
     const int sig = sigtimedwait(&mask, nullptr, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
       say(std::string(sig == SIGINT ? "interrupted" : "terminated") + "; stopping every host");
+      group.close_inputs();
       group.terminate(sig, std::chrono::seconds(10));
       return 130;
     }
@@ -265,6 +269,7 @@ int supervise(ProcessGroup& group, const sigset_t& mask, bool elastic) {
         continue;
       }
       say(m.name + " exited with status " + std::to_string(*m.code) + "; stopping the others");
+      group.close_inputs();
       group.terminate(SIGTERM, std::chrono::seconds(10));
       return *m.code;
     }
@@ -381,12 +386,24 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+namespace {
+
+// shell_quote's word with every newline spelt "$nl" (remote_script sets it), so that the script is one line.
+std::string script_word(const std::string& s) {
+  std::string out = shell_quote(s);
+  const std::string nl = "'\"$nl\"'";
+  for (size_t at = 0; (at = out.find('\n', at)) != std::string::npos; at += nl.size()) out.replace(at, 1, nl);
+  return out;
+}
+
+}  // namespace
+
 std::string remote_script(const std::string& cwd, const std::map<std::string, std::string>& env,
                           const std::vector<std::string>& argv) {
-  std::string script;
-  for (const auto& [k, v] : env) script += "export " + k + "=" + shell_quote(v) + "\n";
-  script += "cd " + shell_quote(cwd) + " && exec";
-  for (const auto& a : argv) script += " " + shell_quote(a);
+  std::string script = "nl=$(printf '\\n_'); nl=${nl%_};";
+  for (const auto& [k, v] : env) script += " export " + k + "=" + script_word(v) + ";";
+  script += " cd " + script_word(cwd) + " && exec";
+  for (const auto& a : argv) script += " " + script_word(a);
   return script + "\n";
 }
 

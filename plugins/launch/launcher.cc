@@ -1,8 +1,10 @@
 #include "plugins/launch/launcher.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -328,6 +330,12 @@ class Cluster {
         teardown(sig);
         return 130;
       }
+      if (o_.stdin_lifeline && stdin_closed()) {
+        say("stdin closed (--stdin-lifeline: the launching side is gone or interrupted); stopping the cluster");
+        if (link_) link_->abort("its launching side closed its stdin (interrupted, or ssh is gone)");
+        teardown(SIGTERM);
+        return 130;
+      }
       while (link_) {
         auto ev = link_->poll(0);
         if (!ev) break;
@@ -376,6 +384,16 @@ class Cluster {
         }
       }
     }
+  }
+
+  // --stdin-lifeline: whether stdin reached end-of-file (anything written to it is read and ignored).
+  static bool stdin_closed() {
+    pollfd in{0, POLLIN, 0};
+    if (::poll(&in, 1, 0) <= 0) return false;
+    if (in.revents & POLLNVAL) return true;  // no stdin at all
+    char buf[256];
+    const ssize_t n = ::read(0, buf, sizeof buf);
+    return n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN);
   }
 
   void teardown(int sig) {

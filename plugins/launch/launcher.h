@@ -35,6 +35,9 @@ struct LaunchOptions {
   std::string root;
   std::string bind;                  // COMMSCHED_BIND for this node's processes; empty: 127.0.0.1 on one node, else auto
   double join_timeout_s = 120;       // how long the launchers wait for each other
+  // Stop (as SIGTERM does) when stdin reaches end-of-file: horovodrun's remote hosts, whose ssh (no tty) forwards
+  // no signal, keep ssh's stdin open for the run and close it on Ctrl-C or when horovodrun (or its ssh) is gone.
+  bool stdin_lifeline = false;
   // Set in every child on every node (node 0's entries are sent to the others when the run starts): the place for
   // per-run settings that all nodes must share.
   std::map<std::string, std::string> extra_env;

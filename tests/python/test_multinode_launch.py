@@ -138,7 +138,7 @@ def test_horovodrun_on_two_namespace_hosts_over_ssh():
         assert f"rank {r} of 4 local {r % 2}/2 cross {r // 2}: sum 10.0" in log, log
     # --verbose prints each host's ssh command line: nothing of the run (secret, environment) is on it.
     lines = [line for line in log.splitlines() if line.startswith("[commsched horovodrun] host ")]
-    assert len(lines) == 2 and all('eval "$(cat)"' in line for line in lines), log
+    assert len(lines) == 2 and all('read -r script' in line for line in lines), log
     assert "COMMSCHED" not in "".join(lines) and "PYTHONPATH" not in "".join(lines), log
 
 
@@ -150,3 +150,81 @@ def test_horovodrun_places_uneven_shares_as_horovodrun_does():
     assert len(seen) == 3 and all(line.endswith("sum 6.0") for line in seen), log
     for r, (local, size) in enumerate([(0, 2), (1, 2), (0, 1)]):
         assert sum(f"rank {r} of 3 local {local}/{size} " in line for line in seen) == 1, log
+
+
+def processes_with(token):
+    """The pids of the processes whose command line holds `token`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if token.encode() in f.read():
+                    pids.append(int(entry))
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def gone_within(token, seconds):
+    """Whether every process holding `token` exits within `seconds`; SIGKILLs those left, so that none outlives the
+    test."""
+    deadline = time.monotonic() + seconds
+    while processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = processes_with(token)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return not left
+
+
+def test_a_launcher_with_stdin_lifeline_stops_its_workers_when_stdin_closes():
+    """What a remote host's launcher does when its ssh dies or horovodrun closes the pipe (no signal reaches it)."""
+    token = f"lifeline-{os.getpid()}-{time.monotonic_ns()}"
+    cmd = [commsched_bin(), "launch", "--stdin-lifeline", "-w", "2", "-s", "0", "--", PYTHON,
+           str(HERE / "multinode_worker.py"), "wait", token]
+    proc = subprocess.Popen(cmd, env=child_env({"COMMSCHED_BACKEND": "gloo"}), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    waiting, t0 = 0, time.monotonic()
+    while waiting < 2 and time.monotonic() - t0 < 30:
+        waiting += "waiting" in proc.stdout.readline()
+    assert proc.poll() is None and waiting == 2, "the workers did not start"
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        gone_within(token, 0)
+        pytest.fail("the launcher ignored its stdin's end: " + proc.stdout.read())
+    out = proc.stdout.read()
+    assert proc.returncode == 130 and "stdin closed" in out, out
+    assert gone_within(token, 10), "workers outlived their launcher"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
+def test_ctrl_c_on_horovodrun_stops_every_remote_host():
+    """Both hosts are remote (over the ssh stand-in, which, as ssh without a tty, forwards no signal): Ctrl-C (SIGINT
+    to the foreground process group) reaches only this host's processes, and every remote launcher and worker still
+    stops, because ssh's stdin closes."""
+    token = f"ctrl-c-{os.getpid()}-{time.monotonic_ns()}"
+    cmd = [str(HERE / "netns_horovodrun.sh"), commsched_bin(), "3", "2", "1", "--", PYTHON,
+           str(HERE / "multinode_worker.py"), "wait", token]
+    proc = subprocess.Popen(cmd, env=child_env({"COMMSCHED_BACKEND": "gloo"}), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines, waiting, t0 = [], 0, time.monotonic()
+    while waiting < 3 and time.monotonic() - t0 < 60:
+        line = proc.stdout.readline()
+        lines.append(line)
+        waiting += "waiting" in line
+    assert waiting == 3, "".join(lines)
+    os.killpg(proc.pid, signal.SIGINT)
+    stopped = gone_within(token, 15)
+    try:
+        out = proc.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out = proc.communicate()[0]
+    assert stopped, "remote launchers or workers outlived Ctrl-C:\n" + "".join(lines) + out

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -79,9 +80,10 @@ TEST(Horovodrun, TheEnvironmentForwardedLeavesOutThisHostsOwnAndTheSecret) {
   EXPECT_EQ(env, want);
 }
 
-// What ssh runs on a remote host, run by /bin/sh as sshd would run it, with the script on its stdin: every word
-// arrives unchanged, and the secret, the environment and the working directory are the caller's, though none of them
-// is on the command line.
+// What ssh runs on a remote host, run by /bin/sh as sshd would run it, with the script on its stdin (kept open, as
+// horovodrun keeps ssh's: the shell runs the script without waiting for stdin's end): every word arrives unchanged,
+// and the secret, the environment and the working directory are the caller's, though none of them is on the command
+// line.
 TEST(Horovodrun, TheRemoteScriptReachesTheProgramWordForWordAndNothingOfItIsOnTheCommandLine) {
   const auto base = std::filesystem::temp_directory_path() / ("hvdrun it's $here " + std::to_string(::getpid()));
   std::filesystem::create_directories(base);
@@ -91,8 +93,10 @@ TEST(Horovodrun, TheRemoteScriptReachesTheProgramWordForWordAndNothingOfItIsOnTh
   spec.input = remote_script(
       base.string(), {{"X", "it's $HOME `date` \"q\"\nline two"}, {"COMMSCHED_SECRET", "s3cret"}},
       {"/bin/sh", "-c", "printf '%s|' \"$PWD\" \"$X\" \"$COMMSCHED_SECRET\" \"$@\"", "sh", "a b", "c'd", "$e", ""});
+  spec.keep_input_open = true;
+  EXPECT_EQ(std::count(spec.input.begin(), spec.input.end(), '\n'), 1) << "one line: " << spec.input;
   g.spawn(spec);
-  ASSERT_TRUE(g.wait_all(20s));
+  ASSERT_TRUE(g.wait_all(20s)) << "the remote shell waited for its stdin to end";
   std::ifstream in(log);
   std::stringstream got;
   got << in.rdbuf();
