@@ -106,9 +106,8 @@ class Cluster {
   void start_elastic() {
     auto own = env_.find("COMMSCHED_SECRET");
     const std::string secret = own != env_.end() ? own->second : ClusterAuth::from_env().secret_for(root_host_);
-    const bool local = is_loopback_host(root_host_);
-    elastic_ = ElasticStore::serve(local ? "127.0.0.1" : "*", local ? "127.0.0.1" : root_host_, secret, o_.nnodes,
-                                   port_);
+    const auto [bind, host] = ElasticStore::endpoint(root_host_, o_.bind);
+    elastic_ = ElasticStore::serve(bind, host, secret, o_.nnodes, port_);
     restarts_left_ = o_.restarts;
     min_workers_ = o_.min_workers;
     env_["COMMSCHED_ELASTIC_STORE"] = elastic_->address();
