@@ -3,8 +3,9 @@
 // Several nodes (nnodes > 1): every node runs its own launcher with its node rank and its own W and S (nodes may
 // differ, as hosts with different slots do); they meet at node 0's launcher (root HOST:PORT, see node_link.h), the
 // cluster's rendezvous is HOST:PORT+1, and node i's workers get the global ranks after those of nodes 0..i-1
-// (servers likewise). COMMSCHED_HIERARCHICAL, which needs equal machines, is refused with uneven worker counts. Ctrl-C (or SIGTERM) is forwarded; when any process on any node exits non-zero,
-// or a node's launcher disappears, every node tears its processes down and launch returns non-zero.
+// (servers likewise). COMMSCHED_HIERARCHICAL, which needs equal machines, is refused with uneven worker counts.
+// Ctrl-C (or SIGTERM) is forwarded; when any process on any node exits non-zero, or a node's launcher disappears,
+// every node tears its processes down and launch returns non-zero.
 // Elastic (min_workers > 0): the launcher (node 0's, across nodes) serves the job's membership store
 // (COMMSCHED_ELASTIC_STORE), a worker that fails is marked lost there instead of ending the run, a failed worker is
 // started again as a joiner while `restarts` allow, and the run fails only when fewer than min_workers remain.

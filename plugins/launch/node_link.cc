@@ -86,8 +86,8 @@ std::optional<node_link::Hello> NodeLink::read_hello(Peer& peer, Clock::time_poi
 }
 
 // A node: node 0's link from the store, dialled, proven both ways and greeted with this node's HELLO.
-NodeLink::Peer NodeLink::dial_root(const node_link::Hello& hello, const std::string& host, int port, const std::string& secret,
-                                   double timeout_s, Clock::time_point deadline) {
+NodeLink::Peer NodeLink::dial_root(const node_link::Hello& hello, const std::string& host, int port,
+                                   const std::string& secret, double timeout_s, Clock::time_point deadline) {
   const std::string root = address(host, port);
   int link_port = 0;
   try {

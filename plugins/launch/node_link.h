@@ -86,7 +86,8 @@ class NodeLink {
                     const std::string& secret, double timeout_s, Clock::time_point deadline);
   // What a proven connection's HELLO says, or nullopt (told why and logged) when it sends none.
   static std::optional<node_link::Hello> read_hello(Peer& peer, Clock::time_point deadline);
-  static Peer dial_root(const node_link::Hello& hello, const std::string& host, int port, const std::string& secret, double timeout_s,
+  static Peer dial_root(const node_link::Hello& hello, const std::string& host, int port, const std::string& secret,
+                        double timeout_s,
                         Clock::time_point deadline);
   void send(Peer& p, const std::string& line);
   void broadcast(const std::string& line, int except_node = -1);

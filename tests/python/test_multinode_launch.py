@@ -54,7 +54,8 @@ def test_hierarchical_mode_refuses_nodes_of_different_sizes_naming_the_counts(mo
     codes, outs = finish(start_nodes("ok", 1, workers=(2, 1)), 60)
     assert codes[0] != 0 and codes[1] != 0, "\n".join(outs)
     for out in outs:
-        assert "COMMSCHED_HIERARCHICAL needs the same number of workers on every node, but the nodes run 2,1" in out, out
+        assert ("COMMSCHED_HIERARCHICAL needs the same number of workers on every node, but the nodes run 2,1"
+                in out), out
 
 
 def test_a_failed_worker_on_node_1_tears_down_node_0():
