@@ -207,8 +207,9 @@ std::vector<std::string> launch_argv(const RunOptions& o, int nnodes, int node, 
   return a;
 }
 
+// remote_env: what a host reached over ssh gets (forwarded_env and the secret), the same for every such host.
 ProcessSpec host_spec(const RunOptions& o, const HostSlots& h, int node, std::vector<std::string> launch,
-                      const std::string& secret) {
+                      const std::string& secret, const std::map<std::string, std::string>& remote_env) {
   ProcessSpec spec{"host " + std::to_string(node) + " (" + h.host + ")", {}, {}, "", /*dies_with_parent=*/true, ""};
   if (is_this_host(h.host)) {
     spec.argv = std::move(launch);
@@ -221,22 +222,20 @@ ProcessSpec host_spec(const RunOptions& o, const HostSlots& h, int node, std::ve
   if (!o.ssh_identity.empty()) spec.argv.insert(spec.argv.end(), {"-i", o.ssh_identity});
   spec.argv.push_back(h.host);
   spec.argv.push_back(kRemoteShell);
-  std::map<std::string, std::string> env = forwarded_env(environ);
-  if (!secret.empty()) env["COMMSCHED_SECRET"] = secret;
   // Before launch's "--" (the worker command follows it): the remote launcher stops when ssh's stdin closes.
   launch.insert(std::find(launch.begin() + 2, launch.end(), std::string("--")), "--stdin-lifeline");
-  spec.input = remote_script(std::filesystem::current_path().string(), env, launch);
+  spec.input = remote_script(std::filesystem::current_path().string(), remote_env, launch);
   spec.keep_input_open = true;
   return spec;
 }
 
 // What goes to ssh's stdin (the environment among it) must fit ProcessSpec::input's bound; the error names the
 // largest variables, the usual cause (module systems export long ones).
-void check_inputs(const std::vector<ProcessSpec>& specs) {
+void check_inputs(const std::vector<ProcessSpec>& specs, const std::map<std::string, std::string>& remote_env) {
   for (const ProcessSpec& spec : specs) {
     if (spec.input.size() <= kMaxProcessInput) continue;
     std::vector<std::pair<size_t, std::string>> sizes;
-    for (const auto& [k, v] : forwarded_env(environ)) sizes.emplace_back(v.size(), k);
+    for (const auto& [k, v] : remote_env) sizes.emplace_back(v.size(), k);
     std::sort(sizes.rbegin(), sizes.rend());
     std::string largest;
     for (size_t i = 0; i < std::min<size_t>(3, sizes.size()); ++i)
@@ -289,11 +288,14 @@ int run_hosts(const RunOptions& o, const std::vector<HostSlots>& placed) {
   for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&mask, s);
   sigprocmask(SIG_BLOCK, &mask, &old);
   const int n = static_cast<int>(placed.size());
+  std::map<std::string, std::string> remote_env = forwarded_env(environ);
+  if (!secret.empty()) remote_env["COMMSCHED_SECRET"] = secret;
   std::vector<ProcessSpec> specs;  // all made before any starts: one that cannot be started fails the run untouched
   for (int node = 0; node < n; ++node)
     specs.push_back(host_spec(o, placed[static_cast<size_t>(node)], node,
-                              launch_argv(o, n, node, root, placed[static_cast<size_t>(node)].slots), secret));
-  check_inputs(specs);
+                              launch_argv(o, n, node, root, placed[static_cast<size_t>(node)].slots), secret,
+                              remote_env));
+  check_inputs(specs, remote_env);
   ProcessGroup group(old, "commsched horovodrun");
   for (const ProcessSpec& spec : specs) {
     if (o.verbose) {
