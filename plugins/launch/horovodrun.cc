@@ -381,8 +381,11 @@ std::vector<HostSlots> place_workers(int np, const std::vector<HostSlots>& hosts
 }
 
 std::string shell_quote(const std::string& s) {
-  static const std::regex plain(R"(^[A-Za-z0-9_./:=,@%+-]+$)");
-  if (std::regex_match(s, plain)) return s;
+  // Not std::regex: libstdc++ matches a repeat by recursion, one frame per character, and a value of 100 KB (a
+  // module system's exported variable) overflowed the stack.
+  static constexpr std::string_view kPlain =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=,@%+-";
+  if (!s.empty() && s.find_first_not_of(kPlain) == std::string::npos) return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";

@@ -130,6 +130,15 @@ def netns_horovodrun(np, slots_a, slots_b, mode):
     return log
 
 
+def test_horovodrun_refuses_an_environment_larger_than_ssh_input_naming_the_largest_variables():
+    big = {f"BIG{i}": "x" * (100000 + i) for i in range(11)}  # one variable may hold at most 128 KiB (execve)
+    res = subprocess.run([commsched_bin(), "horovodrun", "-np", "2", "-H", "10.9.9.1:1,10.9.9.2:1", "--ssh-command",
+                          "false", "python3", "-c", "pass"], env=child_env(big), capture_output=True, text=True,
+                         timeout=30)
+    assert res.returncode != 0, res.stderr
+    assert "the largest variables: BIG10 (100010 bytes), BIG9 (100009 bytes), BIG8" in res.stderr, res.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
 def test_horovodrun_on_two_namespace_hosts_over_ssh():
     """Both hosts are started over (a stand-in for) ssh with a bare environment: the workers find torch and

@@ -71,6 +71,16 @@ TEST(Horovodrun, WorkersFillTheHostsInOrderEachUpToItsSlots) {
                   "-np 7 is more than the hosts' 6 slot(s)"));
 }
 
+// A long value (module systems export variables of 100 KB) is quoted without a stack frame per character (std::regex
+// overflowed the stack there).
+TEST(Horovodrun, AValueOfAnySizeIsQuoted) {
+  const std::string plain(300000, 'x'), spaced = std::string(300000, 'y') + " it's";
+  EXPECT_EQ(shell_quote(plain), plain);
+  EXPECT_EQ(shell_quote(spaced), "'" + std::string(300000, 'y') + " it'\\''s'");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("a-b_c/d:e=f,g@h%i+j.k"), "a-b_c/d:e=f,g@h%i+j.k");
+}
+
 TEST(Horovodrun, TheEnvironmentForwardedLeavesOutThisHostsOwnAndTheSecret) {
   const char* vars[] = {"PATH=/opt/bin", "HOSTNAME=here", "SSH_AUTH_SOCK=/tmp/a", "COMMSCHED_SECRET=hidden",
                         "PYTHONPATH=/p", "BASH_FUNC_f%%=() { :; }", "COMMSCHED_BACKEND=gloo", "PWD=/x", nullptr};
