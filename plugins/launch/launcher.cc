@@ -1,5 +1,6 @@
 #include "plugins/launch/launcher.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/control/socket.h"
 #include "comm_backends/hierarchical/hierarchical_backend.h"
 #include "comm_backends/ps/transport.h"
 #include "plugins/launch/elastic_store.h"
@@ -64,6 +66,7 @@ class Cluster {
     sigemptyset(&mask);
     for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&mask, s);
     sigprocmask(SIG_BLOCK, &mask, &old_mask_);  // handled synchronously with sigtimedwait below
+    if (o_.stdin_lifeline) take_stdin();
     env_ = o_.extra_env;
     if (o_.nnodes > 1) {
       auto [host, port] = parse_host_port(o_.root);
@@ -329,7 +332,7 @@ class Cluster {
         teardown(sig);
         return 130;
       }
-      if (o_.stdin_lifeline && stdin_closed()) {
+      if (lifeline_.valid() && lifeline_closed()) {
         say("stdin closed (--stdin-lifeline: the launching side is gone or interrupted); stopping the cluster");
         if (link_) link_->abort("its launching side closed its stdin (interrupted, or ssh is gone)");
         teardown(SIGTERM);
@@ -385,13 +388,21 @@ class Cluster {
     }
   }
 
-  // --stdin-lifeline: whether stdin reached end-of-file (anything written to it is read and ignored).
-  static bool stdin_closed() {
-    pollfd in{0, POLLIN, 0};
+  // --stdin-lifeline: the launcher keeps stdin to itself; its children get /dev/null there, as they had once the
+  // remote shell had read its script (a worker reading stdin ends at once, instead of waiting on ssh's channel).
+  void take_stdin() {
+    lifeline_.reset(::fcntl(0, F_DUPFD_CLOEXEC, 3));
+    if (!lifeline_.valid()) throw std::runtime_error("launch --stdin-lifeline: no stdin to watch");
+    const control::Fd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (null.valid()) ::dup2(null.get(), 0);
+  }
+
+  // Whether the lifeline reached end-of-file (anything written to it is read and ignored).
+  bool lifeline_closed() const {
+    pollfd in{lifeline_.get(), POLLIN, 0};
     if (::poll(&in, 1, 0) <= 0) return false;
-    if (in.revents & POLLNVAL) return true;  // no stdin at all
     char buf[256];
-    const ssize_t n = ::read(0, buf, sizeof buf);
+    const ssize_t n = ::read(lifeline_.get(), buf, sizeof buf);
     return n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN);
   }
 
@@ -402,6 +413,7 @@ class Cluster {
   LaunchOptions o_;
   std::map<std::string, std::string> env_;  // extra_env (on nodes other than 0: node 0's, as received)
   std::unique_ptr<NodeLink> link_;
+  control::Fd lifeline_;  // --stdin-lifeline: the stdin the launcher was started with
   std::string root_host_ = "127.0.0.1";
   sigset_t old_mask_{};
   int port_ = 0;

@@ -214,6 +214,24 @@ def test_a_launcher_with_stdin_lifeline_stops_its_workers_when_stdin_closes():
     assert gone_within(token, 10), "workers outlived their launcher"
 
 
+def test_with_stdin_lifeline_workers_read_an_empty_stdin_not_the_launchers():
+    """The launcher keeps the lifeline to itself: a worker reading stdin gets end-of-file at once, as it did once the
+    remote shell had read its script (it would otherwise wait on ssh's channel for the whole run)."""
+    cmd = [commsched_bin(), "launch", "--stdin-lifeline", "-w", "1", "-s", "0", "--", PYTHON, "-c",
+           "import sys; print('read', len(sys.stdin.read()), 'bytes', flush=True)"]
+    proc = subprocess.Popen(cmd, env=child_env({}), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        proc.wait(timeout=30)  # stdin still open
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail("the worker waited on the launcher's stdin: " + proc.stdout.read())
+    out = proc.stdout.read()
+    proc.stdin.close()
+    assert proc.returncode == 0 and "read 0 bytes" in out, out
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
 def test_ctrl_c_on_horovodrun_stops_every_remote_host():
     """Both hosts are remote (over the ssh stand-in, which, as ssh without a tty, forwards no signal): Ctrl-C (SIGINT
