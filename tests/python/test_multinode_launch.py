@@ -199,7 +199,7 @@ def test_a_launcher_with_stdin_lifeline_stops_its_workers_when_stdin_closes():
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     waiting, t0 = 0, time.monotonic()
     while waiting < 2 and time.monotonic() - t0 < 30:
-        waiting += "waiting" in proc.stdout.readline()
+        waiting += proc.stdout.readline().count("waiting")  # two ranks may share a line
     assert proc.poll() is None and waiting == 2, "the workers did not start"
     proc.stdin.close()
     try:
@@ -246,7 +246,7 @@ def test_ctrl_c_on_horovodrun_stops_every_remote_host():
     while waiting < 3 and time.monotonic() - t0 < 60:
         line = proc.stdout.readline()
         lines.append(line)
-        waiting += "waiting" in line
+        waiting += line.count("waiting")  # two ranks may share a line
     assert waiting == 3, "".join(lines)
     os.killpg(proc.pid, signal.SIGINT)
     stopped = gone_within(token, 15)
