@@ -3,6 +3,8 @@
 #include <chrono>
 #include <sstream>
 
+#include "comm_backends/cluster_auth.h"
+#include "comm_backends/cluster_env.h"
 #include "comm_backends/collective/kv_store.h"
 #include "comm_backends/control/socket.h"
 #include "plugins/launch/node_link.h"
@@ -10,9 +12,10 @@
 namespace commsched {
 
 ElasticStore::ElasticStore(std::unique_ptr<collective::TcpStoreServer> server, const std::string& host, int port,
-                           const std::string& secret, int nnodes)
+                           const std::string& secret, int nnodes, bool host_is_any)
     : server_(std::move(server)),
-      client_(std::make_unique<collective::TcpStoreClient>(server_ ? "127.0.0.1" : host, port,
+      // Node 0 dials its own store on loopback where it listens on every interface, else where it listens.
+      client_(std::make_unique<collective::TcpStoreClient>(server_ && host_is_any ? "127.0.0.1" : host, port,
                                                            std::chrono::seconds(10), secret)),
       address_(host + ":" + std::to_string(port)),
       nnodes_(nnodes) {}
@@ -23,7 +26,16 @@ std::unique_ptr<ElasticStore> ElasticStore::serve(const std::string& bind, const
   do port = control::free_port(bind == "*" ? "0.0.0.0" : bind);
   while (port == rendezvous_port || port == rendezvous_port - 1);  // nor the root's own port, just below
   auto server = std::make_unique<collective::TcpStoreServer>(bind, port, secret);
-  return std::unique_ptr<ElasticStore>(new ElasticStore(std::move(server), host, port, secret, nnodes));
+  return std::unique_ptr<ElasticStore>(new ElasticStore(std::move(server), host, port, secret, nnodes, bind == "*"));
+}
+
+ElasticStore::Endpoint ElasticStore::endpoint(const std::string& root_host, const std::string& bind) {
+  if (is_loopback_host(root_host)) return {"127.0.0.1", "127.0.0.1"};
+  if (bind.empty() || bind == "*") return {"*", root_host};
+  ClusterEnv env;
+  env.bind = bind;
+  const std::string address = control::advertised_host(env);  // an interface's address; throws naming a bad one
+  return {address, address};
 }
 
 std::unique_ptr<ElasticStore> ElasticStore::connect(const std::string& address, const std::string& secret,

@@ -26,6 +26,15 @@ class ElasticStore {
   // it (a multi-node root's, which node 0's launcher binds after this).
   static std::unique_ptr<ElasticStore> serve(const std::string& bind, const std::string& host,
                                              const std::string& secret, int nnodes, int rendezvous_port);
+  // Where node 0 serves it (`bind`) and the host it advertises, for a run whose root is `root_host` and whose
+  // processes bind `bind` (launch --bind; empty: unset): loopback for a loopback root; across nodes where the
+  // control plane binds when --bind names an address or an interface (that interface's address), else every
+  // interface, advertised as the root's host.
+  struct Endpoint {
+    std::string bind, host;
+    bool operator==(const Endpoint&) const = default;
+  };
+  static Endpoint endpoint(const std::string& root_host, const std::string& bind);
   // Another node: node 0's store at `address` (HOST:PORT, as COMMSCHED_ELASTIC_STORE has it).
   static std::unique_ptr<ElasticStore> connect(const std::string& address, const std::string& secret, int nnodes);
   ~ElasticStore();
@@ -53,7 +62,7 @@ class ElasticStore {
 
  private:
   ElasticStore(std::unique_ptr<collective::TcpStoreServer> server, const std::string& host, int port,
-               const std::string& secret, int nnodes);
+               const std::string& secret, int nnodes, bool host_is_any = false);
 
   std::unique_ptr<collective::TcpStoreServer> server_;  // node 0 only
   std::unique_ptr<collective::TcpStoreClient> client_;

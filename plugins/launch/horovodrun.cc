@@ -207,8 +207,9 @@ std::vector<std::string> launch_argv(const RunOptions& o, int nnodes, int node, 
   return a;
 }
 
+// remote_env: what a host reached over ssh gets (forwarded_env and the secret), the same for every such host.
 ProcessSpec host_spec(const RunOptions& o, const HostSlots& h, int node, std::vector<std::string> launch,
-                      const std::string& secret) {
+                      const std::string& secret, const std::map<std::string, std::string>& remote_env) {
   ProcessSpec spec{"host " + std::to_string(node) + " (" + h.host + ")", {}, {}, "", /*dies_with_parent=*/true, ""};
   if (is_this_host(h.host)) {
     spec.argv = std::move(launch);
@@ -221,19 +222,20 @@ ProcessSpec host_spec(const RunOptions& o, const HostSlots& h, int node, std::ve
   if (!o.ssh_identity.empty()) spec.argv.insert(spec.argv.end(), {"-i", o.ssh_identity});
   spec.argv.push_back(h.host);
   spec.argv.push_back(kRemoteShell);
-  std::map<std::string, std::string> env = forwarded_env(environ);
-  if (!secret.empty()) env["COMMSCHED_SECRET"] = secret;
-  spec.input = remote_script(std::filesystem::current_path().string(), env, launch);
+  // Before launch's "--" (the worker command follows it): the remote launcher stops when ssh's stdin closes.
+  launch.insert(std::find(launch.begin() + 2, launch.end(), std::string("--")), "--stdin-lifeline");
+  spec.input = remote_script(std::filesystem::current_path().string(), remote_env, launch);
+  spec.keep_input_open = true;
   return spec;
 }
 
 // What goes to ssh's stdin (the environment among it) must fit ProcessSpec::input's bound; the error names the
 // largest variables, the usual cause (module systems export long ones).
-void check_inputs(const std::vector<ProcessSpec>& specs) {
+void check_inputs(const std::vector<ProcessSpec>& specs, const std::map<std::string, std::string>& remote_env) {
   for (const ProcessSpec& spec : specs) {
     if (spec.input.size() <= kMaxProcessInput) continue;
     std::vector<std::pair<size_t, std::string>> sizes;
-    for (const auto& [k, v] : forwarded_env(environ)) sizes.emplace_back(v.size(), k);
+    for (const auto& [k, v] : remote_env) sizes.emplace_back(v.size(), k);
     std::sort(sizes.rbegin(), sizes.rend());
     std::string largest;
     for (size_t i = 0; i < std::min<size_t>(3, sizes.size()); ++i)
@@ -246,14 +248,15 @@ void check_inputs(const std::vector<ProcessSpec>& specs) {
 
 // Waits for every host's launcher; the first to fail stops the others (their node link would too, within its
 // timeout), except in an elastic run, where node 0's launcher (member 0) survives a lost host and its own end decides.
-// Ctrl-C and SIGTERM go to the local processes (ssh clients included; a remote launcher stops when its node link to
-// node 0 closes). Returns the first failure's code, 130 after a signal, else 0.
+// Ctrl-C and SIGTERM go to the local processes (ssh clients included); a remote launcher stops when its stdin, ssh's,
+// closes (closed here first). Returns the first failure's code, 130 after a signal, else 0.
 int supervise(ProcessGroup& group, const sigset_t& mask, bool elastic) {
   for (;;) {
     timespec tick{0, 100'000'000};
     const int sig = sigtimedwait(&mask, nullptr, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
       say(std::string(sig == SIGINT ? "interrupted" : "terminated") + "; stopping every host");
+      group.close_inputs();
       group.terminate(sig, std::chrono::seconds(10));
       return 130;
     }
@@ -265,6 +268,7 @@ int supervise(ProcessGroup& group, const sigset_t& mask, bool elastic) {
         continue;
       }
       say(m.name + " exited with status " + std::to_string(*m.code) + "; stopping the others");
+      group.close_inputs();
       group.terminate(SIGTERM, std::chrono::seconds(10));
       return *m.code;
     }
@@ -284,11 +288,14 @@ int run_hosts(const RunOptions& o, const std::vector<HostSlots>& placed) {
   for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&mask, s);
   sigprocmask(SIG_BLOCK, &mask, &old);
   const int n = static_cast<int>(placed.size());
+  std::map<std::string, std::string> remote_env = forwarded_env(environ);
+  if (!secret.empty()) remote_env["COMMSCHED_SECRET"] = secret;
   std::vector<ProcessSpec> specs;  // all made before any starts: one that cannot be started fails the run untouched
   for (int node = 0; node < n; ++node)
     specs.push_back(host_spec(o, placed[static_cast<size_t>(node)], node,
-                              launch_argv(o, n, node, root, placed[static_cast<size_t>(node)].slots), secret));
-  check_inputs(specs);
+                              launch_argv(o, n, node, root, placed[static_cast<size_t>(node)].slots), secret,
+                              remote_env));
+  check_inputs(specs, remote_env);
   ProcessGroup group(old, "commsched horovodrun");
   for (const ProcessSpec& spec : specs) {
     if (o.verbose) {
@@ -370,30 +377,38 @@ std::vector<HostSlots> place_workers(int np, const std::vector<HostSlots>& hosts
   if (left > 0)
     throw InvalidArgument("horovodrun: -np " + std::to_string(np) + " is more than the hosts' " +
                           std::to_string(slots) + " slot(s)");
-  for (const HostSlots& h : placed)
-    if (h.slots != placed[0].slots)
-      throw InvalidArgument("horovodrun: -np " + std::to_string(np) + " puts " + std::to_string(placed[0].slots) +
-                            " worker(s) on " + placed[0].host + " but " + std::to_string(h.slots) + " on " + h.host +
-                            "; commsched runs the same number on every host: choose -np or the slots so that they "
-                            "divide evenly (-np " + std::to_string(static_cast<int>(placed.size()) * placed[0].slots) +
-                            " here)");
   return placed;
 }
 
 std::string shell_quote(const std::string& s) {
-  static const std::regex plain(R"(^[A-Za-z0-9_./:=,@%+-]+$)");
-  if (std::regex_match(s, plain)) return s;
+  // Not std::regex: libstdc++ matches a repeat by recursion, one frame per character, and a value of 100 KB (a
+  // module system's exported variable) overflowed the stack.
+  static constexpr std::string_view kPlain =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=,@%+-";
+  if (!s.empty() && s.find_first_not_of(kPlain) == std::string::npos) return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
 
+namespace {
+
+// shell_quote's word with every newline spelt "$nl" (remote_script sets it), so that the script is one line.
+std::string script_word(const std::string& s) {
+  std::string out = shell_quote(s);
+  const std::string nl = "'\"$nl\"'";
+  for (size_t at = 0; (at = out.find('\n', at)) != std::string::npos; at += nl.size()) out.replace(at, 1, nl);
+  return out;
+}
+
+}  // namespace
+
 std::string remote_script(const std::string& cwd, const std::map<std::string, std::string>& env,
                           const std::vector<std::string>& argv) {
-  std::string script;
-  for (const auto& [k, v] : env) script += "export " + k + "=" + shell_quote(v) + "\n";
-  script += "cd " + shell_quote(cwd) + " && exec";
-  for (const auto& a : argv) script += " " + shell_quote(a);
+  std::string script = "nl=$(printf '\\n_'); nl=${nl%_};";
+  for (const auto& [k, v] : env) script += " export " + k + "=" + script_word(v) + ";";
+  script += " cd " + script_word(cwd) + " && exec";
+  for (const auto& a : argv) script += " " + script_word(a);
   return script + "\n";
 }
 

@@ -29,16 +29,17 @@ struct HostSlots {
 std::vector<HostSlots> parse_hosts(const std::string& text);
 // A hostfile's lines, "host slots=N" (N=1 when left out; '#' starts a comment). Throws naming the file and line.
 std::vector<HostSlots> parse_hostfile(const std::string& contents, const std::string& path);
-// The hosts that run workers, each with its share: in order, each up to its slots, until np. `commsched launch` runs
-// the same number on every node, so shares that differ are refused with the -np that would fit; so is an np above
-// the slots.
+// The hosts that run workers, each with its share: in order, each up to its slots, until np (shares may differ:
+// each host's launcher numbers its workers after those of the hosts before it). An np above the slots is refused.
 std::vector<HostSlots> place_workers(int np, const std::vector<HostSlots>& hosts);
 // `s` as one word for a POSIX shell.
 std::string shell_quote(const std::string& s);
 // The command line ssh runs on a remote host: a POSIX shell that runs the script it reads from stdin (whatever the
-// user's login shell is). Nothing of the run is on it, since any user of that host can read a command line.
-inline constexpr const char* kRemoteShell = "/bin/sh -c 'eval \"$(cat)\"'";
-// The script written to ssh's stdin: export `env` (the secret among it), enter `cwd`, exec `argv`.
+// user's login shell is). Nothing of the run is on it, since any user of that host can read a command line. It reads
+// one line, not up to end-of-file: stdin stays open for the run, and the launcher's --stdin-lifeline stops the host
+// when it closes (ssh without a tty forwards no Ctrl-C, but closes the remote stdin when it ends).
+inline constexpr const char* kRemoteShell = "/bin/sh -c 'IFS= read -r script && eval \"$script\"'";
+// The script written to ssh's stdin, one line: export `env` (the secret among it), enter `cwd`, exec `argv`.
 std::string remote_script(const std::string& cwd, const std::map<std::string, std::string>& env,
                           const std::vector<std::string>& argv);
 // The launching shell's environment as remote hosts get it: all of it but what describes this host or session

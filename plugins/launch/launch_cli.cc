@@ -31,6 +31,9 @@ void add_launch_subcommand(CLI::App& app) {
   sub->add_option("--bind", opts->bind, "address or interface this node's processes bind (default: 127.0.0.1 on "
                                         "one node, else the address that reaches the root)");
   sub->add_option("--join-timeout", opts->join_timeout_s, "seconds to wait for every node's launcher (default 120)");
+  sub->add_flag("--stdin-lifeline", opts->stdin_lifeline,
+                "stop the run, as SIGTERM would, when stdin reaches end-of-file (horovodrun's remote hosts: ssh "
+                "without a tty forwards no Ctrl-C, but closes stdin)");
   sub->add_option("--min-workers", opts->min_workers,
                   "elastic training: a failed worker no longer ends the run; the survivors continue until fewer than "
                   "this many remain (across nodes: Gloo only, -s 0)")

@@ -1,8 +1,11 @@
 #include "plugins/launch/launcher.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +17,8 @@
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
+#include "comm_backends/control/socket.h"
+#include "comm_backends/hierarchical/hierarchical_backend.h"
 #include "comm_backends/ps/transport.h"
 #include "plugins/launch/elastic_store.h"
 #include "plugins/launch/node_link.h"
@@ -61,6 +66,7 @@ class Cluster {
     sigemptyset(&mask);
     for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&mask, s);
     sigprocmask(SIG_BLOCK, &mask, &old_mask_);  // handled synchronously with sigtimedwait below
+    if (o_.stdin_lifeline) take_stdin();
     env_ = o_.extra_env;
     if (o_.nnodes > 1) {
       auto [host, port] = parse_host_port(o_.root);
@@ -69,8 +75,9 @@ class Cluster {
       if (o_.min_workers > 0 && o_.node_rank == 0) start_elastic();  // its address goes to every node with GO
       say("node " + std::to_string(o_.node_rank) + " of " + std::to_string(o_.nnodes) + ": joining at " + o_.root);
       // The rendezvous store's rule: a root beyond loopback needs the run's secret; on loopback it is used if set.
-      link_ = NodeLink::join(o_.nnodes, o_.node_rank, host, port, env_, o_.join_timeout_s,
-                             ClusterAuth::from_env().secret_for(host), peer_timeout_s());
+      link_ = NodeLink::join(o_.nnodes, o_.node_rank, {o_.workers, o_.servers}, host, port, env_,
+                             o_.join_timeout_s, ClusterAuth::from_env().secret_for(host), peer_timeout_s());
+      number_from_shares();
     } else {
       port_ = free_loopback_port();
       // One fresh secret per run: no process outside it can join. A multi-node run shares its secret through
@@ -85,7 +92,11 @@ class Cluster {
     for (int w = 0; w < o_.workers; ++w) spawn("worker", w);
     for (int j = 0; j < o_.join_workers; ++j) spawn("worker", o_.workers - 1, /*joiner=*/true);
     say("started " + std::to_string(o_.servers) + " server(s) and " + std::to_string(o_.workers) + " worker(s)" +
-        (link_ ? " on node " + std::to_string(o_.node_rank) : std::string()) + ", rendezvous " + root_host_ + ":" +
+        (link_ ? " on node " + std::to_string(o_.node_rank) + " (worker ranks " + std::to_string(first_worker_) +
+                     ".." + std::to_string(first_worker_ + o_.workers - 1) + " of " + std::to_string(num_workers_) +
+                     ")"
+               : std::string()) +
+        ", rendezvous " + root_host_ + ":" +
         std::to_string(port_) + "; " + transport_note(o_.nnodes <= 1));
     const int rc = supervise(mask);
     sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
@@ -98,9 +109,8 @@ class Cluster {
   void start_elastic() {
     auto own = env_.find("COMMSCHED_SECRET");
     const std::string secret = own != env_.end() ? own->second : ClusterAuth::from_env().secret_for(root_host_);
-    const bool local = is_loopback_host(root_host_);
-    elastic_ = ElasticStore::serve(local ? "127.0.0.1" : "*", local ? "127.0.0.1" : root_host_, secret, o_.nnodes,
-                                   port_);
+    const auto [bind, host] = ElasticStore::endpoint(root_host_, o_.bind);
+    elastic_ = ElasticStore::serve(bind, host, secret, o_.nnodes, port_);
     restarts_left_ = o_.restarts;
     min_workers_ = o_.min_workers;
     env_["COMMSCHED_ELASTIC_STORE"] = elastic_->address();
@@ -131,15 +141,42 @@ class Cluster {
     min_workers_ = std::stoi(env_.at("COMMSCHED_MIN_WORKERS"));
   }
 
+  // Across nodes: this node's ranks follow those of the nodes before it, each node with its own -w and -s.
+  void number_from_shares() {
+    const auto& shares = link_->shares();
+    first_worker_ = first_server_ = num_workers_ = num_servers_ = 0;
+    bool even = true;
+    for (size_t n = 0; n < shares.size(); ++n) {
+      if (static_cast<int>(n) < o_.node_rank) {
+        first_worker_ += shares[n].workers;
+        first_server_ += shares[n].servers;
+      }
+      num_workers_ += shares[n].workers;
+      num_servers_ += shares[n].servers;
+      even = even && shares[n].workers == shares[0].workers;
+    }
+    if (!even && HierarchicalOptions::from_env().enabled()) refuse_uneven_hierarchy(shares);
+  }
+
+  // Hierarchical mode splits every machine's gradients in local_size lanes that line up across machines: it needs
+  // the same worker count on every node.
+  [[noreturn]] void refuse_uneven_hierarchy(const std::vector<node_link::Share>& shares) {
+    std::string counts;
+    for (const auto& s : shares) counts += (counts.empty() ? "" : ",") + std::to_string(s.workers);
+    const std::string why = "COMMSCHED_HIERARCHICAL needs the same number of workers on every node, but the nodes "
+                            "run " + counts + " (-w): give every node the same -w, or unset COMMSCHED_HIERARCHICAL";
+    link_->abort(why);
+    throw InvalidArgument("launch: " + why);
+  }
+
   // The environment contract of this node's `local`-th worker or server.
   std::map<std::string, std::string> child_env(bool worker, int local) const {
-    const int per_node = worker ? o_.workers : o_.servers;
     std::map<std::string, std::string> env = env_;
     const std::map<std::string, std::string> contract = {
         {"COMMSCHED_ROLE", worker ? "worker" : "server"},
-        {"COMMSCHED_RANK", std::to_string(o_.node_rank * per_node + local)},
-        {"COMMSCHED_NUM_WORKERS", std::to_string(o_.nnodes * o_.workers)},
-        {"COMMSCHED_NUM_SERVERS", std::to_string(o_.nnodes * o_.servers)},
+        {"COMMSCHED_RANK", std::to_string((worker ? first_worker_ : first_server_) + local)},
+        {"COMMSCHED_NUM_WORKERS", std::to_string(num_workers_)},
+        {"COMMSCHED_NUM_SERVERS", std::to_string(num_servers_)},
         {"COMMSCHED_ROOT_ADDR", root_host_}, {"COMMSCHED_ROOT_PORT", std::to_string(port_)},
         {"COMMSCHED_LOCAL_RANK", std::to_string(worker ? local : 0)},
         {"COMMSCHED_LOCAL_SIZE", std::to_string(worker ? o_.workers : 1)}};
@@ -295,6 +332,12 @@ class Cluster {
         teardown(sig);
         return 130;
       }
+      if (lifeline_.valid() && lifeline_closed()) {
+        say("stdin closed (--stdin-lifeline: the launching side is gone or interrupted); stopping the cluster");
+        if (link_) link_->abort("its launching side closed its stdin (interrupted, or ssh is gone)");
+        teardown(SIGTERM);
+        return 130;
+      }
       while (link_) {
         auto ev = link_->poll(0);
         if (!ev) break;
@@ -345,6 +388,24 @@ class Cluster {
     }
   }
 
+  // --stdin-lifeline: the launcher keeps stdin to itself; its children get /dev/null there, as they had once the
+  // remote shell had read its script (a worker reading stdin ends at once, instead of waiting on ssh's channel).
+  void take_stdin() {
+    lifeline_.reset(::fcntl(0, F_DUPFD_CLOEXEC, 3));
+    if (!lifeline_.valid()) throw std::runtime_error("launch --stdin-lifeline: no stdin to watch");
+    const control::Fd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (null.valid()) ::dup2(null.get(), 0);
+  }
+
+  // Whether the lifeline reached end-of-file (anything written to it is read and ignored).
+  bool lifeline_closed() const {
+    pollfd in{lifeline_.get(), POLLIN, 0};
+    if (::poll(&in, 1, 0) <= 0) return false;
+    char buf[256];
+    const ssize_t n = ::read(lifeline_.get(), buf, sizeof buf);
+    return n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN);
+  }
+
   void teardown(int sig) {
     group_->terminate(sig, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o_.grace_s)));
   }
@@ -352,9 +413,12 @@ class Cluster {
   LaunchOptions o_;
   std::map<std::string, std::string> env_;  // extra_env (on nodes other than 0: node 0's, as received)
   std::unique_ptr<NodeLink> link_;
+  control::Fd lifeline_;  // --stdin-lifeline: the stdin the launcher was started with
   std::string root_host_ = "127.0.0.1";
   sigset_t old_mask_{};
   int port_ = 0;
+  // This node's first worker and server rank, and the run's counts (one node: its own).
+  int first_worker_ = 0, first_server_ = 0, num_workers_ = o_.workers, num_servers_ = o_.servers;
   std::optional<ProcessGroup> group_;  // created at the first spawn, once old_mask_ is known
   std::vector<Child> children_;
   std::unique_ptr<ElasticStore> elastic_;  // elastic runs only

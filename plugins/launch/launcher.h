@@ -1,9 +1,11 @@
 // A parameter-server cluster around any command: S servers (this executable's `server` subcommand) and W workers
 // (the given command) per node, with the COMMSCHED_* environment contract set. One node: everything on loopback.
-// Several nodes (nnodes > 1): every node runs its own launcher with its node rank; they meet at node 0's launcher
-// (root HOST:PORT, see node_link.h), the cluster's rendezvous is HOST:PORT+1, and node i's workers get global ranks
-// i*W .. i*W+W-1 (servers likewise). Ctrl-C (or SIGTERM) is forwarded; when any process on any node exits non-zero,
-// or a node's launcher disappears, every node tears its processes down and launch returns non-zero.
+// Several nodes (nnodes > 1): every node runs its own launcher with its node rank and its own W and S (nodes may
+// differ, as hosts with different slots do); they meet at node 0's launcher (root HOST:PORT, see node_link.h), the
+// cluster's rendezvous is HOST:PORT+1, and node i's workers get the global ranks after those of nodes 0..i-1
+// (servers likewise). COMMSCHED_HIERARCHICAL, which needs equal machines, is refused with uneven worker counts.
+// Ctrl-C (or SIGTERM) is forwarded; when any process on any node exits non-zero, or a node's launcher disappears,
+// every node tears its processes down and launch returns non-zero.
 // Elastic (min_workers > 0): the launcher (node 0's, across nodes) serves the job's membership store
 // (COMMSCHED_ELASTIC_STORE), a worker that fails is marked lost there instead of ending the run, a failed worker is
 // started again as a joiner while `restarts` allow, and the run fails only when fewer than min_workers remain.
@@ -34,6 +36,9 @@ struct LaunchOptions {
   std::string root;
   std::string bind;                  // COMMSCHED_BIND for this node's processes; empty: 127.0.0.1 on one node, else auto
   double join_timeout_s = 120;       // how long the launchers wait for each other
+  // Stop (as SIGTERM does) when stdin reaches end-of-file: horovodrun's remote hosts, whose ssh (no tty) forwards
+  // no signal, keep ssh's stdin open for the run and close it on Ctrl-C or when horovodrun (or its ssh) is gone.
+  bool stdin_lifeline = false;
   // Set in every child on every node (node 0's entries are sent to the others when the run starts): the place for
   // per-run settings that all nodes must share.
   std::map<std::string, std::string> extra_env;

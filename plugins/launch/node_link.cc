@@ -68,26 +68,26 @@ std::pair<std::string, int> parse_host_port(const std::string& s) {
 // Who a connection that proved the run's secret (any, when the run has none) says it is. One that sends no HELLO
 // (silence, garbage, a line without end) is told why, logged with its address and dropped: it cannot stop or join
 // the run. Returns -1 then.
-int NodeLink::read_hello(Peer& peer, Clock::time_point deadline) {
+std::optional<node_link::Hello> NodeLink::read_hello(Peer& peer, Clock::time_point deadline) {
   // A silent stranger holds the join for at most a few seconds, not the whole join timeout.
   const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(5));
   std::string line;
   const bool said = read_line(peer.fd.get(), peer.inbox, line, until);
-  const auto node = said ? node_link::parse_hello(line) : std::nullopt;
-  if (node) return *node;
+  const auto hello = said ? node_link::parse_hello(line) : std::nullopt;
+  if (hello) return hello;
   const std::string refusal =
       !said && node_link::overlong(peer.inbox)
           ? "it sent more than a line may hold (" + std::to_string(node_link::kMaxLineBytes) + " bytes) without a newline"
-          : std::string("it sent no HELLO naming its node rank");
+          : std::string("it sent no HELLO naming its node rank and share");
   const std::string who = "a launcher at " + control::peer_address(peer.fd.get());
   std::fprintf(stderr, "[commsched launch] node 0 refused %s: %s\n", who.c_str(), refusal.c_str());
   write_all(peer.fd.get(), "ABORT 0 node 0 refused this launcher: " + refusal + "\n");
-  return -1;
+  return std::nullopt;
 }
 
 // A node: node 0's link from the store, dialled, proven both ways and greeted with this node's HELLO.
-NodeLink::Peer NodeLink::dial_root(int node_rank, const std::string& host, int port, const std::string& secret,
-                                   double timeout_s, Clock::time_point deadline) {
+NodeLink::Peer NodeLink::dial_root(const node_link::Hello& hello, const std::string& host, int port,
+                                   const std::string& secret, double timeout_s, Clock::time_point deadline) {
   const std::string root = address(host, port);
   int link_port = 0;
   try {
@@ -95,7 +95,7 @@ NodeLink::Peer NodeLink::dial_root(int node_rank, const std::string& host, int p
     const std::string value = store.get(node_link::kLinkKey, deadline);
     link_port = static_cast<int>(parse_int(std::string("the store's ") + node_link::kLinkKey, value, 1, 65535));
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error("launch: node " + std::to_string(node_rank) + " could not join node 0 at " + root + " (" +
+    throw std::runtime_error("launch: node " + std::to_string(hello.node) + " could not join node 0 at " + root + " (" +
                              e.what() + "; join timeout " + std::to_string(static_cast<int>(timeout_s)) + " s)");
   }
   Peer peer;
@@ -104,27 +104,39 @@ NodeLink::Peer NodeLink::dial_root(int node_rank, const std::string& host, int p
   peer.fd = control::connect_tcp(host, link_port, deadline);
   control::tune_control_socket(peer.fd.get(), kSendTimeoutS);
   collective::LinkAuth(secret, kLinkName).prove(peer.fd.get(), deadline, link);
-  write_all(peer.fd.get(), "HELLO " + std::to_string(node_rank) + "\n");
+  write_all(peer.fd.get(), node_link::hello_line(hello) + "\n");
   return peer;
 }
 
-std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const std::string& host, int port,
+std::unique_ptr<NodeLink> NodeLink::join(int nnodes, int node_rank, const node_link::Share& share,
+                                         const std::string& host, int port,
                                          std::map<std::string, std::string>& env, double timeout_s,
                                          const std::string& secret, double silence_s) {
   std::unique_ptr<NodeLink> link(new NodeLink(nnodes, node_rank));
   const auto deadline = deadline_after(timeout_s);
+  link->shares_.assign(static_cast<size_t>(nnodes), node_link::Share{});
+  link->shares_[0] = share;
   if (node_rank == 0) {
     link->accept_nodes(host, port, env, secret, timeout_s, deadline);
     link->watch_peers(silence_s);
     return link;
   }
-  Peer root = dial_root(node_rank, host, port, secret, timeout_s, deadline);
+  Peer root = dial_root({node_rank, share}, host, port, secret, timeout_s, deadline);
   std::string line;
   if (!read_line(root.fd.get(), root.inbox, line, deadline) || line.rfind("GO", 0) != 0) {
     throw std::runtime_error("launch: node 0 at " + address(host, port) + " did not start the run" +
                              (line.empty() ? std::string(" (no answer)") : ": " + line));
   }
-  node_link::decode_env(line.size() > 3 ? std::string_view(line).substr(3) : std::string_view(), env);
+  const std::string_view rest = line.size() > 3 ? std::string_view(line).substr(3) : std::string_view();
+  const size_t space = std::min(rest.find(' '), rest.size());
+  const auto shares = node_link::decode_shares(rest.substr(0, space));
+  if (!shares || shares->size() != static_cast<size_t>(nnodes) || (*shares)[static_cast<size_t>(node_rank)] != share)
+    throw std::runtime_error("launch: node 0 at " + address(host, port) + " started the run with shares '" +
+                             std::string(rest.substr(0, space)) + "' that do not fit this node's (node " +
+                             std::to_string(node_rank) + " of " + std::to_string(nnodes) + "; another commsched "
+                             "version?)");
+  link->shares_ = *shares;
+  node_link::decode_env(rest.substr(std::min(space + 1, rest.size())), env);
   link->peers_.push_back(std::move(root));
   link->watch_peers(silence_s);
   return link;
@@ -183,8 +195,9 @@ void NodeLink::accept_nodes(const std::string& host, int port, const std::map<st
     if (!peer.fd.valid()) continue;
     control::tune_control_socket(peer.fd.get(), kSendTimeoutS);
     if (!auth.admit(peer.fd.get(), deadline)) continue;
-    const int node = read_hello(peer, deadline);
-    if (node < 0) continue;
+    const auto hello = read_hello(peer, deadline);
+    if (!hello) continue;
+    const int node = hello->node;
     if (node < 1 || node >= nnodes_ || joined[static_cast<size_t>(node)]) {
       write_all(peer.fd.get(), "ABORT 0 node 0 refused node " + std::to_string(node) + " (out of range or already joined)\n");
       throw std::runtime_error("launch: a launcher at " + address(host, port) + " joined as node " +
@@ -192,10 +205,16 @@ void NodeLink::accept_nodes(const std::string& host, int port, const std::map<st
                                ") or already joined");
     }
     joined[static_cast<size_t>(node)] = true;
+    shares_[static_cast<size_t>(node)] = hello->share;
     peer.node = node;
     peers_.push_back(std::move(peer));
   }
-  broadcast("GO " + node_link::encode_env(env));
+  const std::string go = "GO " + node_link::encode_shares(shares_) + " " + node_link::encode_env(env);
+  if (go.size() + 1 > node_link::kMaxLineBytes)
+    throw InvalidArgument("launch: the GO line for " + std::to_string(nnodes_) + " nodes is " +
+                          std::to_string(go.size()) + " bytes, more than the node link's " +
+                          std::to_string(node_link::kMaxLineBytes) + "-byte line");
+  broadcast(go);
 }
 
 NodeLink::~NodeLink() = default;

@@ -5,8 +5,10 @@
 // "store", then "node link"), so neither a stranger nor another run's launcher can read the link's address, join,
 // start or stop the run; a stranger is refused with its address logged. The link then carries lines of text:
 //
-//   node -> root   HELLO <node>          joined (once per node rank)
-//   root -> nodes  GO <k=v>\t<k=v>...    everyone joined: start; the root's extra environment for every child
+//   node -> root   HELLO <node> <w> <s>  joined (once per node rank) with its share: w workers and s servers
+//   root -> nodes  GO <w:s,...> <k=v>\t<k=v>...
+//                                        everyone joined: start; every node's share in node order (a node's ranks
+//                                        follow those of the nodes before it), the root's environment for every child
 //   node -> root   WDONE <node>          this node's workers all exited 0
 //   root -> nodes  WALLDONE              every node's workers are done (servers may now be expected to leave)
 //   node -> root   DONE <node>           every process of this node exited 0; the node's launcher leaves
@@ -28,6 +30,7 @@
 
 #include "comm_backends/control/socket.h"
 #include "comm_backends/liveness.h"
+#include "plugins/launch/node_link_lines.h"
 
 namespace commsched {
 
@@ -48,12 +51,17 @@ class NodeLink {
   // std::runtime_error naming the address, the missing nodes or the peer when the join does not complete within
   // timeout_s. After the join, with silence_s > 0, every launcher sends PING when it said nothing for
   // heartbeat_interval(silence_s), and poll() reports a node silent for silence_s as an abort naming it.
-  static std::unique_ptr<NodeLink> join(int nnodes, int node_rank, const std::string& host, int port,
+  // `share`: what this node starts; shares() then holds every node's.
+  static std::unique_ptr<NodeLink> join(int nnodes, int node_rank, const node_link::Share& share,
+                                        const std::string& host, int port,
                                         std::map<std::string, std::string>& env, double timeout_s,
                                         const std::string& secret, double silence_s = 0);
   ~NodeLink();
   NodeLink(const NodeLink&) = delete;
   NodeLink& operator=(const NodeLink&) = delete;
+
+  // Every node's share, in node order (known once join returns).
+  const std::vector<node_link::Share>& shares() const { return shares_; }
 
   // Reads what arrived (waits at most timeout_ms); returns at most one event per call.
   std::optional<LinkEvent> poll(int timeout_ms);
@@ -76,9 +84,10 @@ class NodeLink {
   NodeLink(int nnodes, int node_rank) : nnodes_(nnodes), node_rank_(node_rank) {}
   void accept_nodes(const std::string& host, int port, const std::map<std::string, std::string>& env,
                     const std::string& secret, double timeout_s, Clock::time_point deadline);
-  // The node rank a proven connection's HELLO names, or -1 (told why and logged) when it sends none.
-  static int read_hello(Peer& peer, Clock::time_point deadline);
-  static Peer dial_root(int node_rank, const std::string& host, int port, const std::string& secret, double timeout_s,
+  // What a proven connection's HELLO says, or nullopt (told why and logged) when it sends none.
+  static std::optional<node_link::Hello> read_hello(Peer& peer, Clock::time_point deadline);
+  static Peer dial_root(const node_link::Hello& hello, const std::string& host, int port, const std::string& secret,
+                        double timeout_s,
                         Clock::time_point deadline);
   void send(Peer& p, const std::string& line);
   void broadcast(const std::string& line, int except_node = -1);
@@ -95,6 +104,7 @@ class NodeLink {
   int node_rank_;
   control::Fd listener_;
   std::vector<Peer> peers_;   // root: one per other node; others: the root
+  std::vector<node_link::Share> shares_;
   bool my_workers_done_ = false;
   bool my_done_ = false;
   bool walldone_sent_ = false;

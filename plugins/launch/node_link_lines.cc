@@ -21,6 +21,24 @@ std::vector<std::string_view> words(std::string_view line) {
   return out;
 }
 
+// A whole decimal number in [min, max], or nullopt.
+std::optional<int> number(std::string_view w, int min, int max) {
+  int n = -1;
+  const auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), n);
+  if (ec != std::errc() || end != w.data() + w.size() || n < min || n > max) return std::nullopt;
+  return n;
+}
+
+// "w:s" with the counts HELLO accepts.
+std::optional<Share> parse_share(std::string_view w) {
+  const auto colon = w.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  const auto workers = number(w.substr(0, colon), 1, kMaxShare);
+  const auto servers = number(w.substr(colon + 1), 0, kMaxShare);
+  if (!workers || !servers) return std::nullopt;
+  return Share{*workers, *servers};
+}
+
 }  // namespace
 
 bool take_line(std::string& inbox, std::string& line) {
@@ -35,13 +53,39 @@ bool overlong(const std::string& inbox) {
   return inbox.size() > kMaxLineBytes && inbox.find('\n') == std::string::npos;
 }
 
-std::optional<int> parse_hello(std::string_view line) {
+std::string hello_line(const Hello& hello) {
+  return "HELLO " + std::to_string(hello.node) + " " + std::to_string(hello.share.workers) + " " +
+         std::to_string(hello.share.servers);
+}
+
+std::optional<Hello> parse_hello(std::string_view line) {
   const auto w = words(line);
-  if (w.size() != 2 || w[0] != "HELLO") return std::nullopt;
-  int node = -1;
-  const auto [end, ec] = std::from_chars(w[1].data(), w[1].data() + w[1].size(), node);
-  if (ec != std::errc() || end != w[1].data() + w[1].size() || node < 0 || node > kMaxNode) return std::nullopt;
-  return node;
+  if (w.size() != 4 || w[0] != "HELLO") return std::nullopt;
+  const auto node = number(w[1], 0, kMaxNode);
+  const auto workers = number(w[2], 1, kMaxShare);
+  const auto servers = number(w[3], 0, kMaxShare);
+  if (!node || !workers || !servers) return std::nullopt;
+  return Hello{*node, {*workers, *servers}};
+}
+
+std::string encode_shares(const std::vector<Share>& shares) {
+  std::string out;
+  for (const Share& s : shares)
+    out += (out.empty() ? "" : ",") + std::to_string(s.workers) + ":" + std::to_string(s.servers);
+  return out;
+}
+
+std::optional<std::vector<Share>> decode_shares(std::string_view word) {
+  std::vector<Share> out;
+  while (!word.empty() && out.size() <= static_cast<size_t>(kMaxNode)) {
+    const size_t comma = std::min(word.find(','), word.size());
+    const auto share = parse_share(word.substr(0, comma));
+    if (!share) return std::nullopt;
+    out.push_back(*share);
+    if (comma == word.size()) return out;
+    word.remove_prefix(comma + 1);
+  }
+  return std::nullopt;  // empty, a trailing comma, or more nodes than a HELLO may name
 }
 
 std::string encode_env(const std::map<std::string, std::string>& env) {

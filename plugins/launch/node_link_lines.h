@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace commsched::node_link {
 
@@ -23,9 +24,31 @@ bool take_line(std::string& inbox, std::string& line);
 // Whether `inbox` holds no complete line and more bytes than a line may have: the sender is not one of ours.
 bool overlong(const std::string& inbox);
 
-// HELLO <node>: a node's first line once the link is proven. The node rank, or nullopt unless the line is exactly
-// HELLO and a node rank in [0, kMaxNode].
-std::optional<int> parse_hello(std::string_view line);
+// What one node's launcher starts (its -w and -s): nodes may differ, as horovodrun's hosts of different slots do.
+struct Share {
+  int workers = 1;
+  int servers = 0;
+  bool operator==(const Share&) const = default;
+};
+// The largest count a HELLO may carry (the root refuses more).
+inline constexpr int kMaxShare = 1 << 20;
+
+struct Hello {
+  int node = 0;
+  Share share;
+  bool operator==(const Hello&) const = default;
+};
+// HELLO <node> <workers> <servers>: a node's first line once the link is proven.
+std::string hello_line(const Hello& hello);
+// nullopt unless the line is exactly that, a node rank in [0, kMaxNode], workers in [1, kMaxShare] and servers in
+// [0, kMaxShare].
+std::optional<Hello> parse_hello(std::string_view line);
+
+// The GO line's first word: every node's share, in node order ("w:s,w:s,..."); each node numbers its workers and
+// servers after those of the nodes before it.
+std::string encode_shares(const std::vector<Share>& shares);
+// nullopt unless `word` is such a list (counts in the ranges parse_hello accepts).
+std::optional<std::vector<Share>> decode_shares(std::string_view word);
 
 // The GO line's environment: k=v pairs joined by tabs. Throws InvalidArgument naming an entry that cannot be sent,
 // or when the line would be longer than kMaxLineBytes.

@@ -127,7 +127,6 @@ void write_input(Pipe& p, const std::string& text) {
     if (n <= 0 && errno != EINTR) break;
     if (n > 0) done += static_cast<size_t>(n);
   }
-  p.write.reset();
 }
 
 }  // namespace
@@ -166,6 +165,8 @@ size_t ProcessGroup::spawn(const ProcessSpec& spec) {
   // the text fits the pipe's buffer, so the write never waits for the child.
   write_input(input, spec.input);
   input.read.reset();
+  if (spec.keep_input_open && input.write.valid()) open_inputs_.push_back(std::move(input.write));
+  input.write.reset();
   ::setpgid(pid, pgid_);  // from both sides: no window in which the child is outside the group
   if (pgid_ == 0) pgid_ = pid;
   members_.push_back(ProcessState{spec.name, pid, spec.log, std::nullopt, 0, {}});

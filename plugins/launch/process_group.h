@@ -33,6 +33,9 @@ struct ProcessSpec {
   // Written to the child's stdin (a pipe, closed after it; at most kMaxProcessInput) for what must not appear on a
   // command line, which any user of the host can read (a secret handed through ssh). Empty: stdin is inherited.
   std::string input = {};
+  // With input: the pipe stays open after it until close_inputs() or the group's end (this process's exit included),
+  // so that the child sees end-of-file on stdin only then: a lifeline for what no signal reaches (ssh without a tty).
+  bool keep_input_open = false;
 };
 
 struct ProcessState {
@@ -69,6 +72,8 @@ class ProcessGroup {
   void terminate(int sig, std::chrono::milliseconds grace);
   // SIGKILLs every member not yet reaped and reaps it (blocking).
   void kill_all();
+  // Closes the stdin pipes kept open (ProcessSpec::keep_input_open): their children read end-of-file.
+  void close_inputs() { open_inputs_.clear(); }
 
   const std::vector<ProcessState>& members() const { return members_; }
   ProcessState& member(size_t i) { return members_.at(i); }
@@ -79,6 +84,7 @@ class ProcessGroup {
   std::string tag_;
   pid_t pgid_ = 0;
   std::vector<ProcessState> members_;
+  std::vector<control::Fd> open_inputs_;  // keep_input_open: the write ends
 };
 
 // For a forked child, before exec (async-signal-safe, no allocation): closes every descriptor above stderr that

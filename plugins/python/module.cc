@@ -170,6 +170,13 @@ ClusterEnv cluster_from_dict(const std::map<std::string, py::object>& d) {
   return e;
 }
 
+// Horovod's API starts a trace at any time: where the environment asks for none (or says HOROVOD_TIMELINE=DYNAMIC),
+// the engine records nothing until start_timeline(). On the configuration the Context is built from: one parse.
+EngineConfig deferred_timeline(EngineConfig c) {
+  if (c.timeline_path.empty() || c.timeline_path == "DYNAMIC") c.timeline_path = Timeline::kDeferred;
+  return c;
+}
+
 py::list strings(const std::vector<std::string_view>& v) {
   py::list out;
   for (std::string_view s : v) out.append(std::string(s));
@@ -210,17 +217,20 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Context>(m, "Context")
       .def(py::init([](std::map<std::string, std::string> engine, std::string backend, std::optional<bool> tune,
-                       std::optional<std::map<std::string, py::object>> cluster) {
+                       std::optional<std::map<std::string, py::object>> cluster, bool defer_timeline) {
              ContextOptions o{std::move(engine), std::move(backend), tune, std::nullopt, {}, {}};
+             if (defer_timeline && !o.engine.count("timeline"))
+               o.engine_config = deferred_timeline(EngineConfig::from_env());
              if (cluster) o.cluster = cluster_from_dict(*cluster);
              py::gil_scoped_release release;  // the rendezvous blocks
              if (o.cluster && !o.cluster->store_scope.empty()) collective::place_on_hosts(*o.cluster);
              return std::make_unique<Context>(o);
            }),
            py::arg("engine") = std::map<std::string, std::string>{}, py::arg("backend") = std::string(),
-           py::arg("tune") = std::nullopt, py::arg("cluster") = std::nullopt,
+           py::arg("tune") = std::nullopt, py::arg("cluster") = std::nullopt, py::arg("defer_timeline") = false,
            "connects the backend (blocks for the rendezvous); `cluster` overrides fields of the environment's cluster "
-           "(a process set's sub-cluster)")
+           "(a process set's sub-cluster); defer_timeline: with no trace file from the environment (or "
+           "HOROVOD_TIMELINE=DYNAMIC) nor `engine`, record nothing until start_timeline()")
       .def_property_readonly("rank", &Context::rank)
       .def_property_readonly("size", &Context::size)
       .def_property_readonly("local_rank", &Context::local_rank)
@@ -398,8 +408,6 @@ PYBIND11_MODULE(_C, m) {
   // Horovod's start_timeline / stop_timeline act on the trace of every engine of this process (the plugin runs one;
   // process sets' engines have none). An engine built with timeline=TIMELINE_DEFERRED records nothing until started.
   m.attr("TIMELINE_DEFERRED") = Timeline::kDeferred;
-  m.def("env_timeline", [] { return EngineConfig::from_env().timeline_path; },
-        "the trace file the environment asks for (COMMSCHED_TIMELINE, else HOROVOD_TIMELINE); empty: none");
   m.def("start_timeline", [](const std::string& path) { return Timeline::restart_all(path); }, py::arg("path"),
         "writes every engine's trace to `path` from now on (rank in the file name); returns how many engines");
   m.def("stop_timeline", [] { return Timeline::stop_all(); }, "finishes every engine's trace file");

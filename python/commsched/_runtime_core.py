@@ -81,11 +81,10 @@ def init(caller, policy=None, backend=None, tune=None, prepare=None, **options):
         engine = _split_options(options, caller)
         if policy is not None:
             engine["policy"] = str(policy)
-        if "timeline" not in engine and _C.env_timeline() in ("", "DYNAMIC"):
-            # No trace file until start_timeline() (Horovod's API starts one at any time; HOROVOD_TIMELINE=DYNAMIC
-            # is Horovod's way of saying so).
-            engine["timeline"] = _C.TIMELINE_DEFERRED
-        _ctx = _C.Context(engine=engine, backend=backend or "", tune=tune)
+        # No trace file until start_timeline() unless one is asked for (Horovod's API starts one at any time;
+        # HOROVOD_TIMELINE=DYNAMIC is Horovod's way of saying so): decided on the engine's own reading of the
+        # environment, parsed once.
+        _ctx = _C.Context(engine=engine, backend=backend or "", tune=tune, defer_timeline=True)
         _framework = caller
         _noname_counts.clear()
     atexit.register(shutdown)

@@ -1,8 +1,8 @@
 // The launchers' node link (plugins/launch/node_link_lines): the bytes a connecting launcher, or a stranger, sends to
 // node 0 once the link is proven, cut into chunks the way a socket delivers them. Every line is read as node 0 and the
-// nodes read it: as a HELLO, as the GO line's environment and as an ABORT. Nothing may crash or throw; a HELLO that
-// parses names a node rank in range and survives being written again; the environment a GO line gives survives
-// encode_env and decode_env.
+// nodes read it: as a HELLO, as the GO line's shares and environment and as an ABORT. Nothing may crash or throw; a
+// HELLO that parses names a node rank in range and survives being written again, and so do the shares; the
+// environment a GO line gives survives encode_env and decode_env.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -16,10 +16,12 @@ namespace {
 
 void check_line(const std::string& line) {
   FUZZ_CHECK(line.find('\n') == std::string::npos);
-  if (const auto node = node_link::parse_hello(line)) {
-    FUZZ_CHECK(*node >= 0 && *node <= node_link::kMaxNode);
-    FUZZ_CHECK(node_link::parse_hello("HELLO " + std::to_string(*node)) == node);
+  if (const auto hello = node_link::parse_hello(line)) {
+    FUZZ_CHECK(hello->node >= 0 && hello->node <= node_link::kMaxNode);
+    FUZZ_CHECK(node_link::parse_hello(node_link::hello_line(*hello)) == hello);
   }
+  if (const auto shares = node_link::decode_shares(line))
+    FUZZ_CHECK(node_link::decode_shares(node_link::encode_shares(*shares)) == shares);
   std::map<std::string, std::string> env, again;
   node_link::decode_env(line, env);
   node_link::decode_env(node_link::encode_env(env), again);  // a decoded entry never holds a tab or a newline

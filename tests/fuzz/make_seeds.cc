@@ -128,9 +128,10 @@ int main(int argc, char** argv) {
   write(out / "link_auth", "challenge_only", std::string(1, '\2') + answer_frame);
 
   // node_link: chunk byte, then a stream of lines both ways.
-  write(out / "node_link", "hello", std::string(1, '\x05') + "HELLO 1\nGO A=1\tB=x=y\nWDONE 1\nDONE 1\n");
+  write(out / "node_link", "hello", std::string(1, '\x05') + "HELLO 1 2 0\nGO 4:1,2:1 A=1\tB=x=y\nWDONE 1\nDONE 1\n");
   write(out / "node_link", "hello_extra_words", std::string(1, '\x10') + "HELLO 2 abc def\nHELLO -1\nHELLO\n");
-  write(out / "node_link", "go_env", std::string(1, '\x3f') + "GO " + node_link::encode_env({{"K", "v"}, {"E", ""}}) + "\n");
+  write(out / "node_link", "go_env",
+        std::string(1, '\x3f') + "GO 1:0,1:0 " + node_link::encode_env({{"K", "v"}, {"E", ""}}) + "\n");
   write(out / "node_link", "abort", std::string(1, '\x00') + "ABORT 2 its launcher is gone\nWALLDONE\nABORT\n");
 
   // config: selector byte (parser in the low 3 bits, option index above), then the text.

@@ -18,6 +18,7 @@ import torch
 
 import commsched.torch as hvd
 from commsched._elastic import ElasticError
+from elastic_common import wait_for_joiners
 
 EPOCHS, BATCHES, GLOBAL_BATCH = 2, 12, 24
 
@@ -68,15 +69,6 @@ def kill_servers():
             os.kill(int(pid), signal.SIGKILL)
 
 
-def wait_for_joiners(state):
-    """ELASTIC_WAIT_FOR_SIZE=n: the last step waits (committing, so joiners are let in) until n workers train."""
-    wanted = int(os.environ.get("ELASTIC_WAIT_FOR_SIZE", "0"))
-    deadline = time.monotonic() + 90
-    while hvd.size() < wanted and time.monotonic() < deadline:
-        time.sleep(0.1)
-        state.commit()
-
-
 def main(out):
     os.environ["ELASTIC_OUT"] = out
     torch.set_num_threads(1)
@@ -105,7 +97,7 @@ def main(out):
             print(f"first step at {time.time():.3f}", flush=True)
         while state.step < EPOCHS * BATCHES:  # the step counter is committed after it advanced: no step runs twice
             if state.step == EPOCHS * BATCHES - 1:
-                wait_for_joiners(state)
+                wait_for_joiners(state, hvd.size)
             x, y = batch_of(state.step // BATCHES, state.step % BATCHES)
             n, r = hvd.size(), hvd.rank()
             per = GLOBAL_BATCH // n

@@ -135,8 +135,8 @@ def test_horovodrun_min_np_survives_a_lost_host(tmp_path, reference):
     is killed, and horovodrun lets node 0 carry the run instead of stopping it."""
     env = child_env({"COMMSCHED_TIMEOUT": "5", "COMMSCHED_BACKEND": "gloo", "ELASTIC_VICTIM": "1-1",
                      "ELASTIC_FAULT": "kill-launcher", "ELASTIC_FAULT_STEP": "7"})
-    cmd = [str(HERE / "netns_horovodrun.sh"), commsched_bin(), "--", "--min-np", "2", PYTHON, str(WORKER),
-           "--out", str(tmp_path)]
+    cmd = [str(HERE / "netns_horovodrun.sh"), commsched_bin(), "4", "2", "2", "--", "--min-np", "2", PYTHON,
+           str(WORKER), "--out", str(tmp_path)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
     log = res.stdout + res.stderr
     assert res.returncode == 0, log

@@ -14,7 +14,6 @@ import argparse
 import os
 import signal
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -22,6 +21,7 @@ import keras
 
 import commsched.keras as hvd
 from commsched.tensorflow import DistributedGradientTape, allreduce, size_op
+from elastic_common import wait_for_joiners
 
 EPOCHS, STEPS, GLOBAL_BATCH = 2, 6, 24
 IDENT = os.environ.get("COMMSCHED_ELASTIC_ID", "?")
@@ -49,15 +49,6 @@ def fault_here(epoch, batch):
             and epoch * STEPS + batch == int(os.environ.get("ELASTIC_FAULT_STEP", "-1"))):
         say(f"killing myself at epoch {epoch} batch {batch}")
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def wait_for_joiners(state):
-    """ELASTIC_WAIT_FOR_SIZE=n: the last step waits (committing, so joiners are let in) until n workers train."""
-    wanted = int(os.environ.get("ELASTIC_WAIT_FOR_SIZE", "0"))
-    deadline = time.monotonic() + 90
-    while hvd.size() < wanted and time.monotonic() < deadline:
-        time.sleep(0.1)
-        state.commit()
 
 
 def digest(variables):
@@ -132,7 +123,7 @@ def train_loop(out):
         while state.epoch < EPOCHS:
             while state.batch < STEPS:
                 if (state.epoch, state.batch) == (EPOCHS - 1, STEPS - 1):
-                    wait_for_joiners(state)
+                    wait_for_joiners(state, hvd.size)
                 fault_here(state.epoch, state.batch)
                 x, y = global_batch(state.epoch, state.batch)
                 mine, _ = my_slice()

@@ -97,6 +97,30 @@ TEST(ProcessGroup, TheInputIsTheChildsStdinAndAChildThatIgnoresItDoesNotHurtTheP
                std::runtime_error);
 }
 
+// keep_input_open: the child reads its input, and end-of-file only once close_inputs() is called (what a remote host's
+// launcher watches for through ssh). A later child does not hold the first one's pipe open.
+TEST(ProcessGroup, AnInputKeptOpenEndsOnlyWhenClosed) {
+  const TempDir dir;
+  const std::string log = dir / "c.log";
+  ProcessGroup g;
+  ProcessSpec spec{"waits", {"/bin/sh", "-c", "IFS= read -r first; echo \"[$first]\"; cat; echo eof"}, {}, log, false,
+                   "hello\n"};
+  spec.keep_input_open = true;
+  g.spawn(spec);
+  g.spawn({"other", {"/bin/sleep", "30"}, {}, "", false, ""});
+  for (int i = 0; i < 2000 && slurp(log).empty(); ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(slurp(log), "[hello]\n");
+  EXPECT_FALSE(g.wait_all(200ms)) << "the child saw its stdin end before close_inputs()";
+  g.close_inputs();
+  for (int i = 0; i < 4000 && !g.members()[0].code; ++i) {
+    g.reap();
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(g.members()[0].code, 0);
+  EXPECT_EQ(slurp(log), "[hello]\neof\n");
+  g.kill_all();
+}
+
 // A child holds none of the parent's descriptors past stderr, CLOEXEC or not (a parent's listening socket left open
 // in a worker would keep its port and its peers' connections alive after the parent closed it), and a variable the
 // spec sets replaces the parent's value of it instead of standing beside it.

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -53,18 +54,31 @@ TEST(Horovodrun, AHostfileNamesTheLineItCannotRead) {
   EXPECT_TRUE(has(error_of([] { parse_hostfile("# nobody\n", "h"); }), "names no host"));
 }
 
-TEST(Horovodrun, WorkersFillTheHostsInOrderAndUnevenSharesAreRefusedWithAFittingNp) {
-  const auto hosts = parse_hosts("a:2,b:2,c:2");
-  auto p = place_workers(4, hosts);
-  ASSERT_EQ(p.size(), 2u);
-  EXPECT_EQ(p[0].host, "a");
-  EXPECT_EQ(p[1].host, "b");
-  EXPECT_EQ(p[1].slots, 2);
-  EXPECT_EQ(place_workers(2, hosts).size(), 1u);
-  const std::string uneven = error_of([&] { place_workers(3, hosts); });
-  EXPECT_TRUE(has(uneven, "puts 2 worker(s) on a but 1 on b")) << uneven;
-  EXPECT_TRUE(has(uneven, "(-np 4 here)")) << uneven;
-  EXPECT_TRUE(has(error_of([&] { place_workers(7, hosts); }), "-np 7 is more than the hosts' 6 slot(s)"));
+// As horovodrun places them: hosts in order, each up to its slots, until -np; hosts of different sizes keep theirs.
+TEST(Horovodrun, WorkersFillTheHostsInOrderEachUpToItsSlots) {
+  const auto shares = [](int np, const std::string& hosts) {
+    std::string out;
+    for (const HostSlots& h : place_workers(np, parse_hosts(hosts)))
+      out += (out.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
+    return out;
+  };
+  EXPECT_EQ(shares(4, "a:2,b:2,c:2"), "a:2,b:2");
+  EXPECT_EQ(shares(2, "a:2,b:2,c:2"), "a:2");
+  EXPECT_EQ(shares(3, "a:2,b:2,c:2"), "a:2,b:1");
+  EXPECT_EQ(shares(6, "a:4,b:2"), "a:4,b:2");
+  EXPECT_EQ(shares(5, "a:1,b:4,c:2"), "a:1,b:4");
+  EXPECT_TRUE(has(error_of([] { place_workers(7, parse_hosts("a:2,b:2,c:2")); }),
+                  "-np 7 is more than the hosts' 6 slot(s)"));
+}
+
+// A long value (module systems export variables of 100 KB) is quoted without a stack frame per character (std::regex
+// overflowed the stack there).
+TEST(Horovodrun, AValueOfAnySizeIsQuoted) {
+  const std::string plain(300000, 'x'), spaced = std::string(300000, 'y') + " it's";
+  EXPECT_EQ(shell_quote(plain), plain);
+  EXPECT_EQ(shell_quote(spaced), "'" + std::string(300000, 'y') + " it'\\''s'");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("a-b_c/d:e=f,g@h%i+j.k"), "a-b_c/d:e=f,g@h%i+j.k");
 }
 
 TEST(Horovodrun, TheEnvironmentForwardedLeavesOutThisHostsOwnAndTheSecret) {
@@ -76,9 +90,10 @@ TEST(Horovodrun, TheEnvironmentForwardedLeavesOutThisHostsOwnAndTheSecret) {
   EXPECT_EQ(env, want);
 }
 
-// What ssh runs on a remote host, run by /bin/sh as sshd would run it, with the script on its stdin: every word
-// arrives unchanged, and the secret, the environment and the working directory are the caller's, though none of them
-// is on the command line.
+// What ssh runs on a remote host, run by /bin/sh as sshd would run it, with the script on its stdin (kept open, as
+// horovodrun keeps ssh's: the shell runs the script without waiting for stdin's end): every word arrives unchanged,
+// and the secret, the environment and the working directory are the caller's, though none of them is on the command
+// line.
 TEST(Horovodrun, TheRemoteScriptReachesTheProgramWordForWordAndNothingOfItIsOnTheCommandLine) {
   const auto base = std::filesystem::temp_directory_path() / ("hvdrun it's $here " + std::to_string(::getpid()));
   std::filesystem::create_directories(base);
@@ -88,8 +103,10 @@ TEST(Horovodrun, TheRemoteScriptReachesTheProgramWordForWordAndNothingOfItIsOnTh
   spec.input = remote_script(
       base.string(), {{"X", "it's $HOME `date` \"q\"\nline two"}, {"COMMSCHED_SECRET", "s3cret"}},
       {"/bin/sh", "-c", "printf '%s|' \"$PWD\" \"$X\" \"$COMMSCHED_SECRET\" \"$@\"", "sh", "a b", "c'd", "$e", ""});
+  spec.keep_input_open = true;
+  EXPECT_EQ(std::count(spec.input.begin(), spec.input.end(), '\n'), 1) << "one line: " << spec.input;
   g.spawn(spec);
-  ASSERT_TRUE(g.wait_all(20s));
+  ASSERT_TRUE(g.wait_all(20s)) << "the remote shell waited for its stdin to end";
   std::ifstream in(log);
   std::stringstream got;
   got << in.rdbuf();

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/collective/kv_store.h"
@@ -35,11 +36,11 @@ struct Joined {
 };
 
 std::future<Joined> join_async(int nnodes, int node, int port, std::string secret, double timeout_s = 10,
-                               double silence_s = 0) {
+                               double silence_s = 0, node_link::Share share = {}) {
   return std::async(std::launch::async, [=] {
     Joined j;
     if (node == 0) j.env = {{"FROM_ROOT", "yes"}};
-    j.link = NodeLink::join(nnodes, node, "127.0.0.1", port, j.env, timeout_s, secret, silence_s);
+    j.link = NodeLink::join(nnodes, node, share, "127.0.0.1", port, j.env, timeout_s, secret, silence_s);
     return j;
   });
 }
@@ -149,7 +150,8 @@ TEST(NodeLinkAuth, WithoutASecretAMalformedHelloIsRefusedAndTheRealNodeStillJoin
   const int port = free_loopback_port();
   auto root = join_async(2, 0, port, "");
   const int link = link_port(port, "");
-  for (const std::string hello : {"HELLO x\n", "HELLO 99999999999\n", "HELLO -1\n", "HELLO 1 2 3 4\n", "HELLO 1 ab cd\n"}) {
+  for (const std::string hello : {"HELLO x\n", "HELLO 99999999999\n", "HELLO -1\n", "HELLO 1 2 3 4\n",
+                                 "HELLO 1 ab cd\n", "HELLO 1\n", "HELLO 1 0 0\n", "HELLO 1 2 -1\n"}) {
     const std::string told = stranger(link, hello);
     EXPECT_NE(told.find("refused this launcher: it sent no HELLO naming its node rank"), std::string::npos)
         << hello << ": " << told;
@@ -180,7 +182,7 @@ TEST(NodeLinkAuth, AJoinedNodesEndlessLineAbortsTheRunNamingIt) {
   const int port = free_loopback_port();
   auto root = join_async(2, 0, port, "");
   const int fd = connect_to(link_port(port, ""));
-  const std::string hello = "HELLO 1\n";
+  const std::string hello = "HELLO 1 1 0\n";
   ASSERT_EQ(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
   std::string got;
   char buf[512];
@@ -220,6 +222,32 @@ TEST(NodeLinkLines, AnEnvironmentLongerThanALineIsRefusedBeforeItIsSent) {
   EXPECT_EQ(node_link::encode_env({{"A", "1"}, {"B", "x=y"}}), "A=1\tB=x=y");
 }
 
+// Nodes of different sizes (horovodrun -H a:4,b:2,c:1): every node learns every node's share, in node order, and so
+// where its own ranks start.
+TEST(NodeLinkShares, EveryNodeLearnsEveryNodesShareInNodeOrder) {
+  const int port = free_loopback_port();
+  auto root = join_async(3, 0, port, kSecret, 10, 0, {4, 1});
+  auto n2 = join_async(3, 2, port, kSecret, 10, 0, {1, 0});  // joins before node 1: the order is the node rank's
+  auto n1 = join_async(3, 1, port, kSecret, 10, 0, {2, 1});
+  const std::vector<node_link::Share> want = {{4, 1}, {2, 1}, {1, 0}};
+  EXPECT_EQ(root.get().link->shares(), want);
+  EXPECT_EQ(n1.get().link->shares(), want);
+  Joined j2 = n2.get();
+  EXPECT_EQ(j2.link->shares(), want);
+  EXPECT_EQ(j2.env.at("FROM_ROOT"), "yes");
+}
+
+TEST(NodeLinkLines, HelloAndSharesReadBackWhatWasWritten) {
+  const node_link::Hello hello{3, {4, 2}};
+  EXPECT_EQ(node_link::hello_line(hello), "HELLO 3 4 2");
+  EXPECT_EQ(node_link::parse_hello("HELLO 3 4 2"), hello);
+  const std::vector<node_link::Share> shares = {{4, 1}, {2, 0}};
+  EXPECT_EQ(node_link::encode_shares(shares), "4:1,2:0");
+  EXPECT_EQ(node_link::decode_shares("4:1,2:0"), shares);
+  for (const char* bad : {"", "4:1,", ",4:1", "4", "0:1", "4:-1", "4:1:2", "x:1", "4:1,,2:0"})
+    EXPECT_FALSE(node_link::decode_shares(bad)) << bad;
+}
+
 TEST(NodeLinkAuth, WithoutASecretOnEitherSideTheLinkIsOpenAsBefore) {
   const int port = free_loopback_port();
   auto root = join_async(2, 0, port, "");
@@ -237,7 +265,7 @@ TEST(NodeLinkLiveness, PollingLaunchersStayAliveAndASilentOneIsLostNamingIt) {
   auto root = join_async(3, 0, port, "", 10, 1.5);
   auto n1 = join_async(3, 1, port, "", 10, 1.5);
   const int silent = connect_to(link_port(port, ""));  // node 2: says HELLO, then nothing
-  const std::string hello = "HELLO 2\n";
+  const std::string hello = "HELLO 2 1 0\n";
   ASSERT_EQ(::send(silent, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
   std::unique_ptr<NodeLink> link0 = root.get().link, link1 = n1.get().link;
   const auto start = std::chrono::steady_clock::now();
@@ -264,7 +292,7 @@ TEST(NodeLinkElastic, ALostNodeIsReportedToNodeZeroAloneAndCountsAsFinished) {
   auto root = join_async(3, 0, port, "");
   auto n1 = join_async(3, 1, port, "");
   const int lost = connect_to(link_port(port, ""));  // node 2: says HELLO, then its launcher dies
-  const std::string hello = "HELLO 2\n";
+  const std::string hello = "HELLO 2 1 0\n";
   ASSERT_EQ(::send(lost, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
   std::unique_ptr<NodeLink> link0 = root.get().link, link1 = n1.get().link;
   link0->survive_lost_nodes();
