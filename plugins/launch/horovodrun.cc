@@ -393,10 +393,14 @@ std::string shell_quote(const std::string& s) {
 
 namespace {
 
-// shell_quote's word with every newline spelt "$nl" (remote_script sets it), so that the script is one line.
+// The script's newline, in a name no forwarded variable can take (forwarded_env leaves it out): a user's own `nl`
+// exported before a value that needs it would have replaced it.
+constexpr const char* kNewlineVar = "__commsched_nl";
+
+// shell_quote's word with every newline spelt "$__commsched_nl" (remote_script sets it): the script is one line.
 std::string script_word(const std::string& s) {
   std::string out = shell_quote(s);
-  const std::string nl = "'\"$nl\"'";
+  const std::string nl = "'\"$" + std::string(kNewlineVar) + "\"'";
   for (size_t at = 0; (at = out.find('\n', at)) != std::string::npos; at += nl.size()) out.replace(at, 1, nl);
   return out;
 }
@@ -405,8 +409,10 @@ std::string script_word(const std::string& s) {
 
 std::string remote_script(const std::string& cwd, const std::map<std::string, std::string>& env,
                           const std::vector<std::string>& argv) {
-  std::string script = "nl=$(printf '\\n_'); nl=${nl%_};";
-  for (const auto& [k, v] : env) script += " export " + k + "=" + script_word(v) + ";";
+  const std::string nl = kNewlineVar;
+  std::string script = nl + "=$(printf '\\n_'); " + nl + "=${" + nl + "%_};";
+  for (const auto& [k, v] : env)
+    if (k != nl) script += " export " + k + "=" + script_word(v) + ";";
   script += " cd " + script_word(cwd) + " && exec";
   for (const auto& a : argv) script += " " + script_word(a);
   return script + "\n";
@@ -416,7 +422,7 @@ std::map<std::string, std::string> forwarded_env(char** envp) {
   static const std::regex name_re("^[A-Za-z_][A-Za-z0-9_]*$");
   static const std::regex local_re(
       "^(HOSTNAME|HOST|PWD|OLDPWD|SHLVL|_|HOME|USER|LOGNAME|SHELL|MAIL|TERM|DISPLAY|TMPDIR|COMMSCHED_SECRET|"
-      "SSH_.*|XDG_.*|BASH_FUNC_.*|LS_COLORS)$");
+      "SSH_.*|XDG_.*|BASH_FUNC_.*|LS_COLORS|__commsched_nl)$");
   std::map<std::string, std::string> out;
   for (char** e = envp; e && *e; ++e) {
     const std::string kv = *e;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +19,6 @@
 #include "comm_backends/cluster_auth.h"
 #include "comm_backends/cluster_env.h"
 #include "comm_backends/control/socket.h"
-#include "comm_backends/hierarchical/hierarchical_backend.h"
 #include "comm_backends/ps/transport.h"
 #include "plugins/launch/elastic_store.h"
 #include "plugins/launch/node_link.h"
@@ -66,6 +66,12 @@ class Cluster {
     sigemptyset(&mask);
     for (int s : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&mask, s);
     sigprocmask(SIG_BLOCK, &mask, &old_mask_);  // handled synchronously with sigtimedwait below
+    // Where ssh is gone, sshd has closed our stderr with our stdin: a message must fail with EPIPE, not kill us by
+    // SIGPIPE before we stop the workers (and their children). The children get old_mask_, SIGPIPE unblocked.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    sigprocmask(SIG_BLOCK, &pipe, nullptr);
     if (o_.stdin_lifeline) take_stdin();
     env_ = o_.extra_env;
     if (o_.nnodes > 1) {
@@ -99,7 +105,10 @@ class Cluster {
         ", rendezvous " + root_host_ + ":" +
         std::to_string(port_) + "; " + transport_note(o_.nnodes <= 1));
     const int rc = supervise(mask);
-    sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+    // SIGPIPE stays blocked: a message that failed with EPIPE left it pending, and unblocking it would kill us now.
+    sigset_t after = old_mask_;
+    sigaddset(&after, SIGPIPE);
+    sigprocmask(SIG_SETMASK, &after, nullptr);
     return rc;
   }
 
@@ -155,16 +164,18 @@ class Cluster {
       num_servers_ += shares[n].servers;
       even = even && shares[n].workers == shares[0].workers;
     }
-    if (!even && HierarchicalOptions::from_env().enabled()) refuse_uneven_hierarchy(shares);
+    if (!even && num_servers_ > 0) refuse_uneven_ps(shares);
   }
 
-  // Hierarchical mode splits every machine's gradients in local_size lanes that line up across machines: it needs
-  // the same worker count on every node.
-  [[noreturn]] void refuse_uneven_hierarchy(const std::vector<node_link::Share>& shares) {
+  // A parameter-server run needs the same worker count on every node: each worker's automatic partition size
+  // follows its host's share (the per-message cost where the workers fill the cores), and workers that cut a tensor
+  // differently fail at the server; the hierarchical mode's lanes line up across machines too. All-reduce takes any.
+  [[noreturn]] void refuse_uneven_ps(const std::vector<node_link::Share>& shares) {
     std::string counts;
     for (const auto& s : shares) counts += (counts.empty() ? "" : ",") + std::to_string(s.workers);
-    const std::string why = "COMMSCHED_HIERARCHICAL needs the same number of workers on every node, but the nodes "
-                            "run " + counts + " (-w): give every node the same -w, or unset COMMSCHED_HIERARCHICAL";
+    const std::string why = "a parameter-server run (-s) needs the same number of workers on every node, but the "
+                            "nodes run " + counts + " (-w): give every node the same -w, or run the all-reduce "
+                            "(-s 0 on every node)";
     link_->abort(why);
     throw InvalidArgument("launch: " + why);
   }
@@ -391,6 +402,11 @@ class Cluster {
   // --stdin-lifeline: the launcher keeps stdin to itself; its children get /dev/null there, as they had once the
   // remote shell had read its script (a worker reading stdin ends at once, instead of waiting on ssh's channel).
   void take_stdin() {
+    struct stat st {};
+    if (::isatty(0) || ::fstat(0, &st) != 0 || S_ISCHR(st.st_mode))
+      throw InvalidArgument("launch --stdin-lifeline watches a pipe (what horovodrun gives a remote host over ssh); "
+                            "stdin here is a terminal or a device such as /dev/null, whose end would stop the run at "
+                            "once or on Ctrl-D");
     lifeline_.reset(::fcntl(0, F_DUPFD_CLOEXEC, 3));
     if (!lifeline_.valid()) throw std::runtime_error("launch --stdin-lifeline: no stdin to watch");
     const control::Fd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));

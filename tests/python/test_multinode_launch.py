@@ -35,10 +35,9 @@ def test_two_launchers_form_one_cluster(servers):
         assert f"rank {r} of 4 local {r % 2}/2 cross {node}: sum 10.0" in outs[node], log
 
 
-@pytest.mark.parametrize("servers", [1, 0], ids=["ps", "gloo"])
-def test_nodes_of_different_sizes_number_their_workers_one_after_the_other(servers):
+def test_nodes_of_different_sizes_number_their_workers_one_after_the_other():
     """-w 2 on node 0 and -w 1 on node 1 (horovodrun -H a:2,b:1): ranks 0..2, each exactly once."""
-    codes, outs = finish(start_nodes("ok", servers, workers=(2, 1)), 60)
+    codes, outs = finish(start_nodes("ok", 0, workers=(2, 1)), 60)
     log = "\n".join(outs)
     assert codes == [0, 0], log
     seen = [line for line in log.splitlines() if " of 3 local " in line]
@@ -49,13 +48,15 @@ def test_nodes_of_different_sizes_number_their_workers_one_after_the_other(serve
     assert all(line.endswith("sum 6.0") for line in seen), log
 
 
-def test_hierarchical_mode_refuses_nodes_of_different_sizes_naming_the_counts(monkeypatch):
-    monkeypatch.setenv("COMMSCHED_HIERARCHICAL", "gloo")
+@pytest.mark.parametrize("hierarchical", ["", "gloo"], ids=["flat", "hierarchical"])
+def test_a_parameter_server_run_refuses_nodes_of_different_sizes_naming_the_counts(monkeypatch, hierarchical):
+    """Each worker's automatic partition size follows its host's share: uneven nodes would cut tensors differently."""
+    monkeypatch.setenv("COMMSCHED_HIERARCHICAL", hierarchical)
     codes, outs = finish(start_nodes("ok", 1, workers=(2, 1)), 60)
     assert codes[0] != 0 and codes[1] != 0, "\n".join(outs)
     for out in outs:
-        assert ("COMMSCHED_HIERARCHICAL needs the same number of workers on every node, but the nodes run 2,1"
-                in out), out
+        assert "a parameter-server run (-s) needs the same number of workers on every node, but the nodes run 2,1" \
+            in out, out
 
 
 def test_a_failed_worker_on_node_1_tears_down_node_0():
@@ -212,6 +213,36 @@ def test_a_launcher_with_stdin_lifeline_stops_its_workers_when_stdin_closes():
     out = proc.stdout.read()
     assert proc.returncode == 130 and "stdin closed" in out, out
     assert gone_within(token, 10), "workers outlived their launcher"
+
+
+def test_a_launcher_whose_ssh_is_gone_stops_its_workers_children_too():
+    """sshd closes the remote command's stdin, stdout and stderr together: the launcher's next message must not kill
+    it by SIGPIPE before it stops its workers (their parent-death signal reaches them, not a script's children)."""
+    token = f"lifeline-pipe-{os.getpid()}-{time.monotonic_ns()}"
+    worker = f"{PYTHON} {HERE / 'multinode_worker.py'} wait {token}; true"  # a grandchild of the launcher
+    cmd = [commsched_bin(), "launch", "--stdin-lifeline", "-w", "1", "-s", "0", "--", "/bin/sh", "-c", worker]
+    proc = subprocess.Popen(cmd, env=child_env({"COMMSCHED_BACKEND": "gloo"}), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    t0 = time.monotonic()
+    while "waiting" not in proc.stdout.readline() and time.monotonic() - t0 < 30:
+        pass
+    assert proc.poll() is None, "the worker did not start"
+    proc.stdout.close()
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == 130, f"the launcher ended with {proc.returncode} (-13: SIGPIPE)"
+    assert gone_within(token, 10), "a worker's child outlived its launcher"
+
+
+def test_stdin_lifeline_refuses_a_stdin_that_is_not_a_pipe():
+    """Run by hand from a terminal, cron or nohup (/dev/null), the lifeline would end the run at once or on Ctrl-D."""
+    proc = subprocess.run([commsched_bin(), "launch", "--stdin-lifeline", "-w", "1", "-s", "0", "--", "true"],
+                          env=child_env({}), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--stdin-lifeline watches a pipe" in proc.stderr, proc.stderr
 
 
 def test_with_stdin_lifeline_workers_read_an_empty_stdin_not_the_launchers():

@@ -101,8 +101,11 @@ TEST(Horovodrun, TheRemoteScriptReachesTheProgramWordForWordAndNothingOfItIsOnTh
   ProcessGroup g;
   ProcessSpec spec{"remote", {"/bin/sh", "-c", kRemoteShell}, {}, log, false, ""};
   spec.input = remote_script(
-      base.string(), {{"X", "it's $HOME `date` \"q\"\nline two"}, {"COMMSCHED_SECRET", "s3cret"}},
-      {"/bin/sh", "-c", "printf '%s|' \"$PWD\" \"$X\" \"$COMMSCHED_SECRET\" \"$@\"", "sh", "a b", "c'd", "$e", ""});
+      base.string(),
+      // A user's own `nl` (exported before the arguments, after X in sorted order) must not be their newline.
+      {{"X", "it's $HOME `date` \"q\"\nline two"}, {"COMMSCHED_SECRET", "s3cret"}, {"W", "w"}, {"nl", "mine"}},
+      {"/bin/sh", "-c", "printf '%s|' \"$PWD\" \"$X\" \"$COMMSCHED_SECRET\" \"$nl\" \"$@\"", "sh", "a b", "c'd", "$e",
+       "x\ny"});
   spec.keep_input_open = true;
   EXPECT_EQ(std::count(spec.input.begin(), spec.input.end(), '\n'), 1) << "one line: " << spec.input;
   g.spawn(spec);
@@ -110,7 +113,7 @@ TEST(Horovodrun, TheRemoteScriptReachesTheProgramWordForWordAndNothingOfItIsOnTh
   std::ifstream in(log);
   std::stringstream got;
   got << in.rdbuf();
-  EXPECT_EQ(got.str(), base.string() + "|it's $HOME `date` \"q\"\nline two|s3cret|a b|c'd|$e||");
+  EXPECT_EQ(got.str(), base.string() + "|it's $HOME `date` \"q\"\nline two|s3cret|mine|a b|c'd|$e|x\ny|");
   EXPECT_FALSE(has(kRemoteShell, "s3cret") || has(kRemoteShell, "COMMSCHED"));
   std::filesystem::remove_all(base);
 }
