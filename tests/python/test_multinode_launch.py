@@ -191,23 +191,35 @@ def gone_within(token, seconds):
     return not left
 
 
-def test_a_launcher_with_stdin_lifeline_stops_its_workers_when_stdin_closes():
-    """What a remote host's launcher does when its ssh dies or horovodrun closes the pipe (no signal reaches it)."""
-    token = f"lifeline-{os.getpid()}-{time.monotonic_ns()}"
-    cmd = [commsched_bin(), "launch", "--stdin-lifeline", "-w", "2", "-s", "0", "--", PYTHON,
-           str(HERE / "multinode_worker.py"), "wait", token]
+def lifeline_launch(workers, command):
+    """`launch --stdin-lifeline` (Gloo) with stdin, stdout and stderr on pipes, once its `workers` say they wait."""
+    cmd = [commsched_bin(), "launch", "--stdin-lifeline", "-w", str(workers), "-s", "0", "--", *command]
     proc = subprocess.Popen(cmd, env=child_env({"COMMSCHED_BACKEND": "gloo"}), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     waiting, t0 = 0, time.monotonic()
-    while waiting < 2 and time.monotonic() - t0 < 30:
+    while waiting < workers and time.monotonic() - t0 < 30:
         waiting += proc.stdout.readline().count("waiting")  # two ranks may share a line
-    assert proc.poll() is None and waiting == 2, "the workers did not start"
-    proc.stdin.close()
+    assert proc.poll() is None and waiting == workers, "the workers did not start"
+    return proc
+
+
+def ended_within(proc, seconds):
+    """Whether proc ended in time; if not, its session is killed."""
     try:
-        proc.wait(timeout=20)
+        proc.wait(timeout=seconds)
+        return True
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        return False
+
+
+def test_a_launcher_with_stdin_lifeline_stops_its_workers_when_stdin_closes():
+    """What a remote host's launcher does when its ssh dies or horovodrun closes the pipe (no signal reaches it)."""
+    token = f"lifeline-{os.getpid()}-{time.monotonic_ns()}"
+    proc = lifeline_launch(2, [PYTHON, str(HERE / "multinode_worker.py"), "wait", token])
+    proc.stdin.close()
+    if not ended_within(proc, 20):
         gone_within(token, 0)
         pytest.fail("the launcher ignored its stdin's end: " + proc.stdout.read())
     out = proc.stdout.read()
@@ -220,20 +232,10 @@ def test_a_launcher_whose_ssh_is_gone_stops_its_workers_children_too():
     it by SIGPIPE before it stops its workers (their parent-death signal reaches them, not a script's children)."""
     token = f"lifeline-pipe-{os.getpid()}-{time.monotonic_ns()}"
     worker = f"{PYTHON} {HERE / 'multinode_worker.py'} wait {token}; true"  # a grandchild of the launcher
-    cmd = [commsched_bin(), "launch", "--stdin-lifeline", "-w", "1", "-s", "0", "--", "/bin/sh", "-c", worker]
-    proc = subprocess.Popen(cmd, env=child_env({"COMMSCHED_BACKEND": "gloo"}), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    t0 = time.monotonic()
-    while "waiting" not in proc.stdout.readline() and time.monotonic() - t0 < 30:
-        pass
-    assert proc.poll() is None, "the worker did not start"
+    proc = lifeline_launch(1, ["/bin/sh", "-c", worker])
     proc.stdout.close()
     proc.stdin.close()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    ended_within(proc, 20)
     assert proc.returncode == 130, f"the launcher ended with {proc.returncode} (-13: SIGPIPE)"
     assert gone_within(token, 10), "a worker's child outlived its launcher"
 
