@@ -109,9 +109,6 @@ def main(out):
             loss.backward()
             fault_here(state)
             opt.step()
-            # A metric averaged without a name, as many Horovod scripts do: every rank numbers unnamed operations
-            # alike only if a joiner and the survivors count them from the same point (each generation's start).
-            hvd.allreduce(loss.detach())
             time.sleep(step_s)
             state.step += 1
             state.commit()

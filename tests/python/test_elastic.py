@@ -330,6 +330,15 @@ def train(state, factor):
     return state.epoch * factor
 
 assert train(state, 2) == 8  # without an elastic store: called once
+
+# Unnamed operations are numbered from 0 in every Context: a generation's survivors (a new Context each) and its
+# joiners (new processes) then name them alike.
+from commsched.torch import ops
+hvd.allreduce(torch.ones(1))
+assert ops._auto_name("allreduce", None) != "allreduce.noname.0"
+hvd.shutdown()
+hvd.init()
+assert ops._auto_name("allreduce", None) == "allreduce.noname.0"
 print("states ok")
 hvd.shutdown()
 '''
