@@ -296,7 +296,7 @@ class Negotiator final : public RankJoin, public StragglerReport, public WaitHel
   // laggards go to every rank; every rank keeps rank 0's latest report.
   void note_ready(int rank, const std::vector<ReadyReport>& reports);
   void report_lags(std::chrono::steady_clock::time_point now);
-  // Rank 0: logs the stalled tensors (NegotiatorOptions::stall_check_s) and fails those past stall_shutdown_s.
+  // Rank 0: logs the stalled tensors (NegotiatorOptions::stall, scheduler/stall.h) and fails those past its shutdown.
   void check_stalls();
   void heard_lags(std::vector<Straggler> lags);
 
